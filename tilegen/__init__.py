@@ -1,0 +1,28 @@
+"""tilegen: a tiling code generator for FlashAttention-2 forward and recompute-backward kernels.
+
+Python API (NumPy in, NumPy out, interpreter-backed):
+
+- :func:`attention` (q, k, v, ...) -> (o, lse)
+- :class:`AttentionSpec`, :func:`load_spec`, :func:`builtin_spec`
+
+See README.md for the CLI and DESIGN.md for the conventions.
+"""
+
+from .api import attention, make_spec
+from .errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
+from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
+
+__all__ = [
+    "AttentionSpec",
+    "ScheduleError",
+    "SpecError",
+    "TargetError",
+    "TilegenError",
+    "VerifyError",
+    "attention",
+    "builtin_spec",
+    "builtin_specs",
+    "load_spec",
+    "make_spec",
+]
+__version__ = "0.1.0"

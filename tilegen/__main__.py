@@ -1,0 +1,7 @@
+"""``python -m tilegen``: the same as the ``tilegen`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""The Python API: NumPy in, NumPy out, backed by the interpreter.
+
+``attention`` and ``attention_backward`` build an :class:`~tilegen.spec.AttentionSpec` from the arrays,
+run the whole pipeline (build, passes, schedule) and execute the program in the NumPy interpreter. They
+are for checking and for small problems; the generated kernels are what runs fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .errors import SpecError
+from .passes import pipeline
+from .spec import ALIGNMENTS, LAYOUTS, AttentionSpec
+from .backends.interp import interpret
+
+_ACCEPTED_DTYPES = "numpy.float16, ml_dtypes.bfloat16 or numpy.float32"
+
+
+def _check_array(name: str, x: Any, ndim: int) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise SpecError(name, type(x).__name__, f"a numpy.ndarray of {_ACCEPTED_DTYPES}")
+    if dtypes.name_of(x.dtype) is None:
+        raise SpecError(f"{name}.dtype", str(x.dtype), _ACCEPTED_DTYPES)
+    if x.ndim != ndim:
+        raise SpecError(f"{name}.shape", x.shape, f"{ndim} dimensions")
+    return x
+
+
+def _logical(x: np.ndarray, layout: str) -> np.ndarray:
+    """A BNSD view of ``x`` (no copy): BSND arrays are transposed, their strides honoured."""
+    return x if layout == "BNSD" else x.transpose(0, 2, 1, 3)
+
+
+def _physical(x: np.ndarray, layout: str) -> np.ndarray:
+    return np.ascontiguousarray(x if layout == "BNSD" else x.transpose(0, 2, 1, 3))
+
+
+def _window(causal: Any, window: Any) -> tuple[int, int]:
+    if not isinstance(causal, (bool, np.bool_)):
+        raise SpecError("causal", causal, "True or False")
+    if (
+        not isinstance(window, (tuple, list))
+        or len(window) != 2
+        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < -1 for w in window)
+    ):
+        raise SpecError("window", window, "(left, right): two integers, each >= 0 or -1 for unbounded")
+    left, right = int(window[0]), int(window[1])
+    if causal:
+        if right not in (-1, 0):
+            raise SpecError("window", tuple(window), "right = -1 or 0 when causal=True (causal sets right = 0)")
+        right = 0
+    return left, right
+
+
+def make_spec(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD") -> AttentionSpec:
+    """The spec of an attention call on these arrays (validated; errors name the argument).
+
+    Args:
+        q: [B, Hq, Sq, Dqk] (BNSD) or [B, Sq, Hq, Dqk] (BSND).
+        k: [B, Hkv, Sk, Dqk] or [B, Sk, Hkv, Dqk]; v likewise with Dv.
+
+    Raises:
+        SpecError (a ValueError): wrong type, dtype, rank or shape, mismatched dtypes, heads not
+            divisible, a bad window, scale, alignment or layout.
+    """
+    if layout not in LAYOUTS:
+        raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
+    if alignment not in ALIGNMENTS:
+        raise SpecError("alignment", alignment, " or ".join(repr(x) for x in ALIGNMENTS))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_array(name, x, 4)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise SpecError("k.dtype", f"q {q.dtype}, k {k.dtype}, v {v.dtype}", "the same dtype for q, k and v")
+    lq, lk, lv = (_logical(x, layout) for x in (q, k, v))
+    bsz, hq, sq, dqk = lq.shape
+    if lk.shape[0] != bsz or lk.shape[3] != dqk:
+        raise SpecError("k.shape", k.shape, f"batch {bsz} and head dim {dqk} like q (layout {layout})")
+    if lv.shape[:3] != lk.shape[:3]:
+        raise SpecError("v.shape", v.shape, f"the batch, heads and length of k {k.shape} (layout {layout})")
+    for name, size in (("q", bsz), ("q", hq), ("q", sq), ("q", dqk), ("k", lk.shape[2]), ("v", lv.shape[3])):
+        if size == 0:
+            raise SpecError(f"{name}.shape", {"q": q, "k": k, "v": v}[name].shape, "no zero-sized dimension")
+    if hq % lk.shape[1]:
+        raise SpecError("k.shape", k.shape, f"a head count that divides q's {hq} heads (layout {layout})")
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
+    ):
+        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+    return AttentionSpec(
+        batch=bsz,
+        heads_q=hq,
+        heads_kv=lk.shape[1],
+        seq_q=sq,
+        seq_k=lk.shape[2],
+        head_dim_qk=dqk,
+        head_dim_v=lv.shape[3],
+        dtype=dtypes.name_of(q.dtype),
+        scale=None if softmax_scale is None else float(softmax_scale),
+        window=_window(causal, window),
+        alignment=alignment,
+        layout=layout,
+        name="api",
+    )
+
+
+def attention(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", target=None, tile_sizes=None):
+    """FlashAttention forward in the interpreter.
+
+    Args:
+        q, k, v: arrays of one dtype (float16, bfloat16, float32); BNSD: q [B, Hq, Sq, Dqk], k [B, Hkv,
+            Sk, Dqk], v [B, Hkv, Sk, Dv]; BSND: [B, S, N, D]. GQA/MQA when Hkv divides Hq.
+        softmax_scale: S = scale·QKᵀ; None → 1/sqrt(Dqk).
+        causal: window (left, 0); window: (left, right), -1 unbounded (DESIGN §3).
+        alignment: ``"bottom_right"`` (FlashAttention >= 2.1) or ``"top_left"``.
+        target: a target name whose schedule to use (None: default tile sizes).
+        tile_sizes: (Br, Bc) or {"Br": .., "Bc": ..} to force the tile sizes.
+
+    Returns:
+        (o in the input dtype and layout, lse float32 [B, Hq, Sq], natural log; -inf on empty rows).
+
+    Raises:
+        SpecError (ValueError): a bad argument, named.
+    """
+    spec = make_spec(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout)
+    program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout)})
+    return _physical(outputs["O"], layout), outputs["L"]

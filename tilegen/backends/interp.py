@@ -1,0 +1,447 @@
+"""A NumPy interpreter for the tile IR.
+
+It executes a bound program (every size symbol has a value) on NumPy arrays, emulating the hardware's
+number formats: every write to a buffer or tensor rounds to that buffer's dtype (ml_dtypes for bf16);
+matmuls run in float32 on the rounded inputs and accumulate in float32; elementwise work is float32.
+
+Program instances of the launch grid's ``batch``/``head`` axes run together as vector lanes (their loop
+bounds never depend on them); the other grid axes and all serial loops run one iteration at a time,
+in order, or in a seeded random order for the parallel ones (``order_seed``), to show that a
+result does not depend on the order in which independent programs run.
+
+Sanitizing, as JAX Pallas' interpret mode does: output and workspace tensors and every on-chip buffer
+start as NaN, so a read of anything nothing wrote poisons the result; rows past a tensor's extent are
+loaded as ``pad_value`` (a large finite number), so padding that leaks into a result shows.
+
+It measures what it executes: bytes read and written per HBM tensor (only the elements inside the
+tensor's extent move; an atomic add counts as a write), the bytes of on-chip buffers per scope of one
+program instance (the largest kernel), and FLOPs by kind (``matmul``: 2·M·N·K per tile; ``exp``: exp and
+log; ``vector``: every other elementwise, reduction and mask element).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import sympy
+
+from .. import dtypes
+from ..ir import (
+    Access,
+    Elementwise,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    Mask,
+    MatMul,
+    Program,
+    RowReduce,
+    Sk,
+    Sq,
+    Stmt,
+    Store,
+)
+
+LANE_ROLES = ("batch", "head")
+
+
+@dataclass
+class Measurement:
+    """What one run moved and computed.
+
+    Attributes:
+        bytes_read / bytes_written: per HBM tensor, bytes.
+        onchip_bytes: per scope, the bytes of the buffers one program instance of a kernel uses
+            (largest over kernels); ``onchip_by_kernel`` per kernel.
+        flops: per kind (``matmul``, ``exp``, ``vector``), floating-point operations.
+    """
+
+    bytes_read: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    bytes_written: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    onchip_bytes: dict[str, int] = field(default_factory=dict)
+    onchip_by_kernel: dict[str, dict[str, int]] = field(default_factory=dict)
+    flops: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    @property
+    def hbm_bytes(self) -> int:
+        """Total bytes moved to and from HBM tensors."""
+        return int(sum(self.bytes_read.values()) + sum(self.bytes_written.values()))
+
+    def tensor_bytes(self, name: str) -> int:
+        return int(self.bytes_read.get(name, 0) + self.bytes_written.get(name, 0))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bytes_read": dict(self.bytes_read),
+            "bytes_written": dict(self.bytes_written),
+            "onchip_bytes": dict(self.onchip_bytes),
+            "flops": dict(self.flops),
+        }
+
+
+class InterpreterError(RuntimeError):
+    """The program cannot run: an unbound size, an out-of-bounds access, or a missing input."""
+
+
+class _Exprs:
+    """Compiles index expressions (sympy) to NumPy-callable functions of the loop variables, once."""
+
+    def __init__(self, env: Mapping[sympy.Symbol, int]):
+        self.env = dict(env)
+        self.cache: dict[sympy.Expr, tuple[tuple[str, ...], Any]] = {}
+
+    def compile(self, expr) -> tuple[tuple[str, ...], Any]:
+        key = sympy.sympify(expr)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        bound = key.subs(self.env)
+        names = tuple(sorted(str(s) for s in bound.free_symbols))
+        if bound.is_Integer or bound.is_Number:
+            const = int(bound)
+            fn = lambda *args, _c=const: _c  # noqa: E731
+        else:
+            fn = sympy.lambdify([sympy.Symbol(n, integer=True, nonnegative=True) for n in names], bound, "numpy")
+        self.cache[key] = (names, fn)
+        return names, fn
+
+    def eval(self, expr, scope: Mapping[str, Any]):
+        names, fn = self.compile(expr)
+        try:
+            value = fn(*(scope[n] for n in names))
+        except KeyError as exc:
+            raise InterpreterError(f"expression {expr} uses {exc.args[0]}, which is neither a loop variable nor bound") from None
+        if isinstance(value, np.ndarray):
+            if value.ndim == 0:
+                return int(value)
+            return value.astype(np.int64)
+        return int(value)
+
+
+def _as_float32(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).astype(np.float32)
+
+
+class Interpreter:
+    """Runs one bound :class:`~tilegen.ir.Program`.
+
+    Args:
+        program: every symbol in ``program.env`` (shapes and tile sizes).
+        pad_value: the value rows past a tensor's extent load as (never 0, so leaks show).
+        order_seed: when set, parallel grid axes that are not lanes run in a random order from this seed.
+    """
+
+    def __init__(self, program: Program, pad_value: float = 1.0e4, order_seed: int | None = None):
+        self.program = program
+        self.pad_value = float(pad_value)
+        self.rng = np.random.default_rng(order_seed) if order_seed is not None else None
+        self.exprs = _Exprs(program.env_map)
+        self.measure = Measurement()
+        self.tensors: dict[str, np.ndarray] = {}
+        self.handoff: dict[str, np.ndarray] = {}
+        self.mask = program.mask
+        self.sq = program.evaluate(Sq) if Sq in program.env_map else None
+        self.sk = program.evaluate(Sk) if Sk in program.env_map else None
+        self.offset = program.evaluate(program.mask.offset)
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def _shape(self, dims) -> tuple[int, ...]:
+        try:
+            return tuple(self.program.evaluate(d) for d in dims)
+        except ValueError as exc:
+            raise InterpreterError(f"{exc}; bind the tile sizes (a schedule) before interpreting") from None
+
+    def bind_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        for tensor in self.program.tensors:
+            shape = self._shape(tensor.shape)
+            np_dtype = dtypes.numpy_dtype(tensor.dtype)
+            if tensor.kind == "input":
+                if tensor.name not in inputs:
+                    raise InterpreterError(f"input tensor {tensor.name} was not given")
+                array = np.asarray(inputs[tensor.name])
+                if array.shape != shape:
+                    raise InterpreterError(f"input {tensor.name} has shape {array.shape}, the program expects {shape}")
+                if array.dtype != np_dtype:
+                    raise InterpreterError(f"input {tensor.name} has dtype {array.dtype}, the program expects {np_dtype}")
+                self.tensors[tensor.name] = array
+            elif tensor.kind == "handoff":
+                continue  # per program instance; allocated by each kernel
+            else:
+                self.tensors[tensor.name] = np.full(shape, np.nan, dtype=np_dtype)
+
+    # -- execution ------------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.bind_inputs(inputs)
+        with np.errstate(all="ignore"):
+            for kernel in self.program.kernels:
+                self._run_kernel(kernel)
+        return {t.name: self.tensors[t.name] for t in self.program.tensors if t.kind == "output"}
+
+    def _run_kernel(self, kernel: Kernel) -> None:
+        body = kernel.body
+        lane_vars: list[str] = []
+        lane_extents: list[int] = []
+        while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel" and body[0].role in LANE_ROLES:
+            loop = body[0]
+            if self.exprs.eval(loop.start, {}) != 0:
+                raise InterpreterError(f"lane loop {loop.var} of kernel {kernel.name} must start at 0")
+            lane_vars.append(str(loop.var))
+            lane_extents.append(self.exprs.eval(loop.stop, {}))
+            body = loop.body
+        self.lane_shape = tuple(lane_extents)
+        self.lanes = int(np.prod(self.lane_shape)) if self.lane_shape else 1
+        scope: dict[str, Any] = {}
+        for axis, (name, extent) in enumerate(zip(lane_vars, lane_extents)):
+            shape = [1] * len(lane_extents)
+            shape[axis] = extent
+            scope[name] = np.arange(extent, dtype=np.int64).reshape(shape)
+        self.lane_vars = tuple(lane_vars)
+        self.buffers: dict[str, np.ndarray] = {}
+        self.buffer_info = {buf.name: buf for buf in kernel.buffers}
+        self.handoff = {}
+        touched: dict[str, int] = defaultdict(int)
+        self._touched = set()
+        self._exec(body, scope)
+        for name in self._touched:
+            buf = self.buffer_info[name]
+            touched[buf.scope] += int(np.prod(self._shape(buf.shape))) * dtypes.itemsize(buf.dtype)
+        self.measure.onchip_by_kernel[kernel.name] = dict(touched)
+        for scope_name, nbytes in touched.items():
+            self.measure.onchip_bytes[scope_name] = max(self.measure.onchip_bytes.get(scope_name, 0), nbytes)
+
+    def _exec(self, body, scope: dict[str, Any]) -> None:
+        for stmt in body:
+            handler = _HANDLERS[type(stmt)]
+            handler(self, stmt, scope)
+
+    def _loop(self, loop: Loop, scope: dict[str, Any]) -> None:
+        start = self.exprs.eval(loop.start, scope)
+        stop = self.exprs.eval(loop.stop, scope)
+        if isinstance(start, np.ndarray) or isinstance(stop, np.ndarray):
+            trips = np.broadcast_to(np.asarray(stop) - np.asarray(start), self.lane_shape)
+            if trips.size and not (trips == trips.flat[0]).all():
+                raise InterpreterError(f"loop {loop.var}: trip count differs between lanes")
+            count = int(trips.flat[0]) if trips.size else 0
+        else:
+            count = stop - start
+        offsets = range(max(count, 0))
+        if loop.kind == "parallel" and self.rng is not None and count > 1:
+            offsets = self.rng.permutation(count).tolist()
+        name = str(loop.var)
+        for t in offsets:
+            inner = dict(scope)
+            inner[name] = start + t
+            self._exec(loop.body, inner)
+
+    # -- buffers --------------------------------------------------------------------------------------
+    def _buf(self, name: str) -> np.ndarray:
+        array = self.buffers.get(name)
+        if array is None:
+            info = self.buffer_info.get(name)
+            if info is None:
+                raise InterpreterError(f"buffer {name} is not declared in the kernel")
+            array = np.full(self.lane_shape + self._shape(info.shape), np.nan, dtype=np.float32)
+            self.buffers[name] = array
+        self._touched.add(name)
+        return array
+
+    def _write(self, name: str, value: np.ndarray) -> None:
+        buf = self._buf(name)
+        info = self.buffer_info[name]
+        buf[...] = dtypes.round_to(np.broadcast_to(value, buf.shape).astype(np.float32), info.dtype)
+
+    def _operand(self, arg, ndim: int) -> np.ndarray:
+        if isinstance(arg, str):
+            value = self._buf(arg)
+            lane_nd = len(self.lane_shape)
+            while value.ndim - lane_nd < ndim:
+                value = value[..., None]
+            return value
+        return np.float32(arg)
+
+    # -- tensor access --------------------------------------------------------------------------------
+    def _region(self, access: Access, scope):
+        tensor = self.program.tensor(access.tensor)
+        ntile = len(access.tile)
+        npoint = len(access.index) - ntile
+        if tensor.kind == "handoff":
+            store = self.handoff.get(access.tensor)
+            if store is None:
+                shape = self._shape(tensor.shape)
+                store = np.full(self.lane_shape + shape, np.nan, dtype=dtypes.numpy_dtype(tensor.dtype))
+                self.handoff[access.tensor] = store
+            array = store
+            point: tuple = (Ellipsis,) if not self.lane_shape else tuple(slice(None) for _ in self.lane_shape)
+            extents = self._shape(tensor.shape)[npoint:]
+            point = point + tuple(self.exprs.eval(x, scope) for x in access.index[:npoint])
+        else:
+            array = self.tensors[access.tensor]
+            extents = array.shape[npoint:]
+            point = self._point_index(access.index[:npoint], scope)
+        starts = [self.exprs.eval(x, scope) for x in access.index[npoint:]]
+        sizes = [self.exprs.eval(x, scope) for x in access.tile]
+        slices, valid = [], []
+        for start, size, extent in zip(starts, sizes, extents):
+            if isinstance(start, np.ndarray) or isinstance(size, np.ndarray):
+                raise InterpreterError(f"tile start of {access.tensor} depends on a lane variable")
+            if start < 0 or start > extent:
+                raise InterpreterError(f"access to {access.tensor} starts at {start}, outside [0, {extent}]")
+            stop = min(start + size, extent)
+            slices.append(slice(start, stop))
+            valid.append(stop - start)
+        return array, point, tuple(slices), tuple(sizes), tuple(valid)
+
+    def _point_index(self, exprs, scope) -> tuple:
+        """Index tuple for the single-index dims: slices where a dim is exactly a lane, else arrays."""
+        values = [self.exprs.eval(x, scope) for x in exprs]
+        lane_nd = len(self.lane_shape)
+        identity = len(values) == lane_nd and all(
+            isinstance(v, np.ndarray)
+            and v.shape == tuple(self.lane_shape[a] if a == axis else 1 for a in range(lane_nd))
+            and (v.reshape(-1) == np.arange(self.lane_shape[axis])).all()
+            for axis, v in enumerate(values)
+        )
+        if identity:
+            return tuple(slice(None) for _ in values)
+        if not lane_nd:
+            return tuple(int(v) for v in values)
+        return tuple(np.broadcast_to(np.asarray(v, dtype=np.int64), self.lane_shape) for v in values)
+
+    def _load(self, stmt: Load, scope) -> None:
+        array, point, slices, sizes, valid = self._region(stmt.src, scope)
+        data = array[point + slices]
+        pad = self.pad_value if stmt.pad is None else stmt.pad
+        tile = np.full(self.lane_shape + sizes, pad, dtype=np.float32)
+        tile[(Ellipsis,) + tuple(slice(0, v) for v in valid)] = _as_float32(data)
+        self._write(stmt.dst, tile)
+        itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
+        self.measure.bytes_read[stmt.src.tensor] += self.lanes * int(np.prod(valid)) * itemsize
+
+    def _store(self, stmt: Store, scope) -> None:
+        array, point, slices, sizes, valid = self._region(stmt.dst, scope)
+        src = self._buf(stmt.src)
+        part = src[(Ellipsis,) + tuple(slice(0, v) for v in valid)]
+        key = point + slices
+        if stmt.accumulate:
+            unique = all(isinstance(p, slice) for p in point) or not self.lane_shape
+            if not unique:
+                flat = np.stack([np.asarray(p).reshape(-1) for p in point if not isinstance(p, slice)])
+                unique = np.unique(flat, axis=1).shape[1] == flat.shape[1]
+            if unique:
+                total = array[key].astype(np.float32) + part
+                array[key] = total.astype(array.dtype)
+            else:  # several lanes add into the same rows: serialize like an atomic unit would
+                np.add.at(array, key, part.astype(array.dtype))
+        else:
+            array[key] = part.astype(array.dtype)
+        itemsize = array.dtype.itemsize
+        self.measure.bytes_written[stmt.dst.tensor] += self.lanes * int(np.prod(valid)) * itemsize
+
+    # -- compute --------------------------------------------------------------------------------------
+    def _fill(self, stmt: Fill, scope) -> None:
+        self._write(stmt.dst, np.float32(stmt.value))
+
+    def _matmul(self, stmt: MatMul, scope) -> None:
+        a = self._buf(stmt.a)
+        bb = self._buf(stmt.b)
+        if stmt.trans_a:
+            a = np.swapaxes(a, -1, -2)
+        if stmt.trans_b:
+            bb = np.swapaxes(bb, -1, -2)
+        out = np.matmul(a, bb)
+        if stmt.alpha != 1.0:
+            out *= np.float32(stmt.alpha)
+        if stmt.accumulate:
+            out = self._buf(stmt.dst) + out
+        self._write(stmt.dst, out)
+        m, k = a.shape[-2:]
+        n = bb.shape[-1]
+        self.measure.flops["matmul"] += 2 * m * n * k * self.lanes
+
+    def _elementwise(self, stmt: Elementwise, scope) -> None:
+        dst_nd = len(self.buffer_info[stmt.dst].shape)
+        args = [self._operand(a, dst_nd) for a in stmt.args]
+        op = stmt.op
+        if op in ("copy", "cast"):
+            out = args[0]
+        elif op == "exp":
+            out = np.exp(args[0])
+        elif op == "log":
+            out = np.log(args[0])
+        elif op == "zero_if_neginf":
+            out = np.where(args[0] == -np.inf, np.float32(0), args[0])
+        elif op == "add":
+            out = args[0] + args[1]
+        elif op == "sub":
+            out = args[0] - args[1]
+        elif op == "mul":
+            out = args[0] * args[1]
+        elif op == "max":
+            out = np.maximum(args[0], args[1])
+        elif op == "safe_div":
+            den = args[1]
+            out = np.where(den != 0, args[0] / np.where(den != 0, den, np.float32(1)), np.float32(0))
+        else:
+            raise InterpreterError(f"unknown elementwise op {op}")
+        self._write(stmt.dst, out)
+        kind = "exp" if op in ("exp", "log") else "vector"
+        if op not in ("copy",):
+            self.measure.flops[kind] += int(np.prod(self._buf(stmt.dst).shape))
+
+    def _row_reduce(self, stmt: RowReduce, scope) -> None:
+        src = self._buf(stmt.src)
+        out = src.max(axis=-1) if stmt.op == "max" else src.sum(axis=-1, dtype=np.float32)
+        self._write(stmt.dst, out)
+        self.measure.flops["vector"] += int(src.size)
+
+    def _mask(self, stmt: Mask, scope) -> None:
+        src = self._buf(stmt.src)
+        r0 = self.exprs.eval(stmt.row0, scope)
+        c0 = self.exprs.eval(stmt.col0, scope)
+        nr, nc = src.shape[-2:]
+        rows = (r0 + np.arange(nr))[:, None]
+        cols = (c0 + np.arange(nc))[None, :]
+        visible = (rows < self.sq) & (cols < self.sk)
+        if self.mask.left >= 0:
+            visible &= cols >= rows + self.offset - self.mask.left
+        if self.mask.right >= 0:
+            visible &= cols <= rows + self.offset + self.mask.right
+        self._write(stmt.dst, np.where(visible, src, np.float32(-np.inf)))
+        self.measure.flops["vector"] += int(src.size)
+
+
+_HANDLERS = {
+    Loop: Interpreter._loop,
+    Load: Interpreter._load,
+    Store: Interpreter._store,
+    Fill: Interpreter._fill,
+    MatMul: Interpreter._matmul,
+    Elementwise: Interpreter._elementwise,
+    RowReduce: Interpreter._row_reduce,
+    Mask: Interpreter._mask,
+}
+
+
+def interpret(
+    program: Program,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    pad_value: float = 1.0e4,
+    order_seed: int | None = None,
+) -> tuple[dict[str, np.ndarray], Measurement]:
+    """Run ``program`` on ``inputs`` (logical BNSD arrays of the input tensors' dtypes).
+
+    Returns:
+        (outputs by tensor name, in their dtypes; the measurement of the run).
+
+    Raises:
+        InterpreterError: a missing or mis-shaped input, an unbound size, an out-of-range access.
+    """
+    interp = Interpreter(program, pad_value=pad_value, order_seed=order_seed)
+    outputs = interp.run(inputs)
+    return outputs, interp.measure

@@ -1,0 +1,427 @@
+"""Lower an :class:`~tilegen.spec.AttentionSpec` to the logical tile IR.
+
+Two builders, both with symbolic tile sizes Br (rows of a Q tile) and Bc (rows of a K/V tile):
+
+- :func:`build_forward`: FlashAttention-2's online softmax (Dao, "FlashAttention-2", 2023, Algorithm 1),
+  one program per (b, hq, Q tile), looping over the K/V tiles the mask leaves visible; writes O and
+  L = logsumexp (natural log, fp32).
+- :func:`build_backward`: the textbook backward in separate phases (DESIGN §5, "unfused"): ``pre``
+  computes D = rowsum(dO∘O) and zeroes the fp32 dQ accumulator; ``dv`` recomputes P = exp(S − L) and
+  writes it to HBM, accumulating dV = Pᵀ dO; ``ds`` reads P back and writes dS = P∘(dO Vᵀ − D) to HBM;
+  ``dqdk`` reads dS back, accumulating dK = scale·dSᵀ Q and atomically adding dS K into dQacc; ``post``
+  writes dQ = scale·dQacc. P and dS are [B, Hq, Sq, Sk] HBM tensors: the "store P" program.
+
+Masks and tails follow DESIGN §3. Loop bounds skip the tiles the mask empties; the ``Mask`` op sets
+hidden keys and padded rows/columns to -inf; empty rows give O = 0, L = -inf and add nothing to the
+gradients (the ``zero_if_neginf`` and ``safe_div`` ops keep them NaN-free).
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from .ir import (
+    Access,
+    B,
+    Bc,
+    Br,
+    Buffer,
+    Dqk,
+    Dv,
+    Elementwise,
+    Fill,
+    G,
+    Hkv,
+    Hq,
+    Kernel,
+    Load,
+    Loop,
+    Mask,
+    MaskInfo,
+    MatMul,
+    Program,
+    RowReduce,
+    Sk,
+    Sq,
+    Store,
+    Tensor,
+    b,
+    hkv,
+    hq,
+    i,
+    j,
+    kv_tiles,
+    q_tiles,
+)
+from .spec import AttentionSpec
+
+NEG_INF = float("-inf")
+
+
+def shape_env(spec: AttentionSpec) -> dict[sympy.Symbol, int]:
+    """The values of the shape symbols for ``spec``."""
+    return {
+        B: spec.batch,
+        Hq: spec.heads_q,
+        Hkv: spec.heads_kv,
+        G: spec.group,
+        Sq: spec.seq_q,
+        Sk: spec.seq_k,
+        Dqk: spec.head_dim_qk,
+        Dv: spec.head_dim_v,
+    }
+
+
+def mask_info(spec: AttentionSpec) -> MaskInfo:
+    """The spec's window with the alignment offset as an expression (Sk − Sq or 0)."""
+    left, right = spec.window
+    offset = Sk - Sq if spec.alignment == "bottom_right" else sympy.Integer(0)
+    return MaskInfo(left=left, right=right, offset=offset)
+
+
+def kv_tile_range(mask: MaskInfo, qi: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """[start, stop) of the K/V tiles with at least one key visible to some row of Q tile ``qi``.
+
+    Rows r in [qi·Br, min(qi·Br + Br, Sq) − 1] see the columns [r0 + off − left, r1 + off + right]
+    clipped to [0, Sk − 1]; the range is empty when that clip is.
+    """
+    tk = kv_tiles()
+    r0 = qi * Br
+    r1 = sympy.Min(qi * Br + Br, Sq) - 1
+    start: sympy.Expr = sympy.Integer(0)
+    stop: sympy.Expr = tk
+    if mask.left >= 0:
+        lo = r0 + mask.offset - mask.left
+        start = sympy.Piecewise((tk, lo >= Sk), (sympy.Max(0, sympy.floor(lo / Bc)), True))
+    if mask.right >= 0:
+        hi = r1 + mask.offset + mask.right
+        stop = sympy.Min(tk, sympy.floor(hi / Bc) + 1)
+    return start, stop
+
+
+def q_tile_range(mask: MaskInfo, kj: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """[start, stop) of the Q tiles with at least one row that sees a key of K/V tile ``kj``.
+
+    Columns c in [kj·Bc, min(kj·Bc + Bc, Sk) − 1] are seen by the rows [c0 − off − right, c1 − off +
+    left] clipped to [0, Sq − 1]. The same tile pairs as :func:`kv_tile_range`, enumerated the other way.
+    """
+    tq = q_tiles()
+    c0 = kj * Bc
+    c1 = sympy.Min(kj * Bc + Bc, Sk) - 1
+    start: sympy.Expr = sympy.Integer(0)
+    stop: sympy.Expr = tq
+    if mask.right >= 0:
+        lo = c0 - mask.offset - mask.right
+        start = sympy.Piecewise((tq, lo >= Sq), (sympy.Max(0, sympy.floor(lo / Br)), True))
+    if mask.left >= 0:
+        hi = c1 - mask.offset + mask.left
+        stop = sympy.Min(tq, sympy.floor(hi / Br) + 1)
+    return start, stop
+
+
+def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor, ...]:
+    shapes = {
+        "Q": ((B, Hq, Sq, Dqk), spec.dtype),
+        "K": ((B, Hkv, Sk, Dqk), spec.dtype),
+        "V": ((B, Hkv, Sk, Dv), spec.dtype),
+        "O": ((B, Hq, Sq, Dv), spec.dtype),
+        "dO": ((B, Hq, Sq, Dv), spec.dtype),
+        "L": ((B, Hq, Sq), "fp32"),
+        "D": ((B, Hq, Sq), "fp32"),
+        "P": ((B, Hq, Sq, Sk), spec.dtype),
+        "dS": ((B, Hq, Sq, Sk), spec.dtype),
+        "dQacc": ((B, Hq, Sq, Dqk), "fp32"),
+        "dQ": ((B, Hq, Sq, Dqk), spec.dtype),
+        "dK": ((B, Hkv, Sk, Dqk), spec.dtype),
+        "dV": ((B, Hkv, Sk, Dv), spec.dtype),
+    }
+    out = []
+    for name, kind in names_kinds:
+        shape, dtype = shapes[name]
+        layout = spec.layout if len(shape) == 4 and kind in ("input", "output") else "BNSD"
+        out.append(Tensor(name, shape, dtype, kind, layout))
+    return tuple(out)
+
+
+def _grid(vars_extents_roles, body, note: str = "") -> tuple[Loop, ...]:
+    """Nest parallel loops (outermost first) around ``body``."""
+    for var, extent, role in reversed(vars_extents_roles):
+        body = (Loop(var, sympy.Integer(0), extent, tuple(body), kind="parallel", role=role),)
+    return tuple(body)
+
+
+def _q_rows(name: str, head: sympy.Expr, cols: sympy.Expr | None) -> Access:
+    """A Br-row tile of a [B, H, S(, D)] tensor at Q tile i."""
+    if cols is None:
+        return Access(name, (b, head, i * Br), (Br,))
+    return Access(name, (b, head, i * Br, sympy.Integer(0)), (Br, cols))
+
+
+def _kv_rows(name: str, head: sympy.Expr, cols: sympy.Expr) -> Access:
+    return Access(name, (b, head, j * Bc, sympy.Integer(0)), (Bc, cols))
+
+
+def _score_tile(name: str) -> Access:
+    return Access(name, (b, hq, i * Br, j * Bc), (Br, Bc))
+
+
+def build_forward(spec: AttentionSpec) -> Program:
+    """The FA2 forward of ``spec`` (symbolic Br, Bc).
+
+    Per program (b, hq, i): m = -inf, l = 0, acc = 0; for each visible K/V tile j:
+    S = scale·Q Kᵀ (masked), m' = max(m, rowmax S), P = exp(S − m'), l = l·e^(m−m') + rowsum P,
+    acc = acc·e^(m−m') + P(dtype) V, m = m'. Then O = acc / l (0 where l = 0) and L = m + log l.
+    """
+    dt = spec.dtype
+    mask = mask_info(spec)
+    kv_head = sympy.floor(hq / G)
+    bufs = (
+        Buffer("Qi", (Br, Dqk), dt),
+        Buffer("Kj", (Bc, Dqk), dt),
+        Buffer("Vj", (Bc, Dv), dt),
+        Buffer("S", (Br, Bc), "fp32"),
+        Buffer("Pc", (Br, Bc), dt),
+        Buffer("PV", (Br, Dv), "fp32"),
+        Buffer("m", (Br,), "fp32"),
+        Buffer("m_new", (Br,), "fp32"),
+        Buffer("m_use", (Br,), "fp32"),
+        Buffer("alpha", (Br,), "fp32"),
+        Buffer("rowsum", (Br,), "fp32"),
+        Buffer("l", (Br,), "fp32"),
+        Buffer("acc", (Br, Dv), "fp32"),
+        Buffer("Oc", (Br, Dv), dt),
+        Buffer("lse", (Br,), "fp32"),
+    )
+    j_start, j_stop = kv_tile_range(mask, i)
+    inner = (
+        Load("Kj", _kv_rows("K", kv_head, Dqk)),
+        Load("Vj", _kv_rows("V", kv_head, Dv)),
+        MatMul("S", "Qi", "Kj", trans_b=True, alpha=spec.softmax_scale),
+        Mask("S", "S", i * Br, j * Bc),
+        RowReduce("m_new", "S", "max"),
+        Elementwise("m_new", "max", ("m_new", "m")),
+        Elementwise("m_use", "zero_if_neginf", ("m_new",)),
+        Elementwise("alpha", "sub", ("m", "m_use")),
+        Elementwise("alpha", "exp", ("alpha",)),
+        Elementwise("S", "sub", ("S", "m_use")),
+        Elementwise("S", "exp", ("S",)),
+        RowReduce("rowsum", "S", "sum"),
+        Elementwise("l", "mul", ("l", "alpha")),
+        Elementwise("l", "add", ("l", "rowsum")),
+        Elementwise("Pc", "cast", ("S",)),
+        MatMul("PV", "Pc", "Vj"),
+        Elementwise("acc", "mul", ("acc", "alpha")),
+        Elementwise("acc", "add", ("acc", "PV")),
+        Elementwise("m", "copy", ("m_new",)),
+    )
+    body = (
+        Load("Qi", _q_rows("Q", hq, Dqk)),
+        Fill("m", NEG_INF),
+        Fill("l", 0.0),
+        Fill("acc", 0.0),
+        Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i"),
+        Elementwise("acc", "safe_div", ("acc", "l")),
+        Elementwise("Oc", "cast", ("acc",)),
+        Store(_q_rows("O", hq, Dv), "Oc"),
+        Elementwise("lse", "log", ("l",)),
+        Elementwise("lse", "add", ("lse", "m")),
+        Store(_q_rows("L", hq, None), "lse"),
+    )
+    grid = _grid([(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")], body)
+    kernel = Kernel("fwd", "fwd", bufs, grid)
+    tensors = _tensors(spec, ("Q", "input"), ("K", "input"), ("V", "input"), ("O", "output"), ("L", "output"))
+    return Program(
+        name=f"{spec.name}.fwd",
+        tensors=tensors,
+        kernels=(kernel,),
+        mask=mask,
+        scale=spec.softmax_scale,
+        env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
+        attrs=(("form", "forward"),),
+    )
+
+
+def _group_loop(body) -> Loop:
+    """The query heads of KV head hkv: hq in [hkv·G, hkv·G + G)."""
+    return Loop(hq, hkv * G, hkv * G + G, tuple(body), role="head", note="query heads of KV head hkv")
+
+
+def build_backward(spec: AttentionSpec) -> Program:
+    """The unfused ("store P") backward of ``spec``: kernels pre, dv, ds, dqdk, post (DESIGN §5)."""
+    dt = spec.dtype
+    mask = mask_info(spec)
+    scale = spec.softmax_scale
+
+    pre = Kernel(
+        "pre",
+        "pre",
+        (
+            Buffer("Oi", (Br, Dv), dt),
+            Buffer("dOi", (Br, Dv), dt),
+            Buffer("O32", (Br, Dv), "fp32"),
+            Buffer("prod", (Br, Dv), "fp32"),
+            Buffer("Di", (Br,), "fp32"),
+            Buffer("zeros", (Br, Dqk), "fp32"),
+        ),
+        _grid(
+            [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
+            (
+                Load("Oi", _q_rows("O", hq, Dv)),
+                Load("dOi", _q_rows("dO", hq, Dv)),
+                Elementwise("O32", "cast", ("Oi",)),
+                Elementwise("prod", "cast", ("dOi",)),
+                Elementwise("prod", "mul", ("prod", "O32")),
+                RowReduce("Di", "prod", "sum"),
+                Store(_q_rows("D", hq, None), "Di"),
+                Fill("zeros", 0.0),
+                Store(_q_rows("dQacc", hq, Dqk), "zeros"),
+            ),
+        ),
+    )
+
+    # Phase 1: P = exp(scale·Q Kᵀ − L) → HBM; dV = Σ Pᵀ dO over the group's heads and visible Q tiles.
+    i_start, i_stop = q_tile_range(mask, j)
+    dv_inner = (
+        Load("Qi", _q_rows("Q", hq, Dqk)),
+        Load("dOi", _q_rows("dO", hq, Dv)),
+        Load("Li", _q_rows("L", hq, None)),
+        MatMul("S", "Qi", "Kj", trans_b=True, alpha=scale),
+        Mask("S", "S", i * Br, j * Bc),
+        Elementwise("L_use", "zero_if_neginf", ("Li",)),
+        Elementwise("S", "sub", ("S", "L_use")),
+        Elementwise("S", "exp", ("S",)),
+        Elementwise("Pc", "cast", ("S",)),
+        Store(_score_tile("P"), "Pc"),
+        MatMul("dV_acc", "Pc", "dOi", trans_a=True, accumulate=True),
+    )
+    dv = Kernel(
+        "dv",
+        "dv",
+        (
+            Buffer("Kj", (Bc, Dqk), dt),
+            Buffer("Qi", (Br, Dqk), dt),
+            Buffer("dOi", (Br, Dv), dt),
+            Buffer("Li", (Br,), "fp32"),
+            Buffer("L_use", (Br,), "fp32"),
+            Buffer("S", (Br, Bc), "fp32"),
+            Buffer("Pc", (Br, Bc), dt),
+            Buffer("dV_acc", (Bc, Dv), "fp32"),
+            Buffer("dVc", (Bc, Dv), dt),
+        ),
+        _grid(
+            [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
+            (
+                Load("Kj", _kv_rows("K", hkv, Dqk)),
+                Fill("dV_acc", 0.0),
+                _group_loop((Loop(i, i_start, i_stop, dv_inner, role="q_tile", note="visible Q tiles of K/V tile j"),)),
+                Elementwise("dVc", "cast", ("dV_acc",)),
+                Store(_kv_rows("dV", hkv, Dv), "dVc"),
+            ),
+        ),
+    )
+
+    # Phase 2: dP = dO Vᵀ; dS = P∘(dP − D) → HBM.
+    j_start, j_stop = kv_tile_range(mask, i)
+    ds_inner = (
+        Load("Vj", _kv_rows("V", sympy.floor(hq / G), Dv)),
+        Load("Pi", _score_tile("P"), pad=0.0),
+        MatMul("dP", "dOi", "Vj", trans_b=True),
+        Elementwise("dP", "sub", ("dP", "Di")),
+        Elementwise("P32", "cast", ("Pi",)),
+        Elementwise("dP", "mul", ("P32", "dP")),
+        Elementwise("dSc", "cast", ("dP",)),
+        Store(_score_tile("dS"), "dSc"),
+    )
+    ds = Kernel(
+        "ds",
+        "ds",
+        (
+            Buffer("dOi", (Br, Dv), dt),
+            Buffer("Di", (Br,), "fp32"),
+            Buffer("Vj", (Bc, Dv), dt),
+            Buffer("Pi", (Br, Bc), dt),
+            Buffer("P32", (Br, Bc), "fp32"),
+            Buffer("dP", (Br, Bc), "fp32"),
+            Buffer("dSc", (Br, Bc), dt),
+        ),
+        _grid(
+            [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
+            (
+                Load("dOi", _q_rows("dO", hq, Dv)),
+                Load("Di", _q_rows("D", hq, None)),
+                Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i"),
+            ),
+        ),
+    )
+
+    # Phase 3: dK = scale·Σ dSᵀ Q; dQacc += dS K (atomic: other K/V tiles add to the same rows).
+    dqdk_inner = (
+        Load("Qi", _q_rows("Q", hq, Dqk)),
+        Load("dSi", _score_tile("dS"), pad=0.0),
+        MatMul("dK_acc", "dSi", "Qi", trans_a=True, accumulate=True),
+        MatMul("dQp", "dSi", "Kj"),
+        Store(_q_rows("dQacc", hq, Dqk), "dQp", accumulate=True),
+    )
+    dqdk = Kernel(
+        "dqdk",
+        "dqdk",
+        (
+            Buffer("Kj", (Bc, Dqk), dt),
+            Buffer("Qi", (Br, Dqk), dt),
+            Buffer("dSi", (Br, Bc), dt),
+            Buffer("dQp", (Br, Dqk), "fp32"),
+            Buffer("dK_acc", (Bc, Dqk), "fp32"),
+            Buffer("dKc", (Bc, Dqk), dt),
+        ),
+        _grid(
+            [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
+            (
+                Load("Kj", _kv_rows("K", hkv, Dqk)),
+                Fill("dK_acc", 0.0),
+                _group_loop((Loop(i, i_start, i_stop, dqdk_inner, role="q_tile", note="visible Q tiles of K/V tile j"),)),
+                Elementwise("dK_acc", "mul", ("dK_acc", scale)),
+                Elementwise("dKc", "cast", ("dK_acc",)),
+                Store(_kv_rows("dK", hkv, Dqk), "dKc"),
+            ),
+        ),
+    )
+
+    post = Kernel(
+        "post",
+        "post",
+        (Buffer("dQi", (Br, Dqk), "fp32"), Buffer("dQc", (Br, Dqk), dt)),
+        _grid(
+            [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
+            (
+                Load("dQi", _q_rows("dQacc", hq, Dqk)),
+                Elementwise("dQi", "mul", ("dQi", scale)),
+                Elementwise("dQc", "cast", ("dQi",)),
+                Store(_q_rows("dQ", hq, Dqk), "dQc"),
+            ),
+        ),
+    )
+    tensors = _tensors(
+        spec,
+        ("Q", "input"),
+        ("K", "input"),
+        ("V", "input"),
+        ("O", "input"),
+        ("L", "input"),
+        ("dO", "input"),
+        ("D", "workspace"),
+        ("P", "workspace"),
+        ("dS", "workspace"),
+        ("dQacc", "workspace"),
+        ("dQ", "output"),
+        ("dK", "output"),
+        ("dV", "output"),
+    )
+    return Program(
+        name=f"{spec.name}.bwd",
+        tensors=tensors,
+        kernels=(pre, dv, ds, dqdk, post),
+        mask=mask,
+        scale=scale,
+        env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
+        attrs=(("form", "unfused"),),
+    )

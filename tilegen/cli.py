@@ -1,0 +1,156 @@
+"""The ``tilegen`` command line.
+
+Verbs:
+  run       run a spec's programs in the interpreter on seeded random data and check them
+  inspect   print a spec's program: loop nest with placements (more with a target)
+
+Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
+given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
+print one line and exit 2 (``--debug`` shows the traceback); a failed check exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import SpecError, TilegenError
+from .printer import format_program
+from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
+
+DEFAULT_SPEC = "demo"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _tiles(text: str) -> tuple[int, int]:
+    parts = text.lower().replace(",", "x").split("x")
+    try:
+        br, bc = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BRxBC (for example 64x128)") from None
+    return br, bc
+
+
+def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec_file", nargs="?", metavar="SPEC_FILE", help="a spec file (.toml, .yaml)")
+    p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_specs())}); default {DEFAULT_SPEC}")
+    p.add_argument("--batch", type=_positive, metavar="B", help="override the batch size")
+    p.add_argument("--heads", type=_positive, metavar="H", help="override the query heads (KV heads keep the group size)")
+    p.add_argument("--seq", type=_positive, metavar="N", help="override both sequence lengths")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def resolve_spec(args: argparse.Namespace) -> AttentionSpec:
+    """The spec the arguments name, with the overrides applied (validated)."""
+    if args.spec_file and args.spec:
+        raise SpecError("--spec", args.spec, "either a SPEC_FILE or --spec NAME, not both")
+    spec = load_spec(args.spec_file) if args.spec_file else builtin_spec(args.spec or DEFAULT_SPEC)
+    changes = {}
+    if args.batch is not None:
+        changes["batch"] = args.batch
+    if args.seq is not None:
+        changes["seq_q"] = changes["seq_k"] = args.seq
+    if args.heads is not None:
+        if args.heads % spec.group:
+            raise SpecError("--heads", args.heads, f"a multiple of the spec's group size {spec.group} (heads_q / heads_kv)")
+        changes["heads_q"] = args.heads
+        changes["heads_kv"] = args.heads // spec.group
+    if changes:
+        try:
+            spec = spec.replace(**changes)
+        except SpecError as exc:
+            raise SpecError(exc.field, exc.value, exc.accepted, "after the overrides") from None
+    return spec
+
+
+def describe(spec: AttentionSpec) -> str:
+    mask = spec.mask_kind if spec.mask_kind != "window" else f"window{spec.window}"
+    if spec.mask_kind != "none":
+        mask += f" {spec.alignment}"
+    dims = f"Dqk={spec.head_dim_qk}" + (f", Dv={spec.head_dim_v}" if spec.head_dim_v != spec.head_dim_qk else "")
+    return (
+        f"{spec.name}: B={spec.batch}, Hq={spec.heads_q}, Hkv={spec.heads_kv}, Sq={spec.seq_q}, Sk={spec.seq_k}, "
+        f"{dims}, {spec.dtype}, {mask}, {spec.layout}, scale={spec.softmax_scale:.6g}"
+    )
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import check_spec
+
+    spec = resolve_spec(args)
+    print(f"tilegen run  {describe(spec)}")
+    report = check_spec(spec, seed=args.seed, tile_sizes=args.tiles)
+    for label, program in report.programs.items():
+        env = program.env_map
+        tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
+        print(f"{label}: {len(program.kernels)} kernel(s), {tiles}")
+    print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + half an ulp):")
+    for comp in report.comparisons:
+        print("  " + comp.line())
+    print("HBM traffic measured by the interpreter:")
+    for label, m in report.measurements.items():
+        names = sorted(set(m.bytes_read) | set(m.bytes_written))
+        parts = ", ".join(f"{n} {_fmt_bytes(m.tensor_bytes(n))}" for n in names)
+        print(f"  {label}: {_fmt_bytes(m.hbm_bytes)} total ({parts})")
+    print("check: " + ("passed" if report.ok else "FAILED"))
+    return 0 if report.ok else 1
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .passes import pipeline
+
+    spec = resolve_spec(args)
+    print(f"# {describe(spec)}")
+    print(format_program(pipeline.compile_forward(spec, tile_sizes=args.tiles)), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    run = sub.add_parser("run", help="run a spec in the interpreter and check it against the float64 reference")
+    _add_spec_args(run)
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
+    run.set_defaults(func=cmd_run)
+    inspect = sub.add_parser("inspect", help="print the program's loop nest with placements")
+    _add_spec_args(inspect)
+    inspect.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
+    inspect.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TilegenError as exc:
+        if getattr(args, "debug", False):
+            raise
+        print(f"tilegen: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tilegen: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

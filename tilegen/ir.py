@@ -1,0 +1,483 @@
+"""The tile IR: plain immutable data.
+
+A :class:`Program` is a sequence of :class:`Kernel` s (launched one after another) over HBM
+:class:`Tensor` s. A kernel declares its on-chip :class:`Buffer` s and has a body of statements:
+:class:`Loop` (``parallel`` loops form the launch grid; ``serial`` loops run inside one program
+instance, and their bounds may depend on outer loop variables) and tile ops:
+
+==============  ===========================================================================
+``Load``        HBM tile -> on-chip buffer (rows past the tensor's extent are padding)
+``Store``       on-chip buffer -> HBM tile, clipped to the extent; ``accumulate=True`` is an atomic add
+``Fill``        buffer <- constant
+``MatMul``      dst (+)= alpha * op(a) @ op(b), fp32 accumulation, optional transposes
+``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles
+``RowReduce``   dst[R] <- max or sum over the columns of src[R, C]
+``Mask``        dst <- src with -inf where DESIGN §3's window hides a key or a row/column is padding
+==============  ===========================================================================
+
+Sizes are sympy expressions of the shape symbols (``B, Hq, Hkv, G, Sq, Sk, Dqk, Dv``) and the tile
+sizes (``Br, Bc``) until a schedule binds them in ``Program.env``. Scopes: ``HBM`` for tensors,
+``LOCAL`` for an on-chip buffer no pass has placed yet, else the name of a level of the target (``UB``,
+``L1``, ``L0A``, ``L0B``, ``L0C`` on Ascend; ``SMEM``, ``RF`` on a GPU). Passes never mutate a node; they
+build new ones with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Union
+
+import sympy
+
+# --- symbols -----------------------------------------------------------------------------------------
+
+
+def _size(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def _index(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+B, Hq, Hkv, G, Sq, Sk, Dqk, Dv = (_size(n) for n in ("B", "Hq", "Hkv", "G", "Sq", "Sk", "Dqk", "Dv"))
+Br, Bc = _size("Br"), _size("Bc")
+SHAPE_SYMBOLS = (B, Hq, Hkv, G, Sq, Sk, Dqk, Dv)
+TILE_SYMBOLS = (Br, Bc)
+b, hq, hkv, i, j = (_index(n) for n in ("b", "hq", "hkv", "i", "j"))
+
+Expr = sympy.Expr
+Operand = Union[str, float]
+
+
+def ceil_div(a: Expr, d: Expr) -> Expr:
+    """ceil(a / d) as a sympy expression."""
+    return sympy.ceiling(sympy.sympify(a) / d)
+
+
+def q_tiles() -> Expr:
+    """Number of Q tiles: ceil(Sq / Br)."""
+    return ceil_div(Sq, Br)
+
+
+def kv_tiles() -> Expr:
+    """Number of K/V tiles: ceil(Sk / Bc)."""
+    return ceil_div(Sk, Bc)
+
+
+# --- data --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MaskInfo:
+    """The visibility rule of DESIGN §3: key c visible to query r iff r+off-left <= c <= r+off+right.
+
+    ``left``/``right`` are -1 for unbounded; ``offset`` is Sk - Sq (bottom-right) or 0 (top-left).
+    """
+
+    left: int = -1
+    right: int = -1
+    offset: Expr = sympy.Integer(0)
+
+    @property
+    def is_none(self) -> bool:
+        return self.left < 0 and self.right < 0
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An HBM (Ascend: GM) tensor.
+
+    Attributes:
+        name: unique in the program.
+        shape: sizes, logical BNSD order for the attention operands.
+        dtype: ``fp16``/``bf16``/``fp32``.
+        kind: ``input``, ``output``, ``workspace`` (program-internal) or ``handoff`` (a per-core GM slot
+            through which the cube and the vector units pass a tile; its size does not depend on N).
+        layout: for 4-d operands, the memory order the user's arrays have (``BNSD`` or ``BSND``).
+    """
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+    kind: str
+    layout: str = "BNSD"
+
+    @property
+    def numel(self) -> Expr:
+        return sympy.Mul(*self.shape)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An on-chip tile buffer of one program instance.
+
+    Attributes:
+        scope: ``LOCAL`` before placement, else a level of the target.
+        stages: 2 when the buffer is double-buffered (its load overlaps the previous iteration's use).
+        unit: the compute unit that owns it after placement (``cube``/``vector`` on Ascend).
+        row_split: how many vector cores share its rows (2 on Ascend's AIV pair), 1 otherwise.
+    """
+
+    name: str
+    shape: tuple[Expr, ...]
+    dtype: str
+    scope: str = "LOCAL"
+    stages: int = 1
+    unit: str | None = None
+    row_split: int = 1
+
+
+@dataclass(frozen=True)
+class Access:
+    """A tile of an HBM tensor: start index per dim; ``tile`` gives the extents of the trailing dims.
+
+    Leading dims without an extent are single indices (batch, head). Rows past the tensor's size are
+    padding on a load and are not written by a store.
+    """
+
+    tensor: str
+    index: tuple[Expr, ...]
+    tile: tuple[Expr, ...]
+
+
+class Stmt:
+    """Base of every statement."""
+
+    def buffers_read(self) -> tuple[str, ...]:
+        return ()
+
+    def buffers_written(self) -> tuple[str, ...]:
+        return ()
+
+    def exprs(self) -> tuple[Expr, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class Load(Stmt):
+    """dst <- src. ``pad`` is the value rows/columns past the tensor's extent get; None means the
+    program does not depend on it (the interpreter then loads a large sentinel to prove that)."""
+
+    dst: str
+    src: Access
+    pad: float | None = None
+
+    def buffers_written(self):
+        return (self.dst,)
+
+    def exprs(self):
+        return self.src.index + self.src.tile
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    dst: Access
+    src: str
+    accumulate: bool = False
+
+    def buffers_read(self):
+        return (self.src,)
+
+    def exprs(self):
+        return self.dst.index + self.dst.tile
+
+
+@dataclass(frozen=True)
+class Fill(Stmt):
+    dst: str
+    value: float
+
+    def buffers_written(self):
+        return (self.dst,)
+
+
+@dataclass(frozen=True)
+class MatMul(Stmt):
+    """dst (+)= alpha * op(a) @ op(b); op(x) = xᵀ when the flag is set. Inputs fp16/bf16/fp32, dst fp32."""
+
+    dst: str
+    a: str
+    b: str
+    trans_a: bool = False
+    trans_b: bool = False
+    accumulate: bool = False
+    alpha: float = 1.0
+
+    def buffers_read(self):
+        return (self.a, self.b) + ((self.dst,) if self.accumulate else ())
+
+    def buffers_written(self):
+        return (self.dst,)
+
+
+ELEMENTWISE_OPS: dict[str, int] = {
+    "copy": 1,  # dst = a
+    "cast": 1,  # dst = a rounded to dst's dtype
+    "exp": 1,
+    "log": 1,
+    "zero_if_neginf": 1,  # dst = 0 where a == -inf, else a (the "safe max" of an empty row)
+    "add": 2,
+    "sub": 2,
+    "mul": 2,
+    "max": 2,
+    "safe_div": 2,  # dst = a / b where b != 0, else 0 (O of a row with no visible key)
+}
+
+
+@dataclass(frozen=True)
+class Elementwise(Stmt):
+    """dst <- op(*args). An arg is a buffer name or a float; a [R] buffer broadcasts over [R, C]."""
+
+    dst: str
+    op: str
+    args: tuple[Operand, ...]
+
+    def buffers_read(self):
+        return tuple(a for a in self.args if isinstance(a, str))
+
+    def buffers_written(self):
+        return (self.dst,)
+
+
+@dataclass(frozen=True)
+class RowReduce(Stmt):
+    dst: str
+    src: str
+    op: str  # "max" | "sum"
+
+    def buffers_read(self):
+        return (self.src,)
+
+    def buffers_written(self):
+        return (self.dst,)
+
+
+@dataclass(frozen=True)
+class Mask(Stmt):
+    """dst <- src, with -inf at (row0 + r, col0 + c) where the program's MaskInfo hides the key, or
+    where the row is >= Sq or the column >= Sk (padding)."""
+
+    dst: str
+    src: str
+    row0: Expr
+    col0: Expr
+
+    def buffers_read(self):
+        return (self.src,)
+
+    def buffers_written(self):
+        return (self.dst,)
+
+    def exprs(self):
+        return (self.row0, self.col0)
+
+
+@dataclass(frozen=True)
+class Loop(Stmt):
+    """``for var in [start, stop)``.
+
+    Attributes:
+        kind: ``parallel`` (a launch-grid axis: instances run independently) or ``serial``.
+        role: what the variable walks: ``batch``, ``head``, ``q_tile``, ``kv_tile`` (for the
+            interpreter, which runs ``batch``/``head`` axes as vector lanes, and for reports).
+        note: a word for printers (``"visible KV tiles"``).
+    """
+
+    var: sympy.Symbol
+    start: Expr
+    stop: Expr
+    body: tuple[Stmt, ...]
+    kind: str = "serial"
+    role: str = ""
+    note: str = ""
+
+    def exprs(self):
+        return (self.start, self.stop)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch: its buffers and its body (outer ``parallel`` loops are the grid).
+
+    ``phase`` names the kernel's place in the algorithm (``fwd``, ``pre``, ``dv``, ``ds``, ``dqdk``,
+    ``main``, ``dq``, ``post``).
+    """
+
+    name: str
+    phase: str
+    buffers: tuple[Buffer, ...]
+    body: tuple[Stmt, ...]
+
+    def buffer(self, name: str) -> Buffer:
+        for buf in self.buffers:
+            if buf.name == name:
+                return buf
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole computation: tensors, kernels in launch order, and what is known of its sizes.
+
+    Attributes:
+        env: bound values of symbols (shape symbols from the spec; tile sizes once chosen).
+        attrs: facts passes record (``form``: ``forward``/``unfused``/``fused``; ``dq_strategy``; ...).
+    """
+
+    name: str
+    tensors: tuple[Tensor, ...]
+    kernels: tuple[Kernel, ...]
+    mask: MaskInfo
+    scale: float
+    env: tuple[tuple[sympy.Symbol, int], ...] = ()
+    attrs: tuple[tuple[str, object], ...] = ()
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def env_map(self) -> dict[sympy.Symbol, int]:
+        return dict(self.env)
+
+    @property
+    def attr_map(self) -> dict[str, object]:
+        return dict(self.attrs)
+
+    def attr(self, key: str, default: object = None) -> object:
+        return self.attr_map.get(key, default)
+
+    def with_attrs(self, **values: object) -> "Program":
+        merged = self.attr_map
+        merged.update(values)
+        return dataclasses.replace(self, attrs=tuple(sorted(merged.items())))
+
+    def bind(self, values: Mapping[sympy.Symbol, int]) -> "Program":
+        merged = self.env_map
+        merged.update({k: int(v) for k, v in values.items()})
+        return dataclasses.replace(self, env=tuple(sorted(merged.items(), key=lambda kv: kv[0].name)))
+
+    def evaluate(self, expr: Expr) -> int:
+        """An expression of bound symbols as an int (raises ValueError when a symbol is unbound)."""
+        value = sympy.sympify(expr).subs(self.env_map)
+        if value.free_symbols:
+            raise ValueError(f"unbound symbols {sorted(map(str, value.free_symbols))} in {expr}")
+        return int(value)
+
+
+# --- traversal helpers -------------------------------------------------------------------------------
+
+
+def walk(body: tuple[Stmt, ...], loops: tuple[Loop, ...] = ()) -> Iterator[tuple[Stmt, tuple[Loop, ...]]]:
+    """Every statement of ``body`` in program order, with the loops that enclose it (outermost first)."""
+    for stmt in body:
+        yield stmt, loops
+        if isinstance(stmt, Loop):
+            yield from walk(stmt.body, loops + (stmt,))
+
+
+def map_body(body: tuple[Stmt, ...], fn: Callable[[Stmt], Stmt | tuple[Stmt, ...] | None]) -> tuple[Stmt, ...]:
+    """Rebuild ``body`` bottom-up: ``fn`` gets each statement (loops after their bodies were rebuilt) and
+    returns a replacement, a tuple of replacements, or None to delete it."""
+    out: list[Stmt] = []
+    for stmt in body:
+        if isinstance(stmt, Loop):
+            stmt = dataclasses.replace(stmt, body=map_body(stmt.body, fn))
+        new = fn(stmt)
+        if new is None:
+            continue
+        if isinstance(new, tuple):
+            out.extend(new)
+        else:
+            out.append(new)
+    return tuple(out)
+
+
+def substitute(stmt: Stmt, mapping: Mapping) -> Stmt:
+    """``stmt`` with every index expression (and loop bound, recursively) substituted by ``mapping``."""
+
+    def sub(e: Expr) -> Expr:
+        return sympy.sympify(e).subs(mapping)
+
+    def sub_access(a: Access) -> Access:
+        return Access(a.tensor, tuple(sub(x) for x in a.index), tuple(sub(x) for x in a.tile))
+
+    if isinstance(stmt, Load):
+        return dataclasses.replace(stmt, src=sub_access(stmt.src))
+    if isinstance(stmt, Store):
+        return dataclasses.replace(stmt, dst=sub_access(stmt.dst))
+    if isinstance(stmt, Mask):
+        return dataclasses.replace(stmt, row0=sub(stmt.row0), col0=sub(stmt.col0))
+    if isinstance(stmt, Loop):
+        return dataclasses.replace(
+            stmt, start=sub(stmt.start), stop=sub(stmt.stop), body=tuple(substitute(s, mapping) for s in stmt.body)
+        )
+    return stmt
+
+
+def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
+    """``stmt`` with buffer names replaced per ``names`` (recursively through loops)."""
+
+    def r(x):
+        return names.get(x, x) if isinstance(x, str) else x
+
+    if isinstance(stmt, Load):
+        return dataclasses.replace(stmt, dst=r(stmt.dst))
+    if isinstance(stmt, Store):
+        return dataclasses.replace(stmt, src=r(stmt.src))
+    if isinstance(stmt, Fill):
+        return dataclasses.replace(stmt, dst=r(stmt.dst))
+    if isinstance(stmt, MatMul):
+        return dataclasses.replace(stmt, dst=r(stmt.dst), a=r(stmt.a), b=r(stmt.b))
+    if isinstance(stmt, Elementwise):
+        return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))
+    if isinstance(stmt, (RowReduce, Mask)):
+        return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src))
+    if isinstance(stmt, Loop):
+        return dataclasses.replace(stmt, body=tuple(rename_buffers(s, names) for s in stmt.body))
+    return stmt
+
+
+def tensors_read(stmt: Stmt) -> tuple[str, ...]:
+    return (stmt.src.tensor,) if isinstance(stmt, Load) else ()
+
+
+def tensors_written(stmt: Stmt) -> tuple[str, ...]:
+    return (stmt.dst.tensor,) if isinstance(stmt, Store) else ()
+
+
+def used_buffers(body: tuple[Stmt, ...]) -> set[str]:
+    names: set[str] = set()
+    for stmt, _ in walk(body):
+        names.update(stmt.buffers_read())
+        names.update(stmt.buffers_written())
+    return names
+
+
+def used_tensors(kernels: tuple[Kernel, ...]) -> set[str]:
+    names: set[str] = set()
+    for kernel in kernels:
+        for stmt, _ in walk(kernel.body):
+            names.update(tensors_read(stmt))
+            names.update(tensors_written(stmt))
+    return names
+
+
+def grid_loops(kernel: Kernel) -> tuple[Loop, ...]:
+    """The kernel's outer ``parallel`` loops (its launch grid), outermost first."""
+    out: list[Loop] = []
+    body = kernel.body
+    while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel":
+        out.append(body[0])
+        body = body[0].body
+    return tuple(out)

@@ -1,0 +1,88 @@
+"""The main job: run a spec's programs in the interpreter on seeded random data and check them.
+
+:func:`check_spec` draws Q, K, V (and dO) from a seeded standard normal in the spec's dtype, runs the
+compiled forward (and backward) programs, and compares every output with the float64 reference under
+DESIGN §3's accuracy rule. The CLI's ``tilegen run`` prints what it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes, reference
+from .backends.interp import Measurement, interpret
+from .check import Comparison, compare
+from .errors import SpecError
+from .ir import Program
+from .passes import pipeline
+from .spec import AttentionSpec
+
+REFERENCE_BUDGET_BYTES = 3 << 30  # the dense float64 reference holds a few [B, Hq, Sq, Sk] arrays
+
+
+@dataclass
+class RunReport:
+    """What :func:`check_spec` found.
+
+    Attributes:
+        comparisons: one per output tensor (``O``, ``L``, then ``dQ``, ``dK``, ``dV``).
+        measurements: interpreter measurements by program label (``forward``, ``backward unfused``,
+            ``backward fused``...).
+        programs: the programs that ran, by the same labels.
+    """
+
+    spec: AttentionSpec
+    comparisons: list[Comparison] = field(default_factory=list)
+    measurements: dict[str, Measurement] = field(default_factory=dict)
+    programs: dict[str, Program] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons)
+
+
+def random_inputs(spec: AttentionSpec, seed: int) -> dict[str, np.ndarray]:
+    """Q, K, V, dO in logical BNSD order, standard normal, rounded to the spec's dtype."""
+    rng = np.random.default_rng(seed)
+    nd = dtypes.numpy_dtype(spec.dtype)
+    shapes = {
+        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
+        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
+        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
+        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
+    }
+    return {name: rng.standard_normal(shape, dtype=np.float32).astype(nd) for name, shape in shapes.items()}
+
+
+def reference_bytes(spec: AttentionSpec) -> int:
+    """Rough bytes the dense references need: a handful of float64 [B, Hq, Sq, Sk] arrays."""
+    return 6 * 8 * spec.batch * spec.heads_q * spec.seq_q * spec.seq_k
+
+
+def check_spec(spec: AttentionSpec, *, seed: int = 0, tile_sizes=None, target=None) -> RunReport:
+    """Run and check the forward of ``spec``.
+
+    Raises:
+        SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
+    """
+    if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
+        raise SpecError(
+            "spec",
+            f"{spec.name} (B={spec.batch}, Hq={spec.heads_q}, Sq={spec.seq_q}, Sk={spec.seq_k})",
+            f"a size whose dense float64 reference fits {REFERENCE_BUDGET_BYTES >> 30} GiB; shrink it with --seq, --heads or --batch",
+        )
+    data = random_inputs(spec, seed)
+    report = RunReport(spec)
+    kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
+
+    fwd = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]})
+    report.programs["forward"] = fwd
+    report.measurements["forward"] = measured
+    o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
+    o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
+    report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype))
+    report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32"))
+    return report

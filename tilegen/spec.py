@@ -1,0 +1,297 @@
+"""The attention spec: what a user asks tilegen to compile.
+
+An :class:`AttentionSpec` fixes the problem (shapes, dtype, scale, mask, layout); the compiler decides
+the schedule. Semantics follow DESIGN.md §3:
+
+- Q [B, Hq, Sq, Dqk], K [B, Hkv, Sk, Dqk], V [B, Hkv, Sk, Dv], O [B, Hq, Sq, Dv] in logical BNSD order;
+  ``layout = "BSND"`` means the arrays in memory are [B, S, N, D].
+- ``scale`` defaults to 1/sqrt(Dqk).
+- Key j is visible to query i iff ``i + off - left <= j <= i + off + right`` with ``window = (left,
+  right)``, -1 meaning unbounded, ``off = Sk - Sq`` for ``alignment = "bottom_right"`` (FlashAttention >=
+  2.1, Ascend sparse mode 3) and ``off = 0`` for ``"top_left"`` (Ascend sparse mode 2). ``causal`` is the
+  window (-1, 0).
+
+Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the shorthands ``heads``,
+``seq`` and ``head_dim`` that set both of a pair, and ``mask = "none" | "causal" | "window"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .dtypes import DTYPES
+from .errors import SpecError
+from .resources import specs_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LAYOUTS = ("BNSD", "BSND")
+ALIGNMENTS = ("bottom_right", "top_left")
+MASK_KINDS = ("none", "causal", "window")
+MAX_DIM = 1 << 30  # sizes beyond this are rejected up front (offsets are 64-bit, but inputs must fit memory)
+MAX_HEAD_DIM = 1024
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One attention problem.
+
+    Attributes:
+        batch: B, >= 1.
+        heads_q: Hq, query heads, >= 1.
+        heads_kv: Hkv, key/value heads, >= 1, divides ``heads_q`` (GQA/MQA when smaller).
+        seq_q: Sq, query length, >= 1.
+        seq_k: Sk, key/value length, >= 1.
+        head_dim_qk: Dqk, head dim of Q and K, 1..1024.
+        head_dim_v: Dv, head dim of V and O, 1..1024.
+        dtype: ``"fp16"``, ``"bf16"`` or ``"fp32"`` (inputs and outputs; L is always fp32).
+        scale: softmax scale, or None for 1/sqrt(Dqk).
+        window: (left, right), -1 = unbounded; (-1, -1) is no mask, (-1, 0) is causal.
+        alignment: ``"bottom_right"`` or ``"top_left"`` (where the causal diagonal sits when Sq != Sk).
+        layout: ``"BNSD"`` or ``"BSND"``.
+        name: a label for reports and file names.
+    """
+
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seq_q: int
+    seq_k: int
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str = "fp16"
+    scale: float | None = None
+    window: tuple[int, int] = (-1, -1)
+    alignment: str = "bottom_right"
+    layout: str = "BNSD"
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    # -- derived quantities -------------------------------------------------------------------------
+    @property
+    def softmax_scale(self) -> float:
+        """The scale actually used: ``scale`` or 1/sqrt(Dqk) (the real Dqk, never a padded one)."""
+        return float(self.scale) if self.scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (Hq / Hkv)."""
+        return self.heads_q // self.heads_kv
+
+    @property
+    def mask_kind(self) -> str:
+        """``"none"``, ``"causal"`` or ``"window"``."""
+        if self.window == (-1, -1):
+            return "none"
+        if self.window == (-1, 0):
+            return "causal"
+        return "window"
+
+    @property
+    def offset(self) -> int:
+        """``off`` of DESIGN §3: Sk - Sq for bottom-right alignment, 0 for top-left."""
+        return self.seq_k - self.seq_q if self.alignment == "bottom_right" else 0
+
+    def replace(self, **changes: Any) -> "AttentionSpec":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (the form spec files use)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "batch": self.batch,
+            "heads_q": self.heads_q,
+            "heads_kv": self.heads_kv,
+            "seq_q": self.seq_q,
+            "seq_k": self.seq_k,
+            "head_dim_qk": self.head_dim_qk,
+            "head_dim_v": self.head_dim_v,
+            "dtype": self.dtype,
+            "mask": self.mask_kind,
+            "alignment": self.alignment,
+            "layout": self.layout,
+        }
+        if self.mask_kind == "window":
+            out["window"] = list(self.window)
+        if self.scale is not None:
+            out["scale"] = self.scale
+        return out
+
+    def to_toml(self) -> str:
+        """The spec as TOML text, loadable by :func:`load_spec`."""
+        lines = []
+        for key, value in self.to_dict().items():
+            if isinstance(value, str):
+                lines.append(f'{key} = "{value}"')
+            elif isinstance(value, list):
+                lines.append(f"{key} = [{', '.join(str(v) for v in value)}]")
+            else:
+                lines.append(f"{key} = {value!r}")
+        return "\n".join(lines) + "\n"
+
+
+def _check_int(field: str, value: Any, lo: int, hi: int, where: str | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SpecError(field, value, f"an integer from {lo} to {hi}", where)
+    if not lo <= int(value) <= hi:
+        raise SpecError(field, value, f"an integer from {lo} to {hi}", where)
+
+
+def _check_choice(field: str, value: Any, choices: tuple[str, ...], where: str | None) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise SpecError(field, value, "one of " + ", ".join(repr(c) for c in choices), where)
+
+
+def visible_rows(seq_q: int, seq_k: int, window: tuple[int, int], offset: int) -> np.ndarray:
+    """For each query row, whether at least one key is visible (bool array of length ``seq_q``)."""
+    left, right = window
+    rows = np.arange(seq_q, dtype=np.int64)
+    lo = np.maximum(0, rows + offset - left) if left >= 0 else np.zeros_like(rows)
+    hi = np.minimum(seq_k - 1, rows + offset + right) if right >= 0 else np.full_like(rows, seq_k - 1)
+    return lo <= hi
+
+
+def validate(spec: AttentionSpec, where: str | None = None) -> None:
+    """Check every field of ``spec``; raise :class:`SpecError` naming the first bad field."""
+    for field in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k"):
+        _check_int(field, getattr(spec, field), 1, MAX_DIM, where)
+    for field in ("head_dim_qk", "head_dim_v"):
+        _check_int(field, getattr(spec, field), 1, MAX_HEAD_DIM, where)
+    if spec.heads_q % spec.heads_kv:
+        raise SpecError("heads_kv", spec.heads_kv, f"a divisor of heads_q = {spec.heads_q}", where)
+    _check_choice("dtype", spec.dtype, DTYPES, where)
+    _check_choice("alignment", spec.alignment, ALIGNMENTS, where)
+    _check_choice("layout", spec.layout, LAYOUTS, where)
+    if not isinstance(spec.name, str) or not spec.name or any(c in spec.name for c in "/\\\0"):
+        raise SpecError("name", spec.name, "a non-empty string without '/', '\\' or NUL", where)
+    if spec.scale is not None:
+        if isinstance(spec.scale, bool) or not isinstance(spec.scale, (int, float, np.floating)):
+            raise SpecError("scale", spec.scale, "a positive finite number, or absent for 1/sqrt(head_dim_qk)", where)
+        if not (math.isfinite(float(spec.scale)) and float(spec.scale) > 0):
+            raise SpecError("scale", spec.scale, "a positive finite number, or absent for 1/sqrt(head_dim_qk)", where)
+    window = spec.window
+    if (
+        not isinstance(window, tuple)
+        or len(window) != 2
+        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < -1 for w in window)
+    ):
+        raise SpecError("window", window, "two integers (left, right), each >= 0 or -1 for unbounded", where)
+    if not visible_rows(spec.seq_q, spec.seq_k, window, spec.offset).any():
+        raise SpecError(
+            "window",
+            window,
+            f"a mask that leaves at least one query row a visible key (seq_q={spec.seq_q}, "
+            f"seq_k={spec.seq_k}, alignment={spec.alignment!r} leave every row empty)",
+            where,
+        )
+
+
+_FIELDS = {f.name for f in dataclasses.fields(AttentionSpec)}
+_SHORTHANDS = {"heads": ("heads_q", "heads_kv"), "seq": ("seq_q", "seq_k"), "head_dim": ("head_dim_qk", "head_dim_v")}
+
+
+def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> AttentionSpec:
+    """Build a spec from plain data (a parsed TOML/YAML file).
+
+    Accepts the fields of :class:`AttentionSpec`, the shorthands ``heads``, ``seq`` and ``head_dim`` and
+    ``mask = "none" | "causal" | "window"`` (with ``window = [left, right]`` for ``"window"``).
+
+    Raises:
+        SpecError: an unknown key, a missing field, a wrong type or an invalid value.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", type(data).__name__, "a table of fields (TOML table or YAML mapping)", where)
+    data = dict(data)
+    allowed = (_FIELDS - {"window"}) | set(_SHORTHANDS) | {"mask", "window"}
+    for key in data:
+        if key not in allowed:
+            raise SpecError(str(key), data[key], "a known field: " + ", ".join(sorted(allowed)), where)
+    for short, (a, b) in _SHORTHANDS.items():
+        if short in data:
+            for full in (a, b):
+                if full in data:
+                    raise SpecError(full, data[full], f"absent when the shorthand {short!r} is given", where)
+            data[a] = data[b] = data.pop(short)
+    if "heads_q" in data and "heads_kv" not in data:
+        data["heads_kv"] = data["heads_q"]
+    if "head_dim_qk" in data and "head_dim_v" not in data:
+        data["head_dim_v"] = data["head_dim_qk"]
+    mask = data.pop("mask", None)
+    window = data.pop("window", None)
+    if mask is None:
+        mask = "window" if window is not None else "none"
+    _check_choice("mask", mask, MASK_KINDS, where)
+    if mask == "window":
+        if not isinstance(window, (list, tuple)) or len(window) != 2:
+            raise SpecError("window", window, "[left, right] (two integers, -1 for unbounded) when mask = 'window'", where)
+        data["window"] = tuple(window)
+    else:
+        if window is not None:
+            raise SpecError("window", window, f"absent when mask = {mask!r}", where)
+        data["window"] = (-1, 0) if mask == "causal" else (-1, -1)
+    for required in ("batch", "heads_q", "seq_q", "seq_k", "head_dim_qk"):
+        if required not in data:
+            raise SpecError(required, None, "a value (the field is required)", where)
+    try:
+        return AttentionSpec(**data)
+    except SpecError as exc:
+        raise SpecError(exc.field, exc.value, exc.accepted, where) from None
+
+
+def load_spec(path: str | Path) -> AttentionSpec:
+    """Load a spec from a ``.toml``, ``.yaml`` or ``.yml`` file.
+
+    Raises:
+        SpecError: unreadable file, unknown extension, a parse error, or an invalid field.
+    """
+    path = Path(path)
+    where = str(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".yaml", ".yml"):
+        raise SpecError("spec file", str(path), "a file ending in .toml, .yaml or .yml", None)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError("spec file", str(path), f"a readable file ({exc.strerror or exc})", None) from None
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # parse errors of either format
+        raise SpecError("spec file", str(path), f"valid {suffix[1:].upper()} ({exc})".replace("\n", " "), None) from None
+    if isinstance(data, Mapping) and "name" not in data:
+        data = {**data, "name": path.stem}
+    return spec_from_dict(data, where)
+
+
+def builtin_specs() -> dict[str, Path]:
+    """Names of the built-in specs and their files."""
+    return {p.stem: p for p in sorted(specs_dir().glob("*.toml"))}
+
+
+def builtin_spec(name: str) -> AttentionSpec:
+    """The built-in spec called ``name`` (``llama2-7b``, ``llama3-8b``, ``tiny``, ...).
+
+    Raises:
+        SpecError: no built-in spec has that name.
+    """
+    specs = builtin_specs()
+    if name not in specs:
+        raise SpecError("--spec", name, "one of " + ", ".join(specs), None)
+    return load_spec(specs[name])
