@@ -56,8 +56,9 @@ def compare(name: str, ours: np.ndarray, ref: np.ndarray, plain: np.ndarray, dty
     finite = bool(np.array_equal(np.isfinite(ours), ref_finite) and np.array_equal(ours[~ref_finite], ref[~ref_finite]))
     if not finite:
         return Comparison(name, float("inf"), float("inf"), float("nan"), 0.0, False)
-    diff = np.abs(np.where(ref_finite, ours - ref, 0.0))
-    plain_diff = np.abs(np.where(ref_finite & np.isfinite(plain), plain - ref, 0.0))
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(np.where(ref_finite, ours - ref, 0.0))
+        plain_diff = np.abs(np.where(ref_finite & np.isfinite(plain), plain - ref, 0.0))
     scale = float(np.abs(np.where(ref_finite, ref, 0.0)).max(initial=0.0))
     norm = float(np.linalg.norm(np.where(ref_finite, ref, 0.0)))
     max_abs = float(diff.max(initial=0.0))

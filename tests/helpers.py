@@ -1,0 +1,53 @@
+"""Shared test helpers: seeded inputs and the accuracy rule against the float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilegen import dtypes, reference
+from tilegen.check import compare
+from tilegen.spec import AttentionSpec
+
+
+def make_spec(**kw) -> AttentionSpec:
+    base = dict(batch=1, heads_q=2, heads_kv=2, seq_q=40, seq_k=40, head_dim_qk=32, head_dim_v=32, dtype="fp16")
+    base.update(kw)
+    return AttentionSpec(**base)
+
+
+def inputs(spec: AttentionSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    nd = dtypes.numpy_dtype(spec.dtype)
+    shapes = {
+        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
+        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
+        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
+        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
+    }
+    return {n: rng.standard_normal(s).astype(nd) for n, s in shapes.items()}
+
+
+def ref_kwargs(spec: AttentionSpec) -> dict:
+    return dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
+
+
+def assert_forward_ok(spec: AttentionSpec, o: np.ndarray, lse: np.ndarray, data: dict) -> None:
+    """O and L of a run on ``data`` pass DESIGN §3's rule; no NaN anywhere."""
+    kw = ref_kwargs(spec)
+    o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
+    o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
+    assert not np.isnan(np.asarray(o, dtype=np.float32)).any(), "NaN in O"
+    assert not np.isnan(lse).any(), "NaN in L"
+    for comp in (compare("O", o, o_ref, o_pl, spec.dtype), compare("L", lse, l_ref, l_pl, "fp32")):
+        assert comp.ok, comp.line()
+
+
+def assert_backward_ok(spec: AttentionSpec, grads, data: dict) -> None:
+    """dQ, dK, dV pass DESIGN §3's rule against the float64 reference; no NaN anywhere."""
+    kw = ref_kwargs(spec)
+    ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
+    plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
+    for name, ours, r, p in zip(("dQ", "dK", "dV"), grads, ref, plain):
+        assert not np.isnan(np.asarray(ours, dtype=np.float32)).any(), f"NaN in {name}"
+        comp = compare(name, ours, r, p, spec.dtype)
+        assert comp.ok, comp.line()
