@@ -3,12 +3,13 @@
 Python API (NumPy in, NumPy out, interpreter-backed):
 
 - :func:`attention` (q, k, v, ...) -> (o, lse)
+- :func:`attention_backward` (q, k, v, o, lse, do, ...) -> (dq, dk, dv)
 - :class:`AttentionSpec`, :func:`load_spec`, :func:`builtin_spec`
 
 See README.md for the CLI and DESIGN.md for the conventions.
 """
 
-from .api import attention, make_spec
+from .api import attention, attention_backward, make_spec
 from .errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 
@@ -20,6 +21,7 @@ __all__ = [
     "TilegenError",
     "VerifyError",
     "attention",
+    "attention_backward",
     "builtin_spec",
     "builtin_specs",
     "load_spec",

@@ -129,3 +129,63 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
     program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
     outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout)})
     return _physical(outputs["O"], layout), outputs["L"]
+
+
+def attention_backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    *,
+    softmax_scale=None,
+    causal=False,
+    window=(-1, -1),
+    alignment="bottom_right",
+    layout="BNSD",
+    dq_strategy="atomic",
+    target=None,
+    tile_sizes=None,
+):
+    """FlashAttention recompute backward in the interpreter (the fused program).
+
+    Args:
+        q, k, v: as for :func:`attention`; o: the forward output (input dtype, q's layout with Dv);
+        lse: float32 [B, Hq, Sq] from the forward; do: dL/dO like o.
+        dq_strategy: ``"atomic"`` (fp32 workspace, atomic adds) or ``"separate"`` (a second nest over Q
+            tiles, deterministic); see ``tilegen.passes.pipeline.DQ_STRATEGIES``.
+
+    Returns:
+        (dq like q, dk like k, dv like v), in the input dtype and layout; dk and dv are summed over each
+        GQA group.
+
+    Raises:
+        SpecError (ValueError): a bad argument, named.
+    """
+    spec = make_spec(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout)
+    expect_o = (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v)
+    for name, x in (("o", o), ("do", do)):
+        _check_array(name, x, 4)
+        if x.dtype != q.dtype:
+            raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
+        if _logical(x, layout).shape != expect_o:
+            raise SpecError(f"{name}.shape", x.shape, f"{_physical_shape(expect_o, layout)} (layout {layout})")
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != expect_o[:3]:
+        shown = lse.shape if isinstance(lse, np.ndarray) else type(lse).__name__
+        raise SpecError("lse", shown, f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)")
+    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
+    feeds = {
+        "Q": _logical(q, layout),
+        "K": _logical(k, layout),
+        "V": _logical(v, layout),
+        "O": _logical(o, layout),
+        "L": lse,
+        "dO": _logical(do, layout),
+    }
+    grads, _ = interpret(program, feeds)
+    return tuple(_physical(grads[n], layout) for n in ("dQ", "dK", "dV"))
+
+
+def _physical_shape(shape, layout):
+    return shape if layout == "BNSD" else (shape[0], shape[2], shape[1], shape[3])

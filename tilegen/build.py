@@ -8,10 +8,13 @@ Two builders, both with symbolic tile sizes Br (rows of a Q tile) and Bc (rows o
 - :func:`build_backward`: the textbook backward in separate phases (DESIGN §5, "unfused"): ``pre``
   computes D = rowsum(dO∘O) and zeroes the fp32 dQ accumulator; ``dv`` recomputes P = exp(S − L) and
   writes it to HBM, accumulating dV = Pᵀ dO; ``ds`` reads P back and writes dS = P∘(dO Vᵀ − D) to HBM;
-  ``dqdk`` reads dS back, accumulating dK = scale·dSᵀ Q and atomically adding dS K into dQacc; ``post``
-  writes dQ = scale·dQacc. P and dS are [B, Hq, Sq, Sk] HBM tensors: the "store P" program.
+  ``dqdk`` reads dS back, accumulating dK = scale·dSᵀ Q and atomically adding dS K into dQ_ws; ``post``
+  writes dQ = scale·dQ_ws. P and dS are [B, Hq, Sq, Sk] HBM tensors: the "store P" program.
 
-Masks and tails follow DESIGN §3. Loop bounds skip the tiles the mask empties; the ``Mask`` op sets
+Padding (DESIGN §3: −inf in scores, zero in operands): tiles whose padding reaches a contraction or a
+row statistic are loaded zero-padded (``pad=0``: V, dO, L, D, and Q, K, P, dS where they feed a
+contraction over padded rows); Q and K feeding S are not, since ``Mask`` overwrites every padded
+score. Masks and tails follow DESIGN §3. Loop bounds skip the tiles the mask empties; the ``Mask`` op sets
 hidden keys and padded rows/columns to -inf; empty rows give O = 0, L = -inf and add nothing to the
 gradients (the ``zero_if_neginf`` and ``safe_div`` ops keep them NaN-free).
 """
@@ -56,6 +59,7 @@ from .ir import (
 from .spec import AttentionSpec
 
 NEG_INF = float("-inf")
+VISIBLE = "visible"  # the domain of tile pairs with at least one visible (query, key) pair
 
 
 def shape_env(spec: AttentionSpec) -> dict[sympy.Symbol, int]:
@@ -130,7 +134,7 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
         "D": ((B, Hq, Sq), "fp32"),
         "P": ((B, Hq, Sq, Sk), spec.dtype),
         "dS": ((B, Hq, Sq, Sk), spec.dtype),
-        "dQacc": ((B, Hq, Sq, Dqk), "fp32"),
+        "dQ_ws": ((B, Hq, Sq, Dqk), "fp32"),
         "dQ": ((B, Hq, Sq, Dqk), spec.dtype),
         "dK": ((B, Hkv, Sk, Dqk), spec.dtype),
         "dV": ((B, Hkv, Sk, Dv), spec.dtype),
@@ -195,7 +199,7 @@ def build_forward(spec: AttentionSpec) -> Program:
     j_start, j_stop = kv_tile_range(mask, i)
     inner = (
         Load("Kj", _kv_rows("K", kv_head, Dqk)),
-        Load("Vj", _kv_rows("V", kv_head, Dv)),
+        Load("Vj", _kv_rows("V", kv_head, Dv), pad=0.0),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=spec.softmax_scale),
         Mask("S", "S", i * Br, j * Bc),
         RowReduce("m_new", "S", "max"),
@@ -219,7 +223,7 @@ def build_forward(spec: AttentionSpec) -> Program:
         Fill("m", NEG_INF),
         Fill("l", 0.0),
         Fill("acc", 0.0),
-        Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i"),
+        Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE),
         Elementwise("acc", "safe_div", ("acc", "l")),
         Elementwise("Oc", "cast", ("acc",)),
         Store(_q_rows("O", hq, Dv), "Oc"),
@@ -239,6 +243,10 @@ def build_forward(spec: AttentionSpec) -> Program:
         env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
         attrs=(("form", "forward"),),
     )
+
+
+def _q_tile_loop(start, stop, body) -> Loop:
+    return Loop(i, start, stop, tuple(body), role="q_tile", note="visible Q tiles of K/V tile j", domain=VISIBLE)
 
 
 def _group_loop(body) -> Loop:
@@ -274,7 +282,7 @@ def build_backward(spec: AttentionSpec) -> Program:
                 RowReduce("Di", "prod", "sum"),
                 Store(_q_rows("D", hq, None), "Di"),
                 Fill("zeros", 0.0),
-                Store(_q_rows("dQacc", hq, Dqk), "zeros"),
+                Store(_q_rows("dQ_ws", hq, Dqk), "zeros"),
             ),
         ),
     )
@@ -283,8 +291,8 @@ def build_backward(spec: AttentionSpec) -> Program:
     i_start, i_stop = q_tile_range(mask, j)
     dv_inner = (
         Load("Qi", _q_rows("Q", hq, Dqk)),
-        Load("dOi", _q_rows("dO", hq, Dv)),
-        Load("Li", _q_rows("L", hq, None)),
+        Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
+        Load("Li", _q_rows("L", hq, None), pad=0.0),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=scale),
         Mask("S", "S", i * Br, j * Bc),
         Elementwise("L_use", "zero_if_neginf", ("Li",)),
@@ -313,7 +321,7 @@ def build_backward(spec: AttentionSpec) -> Program:
             (
                 Load("Kj", _kv_rows("K", hkv, Dqk)),
                 Fill("dV_acc", 0.0),
-                _group_loop((Loop(i, i_start, i_stop, dv_inner, role="q_tile", note="visible Q tiles of K/V tile j"),)),
+                _group_loop((_q_tile_loop(i_start, i_stop, dv_inner),)),
                 Elementwise("dVc", "cast", ("dV_acc",)),
                 Store(_kv_rows("dV", hkv, Dv), "dVc"),
             ),
@@ -323,7 +331,7 @@ def build_backward(spec: AttentionSpec) -> Program:
     # Phase 2: dP = dO Vᵀ; dS = P∘(dP − D) → HBM.
     j_start, j_stop = kv_tile_range(mask, i)
     ds_inner = (
-        Load("Vj", _kv_rows("V", sympy.floor(hq / G), Dv)),
+        Load("Vj", _kv_rows("V", sympy.floor(hq / G), Dv), pad=0.0),
         Load("Pi", _score_tile("P"), pad=0.0),
         MatMul("dP", "dOi", "Vj", trans_b=True),
         Elementwise("dP", "sub", ("dP", "Di")),
@@ -347,20 +355,20 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
             (
-                Load("dOi", _q_rows("dO", hq, Dv)),
-                Load("Di", _q_rows("D", hq, None)),
-                Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i"),
+                Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
+                Load("Di", _q_rows("D", hq, None), pad=0.0),
+                Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE),
             ),
         ),
     )
 
-    # Phase 3: dK = scale·Σ dSᵀ Q; dQacc += dS K (atomic: other K/V tiles add to the same rows).
+    # Phase 3: dK = scale·Σ dSᵀ Q; dQ_ws += dS K (atomic: other K/V tiles add to the same rows).
     dqdk_inner = (
-        Load("Qi", _q_rows("Q", hq, Dqk)),
+        Load("Qi", _q_rows("Q", hq, Dqk), pad=0.0),
         Load("dSi", _score_tile("dS"), pad=0.0),
         MatMul("dK_acc", "dSi", "Qi", trans_a=True, accumulate=True),
         MatMul("dQp", "dSi", "Kj"),
-        Store(_q_rows("dQacc", hq, Dqk), "dQp", accumulate=True),
+        Store(_q_rows("dQ_ws", hq, Dqk), "dQp", accumulate=True),
     )
     dqdk = Kernel(
         "dqdk",
@@ -376,9 +384,9 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
             (
-                Load("Kj", _kv_rows("K", hkv, Dqk)),
+                Load("Kj", _kv_rows("K", hkv, Dqk), pad=0.0),
                 Fill("dK_acc", 0.0),
-                _group_loop((Loop(i, i_start, i_stop, dqdk_inner, role="q_tile", note="visible Q tiles of K/V tile j"),)),
+                _group_loop((_q_tile_loop(i_start, i_stop, dqdk_inner),)),
                 Elementwise("dK_acc", "mul", ("dK_acc", scale)),
                 Elementwise("dKc", "cast", ("dK_acc",)),
                 Store(_kv_rows("dK", hkv, Dqk), "dKc"),
@@ -393,7 +401,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
             (
-                Load("dQi", _q_rows("dQacc", hq, Dqk)),
+                Load("dQi", _q_rows("dQ_ws", hq, Dqk)),
                 Elementwise("dQi", "mul", ("dQi", scale)),
                 Elementwise("dQc", "cast", ("dQi",)),
                 Store(_q_rows("dQ", hq, Dqk), "dQc"),
@@ -411,7 +419,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         ("D", "workspace"),
         ("P", "workspace"),
         ("dS", "workspace"),
-        ("dQacc", "workspace"),
+        ("dQ_ws", "workspace"),
         ("dQ", "output"),
         ("dK", "output"),
         ("dV", "output"),

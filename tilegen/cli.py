@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from .errors import SpecError, TilegenError
+from .passes.pipeline import DQ_STRATEGIES
 from .printer import format_program
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 
@@ -96,21 +97,44 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     print(f"tilegen run  {describe(spec)}")
-    report = check_spec(spec, seed=args.seed, tile_sizes=args.tiles)
+    backward = "unfused" if args.unfused else "both"
+    report = check_spec(spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
     for label, program in report.programs.items():
         env = program.env_map
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
-        print(f"{label}: {len(program.kernels)} kernel(s), {tiles}")
+        kernels = ", ".join(k.name for k in program.kernels)
+        print(f"{label}: kernels {kernels}; {tiles}")
     print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + half an ulp):")
     for comp in report.comparisons:
         print("  " + comp.line())
-    print("HBM traffic measured by the interpreter:")
-    for label, m in report.measurements.items():
-        names = sorted(set(m.bytes_read) | set(m.bytes_written))
-        parts = ", ".join(f"{n} {_fmt_bytes(m.tensor_bytes(n))}" for n in names)
-        print(f"  {label}: {_fmt_bytes(m.hbm_bytes)} total ({parts})")
+    if backward == "both":
+        print("  (* = the unfused backward)")
+    print(traffic_table(report))
     print("check: " + ("passed" if report.ok else "FAILED"))
     return 0 if report.ok else 1
+
+
+def traffic_table(report) -> str:
+    """HBM bytes per tensor (read + written) per program, side by side."""
+    labels = list(report.measurements)
+    names: list[str] = []
+    for m in report.measurements.values():
+        for n in list(m.bytes_read) + list(m.bytes_written):
+            if n not in names:
+                names.append(n)
+    width = max(14, *(len(label) for label in labels))
+    lines = ["HBM traffic measured by the interpreter (bytes read + written):"]
+    lines.append("  " + "tensor".ljust(8) + "".join(label.rjust(width + 2) for label in labels))
+    for n in names:
+        cells = [report.measurements[label].tensor_bytes(n) for label in labels]
+        lines.append("  " + n.ljust(8) + "".join((_fmt_bytes(c) if c else "-").rjust(width + 2) for c in cells))
+    totals = [report.measurements[label].hbm_bytes for label in labels]
+    lines.append("  " + "total".ljust(8) + "".join(_fmt_bytes(t).rjust(width + 2) for t in totals))
+    fused = next((label for label in labels if label.startswith("backward fused")), None)
+    if fused and "backward unfused" in report.measurements:
+        ratio = report.measurements["backward unfused"].hbm_bytes / max(1, report.measurements[fused].hbm_bytes)
+        lines.append(f"  the unfused backward moves {ratio:.2f}x the bytes of the fused one")
+    return "\n".join(lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -129,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_args(run)
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
+    run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
+    run.add_argument(
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+    )
     run.set_defaults(func=cmd_run)
     inspect = sub.add_parser("inspect", help="print the program's loop nest with placements")
     _add_spec_args(inspect)

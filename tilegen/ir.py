@@ -283,6 +283,9 @@ class Loop(Stmt):
         role: what the variable walks: ``batch``, ``head``, ``q_tile``, ``kv_tile`` (for the
             interpreter, which runs ``batch``/``head`` axes as vector lanes, and for reports).
         note: a word for printers (``"visible KV tiles"``).
+        domain: the name of the set of (Q tile, K/V tile) pairs a tile loop belongs to: loops built from
+            the same mask rule share it (``"visible"``), whichever tile index is outer, so a pass can
+            tell that two nests iterate the same pairs.
     """
 
     var: sympy.Symbol
@@ -292,6 +295,7 @@ class Loop(Stmt):
     kind: str = "serial"
     role: str = ""
     note: str = ""
+    domain: str = ""
 
     def exprs(self):
         return (self.start, self.stop)

@@ -61,8 +61,20 @@ def reference_bytes(spec: AttentionSpec) -> int:
     return 6 * 8 * spec.batch * spec.heads_q * spec.seq_q * spec.seq_k
 
 
-def check_spec(spec: AttentionSpec, *, seed: int = 0, tile_sizes=None, target=None) -> RunReport:
-    """Run and check the forward of ``spec``.
+def check_spec(
+    spec: AttentionSpec,
+    *,
+    seed: int = 0,
+    tile_sizes=None,
+    target=None,
+    dq_strategy: str = "atomic",
+    backward: str = "both",
+) -> RunReport:
+    """Run and check the forward and the backward of ``spec``.
+
+    Args:
+        backward: ``"both"`` (the fused backward with ``dq_strategy`` and the unfused one, both checked,
+            so their traffic can be compared), ``"fused"``, ``"unfused"`` or ``"none"``.
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
@@ -85,4 +97,22 @@ def check_spec(spec: AttentionSpec, *, seed: int = 0, tile_sizes=None, target=No
     o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
     report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype))
     report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32"))
+    if backward == "none":
+        return report
+
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": outputs["O"], "L": outputs["L"], "dO": data["dO"]}
+    ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
+    plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
+    forms = {"both": ("fused", "unfused"), "fused": ("fused",), "unfused": ("unfused",)}[backward]
+    for form in forms:
+        label = f"backward {form}" + (f" ({dq_strategy})" if form == "fused" else "")
+        program = pipeline.compile_backward(
+            spec, fused=form == "fused", dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes
+        )
+        grads, measured = interpret(program, feeds)
+        report.programs[label] = program
+        report.measurements[label] = measured
+        for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
+            tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
+            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype))
     return report

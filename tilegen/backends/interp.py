@@ -282,7 +282,7 @@ class Interpreter:
         else:
             array = self.tensors[access.tensor]
             extents = array.shape[npoint:]
-            point = self._point_index(access.index[:npoint], scope)
+            point = self._point_index(access.index[:npoint], scope, array.shape[:npoint])
         starts = [self.exprs.eval(x, scope) for x in access.index[npoint:]]
         sizes = [self.exprs.eval(x, scope) for x in access.tile]
         slices, valid = [], []
@@ -296,12 +296,14 @@ class Interpreter:
             valid.append(stop - start)
         return array, point, tuple(slices), tuple(sizes), tuple(valid)
 
-    def _point_index(self, exprs, scope) -> tuple:
-        """Index tuple for the single-index dims: slices where a dim is exactly a lane, else arrays."""
+    def _point_index(self, exprs, scope, dims) -> tuple:
+        """Index tuple for the single-index dims: slices where each dim is exactly its lane (same
+        extent, index = lane number), else integer arrays broadcast to the lanes."""
         values = [self.exprs.eval(x, scope) for x in exprs]
         lane_nd = len(self.lane_shape)
         identity = len(values) == lane_nd and all(
             isinstance(v, np.ndarray)
+            and dims[axis] == self.lane_shape[axis]
             and v.shape == tuple(self.lane_shape[a] if a == axis else 1 for a in range(lane_nd))
             and (v.reshape(-1) == np.arange(self.lane_shape[axis])).all()
             for axis, v in enumerate(values)

@@ -10,10 +10,22 @@ from dataclasses import dataclass, field
 
 import sympy
 
+import dataclasses
+
 from ..build import build_backward, build_forward
 from ..errors import SpecError
 from ..ir import Bc, Br, Program
 from ..spec import AttentionSpec
+from .cleanup import (
+    cleanup,
+    drop_stores,
+    eliminate_dead,
+    fold_zero_init,
+    promote_accumulation,
+    tidy_names,
+)
+from .fuse import fuse
+from .verify import verify
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
 
@@ -25,6 +37,8 @@ class PassLog:
     steps: list[tuple[str, Program]] = field(default_factory=list)
 
     def record(self, name: str, program: Program) -> Program:
+        """Verify ``program`` (naming the pass on failure), remember it, return it."""
+        verify(program, name)
         self.steps.append((name, program))
         return program
 
@@ -71,9 +85,96 @@ def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: Pass
     return log.record("bind-tiles", program.bind(tiles))
 
 
-def compile_backward_unfused(spec: AttentionSpec, tile_sizes=None, log: PassLog | None = None) -> Program:
-    """The unfused ("store P") backward of ``spec`` with tile sizes bound."""
+
+
+@dataclass(frozen=True)
+class DQStrategy:
+    """How the fused backward reduces dQ over the K/V tiles.
+
+    Attributes:
+        extra_matmuls: matmuls per visible tile pair beyond the 5 of the atomic form (S, dV, dP, dQ, dK).
+        deterministic: whether the result is bitwise independent of the order programs run in.
+        workspace: the HBM workspace it needs, in words.
+        source: where the scheme comes from.
+    """
+
+    name: str
+    extra_matmuls: int
+    deterministic: bool
+    workspace: str
+    source: str
+
+
+DQ_STRATEGIES = {
+    "atomic": DQStrategy(
+        "atomic",
+        0,
+        False,
+        "dQ_ws: fp32 [B, Hq, Sq, Dqk], zeroed by pre, cast by post",
+        "FlashAttention-2 (flash_bwd_launch_template.h), FlashAttention-3, Ascend FlashAttentionScoreGrad",
+    ),
+    "separate": DQStrategy(
+        "separate",
+        2,
+        True,
+        "none: dQ accumulates on chip in a second nest (Q tiles outer) that recomputes S, P, dP, dS",
+        "Triton tutorial 06-fused-attention (_attn_bwd dQ loop), FlexAttention backward",
+    ),
+}
+
+
+def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | None = None) -> Program:
+    """Fuse the unfused backward's phases dv, ds, dqdk into one nest (K/V tiles outer, Q tiles inner).
+
+    ``atomic``: dQ partials are added atomically into the fp32 workspace dQ_ws.
+    ``separate``: the K/V-outer nest computes dK, dV only; a second nest with Q tiles outer recomputes
+    S, P, dP and dS and keeps dQ in an on-chip accumulator (no atomics, deterministic).
+
+    Raises:
+        SpecError: an unknown strategy.
+        FusionError: a merge would break a dependence.
+    """
+    if dq_strategy not in DQ_STRATEGIES:
+        raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
     log = log or PassLog()
+    phases = ["dv", "ds", "dqdk"]
+    if dq_strategy == "atomic":
+        program = log.record("fuse dv+ds+dqdk", fuse(program, phases, host="dv", name="main", phase="main"))
+        program = log.record("cleanup", cleanup(program))
+    else:
+        # Two slices of the same three phases: one for dK, dV; one for dQ.
+        copies = [dataclasses.replace(program.kernel(n), name=f"{n}_q") for n in phases]
+        at = [k.name for k in program.kernels].index("dqdk") + 1
+        program = dataclasses.replace(program, kernels=program.kernels[:at] + tuple(copies) + program.kernels[at:])
+        program = drop_stores(program, set(phases), {"dQ_ws"})
+        program = drop_stores(program, {f"{n}_q" for n in phases}, {"dK", "dV"})
+        program = log.record("slice dK,dV | dQ", eliminate_dead(program))
+        program = log.record("fuse dv+ds+dqdk", fuse(program, phases, host="dv", name="main", phase="main"))
+        program = log.record(
+            "fuse dv_q+ds_q+dqdk_q", fuse(program, [f"{n}_q" for n in phases], host="ds_q", name="dq", phase="dq")
+        )
+        program = log.record("cleanup", cleanup(program))
+        program = log.record("promote dQ accumulation", promote_accumulation(program, "dq"))
+        program = log.record("fold zero init", fold_zero_init(program))
+        program = log.record("fuse dq+post", fuse(program, ["dq", "post"], host="dq", name="dq", phase="dq"))
+        program = log.record("cleanup", cleanup(program))
+    program = program.with_attrs(form="fused", dq_strategy=dq_strategy)
+    return log.record("tidy names", tidy_names(program))
+
+
+def compile_backward(
+    spec: AttentionSpec, *, fused: bool = True, dq_strategy: str = "atomic", target=None, tile_sizes=None, log: PassLog | None = None
+) -> Program:
+    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound."""
+    log = log or PassLog()
+    if target is not None:
+        from ..errors import TargetError
+
+        raise TargetError(f"target {target!r}: no targets are defined yet")
+    if dq_strategy not in DQ_STRATEGIES:
+        raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
     program = log.record("build", build_backward(spec))
+    if fused:
+        program = fuse_backward(program, dq_strategy, log)
     tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
     return log.record("bind-tiles", program.bind(tiles))

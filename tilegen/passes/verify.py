@@ -1,0 +1,209 @@
+"""The verifier: runs after every pass and names what it finds broken.
+
+Checks, per kernel:
+
+- every name is declared (buffers, tensors) and every index uses only bound sizes and enclosing loop
+  variables;
+- def-before-use: a buffer is written before any read on every path (a serial loop may run zero times,
+  so what it writes is not defined after it; a loop may read, before writing it, a buffer that is
+  already defined when the loop starts — an accumulator);
+- shapes and dtypes agree: loads and stores move a tile of the buffer's shape and dtype; matmul
+  operands are (M, K) and (K, N) of one dtype into an fp32 (M, N) accumulator; arithmetic is fp32 on
+  equal shapes or [R] vectors broadcast over [R, C]; atomic adds go into fp32 tensors;
+- on-chip buffers have sizes free of the sequence lengths, batch and heads (tile sizes and head dims);
+- in a fused program, no HBM tensor grows with seq_q·seq_k (the invariant of the project, DESIGN §2);
+- with a target: every buffer sits on one of its levels, and the level's footprint fits.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..errors import VerifyError
+from ..ir import (
+    SHAPE_SYMBOLS,
+    TILE_SYMBOLS,
+    B,
+    Elementwise,
+    Fill,
+    Hkv,
+    Hq,
+    Kernel,
+    Load,
+    Loop,
+    Mask,
+    MatMul,
+    Program,
+    RowReduce,
+    Sk,
+    Sq,
+    Store,
+)
+
+_SIZE_NAMES = {str(s) for s in SHAPE_SYMBOLS + TILE_SYMBOLS}
+
+
+def _same(a, b) -> bool:
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def grows_with_seq_product(numel) -> bool:
+    """Whether an element count has a term of total degree >= 2 in (Sq, Sk)."""
+    expr = sympy.expand(sympy.sympify(numel))
+    try:
+        poly = sympy.Poly(expr, Sq, Sk)
+    except sympy.PolynomialError:
+        return True  # not polynomial in the lengths (ceil, ...): be strict
+    return poly.total_degree() >= 2
+
+
+class _Checker:
+    def __init__(self, program: Program, where: str):
+        self.program = program
+        self.where = where
+        self.tensors = {t.name: t for t in program.tensors}
+
+    def fail(self, kernel: Kernel | None, message: str) -> None:
+        place = f" kernel {kernel.name}:" if kernel is not None else ""
+        raise VerifyError(f"verify after {self.where}:{place} {message}")
+
+    def check(self) -> None:
+        names = [t.name for t in self.program.tensors]
+        if len(set(names)) != len(names):
+            self.fail(None, f"duplicate tensor names in {names}")
+        if self.program.attr("form") == "fused":
+            for t in self.program.tensors:
+                if grows_with_seq_product(t.numel):
+                    self.fail(
+                        None,
+                        f"HBM tensor {t.name} [{', '.join(map(str, t.shape))}] grows with seq_q*seq_k in a fused program "
+                        "(P and dS must stay on chip)",
+                    )
+        for kernel in self.program.kernels:
+            self.check_kernel(kernel)
+
+    def check_kernel(self, kernel: Kernel) -> None:
+        bufs = {}
+        for buf in kernel.buffers:
+            if buf.name in bufs:
+                self.fail(kernel, f"buffer {buf.name} declared twice")
+            bufs[buf.name] = buf
+            for dim in buf.shape:
+                bad = {str(s) for s in sympy.sympify(dim).free_symbols} & {str(B), str(Hq), str(Hkv), str(Sq), str(Sk)}
+                if bad:
+                    self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
+        self.bufs = bufs
+        self.kernel = kernel
+        self.block(kernel.body, frozenset(), set())
+
+    def exprs_ok(self, stmt, loop_vars: frozenset[str]) -> None:
+        for expr in stmt.exprs():
+            unknown = {str(s) for s in sympy.sympify(expr).free_symbols} - _SIZE_NAMES - loop_vars
+            if unknown:
+                self.fail(self.kernel, f"`{_fmt(stmt)}` uses {sorted(unknown)}, which no enclosing loop binds")
+
+    def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
+        defined = set(defined)
+        for stmt in body:
+            self.exprs_ok(stmt, loop_vars)
+            if isinstance(stmt, Loop):
+                var = str(stmt.var)
+                if var in loop_vars:
+                    self.fail(self.kernel, f"loop variable {var} shadows an enclosing loop")
+                inner = self.block(stmt.body, loop_vars | {var}, defined)
+                if stmt.kind == "parallel":
+                    defined = inner
+                continue
+            for name in stmt.buffers_read() + stmt.buffers_written():
+                if name not in self.bufs:
+                    self.fail(self.kernel, f"`{_fmt(stmt)}` uses undeclared buffer {name}")
+            for name in stmt.buffers_read():
+                if name not in defined:
+                    self.fail(self.kernel, f"`{_fmt(stmt)}` reads {name} before anything writes it")
+            self.types(stmt)
+            defined.update(stmt.buffers_written())
+        return defined
+
+    def types(self, stmt) -> None:
+        k = self.kernel
+        buf = self.bufs
+        if isinstance(stmt, (Load, Store)):
+            access = stmt.src if isinstance(stmt, Load) else stmt.dst
+            bname = stmt.dst if isinstance(stmt, Load) else stmt.src
+            tensor = self.tensors.get(access.tensor)
+            if tensor is None:
+                self.fail(k, f"`{_fmt(stmt)}` uses unknown tensor {access.tensor}")
+            if len(access.index) != len(tensor.shape) or len(access.tile) > len(tensor.shape):
+                self.fail(k, f"`{_fmt(stmt)}` indexes {tensor.name} with {len(access.index)} indices, it has {len(tensor.shape)} dims")
+            b = buf[bname]
+            if len(b.shape) != len(access.tile) or not all(_same(x, y) for x, y in zip(b.shape, access.tile)):
+                self.fail(k, f"`{_fmt(stmt)}` moves a tile {list(access.tile)} through buffer {b.name} {list(b.shape)}")
+            if b.dtype != tensor.dtype:
+                self.fail(k, f"`{_fmt(stmt)}`: buffer {b.name} is {b.dtype}, tensor {tensor.name} is {tensor.dtype}")
+            if isinstance(stmt, Store) and stmt.accumulate and tensor.dtype != "fp32":
+                self.fail(k, f"`{_fmt(stmt)}` adds atomically into {tensor.dtype} tensor {tensor.name}; accumulate in fp32")
+            if isinstance(stmt, Store) and tensor.kind == "input":
+                self.fail(k, f"`{_fmt(stmt)}` writes input tensor {tensor.name}")
+        elif isinstance(stmt, MatMul):
+            a, bb, d = buf[stmt.a], buf[stmt.b], buf[stmt.dst]
+            if len(a.shape) != 2 or len(bb.shape) != 2 or len(d.shape) != 2:
+                self.fail(k, f"`{_fmt(stmt)}`: matmul operands must be 2-d tiles")
+            m, ka = (a.shape[1], a.shape[0]) if stmt.trans_a else (a.shape[0], a.shape[1])
+            kb, n = (bb.shape[1], bb.shape[0]) if stmt.trans_b else (bb.shape[0], bb.shape[1])
+            if not (_same(ka, kb) and _same(m, d.shape[0]) and _same(n, d.shape[1])):
+                self.fail(k, f"`{_fmt(stmt)}`: shapes ({m}, {ka}) @ ({kb}, {n}) -> {list(d.shape)} disagree")
+            if a.dtype != bb.dtype:
+                self.fail(k, f"`{_fmt(stmt)}`: operands {a.dtype} and {bb.dtype} differ")
+            if d.dtype != "fp32":
+                self.fail(k, f"`{_fmt(stmt)}`: the accumulator {d.name} must be fp32, is {d.dtype}")
+        elif isinstance(stmt, Elementwise):
+            from ..ir import ELEMENTWISE_OPS
+
+            if stmt.op not in ELEMENTWISE_OPS:
+                self.fail(k, f"`{_fmt(stmt)}`: unknown op {stmt.op}")
+            if len(stmt.args) != ELEMENTWISE_OPS[stmt.op]:
+                self.fail(k, f"`{_fmt(stmt)}`: {stmt.op} takes {ELEMENTWISE_OPS[stmt.op]} operands")
+            d = buf[stmt.dst]
+            for arg in stmt.args:
+                if not isinstance(arg, str):
+                    continue
+                a = buf[arg]
+                same_shape = len(a.shape) == len(d.shape) and all(_same(x, y) for x, y in zip(a.shape, d.shape))
+                row_vec = len(a.shape) == 1 and len(d.shape) == 2 and _same(a.shape[0], d.shape[0])
+                if not (same_shape or row_vec):
+                    self.fail(k, f"`{_fmt(stmt)}`: operand {arg} {list(a.shape)} does not broadcast to {list(d.shape)}")
+                if stmt.op not in ("copy", "cast") and a.dtype != "fp32":
+                    self.fail(k, f"`{_fmt(stmt)}`: arithmetic runs in fp32; cast {arg} ({a.dtype}) first")
+            if stmt.op == "copy" and isinstance(stmt.args[0], str) and buf[stmt.args[0]].dtype != d.dtype:
+                self.fail(k, f"`{_fmt(stmt)}`: copy between dtypes; use cast")
+            if stmt.op not in ("copy", "cast") and d.dtype != "fp32":
+                self.fail(k, f"`{_fmt(stmt)}`: arithmetic writes fp32, {d.name} is {d.dtype}")
+        elif isinstance(stmt, RowReduce):
+            s, d = buf[stmt.src], buf[stmt.dst]
+            if len(s.shape) != 2 or len(d.shape) != 1 or not _same(s.shape[0], d.shape[0]):
+                self.fail(k, f"`{_fmt(stmt)}`: reduces {list(s.shape)} into {list(d.shape)}")
+            if s.dtype != "fp32" or d.dtype != "fp32":
+                self.fail(k, f"`{_fmt(stmt)}`: row reductions run in fp32")
+        elif isinstance(stmt, Mask):
+            s, d = buf[stmt.src], buf[stmt.dst]
+            if len(s.shape) != 2 or s.shape != d.shape or s.dtype != "fp32" or d.dtype != "fp32":
+                self.fail(k, f"`{_fmt(stmt)}`: mask works on fp32 tiles of one shape")
+        elif isinstance(stmt, Fill):
+            pass
+
+
+def _fmt(stmt) -> str:
+    from ..printer import fmt_stmt
+
+    return fmt_stmt(stmt)
+
+
+def verify(program: Program, where: str = "?") -> Program:
+    """Check ``program``; return it unchanged.
+
+    Raises:
+        VerifyError: the first broken rule, naming the pass (``where``), the kernel and the statement
+            or buffer.
+    """
+    _Checker(program, where).check()
+    return program
