@@ -96,10 +96,10 @@ class _Exprs:
         self.cache: dict[sympy.Expr, tuple[tuple[str, ...], Any]] = {}
 
     def compile(self, expr) -> tuple[tuple[str, ...], Any]:
-        key = sympy.sympify(expr)
-        hit = self.cache.get(key)
+        hit = self.cache.get(expr)
         if hit is not None:
             return hit
+        key = sympy.sympify(expr)
         bound = key.subs(self.env)
         names = tuple(sorted(str(s) for s in bound.free_symbols))
         if bound.is_Integer or bound.is_Number:
@@ -107,7 +107,7 @@ class _Exprs:
             fn = lambda *args, _c=const: _c  # noqa: E731
         else:
             fn = sympy.lambdify([sympy.Symbol(n, integer=True, nonnegative=True) for n in names], bound, "numpy")
-        self.cache[key] = (names, fn)
+        self.cache[key] = self.cache[expr] = (names, fn)
         return names, fn
 
     def eval(self, expr, scope: Mapping[str, Any]):
@@ -121,10 +121,6 @@ class _Exprs:
                 return int(value)
             return value.astype(np.int64)
         return int(value)
-
-
-def _as_float32(array: np.ndarray) -> np.ndarray:
-    return np.asarray(array).astype(np.float32)
 
 
 class Interpreter:
@@ -141,6 +137,7 @@ class Interpreter:
         self.pad_value = float(pad_value)
         self.rng = np.random.default_rng(order_seed) if order_seed is not None else None
         self.exprs = _Exprs(program.env_map)
+        self._shapes: dict[tuple, tuple[int, ...]] = {}
         self.measure = Measurement()
         self.tensors: dict[str, np.ndarray] = {}
         self.handoff: dict[str, np.ndarray] = {}
@@ -151,10 +148,15 @@ class Interpreter:
 
     # -- setup ----------------------------------------------------------------------------------------
     def _shape(self, dims) -> tuple[int, ...]:
+        hit = self._shapes.get(dims)
+        if hit is not None:
+            return hit
         try:
-            return tuple(self.program.evaluate(d) for d in dims)
-        except ValueError as exc:
+            shape = tuple(self.exprs.eval(d, {}) for d in dims)
+        except InterpreterError as exc:
             raise InterpreterError(f"{exc}; bind the tile sizes (a schedule) before interpreting") from None
+        self._shapes[dims] = shape
+        return shape
 
     def bind_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         for tensor in self.program.tensors:
@@ -250,10 +252,21 @@ class Interpreter:
         self._touched.add(name)
         return array
 
-    def _write(self, name: str, value: np.ndarray) -> None:
+    def _write(self, name: str, value, fresh: bool = False) -> None:
+        """Write ``value`` (rounded to the buffer's dtype) into buffer ``name``. ``fresh``: ``value`` is a
+        new array nothing else refers to, so it can become the buffer's storage without a copy."""
         buf = self._buf(name)
-        info = self.buffer_info[name]
-        buf[...] = dtypes.round_to(np.broadcast_to(value, buf.shape).astype(np.float32), info.dtype)
+        dtype = self.buffer_info[name].dtype
+        if dtype != "fp32":
+            rounded = dtypes.round_to(np.asarray(value, dtype=np.float32), dtype)
+            if rounded.shape == buf.shape:
+                self.buffers[name] = rounded
+            else:
+                buf[...] = rounded
+        elif fresh and isinstance(value, np.ndarray) and value.dtype == np.float32 and value.shape == buf.shape:
+            self.buffers[name] = value
+        else:
+            buf[...] = value
 
     def _operand(self, arg, ndim: int) -> np.ndarray:
         if isinstance(arg, str):
@@ -319,8 +332,8 @@ class Interpreter:
         data = array[point + slices]
         pad = self.pad_value if stmt.pad is None else stmt.pad
         tile = np.full(self.lane_shape + sizes, pad, dtype=np.float32)
-        tile[(Ellipsis,) + tuple(slice(0, v) for v in valid)] = _as_float32(data)
-        self._write(stmt.dst, tile)
+        tile[(Ellipsis,) + tuple(slice(0, v) for v in valid)] = data
+        self._write(stmt.dst, tile, fresh=True)
         itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
         self.measure.bytes_read[stmt.src.tensor] += self.lanes * int(np.prod(valid)) * itemsize
 
@@ -359,8 +372,8 @@ class Interpreter:
         if stmt.alpha != 1.0:
             out *= np.float32(stmt.alpha)
         if stmt.accumulate:
-            out = self._buf(stmt.dst) + out
-        self._write(stmt.dst, out)
+            out += self._buf(stmt.dst)
+        self._write(stmt.dst, out, fresh=True)
         m, k = a.shape[-2:]
         n = bb.shape[-1]
         self.measure.flops["matmul"] += 2 * m * n * k * self.lanes
@@ -369,6 +382,7 @@ class Interpreter:
         dst_nd = len(self.buffer_info[stmt.dst].shape)
         args = [self._operand(a, dst_nd) for a in stmt.args]
         op = stmt.op
+        fresh = op not in ("copy", "cast")
         if op in ("copy", "cast"):
             out = args[0]
         elif op == "exp":
@@ -390,7 +404,9 @@ class Interpreter:
             out = np.where(den != 0, args[0] / np.where(den != 0, den, np.float32(1)), np.float32(0))
         else:
             raise InterpreterError(f"unknown elementwise op {op}")
-        self._write(stmt.dst, out)
+        if fresh and isinstance(out, np.ndarray) and out.dtype != np.float32:
+            out = out.astype(np.float32)
+        self._write(stmt.dst, out, fresh=fresh)
         kind = "exp" if op in ("exp", "log") else "vector"
         if op not in ("copy",):
             self.measure.flops[kind] += int(np.prod(self._buf(stmt.dst).shape))
@@ -398,7 +414,7 @@ class Interpreter:
     def _row_reduce(self, stmt: RowReduce, scope) -> None:
         src = self._buf(stmt.src)
         out = src.max(axis=-1) if stmt.op == "max" else src.sum(axis=-1, dtype=np.float32)
-        self._write(stmt.dst, out)
+        self._write(stmt.dst, out, fresh=True)
         self.measure.flops["vector"] += int(src.size)
 
     def _mask(self, stmt: Mask, scope) -> None:
@@ -406,6 +422,10 @@ class Interpreter:
         r0 = self.exprs.eval(stmt.row0, scope)
         c0 = self.exprs.eval(stmt.col0, scope)
         nr, nc = src.shape[-2:]
+        self.measure.flops["vector"] += int(src.size)
+        if self._tile_fully_visible(r0, c0, nr, nc):
+            self._write(stmt.dst, src)
+            return
         rows = (r0 + np.arange(nr))[:, None]
         cols = (c0 + np.arange(nc))[None, :]
         visible = (rows < self.sq) & (cols < self.sk)
@@ -413,8 +433,18 @@ class Interpreter:
             visible &= cols >= rows + self.offset - self.mask.left
         if self.mask.right >= 0:
             visible &= cols <= rows + self.offset + self.mask.right
-        self._write(stmt.dst, np.where(visible, src, np.float32(-np.inf)))
-        self.measure.flops["vector"] += int(src.size)
+        self._write(stmt.dst, np.where(visible, src, np.float32(-np.inf)), fresh=True)
+
+    def _tile_fully_visible(self, r0: int, c0: int, nr: int, nc: int) -> bool:
+        """Whether every (row, key) of the tile is inside the extents and the window (the window's
+        bounds are monotone in the row, so the corners decide)."""
+        if r0 + nr > self.sq or c0 + nc > self.sk:
+            return False
+        if self.mask.left >= 0 and c0 < (r0 + nr - 1) + self.offset - self.mask.left:
+            return False
+        if self.mask.right >= 0 and c0 + nc - 1 > r0 + self.offset + self.mask.right:
+            return False
+        return True
 
 
 _HANDLERS = {
