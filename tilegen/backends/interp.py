@@ -30,6 +30,7 @@ import numpy as np
 import sympy
 
 from .. import dtypes
+from ..exprs import UnboundSymbol, evaluate
 from ..ir import (
     Access,
     Elementwise,
@@ -88,41 +89,6 @@ class InterpreterError(RuntimeError):
     """The program cannot run: an unbound size, an out-of-bounds access, or a missing input."""
 
 
-class _Exprs:
-    """Compiles index expressions (sympy) to NumPy-callable functions of the loop variables, once."""
-
-    def __init__(self, env: Mapping[sympy.Symbol, int]):
-        self.env = dict(env)
-        self.cache: dict[sympy.Expr, tuple[tuple[str, ...], Any]] = {}
-
-    def compile(self, expr) -> tuple[tuple[str, ...], Any]:
-        hit = self.cache.get(expr)
-        if hit is not None:
-            return hit
-        key = sympy.sympify(expr)
-        bound = key.subs(self.env)
-        names = tuple(sorted(str(s) for s in bound.free_symbols))
-        if bound.is_Integer or bound.is_Number:
-            const = int(bound)
-            fn = lambda *args, _c=const: _c  # noqa: E731
-        else:
-            fn = sympy.lambdify([sympy.Symbol(n, integer=True, nonnegative=True) for n in names], bound, "numpy")
-        self.cache[key] = self.cache[expr] = (names, fn)
-        return names, fn
-
-    def eval(self, expr, scope: Mapping[str, Any]):
-        names, fn = self.compile(expr)
-        try:
-            value = fn(*(scope[n] for n in names))
-        except KeyError as exc:
-            raise InterpreterError(f"expression {expr} uses {exc.args[0]}, which is neither a loop variable nor bound") from None
-        if isinstance(value, np.ndarray):
-            if value.ndim == 0:
-                return int(value)
-            return value.astype(np.int64)
-        return int(value)
-
-
 class Interpreter:
     """Runs one bound :class:`~tilegen.ir.Program`.
 
@@ -136,7 +102,7 @@ class Interpreter:
         self.program = program
         self.pad_value = float(pad_value)
         self.rng = np.random.default_rng(order_seed) if order_seed is not None else None
-        self.exprs = _Exprs(program.env_map)
+        self.env_values = {str(k): v for k, v in program.env}
         self._shapes: dict[tuple, tuple[int, ...]] = {}
         self.measure = Measurement()
         self.tensors: dict[str, np.ndarray] = {}
@@ -147,14 +113,20 @@ class Interpreter:
         self.offset = program.evaluate(program.mask.offset)
 
     # -- setup ----------------------------------------------------------------------------------------
+    def _eval(self, expr, scope):
+        try:
+            return evaluate(expr, scope)
+        except UnboundSymbol as exc:
+            raise InterpreterError(f"expression {expr} uses {exc.args[0]}, which is neither a loop variable nor bound") from None
+
     def _shape(self, dims) -> tuple[int, ...]:
         hit = self._shapes.get(dims)
         if hit is not None:
             return hit
         try:
-            shape = tuple(self.exprs.eval(d, {}) for d in dims)
-        except InterpreterError as exc:
-            raise InterpreterError(f"{exc}; bind the tile sizes (a schedule) before interpreting") from None
+            shape = tuple(evaluate(d, self.env_values) for d in dims)
+        except UnboundSymbol as exc:
+            raise InterpreterError(f"size {exc.args[0]} is unbound; bind the tile sizes (a schedule) before interpreting") from None
         self._shapes[dims] = shape
         return shape
 
@@ -190,14 +162,14 @@ class Interpreter:
         lane_extents: list[int] = []
         while len(body) == 1 and isinstance(body[0], Loop) and body[0].kind == "parallel" and body[0].role in LANE_ROLES:
             loop = body[0]
-            if self.exprs.eval(loop.start, {}) != 0:
+            if self._eval(loop.start, self.env_values) != 0:
                 raise InterpreterError(f"lane loop {loop.var} of kernel {kernel.name} must start at 0")
             lane_vars.append(str(loop.var))
-            lane_extents.append(self.exprs.eval(loop.stop, {}))
+            lane_extents.append(self._eval(loop.stop, self.env_values))
             body = loop.body
         self.lane_shape = tuple(lane_extents)
         self.lanes = int(np.prod(self.lane_shape)) if self.lane_shape else 1
-        scope: dict[str, Any] = {}
+        scope: dict[str, Any] = dict(self.env_values)
         for axis, (name, extent) in enumerate(zip(lane_vars, lane_extents)):
             shape = [1] * len(lane_extents)
             shape[axis] = extent
@@ -222,8 +194,8 @@ class Interpreter:
             handler(self, stmt, scope)
 
     def _loop(self, loop: Loop, scope: dict[str, Any]) -> None:
-        start = self.exprs.eval(loop.start, scope)
-        stop = self.exprs.eval(loop.stop, scope)
+        start = self._eval(loop.start, scope)
+        stop = self._eval(loop.stop, scope)
         if isinstance(start, np.ndarray) or isinstance(stop, np.ndarray):
             trips = np.broadcast_to(np.asarray(stop) - np.asarray(start), self.lane_shape)
             if trips.size and not (trips == trips.flat[0]).all():
@@ -291,13 +263,13 @@ class Interpreter:
             array = store
             point: tuple = (Ellipsis,) if not self.lane_shape else tuple(slice(None) for _ in self.lane_shape)
             extents = self._shape(tensor.shape)[npoint:]
-            point = point + tuple(self.exprs.eval(x, scope) for x in access.index[:npoint])
+            point = point + tuple(self._eval(x, scope) for x in access.index[:npoint])
         else:
             array = self.tensors[access.tensor]
             extents = array.shape[npoint:]
             point = self._point_index(access.index[:npoint], scope, array.shape[:npoint])
-        starts = [self.exprs.eval(x, scope) for x in access.index[npoint:]]
-        sizes = [self.exprs.eval(x, scope) for x in access.tile]
+        starts = [self._eval(x, scope) for x in access.index[npoint:]]
+        sizes = [self._eval(x, scope) for x in access.tile]
         slices, valid = [], []
         for start, size, extent in zip(starts, sizes, extents):
             if isinstance(start, np.ndarray) or isinstance(size, np.ndarray):
@@ -312,7 +284,7 @@ class Interpreter:
     def _point_index(self, exprs, scope, dims) -> tuple:
         """Index tuple for the single-index dims: slices where each dim is exactly its lane (same
         extent, index = lane number), else integer arrays broadcast to the lanes."""
-        values = [self.exprs.eval(x, scope) for x in exprs]
+        values = [self._eval(x, scope) for x in exprs]
         lane_nd = len(self.lane_shape)
         identity = len(values) == lane_nd and all(
             isinstance(v, np.ndarray)
@@ -419,8 +391,8 @@ class Interpreter:
 
     def _mask(self, stmt: Mask, scope) -> None:
         src = self._buf(stmt.src)
-        r0 = self.exprs.eval(stmt.row0, scope)
-        c0 = self.exprs.eval(stmt.col0, scope)
+        r0 = self._eval(stmt.row0, scope)
+        c0 = self._eval(stmt.col0, scope)
         nr, nc = src.shape[-2:]
         self.measure.flops["vector"] += int(src.size)
         if self._tile_fully_visible(r0, c0, nr, nc):

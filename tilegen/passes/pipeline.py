@@ -32,15 +32,37 @@ DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (f
 
 @dataclass
 class PassLog:
-    """The program after each pass, in order (name, program)."""
+    """The program after each pass, in order (name, program), and the schedule when a target chose one."""
 
     steps: list[tuple[str, Program]] = field(default_factory=list)
+    schedule: object = None
 
-    def record(self, name: str, program: Program) -> Program:
+    def record(self, name: str, program: Program, target=None) -> Program:
         """Verify ``program`` (naming the pass on failure), remember it, return it."""
-        verify(program, name)
+        verify(program, name, target)
         self.steps.append((name, program))
         return program
+
+
+def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: PassLog) -> Program:
+    """Bind the tile sizes: with a target, place every buffer on its levels and choose (Br, Bc) under
+    every level's capacity with the cost model (``tile_sizes`` forces them, still checked); without one,
+    ``tile_sizes`` or the defaults."""
+    if target is None:
+        tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
+        return log.record("bind-tiles", program.bind(tiles))
+    from ..targets import load_target
+    from .place import place
+    from .tiles import choose_tiles
+
+    tgt = load_target(target)
+    program = log.record("place", place(program, tgt), tgt)
+    forced = None
+    if tile_sizes is not None:
+        tiles = parse_tile_sizes(tile_sizes)
+        forced = (tiles[Br], tiles[Bc])
+    program, log.schedule = choose_tiles(program, tgt, forced)
+    return log.record("choose-tiles", program, tgt)
 
 
 def default_tiles(spec: AttentionSpec) -> dict[sympy.Symbol, int]:
@@ -76,13 +98,8 @@ def parse_tile_sizes(tile_sizes) -> dict[sympy.Symbol, int]:
 def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None) -> Program:
     """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults)."""
     log = log or PassLog()
-    if target is not None:
-        from ..errors import TargetError
-
-        raise TargetError(f"target {target!r}: no targets are defined yet")
     program = log.record("build", build_forward(spec))
-    tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
-    return log.record("bind-tiles", program.bind(tiles))
+    return schedule(program, spec, target, tile_sizes, log)
 
 
 
@@ -167,14 +184,9 @@ def compile_backward(
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound."""
     log = log or PassLog()
-    if target is not None:
-        from ..errors import TargetError
-
-        raise TargetError(f"target {target!r}: no targets are defined yet")
     if dq_strategy not in DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
     program = log.record("build", build_backward(spec))
     if fused:
         program = fuse_backward(program, dq_strategy, log)
-    tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
-    return log.record("bind-tiles", program.bind(tiles))
+    return schedule(program, spec, target, tile_sizes, log)

@@ -198,12 +198,40 @@ def _fmt(stmt) -> str:
     return fmt_stmt(stmt)
 
 
-def verify(program: Program, where: str = "?") -> Program:
-    """Check ``program``; return it unchanged.
+def verify(program: Program, where: str = "?", target=None) -> Program:
+    """Check ``program`` (and, with a target, its placement and, once the tiles are bound, every
+    level's footprint against the level's usable capacity); return it unchanged.
 
     Raises:
-        VerifyError: the first broken rule, naming the pass (``where``), the kernel and the statement
-            or buffer.
+        VerifyError: the first broken rule, naming the pass (``where``), the kernel and the statement,
+            buffer or level.
     """
     _Checker(program, where).check()
+    if target is not None:
+        _check_target(program, where, target)
     return program
+
+
+def _check_target(program: Program, where: str, target) -> None:
+    from ..exprs import UnboundSymbol, evaluate
+    from .footprint import footprints
+
+    levels = {lvl.name: lvl for lvl in target.levels}
+    for kernel in program.kernels:
+        for buf in kernel.buffers:
+            if buf.scope not in levels:
+                raise VerifyError(
+                    f"verify after {where}: kernel {kernel.name}: buffer {buf.name} is in scope {buf.scope}, "
+                    f"not a level of target {target.name} ({', '.join(levels)})"
+                )
+    env = {str(k): v for k, v in program.env}
+    for fp in footprints(program, target):
+        try:
+            value = evaluate(fp.expr, env)
+        except UnboundSymbol:
+            return  # tile sizes not bound yet
+        if value > levels[fp.level].usable:
+            raise VerifyError(
+                f"verify after {where}: kernel {fp.kernel}: level {fp.level} needs {value} bytes, "
+                f"usable {levels[fp.level].usable}"
+            )

@@ -1,0 +1,50 @@
+"""Fast evaluation of the IR's sympy index expressions.
+
+Each expression is compiled once (``sympy.lambdify`` to NumPy) with every free symbol as an argument,
+so the same compiled function serves any binding of the sizes (tile-size candidates) and vectors of
+loop-variable values (the interpreter's lanes, the static counter's iteration tables).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+import sympy
+
+
+@lru_cache(maxsize=None)
+def compile_expr(expr: sympy.Expr) -> tuple[tuple[str, ...], Any]:
+    """(argument names, function) for ``expr``; integers come back as Python ints or int64 arrays."""
+    expr = sympy.sympify(expr)
+    names = tuple(sorted(str(s) for s in expr.free_symbols))
+    if not names:
+        const = int(expr)
+        return names, (lambda *args, _c=const: _c)
+    symbols = sorted(expr.free_symbols, key=str)
+    if len({str(s) for s in symbols}) != len(symbols):
+        raise ValueError(f"{expr}: two symbols share a name")
+    return names, sympy.lambdify(symbols, expr, "numpy")
+
+
+class UnboundSymbol(KeyError):
+    """An expression names a symbol the caller did not bind."""
+
+
+def evaluate(expr, values: Mapping[str, Any]):
+    """``expr`` with its symbols (by name) taken from ``values``: an int, or an int64 array when some
+    value is an array.
+
+    Raises:
+        UnboundSymbol: a symbol of ``expr`` is missing from ``values``.
+    """
+    names, fn = compile_expr(expr if isinstance(expr, sympy.Basic) else sympy.sympify(expr))
+    try:
+        args = [values[n] for n in names]
+    except KeyError as exc:
+        raise UnboundSymbol(exc.args[0]) from None
+    out = fn(*args)
+    if isinstance(out, np.ndarray):
+        return int(out) if out.ndim == 0 else out.astype(np.int64)
+    return int(out)

@@ -1,0 +1,124 @@
+"""Block-size selection: the (Br, Bc) that fits every on-chip level and the cost model likes best.
+
+Candidates are the target's ``[tiles]`` lists (multiples of its hardware granule); a candidate larger
+than needed to cover a sequence (when a smaller candidate already covers it) is skipped. For each
+candidate the program is bound, its footprints (:mod:`tilegen.passes.footprint`) are evaluated per
+level and kernel, and it is rejected with the level and the bytes by which it overflows when any
+level's peak exceeds the level's usable capacity; the feasible ones are scored with the cost model
+(:func:`tilegen.cost.predict`). The fastest wins; ties go to the larger tile area, then the larger Br,
+so the choice is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from ..cost import Prediction, predict
+from ..errors import ScheduleError
+from ..exprs import evaluate
+from ..ir import Bc, Br, Program
+from ..targets import Target
+from .footprint import Footprint, footprints
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (Br, Bc): its peak bytes per level (largest over kernels), overflow and predicted time."""
+
+    Br: int
+    Bc: int
+    peaks: tuple[tuple[str, int], ...]
+    overflow: tuple[tuple[str, int], ...]  # (level, bytes over its usable capacity)
+    time_s: float | None
+
+    @property
+    def feasible(self) -> bool:
+        return not self.overflow
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The outcome of block-size selection, for reports."""
+
+    target: str
+    chosen: tuple[int, int]
+    forced: bool
+    candidates: tuple[Candidate, ...]
+    footprints: tuple[Footprint, ...]
+    capacities: tuple[tuple[str, int], ...]
+    prediction: Prediction | None = None
+
+    def chosen_candidate(self) -> Candidate:
+        return next(c for c in self.candidates if (c.Br, c.Bc) == self.chosen)
+
+
+def _useful(values: tuple[int, ...], length: int) -> list[int]:
+    covering = [v for v in values if v >= length]
+    keep = [v for v in values if v < length]
+    if covering:
+        keep.append(min(covering))
+    return keep
+
+
+def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], br: int, bc: int, score: bool) -> Candidate:
+    env = {str(k): v for k, v in program.env}
+    env.update({"Br": br, "Bc": bc})
+    peaks: dict[str, int] = {}
+    for fp in fps:
+        value = evaluate(fp.expr, env)
+        peaks[fp.level] = max(peaks.get(fp.level, 0), int(value))
+    overflow = tuple(
+        (lvl.name, peaks.get(lvl.name, 0) - lvl.usable) for lvl in target.levels if peaks.get(lvl.name, 0) > lvl.usable
+    )
+    time_s = None
+    if score and not overflow:
+        time_s = predict(program.bind({Br: br, Bc: bc}), target).time_s
+    return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)
+
+
+def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | None = None) -> tuple[Program, Schedule]:
+    """Bind Br, Bc of a placed program for ``target``.
+
+    Args:
+        forced: (Br, Bc) to use instead of searching; it must still fit.
+
+    Raises:
+        ScheduleError: no candidate fits (the message names the limiting level and the smallest
+            overflow), or the forced sizes overflow a level.
+    """
+    fps = footprints(program, target)
+    sq = program.evaluate(sympy.Symbol("Sq", integer=True, positive=True))
+    sk = program.evaluate(sympy.Symbol("Sk", integer=True, positive=True))
+    capacities = tuple((lvl.name, lvl.usable) for lvl in target.levels)
+    if forced is not None:
+        cand = evaluate_candidate(program, target, fps, forced[0], forced[1], score=True)
+        if not cand.feasible:
+            level, over = max(cand.overflow, key=lambda x: x[1])
+            raise ScheduleError(
+                f"tile sizes Br={forced[0]}, Bc={forced[1]} do not fit target {target.name}: "
+                f"level {level} needs {over} bytes more than its {dict(capacities)[level]} usable bytes"
+            )
+        schedule = Schedule(target.name, forced, True, (cand,), tuple(fps), capacities)
+    else:
+        cands = [
+            evaluate_candidate(program, target, fps, br, bc, score=True)
+            for br in _useful(target.tiles["Br"], sq)
+            for bc in _useful(target.tiles["Bc"], sk)
+        ]
+        feasible = [c for c in cands if c.feasible]
+        if not feasible:
+            smallest = min(cands, key=lambda c: (c.Br * c.Bc, c.Br))
+            level, over = max(smallest.overflow, key=lambda x: x[1])
+            raise ScheduleError(
+                f"no tile sizes fit target {target.name}: even the smallest candidate Br={smallest.Br}, Bc={smallest.Bc} "
+                f"overflows level {level} by {over} bytes (usable {dict(capacities)[level]}); the head dims are too large "
+                "for this target"
+            )
+        best = min(feasible, key=lambda c: (c.time_s, -c.Br * c.Bc, -c.Br))
+        schedule = Schedule(target.name, (best.Br, best.Bc), False, tuple(cands), tuple(fps), capacities)
+    bound = program.bind({Br: schedule.chosen[0], Bc: schedule.chosen[1]})
+    prediction = predict(bound, target)
+    schedule = Schedule(schedule.target, schedule.chosen, schedule.forced, schedule.candidates, schedule.footprints, capacities, prediction)
+    return bound, schedule

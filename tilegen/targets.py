@@ -1,0 +1,214 @@
+"""Hardware targets, loaded from ``targets/<name>.toml``.
+
+A target file gives the on-chip levels (capacity, reserved bytes, alignment, fractal granule, owning
+unit), the core counts and clock, the peak rates per unit and dtype (TFLOP/s; vector and exp in tera
+element-operations/s), HBM and L2 bandwidth (GB/s), the placement rules and the tile-size candidates.
+Every figure is a table ``{ value = ..., source = "...", estimate = true? }``: the source is kept so
+that reports can show where a number comes from, and estimates are marked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import TargetError
+from .resources import data_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number with its source; ``estimate`` when no official datasheet gives it."""
+
+    value: float
+    source: str
+    estimate: bool = False
+
+
+@dataclass(frozen=True)
+class Level:
+    """An on-chip memory level of one core (bytes).
+
+    ``usable`` = capacity − reserved; ``fractal`` is the dimension granule of cube levels (16), else 0.
+    """
+
+    name: str
+    unit: str
+    capacity: Figure
+    alignment: Figure
+    reserved: Figure | None = None
+    fractal: Figure | None = None
+
+    @property
+    def usable(self) -> int:
+        return int(self.capacity.value) - int(self.reserved.value if self.reserved else 0)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One hardware target (see the module docstring for the file format)."""
+
+    name: str
+    kind: str
+    arch: str
+    description: str
+    generate: bool
+    generate_refusal: str
+    cores: dict[str, Figure]
+    levels: tuple[Level, ...]
+    placement: dict[str, Any]
+    tiles: dict[str, tuple[int, ...]]
+    peak: dict[str, Figure]
+    bandwidth: dict[str, Figure]
+    overhead: dict[str, Figure]
+    path: str
+
+    def level(self, name: str) -> Level:
+        for lvl in self.levels:
+            if lvl.name == name:
+                return lvl
+        raise KeyError(name)
+
+    @property
+    def parallel_units(self) -> int:
+        """Program instances that run at once: AI Cores (AIC count) on Ascend, SMs on a GPU."""
+        return int(self.cores["aic" if self.kind == "ascend" else "sm"].value)
+
+    @property
+    def vector_split(self) -> int:
+        """Vector cores sharing the rows of one program's vector work (2 AIV per AIC on 910B)."""
+        fig = self.cores.get("aiv_per_aic")
+        return int(fig.value) if fig else 1
+
+    def matmul_flops(self, dtype: str) -> float:
+        """Peak matmul rate for operands of ``dtype``, FLOP/s."""
+        return self.peak[f"cube_{dtype}"].value * 1e12
+
+    def rate(self, unit: str) -> float:
+        """``vector`` or ``exp`` peak, operations/s."""
+        return self.peak[unit].value * 1e12
+
+    def bytes_per_s(self, level: str) -> float:
+        """``hbm`` or ``l2`` bandwidth, bytes/s."""
+        return self.bandwidth[level].value * 1e9
+
+    def with_capacity(self, level: str, capacity: int) -> "Target":
+        """A copy with one level's capacity changed (for what-if schedules and tests)."""
+        levels = tuple(
+            dataclasses.replace(lvl, capacity=Figure(capacity, "changed by the user")) if lvl.name == level else lvl
+            for lvl in self.levels
+        )
+        return dataclasses.replace(self, levels=levels)
+
+
+def _figure(data: Any, where: str) -> Figure:
+    if not isinstance(data, dict) or "value" not in data or not isinstance(data.get("source"), str) or not data["source"]:
+        raise TargetError(f"{where}: expected {{ value = <number>, source = \"...\" }}, got {data!r}")
+    value = data["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise TargetError(f"{where}: value {value!r} must be a positive number")
+    return Figure(float(value), data["source"], bool(data.get("estimate", False)))
+
+
+def _parse(path: Path) -> Target:
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TargetError(f"{where}: cannot read target file ({exc})") from None
+    for key in ("name", "kind", "arch", "description", "cores", "levels", "placement", "tiles", "peak", "bandwidth"):
+        if key not in data:
+            raise TargetError(f"{where}: missing key {key!r}")
+    if data["kind"] not in ("ascend", "gpu"):
+        raise TargetError(f"{where}: kind = {data['kind']!r}; accepted: 'ascend', 'gpu'")
+    levels = []
+    for n, lvl in enumerate(data["levels"]):
+        lw = f"{where}: levels[{n}]"
+        for key in ("name", "unit", "capacity", "alignment"):
+            if key not in lvl:
+                raise TargetError(f"{lw}: missing key {key!r}")
+        levels.append(
+            Level(
+                name=lvl["name"],
+                unit=lvl["unit"],
+                capacity=_figure(lvl["capacity"], f"{lw}.capacity"),
+                alignment=_figure(lvl["alignment"], f"{lw}.alignment"),
+                reserved=_figure(lvl["reserved"], f"{lw}.reserved") if "reserved" in lvl else None,
+                fractal=_figure(lvl["fractal"], f"{lw}.fractal") if "fractal" in lvl else None,
+            )
+        )
+    placement = {}
+    for key, value in data["placement"].items():
+        placement[key] = _figure(value, f"{where}: placement.{key}") if isinstance(value, dict) else value
+    names = {lvl.name for lvl in levels}
+    for role in ("operand", "result", "vector", "left", "right"):
+        if role in placement and placement[role] not in names:
+            raise TargetError(f"{where}: placement.{role} = {placement[role]!r} is not a level ({sorted(names)})")
+    tiles = {}
+    for key in ("Br", "Bc"):
+        values = data["tiles"].get(key)
+        if not values or any(not isinstance(v, int) or v <= 0 for v in values):
+            raise TargetError(f"{where}: tiles.{key} must be a list of positive integers")
+        tiles[key] = tuple(sorted(values))
+    section = lambda name: {k: _figure(v, f"{where}: {name}.{k}") for k, v in data.get(name, {}).items()}  # noqa: E731
+    target = Target(
+        name=data["name"],
+        kind=data["kind"],
+        arch=data["arch"],
+        description=data["description"],
+        generate=bool(data.get("generate", False)),
+        generate_refusal=data.get("generate_refusal", ""),
+        cores=section("cores"),
+        levels=tuple(levels),
+        placement=placement,
+        tiles=tiles,
+        peak=section("peak"),
+        bandwidth=section("bandwidth"),
+        overhead=section("overhead"),
+        path=where,
+    )
+    for key in ("cube_fp16", "cube_bf16", "cube_fp32", "vector", "exp"):
+        if key not in target.peak:
+            raise TargetError(f"{where}: missing peak.{key}")
+    for key in ("hbm", "l2"):
+        if key not in target.bandwidth:
+            raise TargetError(f"{where}: missing bandwidth.{key}")
+    return target
+
+
+def target_names() -> list[str]:
+    """The names of the targets shipped in ``targets/``."""
+    return sorted(p.stem for p in data_dir("targets").glob("*.toml"))
+
+
+@lru_cache(maxsize=None)
+def _load_path(path: str) -> Target:
+    return _parse(Path(path))
+
+
+def load_target(name: str | Target) -> Target:
+    """The target called ``name`` (a file in ``targets/``) or at path ``name`` (a ``.toml`` file).
+
+    Raises:
+        TargetError: unknown name (the message lists the known ones) or an invalid file.
+    """
+    if isinstance(name, Target):
+        return name
+    if not isinstance(name, str) or not name:
+        raise TargetError(f"target = {name!r} is invalid; accepted: one of {', '.join(target_names())} or a path to a .toml file")
+    path = Path(name)
+    if path.suffix == ".toml" and path.is_file():
+        return _load_path(str(path.resolve()))
+    candidate = data_dir("targets") / f"{name}.toml"
+    if not candidate.is_file():
+        raise TargetError(f"target = {name!r} is invalid; accepted: one of {', '.join(target_names())} or a path to a .toml file")
+    return _load_path(str(candidate))
