@@ -2,7 +2,8 @@
 
 Verbs:
   run       run a spec's programs in the interpreter on seeded random data and check them
-  inspect   print a spec's program: loop nest with placements (more with a target)
+  inspect   the schedule on a target: tile sizes and why, footprints vs capacity, predicted
+            traffic, FLOPs and time, the loop nest with placements; --compare: store P vs recompute
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
 given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
@@ -18,6 +19,7 @@ from .errors import SpecError, TilegenError
 from .passes.pipeline import DQ_STRATEGIES
 from .printer import format_program
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
+from .targets import target_names
 
 DEFAULT_SPEC = "demo"
 
@@ -138,11 +140,26 @@ def traffic_table(report) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .passes import pipeline
+    import json
+
+    from .report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
 
     spec = resolve_spec(args)
-    print(f"# {describe(spec)}")
-    print(format_program(pipeline.compile_forward(spec, tile_sizes=args.tiles)), end="")
+    if args.compare:
+        if args.target is None:
+            raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
+        report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=args.dq_strategy)
+        print(json.dumps(report, indent=2) if args.json else format_tradeoff(report), end="" if not args.json else "\n")
+        return 0
+    programs = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}[args.program]
+    report = inspect_report(
+        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"tilegen inspect  {describe(spec)}")
+        print(format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest), end="")
     return 0
 
 
@@ -158,9 +175,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
     )
     run.set_defaults(func=cmd_run)
-    inspect = sub.add_parser("inspect", help="print the program's loop nest with placements")
+    inspect = sub.add_parser(
+        "inspect", help="the schedule on a target: tile sizes and why, footprints, traffic, FLOPs, time, loop nest"
+    )
     _add_spec_args(inspect)
+    inspect.add_argument("--target", metavar="T", help=f"a target ({', '.join(target_names())}) or a .toml file")
     inspect.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
+    inspect.add_argument("--program", choices=["fwd", "bwd", "all"], default="all", help="which programs (default all)")
+    inspect.add_argument(
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+    )
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--compare", action="store_true", help="the store-P-versus-recompute report (needs --target)")
+    inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
+    inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
+    inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
     inspect.set_defaults(func=cmd_inspect)
     return parser
 

@@ -39,6 +39,15 @@ def evaluate(expr, values: Mapping[str, Any]):
     Raises:
         UnboundSymbol: a symbol of ``expr`` is missing from ``values``.
     """
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, sympy.Symbol):
+        try:
+            return values[expr.name]
+        except KeyError:
+            raise UnboundSymbol(expr.name) from None
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
     names, fn = compile_expr(expr if isinstance(expr, sympy.Basic) else sympy.sympify(expr))
     try:
         args = [values[n] for n in names]

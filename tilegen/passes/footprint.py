@@ -14,58 +14,116 @@ sharing them and its rows padded to 32 B, and the total rounded up to the level'
 Matmul staging levels (``left``/``right`` of the placement table: L0A, L0B) hold, per matmul, the
 operand tile of M × min(K, k_step) (left) and min(K, k_step) × N (right) elements, double-buffered;
 the footprint is the largest over the kernel's matmuls.
+
+One formula serves both uses: evaluated on sympy symbols it gives the expression reports show; on the
+integers of a tile-size candidate it gives the bytes directly (no symbolic work in the search).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 import sympy
 
 from .. import dtypes
+from ..exprs import evaluate
 from ..ir import Buffer, Kernel, Loop, MatMul, Program, walk
 from ..targets import Level, Target
 
 
-def _ceil_to(x, m) -> sympy.Expr:
-    """x rounded up to a multiple of m (built without simplification: it is evaluated, not read)."""
-    x = sympy.sympify(x)
-    m = sympy.sympify(m)
-    if x.is_Integer and m.is_Integer:
-        return sympy.Integer(-(-int(x) // int(m)) * int(m))
-    return sympy.Mul(sympy.ceiling(sympy.Mul(x, sympy.Pow(m, -1), evaluate=False), evaluate=False), m, evaluate=False)
+def _ceil_to(x, m):
+    """x rounded up to a multiple of m (ints, or an unsimplified sympy expression)."""
+    if isinstance(x, int) and isinstance(m, int):
+        return -(-x // m) * m
+    return sympy.Mul(sympy.ceiling(sympy.Mul(x, sympy.Rational(1, m), evaluate=False), evaluate=False), m, evaluate=False)
 
 
-def buffer_bytes(buf: Buffer, level: Level) -> sympy.Expr:
-    """Bytes ``buf`` takes on ``level`` (padding, row split, alignment and stages counted)."""
+def _ceil_div(x, m):
+    if isinstance(x, int):
+        return -(-x // m)
+    return sympy.ceiling(sympy.Mul(x, sympy.Rational(1, m), evaluate=False), evaluate=False)
+
+
+def _prod(*factors):
+    if all(isinstance(f, int) for f in factors):
+        out = 1
+        for f in factors:
+            out *= f
+        return out
+    return sympy.Mul(*factors, evaluate=False)
+
+
+def _dims(shape, env: Mapping[str, int] | None):
+    return [evaluate(d, env) if env is not None else sympy.sympify(d) for d in shape]
+
+
+def buffer_bytes(buf: Buffer, level: Level, env: Mapping[str, int] | None = None):
+    """Bytes ``buf`` takes on ``level`` (padding, row split, alignment and stages counted): an int when
+    ``env`` binds the sizes, else a sympy expression."""
     item = dtypes.itemsize(buf.dtype)
-    dims = [sympy.sympify(d) for d in buf.shape]
+    dims = _dims(buf.shape, env)
     if buf.row_split > 1 and dims:
-        dims[0] = sympy.ceiling(sympy.Mul(dims[0], sympy.Rational(1, buf.row_split), evaluate=False), evaluate=False)
+        dims[0] = _ceil_div(dims[0], buf.row_split)
     if level.fractal is not None:
         f = int(level.fractal.value)
         dims = [_ceil_to(d, f) for d in dims]
-    elif dims:
-        dims[-1] = _ceil_to(dims[-1], sympy.Integer(32) / item) if 32 % item == 0 else dims[-1]
-    raw = sympy.Mul(*dims, item, evaluate=False)
-    return sympy.Mul(_ceil_to(raw, int(level.alignment.value)), buf.stages, evaluate=False)
+    elif dims and 32 % item == 0:
+        dims[-1] = _ceil_to(dims[-1], 32 // item)
+    raw = _prod(*dims, item)
+    return _prod(_ceil_to(raw, int(level.alignment.value)), buf.stages)
+
+
+def staging_bytes(role: str, m, k, n, step: int, item: int, level: Level, env: Mapping[str, int] | None = None):
+    """Bytes of a double-buffered matmul operand tile on a staging level: M × min(K, step) for the
+    ``left`` operand (L0A), min(K, step) × N for the ``right`` one (L0B)."""
+    m, k, n = _dims((m, k, n), env)
+    kc = min(k, step) if isinstance(k, int) else sympy.Min(k, step, evaluate=False)
+    rows, cols = (m, kc) if role == "left" else (kc, n)
+    f = int(level.fractal.value) if level.fractal else 1
+    raw = _prod(_ceil_to(rows, f), _ceil_to(cols, f), item)
+    return _prod(_ceil_to(raw, int(level.alignment.value)), 2)
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """The peak bytes of one level in one kernel (``expr``), and the live sets that reach it."""
+    """The peak bytes of one level in one kernel: the largest over ``terms``, each a set of buffers
+    live together (or one matmul's staged operand), named for reports."""
 
     kernel: str
-    level: str
-    expr: sympy.Expr
-    peak_sets: tuple[tuple[str, ...], ...]
+    level: Level
+    terms: tuple[tuple[tuple[str, ...], tuple], ...]  # (names, parts); parts: buffers or staging dims
+
+    def _term_bytes(self, parts, env):
+        if parts and parts[0] == "staging":
+            return staging_bytes(*parts[1:], self.level, env)
+        values = [buffer_bytes(b, self.level, env) for b in parts]
+        return sum(values) if env is not None else sympy.Add(*values, evaluate=False)
+
+    def value(self, env: Mapping[str, int]) -> int:
+        """Peak bytes for bound sizes."""
+        return max((self._term_bytes(parts, env) for _, parts in self.terms), default=0)
+
+    def peak_term(self, env: Mapping[str, int]) -> tuple[str, ...]:
+        """The names of the term that reaches the peak."""
+        if not self.terms:
+            return ()
+        return max(self.terms, key=lambda t: self._term_bytes(t[1], env))[0]
+
+    @property
+    def expr(self) -> sympy.Expr:
+        """The footprint as a sympy expression of the sizes."""
+        exprs = list(dict.fromkeys(self._term_bytes(parts, None) for _, parts in self.terms))
+        if not exprs:
+            return sympy.Integer(0)
+        return exprs[0] if len(exprs) == 1 else sympy.Max(*exprs, evaluate=False)
 
 
 def _intervals(kernel: Kernel) -> dict[str, tuple[int, int]]:
     """Live interval (first, last program-point) of every buffer, loops widened as described above."""
     spans: dict[str, list[int]] = {}
-    loop_spans: list[tuple[Loop, int, int]] = []
-    reads_first: dict[tuple[int, str], bool] = {}
+    loop_spans: list[tuple[int, int]] = []
+    reads: set[tuple[int, str]] = set()
     position = 0
 
     def visit(body):
@@ -74,69 +132,61 @@ def _intervals(kernel: Kernel) -> dict[str, tuple[int, int]]:
             if isinstance(stmt, Loop):
                 start = position
                 visit(stmt.body)
-                loop_spans.append((stmt, start, position - 1))
+                loop_spans.append((start, position - 1))
                 continue
             for name in stmt.buffers_read() + stmt.buffers_written():
                 spans.setdefault(name, []).append(position)
             for name in stmt.buffers_read():
-                reads_first.setdefault((position, name), True)
+                reads.add((position, name))
             position += 1
 
     visit(kernel.body)
     out: dict[str, tuple[int, int]] = {}
     for name, points in spans.items():
         lo, hi = min(points), max(points)
-        for _loop, start, end in loop_spans:
+        for start, end in loop_spans:
             inside = [p for p in points if start <= p <= end]
-            if not inside:
-                continue
-            outside = len(inside) != len(points)
-            first_is_read = (inside[0], name) in reads_first
-            if outside or first_is_read:
+            if inside and (len(inside) != len(points) or (inside[0], name) in reads):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
     return out
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
-    """Footprints of every level of ``target`` in ``kernel`` (levels the kernel does not use: 0)."""
+    """Footprints of every level of ``target`` in ``kernel``."""
     intervals = _intervals(kernel)
     buffers = {b.name: b for b in kernel.buffers}
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
-    out: list[Footprint] = []
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}
+    out: list[Footprint] = []
     for level in target.levels:
         if level.name in staging:
             continue
-        sums: dict[sympy.Expr, tuple[str, ...]] = {}
-        sizes = {n: buffer_bytes(b, level) for n, b in buffers.items() if b.scope == level.name}
+        sets: dict[tuple[str, ...], tuple] = {}
         for p in points:
             live = tuple(n for n, (lo, hi) in intervals.items() if lo <= p <= hi and buffers[n].scope == level.name)
-            if live:
-                expr = sympy.Add(*(sizes[n] for n in live), evaluate=False)
-                sums.setdefault(expr, live)
-        expr = sympy.Max(*sums, evaluate=False) if len(sums) > 1 else (next(iter(sums)) if sums else sympy.Integer(0))
-        out.append(Footprint(kernel.name, level.name, expr, tuple(sums.values())))
+            if live and live not in sets:
+                sets[live] = tuple(buffers[n] for n in live)
+        # drop sets contained in another one: they can never be the peak
+        keys = [k for k in sets if not any(set(k) < set(o) for o in sets)]
+        out.append(Footprint(kernel.name, level, tuple((k, sets[k]) for k in keys)))
     for role in ("left", "right"):
         name = target.placement.get(role)
         if name is None:
             continue
         level = target.level(name)
         step = int(target.placement["k_step"].value)
-        needs = []
+        terms = []
         for stmt, _ in walk(kernel.body):
             if not isinstance(stmt, MatMul):
                 continue
             a, b = buffers[stmt.a], buffers[stmt.b]
             m, k = (a.shape[1], a.shape[0]) if stmt.trans_a else (a.shape[0], a.shape[1])
             n = b.shape[0] if stmt.trans_b else b.shape[1]
-            kc = sympy.Min(k, step, evaluate=False)
-            rows, cols = (m, kc) if role == "left" else (kc, n)
-            f = int(level.fractal.value) if level.fractal else 1
-            raw = sympy.Mul(_ceil_to(rows, f), _ceil_to(cols, f), dtypes.itemsize(a.dtype), evaluate=False)
-            needs.append(sympy.Mul(_ceil_to(raw, int(level.alignment.value)), 2, evaluate=False))
-        expr = sympy.Max(*set(needs), evaluate=False) if len(set(needs)) > 1 else (needs[0] if needs else sympy.Integer(0))
-        out.append(Footprint(kernel.name, name, expr, ()))
+            operand = stmt.a if role == "left" else stmt.b
+            label = f"{operand} tile of {stmt.dst} = {stmt.a} @ {stmt.b}, x2 stages"
+            terms.append(((label,), ("staging", role, m, k, n, step, dtypes.itemsize(a.dtype))))
+        out.append(Footprint(kernel.name, level, tuple(terms)))
     return out
 
 

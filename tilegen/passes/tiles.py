@@ -17,7 +17,6 @@ import sympy
 
 from ..cost import Prediction, predict
 from ..errors import ScheduleError
-from ..exprs import evaluate
 from ..ir import Bc, Br, Program
 from ..targets import Target
 from .footprint import Footprint, footprints
@@ -67,8 +66,8 @@ def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], b
     env.update({"Br": br, "Bc": bc})
     peaks: dict[str, int] = {}
     for fp in fps:
-        value = evaluate(fp.expr, env)
-        peaks[fp.level] = max(peaks.get(fp.level, 0), int(value))
+        value = fp.value(env)
+        peaks[fp.level.name] = max(peaks.get(fp.level.name, 0), int(value))
     overflow = tuple(
         (lvl.name, peaks.get(lvl.name, 0) - lvl.usable) for lvl in target.levels if peaks.get(lvl.name, 0) > lvl.usable
     )

@@ -213,7 +213,6 @@ def verify(program: Program, where: str = "?", target=None) -> Program:
 
 
 def _check_target(program: Program, where: str, target) -> None:
-    from ..exprs import UnboundSymbol, evaluate
     from .footprint import footprints
 
     levels = {lvl.name: lvl for lvl in target.levels}
@@ -225,13 +224,12 @@ def _check_target(program: Program, where: str, target) -> None:
                     f"not a level of target {target.name} ({', '.join(levels)})"
                 )
     env = {str(k): v for k, v in program.env}
+    if "Br" not in env or "Bc" not in env:
+        return  # tile sizes not bound yet
     for fp in footprints(program, target):
-        try:
-            value = evaluate(fp.expr, env)
-        except UnboundSymbol:
-            return  # tile sizes not bound yet
-        if value > levels[fp.level].usable:
+        value = fp.value(env)
+        if value > fp.level.usable:
             raise VerifyError(
-                f"verify after {where}: kernel {fp.kernel}: level {fp.level} needs {value} bytes, "
-                f"usable {levels[fp.level].usable}"
+                f"verify after {where}: kernel {fp.kernel}: level {fp.level.name} needs {value} bytes, "
+                f"usable {fp.level.usable}"
             )
