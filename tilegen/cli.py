@@ -4,6 +4,7 @@ Verbs:
   run       run a spec's programs in the interpreter on seeded random data and check them
   inspect   the schedule on a target: tile sizes and why, footprints vs capacity, predicted
             traffic, FLOPs and time, the loop nest with placements; --compare: store P vs recompute
+  spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
 given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
@@ -52,11 +53,14 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def resolve_spec(args: argparse.Namespace) -> AttentionSpec:
-    """The spec the arguments name, with the overrides applied (validated)."""
+def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
+    """The spec the arguments name (or ``base``), with the overrides applied (validated)."""
     if args.spec_file and args.spec:
         raise SpecError("--spec", args.spec, "either a SPEC_FILE or --spec NAME, not both")
-    spec = load_spec(args.spec_file) if args.spec_file else builtin_spec(args.spec or DEFAULT_SPEC)
+    if base is not None:
+        spec = base
+    else:
+        spec = load_spec(args.spec_file) if args.spec_file else builtin_spec(args.spec or DEFAULT_SPEC)
     changes = {}
     if args.batch is not None:
         changes["batch"] = args.batch
@@ -163,6 +167,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spec(args: argparse.Namespace) -> int:
+    from .fileio import write_atomic
+
+    if args.from_hf:
+        if args.spec_file or args.spec:
+            raise SpecError("--from-hf", args.from_hf, "either --from-hf or a spec, not both")
+        from .hf import spec_from_hf_config
+
+        spec = spec_from_hf_config(args.from_hf, seq=args.seq, batch=args.batch or 1, name=args.name, layer=args.layer)
+        if args.heads is not None:
+            spec = resolve_spec(argparse.Namespace(spec_file=None, spec=None, batch=None, seq=None, heads=args.heads), base=spec)
+    else:
+        spec = resolve_spec(args)
+    text = spec.to_toml()
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output}: {describe(spec)}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -191,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
     inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
     inspect.set_defaults(func=cmd_inspect)
+    spec = sub.add_parser("spec", help="print or write a spec as TOML (from a built-in, a file, or a HuggingFace config)")
+    _add_spec_args(spec)
+    spec.add_argument("--from-hf", metavar="CONFIG", help="a HuggingFace config.json (or the model folder holding it)")
+    spec.add_argument("--name", help="the spec's name (with --from-hf)")
+    spec.add_argument("--layer", type=int, help="which layer, when the model's layers differ (with --from-hf)")
+    spec.add_argument("-o", "--output", metavar="FILE", help="write the TOML here (atomically) instead of printing it")
+    spec.set_defaults(func=cmd_spec)
     return parser
 
 
