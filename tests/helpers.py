@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilegen import dtypes, reference
-from tilegen.check import compare
+from tilegen.check import compare, lse_rel_floor
 from tilegen.spec import AttentionSpec
 
 
@@ -42,12 +42,16 @@ def assert_forward_ok(spec: AttentionSpec, o: np.ndarray, lse: np.ndarray, data:
         assert comp.ok, comp.line()
 
 
-def assert_backward_ok(spec: AttentionSpec, grads, data: dict) -> None:
-    """dQ, dK, dV pass DESIGN §3's rule against the float64 reference; no NaN anywhere."""
+def assert_backward_ok(spec: AttentionSpec, grads, data: dict, lse=None) -> None:
+    """dQ, dK, dV pass DESIGN §3's rule against the float64 reference; no NaN anywhere. ``lse``: the
+    logsumexp the backward was given (for the rule's L-rounding term; the float64 one by default)."""
     kw = ref_kwargs(spec)
+    if lse is None:
+        lse = reference.forward(data["Q"], data["K"], data["V"], **kw)[1]
+    rel_floor = lse_rel_floor(lse)
     ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
     plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
     for name, ours, r, p in zip(("dQ", "dK", "dV"), grads, ref, plain):
         assert not np.isnan(np.asarray(ours, dtype=np.float32)).any(), f"NaN in {name}"
-        comp = compare(name, ours, r, p, spec.dtype)
+        comp = compare(name, ours, r, p, spec.dtype, rel_floor=rel_floor)
         assert comp.ok, comp.line()

@@ -110,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
         kernels = ", ".join(k.name for k in program.kernels)
         print(f"{label}: kernels {kernels}; {tiles}")
-    print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + half an ulp):")
+    print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/check.py):")
     for comp in report.comparisons:
         print("  " + comp.line())
     if backward == "both":

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dtypes, reference
 from .backends.interp import Measurement, interpret
-from .check import Comparison, compare
+from .check import Comparison, compare, lse_rel_floor
 from .errors import SpecError
 from .ir import Program
 from .passes import pipeline
@@ -114,5 +114,5 @@ def check_spec(
         report.measurements[label] = measured
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
-            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype))
+            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"])))
     return report
