@@ -87,12 +87,18 @@ def staging_bytes(role: str, m, k, n, step: int, item: int, level: Level, env: M
 
 @dataclass(frozen=True)
 class Footprint:
-    """The peak bytes of one level in one kernel: the largest over ``terms``, each a set of buffers
-    live together (or one matmul's staged operand), named for reports."""
+    """The peak bytes of one level in one kernel.
+
+    ``terms``: each a set of buffers live together (or one matmul's staged operand), named for reports;
+    the largest term is the liveness bound (:attr:`expr`, symbolic). :meth:`value` is what the code
+    generator allocates: buffers get offsets by first fit over their live intervals (:func:`plan`),
+    which reaches the bound unless fragmentation costs a little more.
+    """
 
     kernel: str
     level: Level
     terms: tuple[tuple[tuple[str, ...], tuple], ...]  # (names, parts); parts: buffers or staging dims
+    intervals: tuple[tuple[Buffer, int, int], ...] = ()  # (buffer, first, last) of the level's buffers
 
     def _term_bytes(self, parts, env):
         if parts and parts[0] == "staging":
@@ -100,9 +106,15 @@ class Footprint:
         values = [buffer_bytes(b, self.level, env) for b in parts]
         return sum(values) if env is not None else sympy.Add(*values, evaluate=False)
 
-    def value(self, env: Mapping[str, int]) -> int:
-        """Peak bytes for bound sizes."""
+    def bound(self, env: Mapping[str, int]) -> int:
+        """The liveness bound for bound sizes: the largest set of buffers live together."""
         return max((self._term_bytes(parts, env) for _, parts in self.terms), default=0)
+
+    def value(self, env: Mapping[str, int]) -> int:
+        """Bytes the planned allocation needs (staging levels: the largest double-buffered operand)."""
+        if not self.intervals:
+            return self.bound(env)
+        return plan(self.intervals, self.level, env)[1]
 
     def peak_term(self, env: Mapping[str, int]) -> tuple[str, ...]:
         """The names of the term that reaches the peak."""
@@ -117,6 +129,26 @@ class Footprint:
         if not exprs:
             return sympy.Integer(0)
         return exprs[0] if len(exprs) == 1 else sympy.Max(*exprs, evaluate=False)
+
+
+def plan(intervals, level: Level, env: Mapping[str, int]) -> tuple[dict[str, int], int]:
+    """Offsets (bytes) of buffers in one level: in order of first use, each takes the lowest aligned
+    offset that does not overlap a buffer whose live interval meets its own. Returns (offsets, peak)."""
+    placed: list[tuple[int, int, int, int]] = []  # (first, last, offset, size)
+    offsets: dict[str, int] = {}
+    align = int(level.alignment.value)
+    for buf, first, last in sorted(intervals, key=lambda x: (x[1], x[0].name)):
+        size = buffer_bytes(buf, level, env)
+        busy = sorted((off, off + sz) for f, l, off, sz in placed if not (l < first or f > last))
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, -(-hi // align) * align)
+        placed.append((first, last, offset, size))
+        offsets[buf.name] = offset
+    peak = max((off + sz for _, _, off, sz in placed), default=0)
+    return offsets, peak
 
 
 def _intervals(kernel: Kernel) -> dict[str, tuple[int, int]]:
@@ -169,7 +201,8 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
                 sets[live] = tuple(buffers[n] for n in live)
         # drop sets contained in another one: they can never be the peak
         keys = [k for k in sets if not any(set(k) < set(o) for o in sets)]
-        out.append(Footprint(kernel.name, level, tuple((k, sets[k]) for k in keys)))
+        spans = tuple((buffers[n], lo, hi) for n, (lo, hi) in intervals.items() if buffers[n].scope == level.name)
+        out.append(Footprint(kernel.name, level, tuple((k, sets[k]) for k in keys), spans))
     for role in ("left", "right"):
         name = target.placement.get(role)
         if name is None:

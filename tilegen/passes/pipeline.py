@@ -56,6 +56,11 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
     from .tiles import choose_tiles
 
     tgt = load_target(target)
+    if tgt.kind == "ascend":
+        from .lower import split_matmul_scale
+
+        # the cube has no scale factor: S = scale * Q K^T becomes Q K^T, then * scale on the vector unit
+        program = log.record("split-matmul-scale", split_matmul_scale(program))
     program = log.record("place", place(program, tgt), tgt)
     forced = None
     if tile_sizes is not None:
