@@ -47,7 +47,12 @@ class Level:
     alignment: Figure
     reserved: Figure | None = None
     fractal: Figure | None = None
+    scratch: Figure | None = None
 
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes a backend keeps on this level for its own temporaries (not IR buffers)."""
+        return int(self.scratch.value) if self.scratch else 0
     @property
     def usable(self) -> int:
         return int(self.capacity.value) - int(self.reserved.value if self.reserved else 0)
@@ -144,6 +149,7 @@ def _parse(path: Path) -> Target:
                 alignment=_figure(lvl["alignment"], f"{lw}.alignment"),
                 reserved=_figure(lvl["reserved"], f"{lw}.reserved") if "reserved" in lvl else None,
                 fractal=_figure(lvl["fractal"], f"{lw}.fractal") if "fractal" in lvl else None,
+                scratch=_figure(lvl["scratch"], f"{lw}.scratch") if "scratch" in lvl else None,
             )
         )
     placement = {}

@@ -104,17 +104,20 @@ class Footprint:
         if parts and parts[0] == "staging":
             return staging_bytes(*parts[1:], self.level, env)
         values = [buffer_bytes(b, self.level, env) for b in parts]
-        return sum(values) if env is not None else sympy.Add(*values, evaluate=False)
+        return sum(values) if env is not None else sympy.Add(*values, self.level.scratch_bytes, evaluate=False)
 
     def bound(self, env: Mapping[str, int]) -> int:
-        """The liveness bound for bound sizes: the largest set of buffers live together."""
-        return max((self._term_bytes(parts, env) for _, parts in self.terms), default=0)
+        """The liveness bound for bound sizes: the largest set of buffers live together (plus the
+        level's backend scratch when any buffer uses the level)."""
+        peak = max((self._term_bytes(parts, env) for _, parts in self.terms), default=0)
+        return peak + (self.level.scratch_bytes if peak and self.intervals else 0)
 
     def value(self, env: Mapping[str, int]) -> int:
-        """Bytes the planned allocation needs (staging levels: the largest double-buffered operand)."""
+        """Bytes the planned allocation needs, scratch included (staging levels: the largest
+        double-buffered operand)."""
         if not self.intervals:
             return self.bound(env)
-        return plan(self.intervals, self.level, env)[1]
+        return plan(self.intervals, self.level, env)[1] + self.level.scratch_bytes
 
     def peak_term(self, env: Mapping[str, int]) -> tuple[str, ...]:
         """The names of the term that reaches the peak."""

@@ -107,21 +107,29 @@ def _split_mixed(kernel: Kernel, program: Program) -> tuple[Kernel, list[Tensor]
         copies = {first: name}
         unit_of[name] = first
         ws = Tensor(f"ws_{name}", buffers[name].shape, buffers[name].dtype, "handoff")
-        tensors.append(ws)
         tile = Access(ws.name, tuple(sympy.Integer(0) for _ in ws.shape), ws.shape)
-        for n in range(len(acc)):
+        needed = False
+        fresh: set[str] = set()  # units whose copy holds the latest value
+        writer = first
+        for n, (position, stmt, _) in enumerate(acc):
             unit = units[n]
             if unit not in copies:
                 copies[unit] = f"{name}_{unit}"
                 new_buffers.append(dataclasses.replace(buffers[name], name=copies[unit]))
                 unit_of[copies[unit]] = unit
-            if n and units[n] != units[n - 1]:
-                position = acc[n][0]
-                before.setdefault(position, []).extend(
-                    [Store(tile, copies[units[n - 1]]), Load(copies[unit], tile)]
-                )
-            renames[(acc[n][0], name)] = copies[unit]
-
+            reads = name in stmt.buffers_read()
+            writes = name in stmt.buffers_written()
+            if reads and fresh and unit not in fresh:
+                # the latest value lives on the other unit: pass it through the GM workspace
+                before.setdefault(position, []).extend([Store(tile, copies[writer]), Load(copies[unit], tile)])
+                needed = True
+                fresh.add(unit)
+            if writes:
+                fresh = {unit}
+                writer = unit
+            renames[(position, name)] = copies[unit]
+        if needed:
+            tensors.append(ws)
     counter = iter(range(1 << 62))
 
     def edit(body):

@@ -1,0 +1,688 @@
+"""Ascend C backend for 910B (NPU arch 2201): the scheduled IR → kernels, host code, build files.
+
+The pipeline has already fused the backward, split each matmul's scale onto the vector unit, placed
+every buffer (L1 / L0C on the cube, UB on the vector cores, rows split over the 2 AIVs) with GM
+hand-off tiles between the units, and chosen the tile sizes. This module turns each kernel of such a
+program into a MIX_AIC_1_2 kernel: one loop nest, emitted twice, once per unit:
+
+- the AIC (cube) side keeps the statements on cube buffers: loads into L1 (ND→NZ DataCopy), matmuls
+  (LoadData into L0A/L0B, Mmad into L0C), stores from L0C (Fixpipe, with SetAtomicAdd for atomic adds);
+- the AIV (vector) side keeps the statements on UB buffers, each of the 2 AIVs on its half of the rows:
+  loads and stores with DataCopyPad, elementwise ops, row reductions and masks;
+- a store to a hand-off tile and the matching load become a send and a receive through the core's GM
+  workspace slot, ordered by cross-core flags (data ready / slot free, mode 2).
+
+Program instances of the launch grid are spread over the AI Cores round robin; every AIV runs the same
+instances as its AIC. Decisions come from the IR (tile sizes, placement, loop bounds, masks, pads);
+the lowering here computes offsets, counts and flags, and the Jinja templates in
+``templates/ascendc/`` render them through one macro per operation, calling the fixed helpers of
+``tilegen_runtime.h``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+import sympy
+
+from .. import dtypes
+from ..errors import SpecError, TargetError
+from ..exprs import evaluate
+from ..ir import (
+    Access,
+    Buffer,
+    Elementwise,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    Mask,
+    MatMul,
+    Program,
+    RowReduce,
+    Store,
+    grid_loops,
+)
+from ..passes import pipeline
+from ..passes.footprint import buffer_bytes, plan
+from ..resources import data_dir
+from ..spec import AttentionSpec
+from ..targets import Target, load_target
+
+CTYPE = {"fp16": "half", "bf16": "bfloat16_t", "fp32": "float"}
+SHAPE_NAMES = ("B", "Hq", "Hkv", "G", "Sq", "Sk")
+
+
+# --- C++ expressions -----------------------------------------------------------------------------------
+
+
+def cexpr(expr, consts: dict[str, int]) -> str:
+    """A sympy integer expression as C++ int64 code. Symbols in ``consts`` (tile sizes, head dims)
+    become literals; the others (loop variables, shape sizes) stay names."""
+    e = sympy.sympify(expr)
+    if consts:
+        e = e.subs({s: consts[str(s)] for s in e.free_symbols if str(s) in consts})
+    return _c(e)
+
+
+def _c(e) -> str:
+    if e.is_Integer:
+        v = int(e)
+        return f"{v}LL" if v >= 0 else f"({v}LL)"
+    if e.is_Symbol:
+        return str(e)
+    if isinstance(e, sympy.Add):
+        terms = [_c(a) for a in e.args]
+        return "(" + " + ".join(terms) + ")"
+    if isinstance(e, sympy.Mul):
+        num, den = sympy.fraction(e)
+        if den != 1:
+            raise ValueError(f"non-integer expression {e} in emitted code")
+        return "(" + " * ".join(_c(a) for a in e.args) + ")"
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        fn = "tilegen::FloorDiv" if isinstance(e, sympy.floor) else "tilegen::CeilDiv"
+        return f"{fn}({_c(num)}, {_c(den)})"
+    if isinstance(e, (sympy.Min, sympy.Max)):
+        fn = "tilegen::Min64" if isinstance(e, sympy.Min) else "tilegen::Max64"
+        args = [_c(a) for a in e.args]
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+    if isinstance(e, sympy.Piecewise):
+        (v1, c1), (v2, _c2) = e.args
+        return f"(({_rel(c1)}) ? {_c(v1)} : {_c(v2)})"
+    raise ValueError(f"cannot emit {e!r} ({type(e).__name__}) as C++")
+
+
+def _rel(c) -> str:
+    ops = {sympy.GreaterThan: ">=", sympy.StrictGreaterThan: ">", sympy.LessThan: "<=", sympy.StrictLessThan: "<"}
+    for cls, op in ops.items():
+        if isinstance(c, cls):
+            return f"{_c(c.lhs)} {op} {_c(c.rhs)}"
+    raise ValueError(f"cannot emit condition {c!r}")
+
+
+def cfloat(x: float) -> str:
+    if x == float("-inf"):
+        return "-INFINITY"
+    if x == float("inf"):
+        return "INFINITY"
+    return repr(float(x)) + "f"
+
+
+# --- the plan ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class View:
+    """A named LocalTensor view into one unit's buffer pool: copies (stages) at byte offsets."""
+
+    name: str
+    ctype: str
+    pool: str
+    elems: int
+    offsets: list[int]
+
+
+@dataclass
+class Side:
+    """One unit's part of a kernel: its pools (TBuf position, bytes), views, producer counters, ops."""
+
+    pools: list[tuple[str, str, int]] = field(default_factory=list)  # (pool var, TPosition, bytes)
+    views: list[View] = field(default_factory=list)
+    counters: list[str] = field(default_factory=list)
+    drains: list[tuple[str, str]] = field(default_factory=list)  # (counter, flag) waited once at the end
+    ops: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class KernelPlan:
+    name: str
+    source_kernel: str
+    grid: list[tuple[str, str]]  # (var, extent)
+    aic: Side
+    aiv: Side
+    shape_names: list[str]
+
+
+@dataclass
+class TensorArg:
+    name: str
+    ctype: str
+    numel: str
+    kind: str
+    layout: str
+
+
+@dataclass
+class ProgramPlan:
+    label: str
+    kernels: list[KernelPlan]
+    tensors: list[TensorArg]
+    handoffs: list[dict]  # name, ctype, rows, cols, offset (bytes in a core's slot area)
+    ws_per_core: int
+    tiles: dict[str, int]
+    program: Program
+
+
+# --- lowering ----------------------------------------------------------------------------------------
+
+
+class _Lower:
+    def __init__(self, program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, handoffs: dict):
+        self.program = program
+        self.kernel = kernel
+        self.target = target
+        self.spec = spec
+        self.env = {str(k): v for k, v in program.env}
+        self.consts = {k: v for k, v in self.env.items() if k in ("Br", "Bc", "Dqk", "Dv")}
+        self.buffers = {b.name: b for b in kernel.buffers}
+        self.tensors = {t.name: t for t in program.tensors}
+        self.handoffs = handoffs
+        self.split = target.vector_split
+        self.step = int(target.placement["k_step"].value)
+
+    # sizes
+    def dims(self, buf: Buffer) -> list[int]:
+        return [int(evaluate(d, self.env)) for d in buf.shape]
+
+    def cpad(self, buf: Buffer) -> int:
+        item = dtypes.itemsize(buf.dtype)
+        cols = self.dims(buf)[-1]
+        return -(-cols * item // 32) * 32 // item
+
+    def half(self, buf: Buffer) -> int:
+        return -(-self.dims(buf)[0] // self.split)
+
+    # pools and views
+    def side(self, unit: str) -> Side:
+        side = Side()
+        levels = (
+            [(self.target.placement["operand"], "TPosition::A1"), (self.target.placement["result"], "TPosition::CO1")]
+            if unit == "cube"
+            else [(self.target.placement["vector"], "TPosition::VECCALC")]
+        )
+        for level_name, position in levels:
+            level = self.target.level(level_name)
+            spans = _live_spans(self.kernel, level_name)
+            if not spans:
+                continue
+            offsets, peak = plan(spans, level, self.env)
+            pool = f"pool_{level_name.lower()}"
+            extra = level.scratch_bytes if unit == "vector" else 0
+            side.pools.append((pool, position, peak + extra))
+            for buf, _, _ in spans:
+                single = buffer_bytes(_single(buf), level, self.env)
+                item = dtypes.itemsize(buf.dtype)
+                side.views.append(
+                    View(buf.name, CTYPE[buf.dtype], pool, single // item, [offsets[buf.name] + s * single for s in range(buf.stages)])
+                )
+            if unit == "vector":
+                # backend scratch after the planned buffers: reduction tmp and result, the column
+                # index of a mask, its compare bits (sizes within the level's declared scratch)
+                cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64])
+                scratch = [("sc_tmp", "float", 64), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                offset = -(-peak // 32) * 32
+                for name, ctype, elems in scratch:
+                    size = -(-elems * (4 if ctype == "float" else 1) // 32) * 32
+                    side.views.append(View(name, ctype, pool, elems, [offset]))
+                    offset += size
+                if offset - peak > extra:
+                    raise TargetError(f"vector scratch needs {offset - peak} bytes, the target reserves {extra}")
+        if unit == "cube":
+            for role, position in (("left", "TPosition::A2"), ("right", "TPosition::B2")):
+                level = self.target.level(self.target.placement[role])
+                need = self._staging_bytes(role)
+                if need:
+                    side.pools.append((f"pool_{level.name.lower()}", position, need))
+        return side
+
+    def _staging_bytes(self, role: str) -> int:
+        level = self.target.level(self.target.placement[role])
+        best = 0
+        for stmt in _stmts(self.kernel.body):
+            if isinstance(stmt, MatMul):
+                a, b = self.buffers[stmt.a], self.buffers[stmt.b]
+                m, k = (self.dims(a)[1], self.dims(a)[0]) if stmt.trans_a else self.dims(a)
+                n = self.dims(b)[0] if stmt.trans_b else self.dims(b)[1]
+                rows, cols = (m, min(k, self.step)) if role == "left" else (min(k, self.step), n)
+                raw = -(-rows // 16) * 16 * -(-cols // 16) * 16 * dtypes.itemsize(a.dtype)
+                best = max(best, -(-raw // int(level.alignment.value)) * int(level.alignment.value) * 2)
+        if best:  # ZeroAcc needs a 16-wide zero tile of any accumulator's rows/cols
+            for name, buf in self.buffers.items():
+                if buf.scope == self.target.placement["result"]:
+                    m, n = self.dims(buf)
+                    best = max(best, -(-(m if role == "left" else n) // 16) * 16 * 16 * 2 * 2)
+        return best
+
+    # GM addressing: (offset expression, row pitch expression) of an access's first element
+    def gm_address(self, access: Access, row_shift: str = "0LL") -> tuple[str, str]:
+        t = self.tensors[access.tensor]
+        idx = [cexpr(x, self.consts) for x in access.index]
+        if t.kind == "handoff":
+            cols = int(evaluate(t.shape[-1], self.env))
+            return f"(({idx[0]} + {row_shift}) * {cols}LL)", f"{cols}LL"
+        shape = [cexpr(s, self.consts) for s in t.shape]
+        if len(t.shape) == 3:
+            b, h, s = idx
+            _, H, S = shape
+            return f"((({b} * {H} + {h}) * {S}) + {s} + {row_shift})", "1LL"
+        b, h, s, d = idx
+        _, H, S, D = shape
+        s = f"({s} + {row_shift})"
+        if t.layout == "BSND":
+            return f"(((({b} * {S} + {s}) * {H} + {h}) * {D}) + {d})", f"({H} * {D})"
+        return f"(((({b} * {H} + {h}) * {S} + {s}) * {D}) + {d})", D
+
+    def valid_rows(self, access: Access, row_shift: str, rows: int) -> str:
+        t = self.tensors[access.tensor]
+        ntile = len(access.tile)
+        start = cexpr(access.index[len(access.index) - ntile], self.consts)
+        if t.kind == "handoff":
+            extent = str(int(evaluate(t.shape[0], self.env))) + "LL"
+        else:
+            extent = cexpr(t.shape[len(t.shape) - ntile], self.consts)
+        return f"tilegen::Clip({extent} - ({start} + {row_shift}), 0LL, {rows}LL)"
+
+
+def _single(buf: Buffer) -> Buffer:
+    from dataclasses import replace
+
+    return replace(buf, stages=1)
+
+
+def _stmts(body):
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _stmts(s.body)
+        else:
+            yield s
+
+
+def _live_spans(kernel: Kernel, level: str):
+    from ..passes.footprint import _intervals
+
+    intervals = _intervals(kernel)
+    return [(b, *intervals[b.name]) for b in kernel.buffers if b.scope == level and b.name in intervals]
+
+
+def _unit_of_stmt(stmt, buffers: dict[str, Buffer], tensors) -> str:
+    if isinstance(stmt, Load):
+        return buffers[stmt.dst].unit
+    if isinstance(stmt, Store):
+        return buffers[stmt.src].unit
+    return buffers[stmt.buffers_written()[0]].unit
+
+
+def lower_kernel(program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict) -> KernelPlan:
+    lo = _Lower(program, kernel, target, spec, handoffs)
+    aic, aiv = lo.side("cube"), lo.side("vector")
+    grid = grid_loops(kernel)
+    inner = grid[-1].body if grid else kernel.body
+    counters: dict[str, set] = {"cube": set(), "vector": set()}
+    aic.ops = _lower_body(lo, inner, "cube", counters)
+    aiv.ops = _lower_body(lo, inner, "vector", counters)
+    for unit, side in (("cube", aic), ("vector", aiv)):
+        side.counters = sorted(counters[unit])
+        free = "tilegen::FLAG_C2V_FREE" if unit == "cube" else "tilegen::FLAG_V2C_FREE"
+        side.drains = [(c, free) for c in side.counters]
+    used = set()
+    for expr in [l.stop for l in grid] + [s for st in _stmts(kernel.body) for s in st.exprs()]:
+        used |= {str(s) for s in sympy.sympify(expr).free_symbols}
+    for t in program.tensors:
+        for d in t.shape:
+            used |= {str(s) for s in sympy.sympify(d).free_symbols}
+    shape_names = [n for n in SHAPE_NAMES if n in used] + [n for n in ("Sq", "Sk") if n not in used]
+    return KernelPlan(
+        name=name,
+        source_kernel=kernel.name,
+        grid=[(str(l.var), cexpr(l.stop, lo.consts)) for l in grid],
+        aic=aic,
+        aiv=aiv,
+        shape_names=list(dict.fromkeys(shape_names)),
+    )
+
+
+def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
+    ops: list[dict] = []
+    for stmt in body:
+        if isinstance(stmt, Loop):
+            inner = _lower_body(lo, stmt.body, unit, counters)
+            if inner:
+                ops.append(
+                    {
+                        "kind": "loop",
+                        "var": str(stmt.var),
+                        "start": cexpr(stmt.start, lo.consts),
+                        "stop": cexpr(stmt.stop, lo.consts),
+                        "note": stmt.note,
+                        "body": inner,
+                    }
+                )
+            continue
+        op = _lower_stmt(lo, stmt, unit, counters)
+        if op is not None:
+            ops.append(op)
+    return ops
+
+
+def _lower_stmt(lo: _Lower, stmt, unit: str, counters) -> dict | None:
+    bufs, tensors = lo.buffers, lo.tensors
+    handoff_tensor = None
+    if isinstance(stmt, (Load, Store)):
+        acc = stmt.src if isinstance(stmt, Load) else stmt.dst
+        if tensors[acc.tensor].kind == "handoff":
+            handoff_tensor = acc.tensor
+    stmt_unit = _unit_of_stmt(stmt, bufs, tensors)
+    if handoff_tensor is None and stmt_unit != unit:
+        return None
+    if handoff_tensor is not None and stmt_unit != unit:
+        return None
+    if unit == "cube":
+        return _cube_op(lo, stmt, handoff_tensor, counters)
+    return _vector_op(lo, stmt, handoff_tensor, counters)
+
+
+def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
+    bufs = lo.buffers
+    if isinstance(stmt, Load):
+        buf = bufs[stmt.dst]
+        rows, cols = lo.dims(buf)
+        off, pitch = lo.gm_address(stmt.src)
+        op = {
+            "kind": "l1_load",
+            "dst": buf.name,
+            "stages": buf.stages,
+            "ctype": CTYPE[buf.dtype],
+            "gm": f"g_{stmt.src.tensor}",
+            "offset": off,
+            "valid": lo.valid_rows(stmt.src, "0LL", rows),
+            "rows": rows,
+            "cols": cols,
+            "pitch": pitch,
+            "zero_tail": stmt.pad is not None,
+        }
+        if handoff:
+            op["kind"] = "v2c_recv"
+        return op
+    if isinstance(stmt, Store):
+        buf = bufs[stmt.src]
+        rows, cols = lo.dims(buf)
+        off, pitch = lo.gm_address(stmt.dst)
+        op = {
+            "kind": "fix_store",
+            "src": buf.name,
+            "gm": f"g_{stmt.dst.tensor}",
+            "offset": off,
+            "m": rows,
+            "valid": lo.valid_rows(stmt.dst, "0LL", rows),
+            "cols": cols,
+            "pitch": pitch,
+            "atomic": stmt.accumulate,
+        }
+        if lo.tensors[stmt.dst.tensor].dtype != "fp32":
+            raise TargetError(f"store of cube buffer {buf.name} into {lo.tensors[stmt.dst.tensor].dtype} tensor: Fixpipe casts are not lowered")
+        if handoff:
+            op["kind"] = "c2v_send"
+            op["counter"] = f"n_{handoff}"
+            counters["cube"].add(f"n_{handoff}")
+        return op
+    if isinstance(stmt, MatMul):
+        a, b, c = bufs[stmt.a], bufs[stmt.b], bufs[stmt.dst]
+        m, k = (lo.dims(a)[1], lo.dims(a)[0]) if stmt.trans_a else lo.dims(a)
+        n = lo.dims(b)[0] if stmt.trans_b else lo.dims(b)[1]
+        if stmt.alpha != 1.0:
+            raise TargetError("a matmul kept its scale: run the split-matmul-scale lowering first")
+        if a.dtype not in ("fp16", "bf16"):
+            raise TargetError(f"the cube path takes fp16 or bf16 operands, {a.name} is {a.dtype}")
+        return {
+            "kind": "matmul",
+            "c": c.name,
+            "a": a.name,
+            "b": b.name,
+            "ctype": CTYPE[a.dtype],
+            "m": m,
+            "n": n,
+            "k": k,
+            "trans_a": stmt.trans_a,
+            "trans_b": stmt.trans_b,
+            "accumulate": stmt.accumulate,
+        }
+    if isinstance(stmt, Fill):
+        buf = bufs[stmt.dst]
+        if stmt.value != 0:
+            raise TargetError(f"cube buffer {buf.name} filled with {stmt.value}; only zero fills are lowered")
+        m, n = lo.dims(buf)
+        return {"kind": "zero_acc", "c": buf.name, "m": m, "n": n}
+    raise TargetError(f"no cube lowering for {type(stmt).__name__}")
+
+
+def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
+    bufs = lo.buffers
+    if isinstance(stmt, (Load, Store)):
+        name = stmt.dst if isinstance(stmt, Load) else stmt.src
+        access = stmt.src if isinstance(stmt, Load) else stmt.dst
+        buf = bufs[name]
+        half = lo.half(buf)
+        dims = lo.dims(buf)
+        shift = f"({half}LL * sub)"
+        off, pitch = lo.gm_address(access, shift)
+        op = {
+            "ctype": CTYPE[buf.dtype],
+            "buf": buf.name,
+            "gm": f"g_{access.tensor}",
+            "offset": off,
+            "pitch": pitch,
+            "valid": lo.valid_rows(access, shift, half),
+            "rows": half,
+            "cols": dims[-1] if len(dims) == 2 else 1,
+            "cpad": lo.cpad(buf) if len(dims) == 2 else 1,
+            "vector": len(dims) == 1,
+        }
+        if isinstance(stmt, Load):
+            op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
+            if handoff:
+                op["kind"] = "c2v_recv"
+        else:
+            op.update(kind="ub_store", atomic=stmt.accumulate)
+            if handoff:
+                op["kind"] = "v2c_send"
+                op["counter"] = f"n_{handoff}"
+                counters["vector"].add(f"n_{handoff}")
+        return op
+    if isinstance(stmt, Fill):
+        buf = bufs[stmt.dst]
+        return {"kind": "fill", "buf": buf.name, "ctype": CTYPE[buf.dtype], "value": cfloat(stmt.value), "count": _count(lo, buf)}
+    if isinstance(stmt, RowReduce):
+        src, dst = bufs[stmt.src], bufs[stmt.dst]
+        return {
+            "kind": "reduce",
+            "dst": dst.name,
+            "src": src.name,
+            "rows": lo.half(src),
+            "cols": lo.dims(src)[1],
+            "cpad": lo.cpad(src),
+            "is_max": stmt.op == "max",
+        }
+    if isinstance(stmt, Mask):
+        buf = bufs[stmt.src]
+        if stmt.src != stmt.dst:
+            raise TargetError("mask must be in place on Ascend")
+        cpad = lo.cpad(buf)
+        if cpad * 4 % 256:
+            raise TargetError(f"the mask of {buf.name} needs its columns ({cpad}) to be a multiple of 64 for CompareScalar")
+        m = lo.program.mask
+        return {
+            "kind": "mask",
+            "buf": buf.name,
+            "rows": lo.half(buf),
+            "cpad": cpad,
+            "row0": f"({cexpr(stmt.row0, lo.consts)} + {lo.half(buf)}LL * sub)",
+            "col0": cexpr(stmt.col0, lo.consts),
+            "off": cexpr(m.offset, lo.consts),
+            "left": m.left,
+            "right": m.right,
+        }
+    if isinstance(stmt, Elementwise):
+        return _elementwise(lo, stmt)
+    raise TargetError(f"no vector lowering for {type(stmt).__name__}")
+
+
+def _count(lo: _Lower, buf: Buffer) -> int:
+    dims = lo.dims(buf)
+    return lo.half(buf) * lo.cpad(buf) if len(dims) == 2 else lo.half(buf)
+
+
+def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
+    bufs = lo.buffers
+    dst = bufs[stmt.dst]
+    args = list(stmt.args)
+    base = {"dst": dst.name, "count": _count(lo, dst), "rows": lo.half(dst)}
+    two_d = len(dst.shape) == 2
+    if stmt.op in ("copy", "cast"):
+        src = bufs[args[0]]
+        if src.dtype == dst.dtype:
+            return {**base, "kind": "adds", "src": src.name, "scalar": "0.0f"}
+        mode = "RoundMode::CAST_NONE" if dtypes.itemsize(src.dtype) < dtypes.itemsize(dst.dtype) else "RoundMode::CAST_RINT"
+        return {
+            **base,
+            "kind": "cast",
+            "src": src.name,
+            "dtype_dst": CTYPE[dst.dtype],
+            "dtype_src": CTYPE[src.dtype],
+            "mode": mode,
+            "cols": lo.dims(dst)[-1] if two_d else lo.half(dst),
+            "dpad": lo.cpad(dst) if two_d else lo.half(dst),
+            "spad": lo.cpad(src) if two_d else lo.half(src),
+            "crows": lo.half(dst) if two_d else 1,
+        }
+    if stmt.op in ("exp", "log"):
+        return {**base, "kind": "unary", "fn": "Exp" if stmt.op == "exp" else "Ln", "src": args[0]}
+    if stmt.op == "zero_if_neginf":
+        return {**base, "kind": "zero_if_neginf", "src": args[0]}
+    a, b = args
+    if isinstance(b, (int, float)) and stmt.op in ("mul", "add", "sub"):
+        scalar = float(b) if stmt.op != "sub" else -float(b)
+        fn = "Muls" if stmt.op == "mul" else "Adds"
+        return {**base, "kind": "scalar", "fn": fn, "src": a, "scalar": cfloat(scalar)}
+    if isinstance(a, str) and isinstance(b, str):
+        A, Bb = bufs[a], bufs[b]
+        if two_d and len(Bb.shape) == 1:
+            if stmt.op in ("sub", "add"):
+                return {**base, "kind": "rows_add", "src": a, "vec": b, "sign": "-1.0f" if stmt.op == "sub" else "1.0f", "cpad": lo.cpad(dst)}
+            if stmt.op == "mul":
+                return {**base, "kind": "rows_mul", "src": a, "vec": b, "cpad": lo.cpad(dst)}
+            if stmt.op == "safe_div":
+                return {**base, "kind": "rows_div", "src": a, "vec": b, "cpad": lo.cpad(dst)}
+        fns = {"add": "Add", "sub": "Sub", "mul": "Mul", "max": "Max"}
+        if stmt.op in fns and A.shape == Bb.shape == dst.shape:
+            return {**base, "kind": "binary", "fn": fns[stmt.op], "a": a, "b": b}
+    raise TargetError(f"no vector lowering for {stmt.op} of {stmt.args}")
+
+
+# --- programs and files --------------------------------------------------------------------------------
+
+
+def _c_ident(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", text)
+
+
+def lower_program(program: Program, target: Target, spec: AttentionSpec, label: str) -> ProgramPlan:
+    handoffs = {}
+    offset = 0
+    ho_list = []
+    for t in program.tensors:
+        if t.kind != "handoff":
+            continue
+        rows, cols = (int(evaluate(d, {str(k): v for k, v in program.env})) for d in t.shape)
+        size = rows * cols * dtypes.itemsize(t.dtype)
+        ho_list.append({"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols})
+        handoffs[t.name] = ho_list[-1]
+        offset += -(-size // 512) * 512
+    consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
+    tensors = [
+        TensorArg(t.name, CTYPE[t.dtype], cexpr(t.numel, consts), t.kind, t.layout)
+        for t in program.tensors
+        if t.kind != "handoff"
+    ]
+    base = _c_ident(f"tilegen_{spec.name}_{label}")
+    kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs) for k in program.kernels]
+    tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program)
+
+
+@dataclass
+class Generated:
+    """Generated files (name → text) and the manifest facts."""
+
+    files: dict[str, str]
+    manifest: dict[str, Any]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates") / "ascendc")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic") -> Generated:
+    """All files of the Ascend C kernel set of ``spec`` for ``target``.
+
+    Raises:
+        TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201).
+        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
+    """
+    tgt = load_target(target)
+    if tgt.kind != "ascend" or not tgt.generate:
+        reason = tgt.generate_refusal or f"target {tgt.name} is not an Ascend 910B target"
+        raise TargetError(f"target = {tgt.name!r} cannot be generated for: {reason}")
+    if spec.dtype not in ("fp16", "bf16"):
+        raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
+    fwd_log, bwd_log = pipeline.PassLog(), pipeline.PassLog()
+    fwd = pipeline.compile_forward(spec, target=tgt, log=fwd_log)
+    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, log=bwd_log)
+    plans = [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
+    env = _env()
+    ident = _c_ident(spec.name)
+    ctx = {
+        "spec": spec,
+        "ident": ident,
+        "target": tgt,
+        "plans": plans,
+        "dq_strategy": dq_strategy,
+        "ctype": CTYPE[spec.dtype],
+        "window": spec.window,
+        "scale": spec.softmax_scale,
+        "k_step": int(tgt.placement["k_step"].value),
+    }
+    files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
+    for plan_ in plans:
+        files[f"{plan_.label}_kernels.cpp"] = env.get_template("kernels.cpp.jinja").render(ctx, plan=plan_)
+    for name in ("tiling.h", "host.cpp", "twin_main.cpp", "CMakeLists.txt", "binding.cpp", "tilegen_op.py"):
+        if (data_dir("templates") / "ascendc" / f"{name}.jinja").is_file():
+            files[name] = env.get_template(f"{name}.jinja").render(ctx)
+    manifest = {
+        "spec": spec.to_dict(),
+        "target": tgt.name,
+        "arch": tgt.arch,
+        "dq_strategy": dq_strategy,
+        "schedule": {
+            "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels]},
+            "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels]},
+        },
+        "workspace": {p.label: {"per_core_bytes": p.ws_per_core, "handoffs": [h["name"] for h in p.handoffs]} for p in plans},
+        "files": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in sorted(files.items())},
+    }
+    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    return Generated(files, manifest)
