@@ -184,3 +184,32 @@ TWIN_TEST(cube_accumulate)
         }
     return 0;
 }
+
+// InitConstValue on L1 and L0A, then L1 -> GM DataCopy (an AIC store path) to observe the contents.
+TWIN_TEST(cube_initconst_l1_to_gm)
+{
+    tt::Gm<half> out(512, "out");
+    auto k = [&](GM_ADDR o) {
+        if ASCEND_IS_AIC {
+            GlobalTensor<half> O;
+            O.SetGlobalBuffer((__gm__ half*)o, 512);
+            TPipe pipe;
+            TBuf<TPosition::A1> l1;
+            TBuf<TPosition::A2> l0;
+            pipe.InitBuffer(l1, 1024);
+            pipe.InitBuffer(l0, 1024);
+            LocalTensor<half> t = l1.Get<half>();
+            InitConstValue(t, InitConstValueParams<half>(2, 4, 4, static_cast<half>(3.0f)));  // 2 x (4 blocks + 4 gap) x 32 B
+            InitConstValue(l0.Get<half>(), InitConstValueParams<half>(1, static_cast<half>(0.0f)));
+            DataCopy(O, t, 512);
+        }
+    };
+    twin::LaunchMix(1, k, out.addr());
+    for (int i = 0; i < 512; ++i) {
+        bool filled = (i % 128) < 64 && i < 256;
+        float v = static_cast<float>(out[i]);
+        if (filled) EXPECT(v == 3.0f, "element %d = %g", i, v);
+        else EXPECT(std::isnan(v), "element %d = %g should still be poison", i, v);
+    }
+    return 0;
+}

@@ -549,3 +549,36 @@ TWIN_TEST(neg_ub_scalar_on_l1)
     });
     return NotCaught("scalar GetValue on L1");
 }
+TWIN_TEST(neg_queue_after_reset)
+{
+    Aiv([] {
+        TPipe pipe;
+        TQue<TPosition::VECIN, 1> q;
+        pipe.InitBuffer(q, 1, 256);
+        pipe.Reset();
+        LocalTensor<float> t = q.AllocTensor<float>();  // q belongs to the layout before Reset
+        (void)t;
+    });
+    return NotCaught("queue used after TPipe::Reset");
+}
+TWIN_TEST(neg_two_pipes)
+{
+    Aiv([] {
+        TPipe a;
+        TPipe b;  // the first one was not destroyed
+    });
+    return NotCaught("two active TPipes");
+}
+TWIN_TEST(neg_datacopy_blockcount)
+{
+    tt::Gm<float> g(64);
+    Aiv([&] {
+        GlobalTensor<float> G;
+        G.SetGlobalBuffer((__gm__ float*)g.p, 64);
+        TPipe pipe;
+        TBuf<TPosition::VECIN> b;
+        pipe.InitBuffer(b, 256);
+        DataCopy(b.Get<float>(), G, DataCopyParams(0, 1, 0, 0));
+    });
+    return NotCaught("DataCopy blockCount 0");
+}

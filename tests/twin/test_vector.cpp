@@ -400,3 +400,76 @@ TWIN_TEST(identity_and_kernel_type)
     }
     return 0;
 }
+
+// DataCopy with DataCopyParams: gaps in 32-byte blocks on both sides (GM too).
+TWIN_TEST(datacopy_params_gaps)
+{
+    std::vector<float> src(64);
+    for (int i = 0; i < 64; ++i) src[i] = static_cast<float>(i);
+    tt::Gm<float> g(src), o(64);
+    o.zero();
+    auto k = [&](GM_ADDR s, GM_ADDR d) {
+        GlobalTensor<float> S, D;
+        S.SetGlobalBuffer((__gm__ float*)s, 64);
+        D.SetGlobalBuffer((__gm__ float*)d, 64);
+        TPipe pipe;
+        TQue<TPosition::VECIN, 1> q;
+        pipe.InitBuffer(q, 1, 64 * sizeof(float));
+        LocalTensor<float> t = q.AllocTensor<float>();
+        Duplicate(t, -1.0f, 64);
+        DataCopy(t, S, DataCopyParams(3, 1, 1, 0));  // blocks 0, 2, 4 of GM -> UB blocks 0, 1, 2
+        q.EnQue(t);
+        t = q.DeQue<float>();
+        DataCopy(D, t, DataCopyParams(2, 1, 1, 2));  // UB blocks 0, 2 -> GM blocks 0, 3
+        q.FreeTensor(t);
+    };
+    twin::LaunchAiv(1, k, g.addr(), o.addr());
+    for (int i = 0; i < 64; ++i) {
+        float want = 0.0f;
+        if (i < 8) want = static_cast<float>(i);                 // GM block 0 <- UB block 0 <- GM block 0
+        else if (i >= 24 && i < 32) want = static_cast<float>(i - 24 + 32);  // GM block 3 <- UB block 2 <- GM block 4
+        EXPECT(o[i] == want, "out[%d] = %g want %g", i, o[i], want);
+    }
+    return 0;
+}
+
+// TPipe: InitBuffer rounds to 32 B and allocates in call order; Destroy/Reset let a new layout start at 0.
+TWIN_TEST(pipe_layout_destroy_reset)
+{
+    tt::Gm<int64_t> addrs(8);
+    auto k = [&](GM_ADDR p) {
+        GlobalTensor<int64_t> A;
+        A.SetGlobalBuffer((__gm__ int64_t*)p, 8);
+        {
+            TPipe pipe;
+            TQue<TPosition::VECIN, 2> q;
+            TBuf<TPosition::VECCALC> b;
+            pipe.InitBuffer(q, 2, 33);  // 2 x 64 B
+            pipe.InitBuffer(b, 100);    // 128 B at offset 128
+            LocalTensor<float> x = q.AllocTensor<float>();
+            LocalTensor<float> y = q.AllocTensor<float>();
+            LocalTensor<float> z = b.Get<float>();
+            uint8_t* base = reinterpret_cast<uint8_t*>(x.GetPhyAddr());
+            A.SetValue(0, reinterpret_cast<uint8_t*>(y.GetPhyAddr()) - base);
+            A.SetValue(1, reinterpret_cast<uint8_t*>(z.GetPhyAddr()) - base);
+            A.SetValue(2, static_cast<int64_t>(x.GetSize()));
+            A.SetValue(3, static_cast<int64_t>(z.GetSize()));
+            q.FreeTensor(x);
+            q.FreeTensor(y);
+            pipe.Reset();
+            TBuf<TPosition::VECCALC> all;
+            pipe.InitBuffer(all, 184 * 1024);  // whole layout restarts at 0
+            A.SetValue(4, reinterpret_cast<uint8_t*>(all.Get<float>().GetPhyAddr()) - base);
+            pipe.Destroy();
+        }
+        TPipe pipe2;  // a second TPipe after Destroy
+        TBuf<TPosition::VECCALC> all2;
+        pipe2.InitBuffer(all2, 192 * 1024);
+        A.SetValue(5, static_cast<int64_t>(all2.Get<uint8_t>().GetSize()));
+    };
+    twin::LaunchAiv(1, k, addrs.addr());
+    EXPECT(addrs[0] == 64 && addrs[1] == 128 && addrs[2] == 16 && addrs[3] == 32, "layout %lld %lld %lld %lld",
+           (long long)addrs[0], (long long)addrs[1], (long long)addrs[2], (long long)addrs[3]);
+    EXPECT(addrs[4] == 0 && addrs[5] == 192 * 1024, "reset/destroy %lld %lld", (long long)addrs[4], (long long)addrs[5]);
+    return 0;
+}

@@ -262,6 +262,10 @@ inline void PollAbort()
 {
     std::string line = Fmt("twin: %s: %s (%s) [%s]", api, what.c_str(), source, CoreName(t_core).c_str());
     if (GetFailMode() == FailMode::Throw) throw Failure(line);
+    // abort mode: exactly one failure line per process, even when several cores fail at once
+    static std::atomic<bool> failing{false};
+    if (failing.exchange(true))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the first failure aborts the process
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     std::abort();

@@ -110,6 +110,52 @@ struct FixpipeParamsV220 {
     bool isChannelSplit = false;
 };
 
+// [I:include/basic_api/kernel_struct_mm.h, P:InitConstValue]
+template <typename T>
+struct InitConstValueParams {
+    InitConstValueParams() {}
+    InitConstValueParams(const uint16_t repeatTimesIn, const uint16_t blockNumIn, const uint16_t dstGapIn, const T initValueIn)
+        : repeatTimes(repeatTimesIn), blockNum(blockNumIn), dstGap(dstGapIn), initValue(initValueIn)
+    {}
+    InitConstValueParams(const uint16_t repeatTimesIn, const T initValueIn) : repeatTimes(repeatTimesIn), initValue(initValueIn) {}
+    uint16_t repeatTimes = 0;
+    uint16_t blockNum = 0;
+    uint16_t dstGap = 0;
+    T initValue = T(0);
+};
+
+// InitConstValue [P:InitConstValue]: fill L1 (A1/B1, 32-byte blocks) or L0A/L0B (512-byte blocks):
+// for r < repeatTimes fill blockNum blocks at dst + r*(blockNum + dstGap) blocks. With blockNum = dstGap = 0
+// (the two-argument form) every repeat fills 512 bytes with no gap.
+template <typename T, typename U = T, typename std::enable_if<std::is_same<T, U>::value, bool>::type = true>
+inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<U>& p)
+{
+    const char* api = "InitConstValue";
+    constexpr const char* S = "P:InitConstValue";
+    constexpr twin::DType dt = twin::DTypeOf<T>();
+    static_assert(dt == twin::DType::F16 || dt == twin::DType::I16 || dt == twin::DType::U16 || dt == twin::DType::BF16 ||
+                      dt == twin::DType::F32 || dt == twin::DType::I32 || dt == twin::DType::U32,
+                  "twin: InitConstValue dtype not supported on A2");
+    twin::RequireAic(api, S);
+    dst.Valid(api);
+    const twin::LocalRef& d = dst.Ref();
+    if (d.hw != twin::Hw::L1 && d.hw != twin::Hw::L0A && d.hw != twin::Hw::L0B)
+        twin::Fail(api, twin::Fmt("dst must be A1/B1/A2/B2, got %s (%s)", twin::HwName(d.hw), twin::PosName(d.pos)), S);
+    uint64_t unit = d.hw == twin::Hw::L1 ? 32 : 512;
+    twin::CheckAlign(api, d, static_cast<uint32_t>(unit), "dst", S);
+    if (p.repeatTimes > 32767 || p.blockNum > 32767 || p.dstGap > 32767)
+        twin::Fail(api, "repeatTimes/blockNum/dstGap must be in [0, 32767]", S);
+    uint64_t bn = p.blockNum, gap = p.dstGap;
+    if (bn == 0 && gap == 0) {
+        bn = 512 / unit;
+    }
+    if (p.repeatTimes == 0 || bn == 0) return;
+    uint64_t end = ((p.repeatTimes - 1ull) * (bn + gap) + bn) * unit;
+    twin::CheckRange(api, d, 0, end, "dst", S);
+    for (uint64_t r = 0; r < p.repeatTimes; ++r)
+        twin::dc::FillElems<T>(d.Ptr() + r * (bn + gap) * unit, bn * unit / sizeof(T), p.initValue);
+}
+
 // ---------------------------------------------------------------------------------------------
 // LoadData (Load2D) L1 -> L0A/L0B [P:Load2D, ascendc-api §3.5, I:dav_c220/kernel_operator_mm_impl.h]
 // for i < repeatTimes: copy the 512-byte fractal src + (startIndex + i*srcStride)*512 to

@@ -326,6 +326,12 @@ inline void Barrier(int k, const char* api)
 }
 }  // namespace detail
 
+inline const char* KernelTypeName(int t)
+{
+    static const char* n[] = {"KERNEL_TYPE_AIV_ONLY", "KERNEL_TYPE_AIC_ONLY", "KERNEL_TYPE_MIX_AIV_1_0",
+                              "KERNEL_TYPE_MIX_AIC_1_0", "KERNEL_TYPE_MIX_AIC_1_1", "KERNEL_TYPE_MIX_AIC_1_2"};
+    return (t >= 0 && t < 6) ? n[t] : "unknown kernel type";
+}
 // Kernel type declared by KERNEL_TASK_TYPE_DEFAULT must match the launcher.
 inline void DeclareKernelType(int t)
 {
@@ -333,11 +339,11 @@ inline void DeclareKernelType(int t)
     Launch& L = *c.launch;
     if (L.mix && t != KERNEL_TYPE_MIX_AIC_1_2)
         Fail("KERNEL_TASK_TYPE_DEFAULT",
-             Fmt("kernel type %d declared but launched with twin::LaunchMix (MIX_AIC_1_2: 1 AIC + 2 AIV per block)", t),
+             Fmt("%s declared but launched with twin::LaunchMix (MIX_AIC_1_2: 1 AIC + 2 AIV per block)", KernelTypeName(t)),
              "P:设置Kernel类型");
     if (!L.mix && t != KERNEL_TYPE_AIV_ONLY && t != KERNEL_TYPE_MIX_AIV_1_0)
         Fail("KERNEL_TASK_TYPE_DEFAULT",
-             Fmt("kernel type %d declared but launched with twin::LaunchAiv (vector cores only)", t),
+             Fmt("%s declared but launched with twin::LaunchAiv (vector cores only)", KernelTypeName(t)),
              "P:设置Kernel类型");
 }
 

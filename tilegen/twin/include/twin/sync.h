@@ -148,6 +148,21 @@ inline void DataCacheCleanAndInvalid(const GlobalTensor<T>&)
     twin::Cur("DataCacheCleanAndInvalid");
 }
 
+// Constants commonly used by kernels [I:impl/basic_api/utils/kernel_utils_constants.h].
+constexpr int32_t ONE_BLK_SIZE = 32;
+constexpr int32_t ONE_REPEAT_BYTE_SIZE = 256;
+constexpr int32_t DEFAULT_REPEAT_STRIDE = 8;
+constexpr int32_t DEFAULT_BLK_STRIDE = 1;
+constexpr int32_t BLOCK_CUBE = 16;
+constexpr int32_t CUBE_MAX_SIZE = 256;
+constexpr int32_t MAX_REPEAT_TIMES = 255;
+constexpr int32_t TOTAL_UB_SIZE = 196608;
+constexpr int32_t TMP_UB_OFFSET = 184 * 1024;
+
+// [P:GetUserWorkspace] The twin follows the official CPU twin: the user workspace is the pointer passed
+// (on NPU it is ws + 16 MiB of system workspace reserved for high-level APIs, which the twin does not emulate).
+inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return workspace; }
+
 }  // namespace AscendC
 
 namespace twin {
