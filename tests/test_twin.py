@@ -110,6 +110,8 @@ NEGATIVE = {
     "neg_atomic_type_mismatch": ("DataCopy", "atomic type float does not match"),
     "neg_kernel_type": ("KERNEL_TASK_TYPE_DEFAULT", "LaunchMix"),
     "neg_ub_scalar_on_l1": ("LocalTensor::GetValue", "scalar access to L1"),
+    "neg_use_after_free": ("Adds", "after FreeTensor"),
+    "neg_tbuf_after_destroy": ("Duplicate", "reset or destroyed"),
 }
 
 def parse_failure(line: str):

@@ -582,3 +582,31 @@ TWIN_TEST(neg_datacopy_blockcount)
     });
     return NotCaught("DataCopy blockCount 0");
 }
+TWIN_TEST(neg_use_after_free)
+{
+    Aiv([] {
+        TPipe pipe;
+        TQue<TPosition::VECIN, 1> q;
+        pipe.InitBuffer(q, 1, 256);
+        LocalTensor<float> t = q.AllocTensor<float>();
+        Duplicate(t, 1.0f, 64);
+        q.EnQue(t);
+        LocalTensor<float> u = q.DeQue<float>();
+        q.FreeTensor(u);
+        Adds(t, t, 1.0f, 64);  // the buffer was returned to the queue
+    });
+    return NotCaught("use of a tensor after FreeTensor");
+}
+TWIN_TEST(neg_tbuf_after_destroy)
+{
+    Aiv([] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> b;
+        pipe.InitBuffer(b, 256);
+        LocalTensor<float> t = b.Get<float>();
+        pipe.Destroy();
+        TPipe pipe2;
+        Duplicate(t, 1.0f, 64);  // t belongs to the destroyed layout
+    });
+    return NotCaught("tensor of a destroyed TPipe");
+}

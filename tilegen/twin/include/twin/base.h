@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -238,6 +239,9 @@ struct CoreCtx {
     std::string waitingOn;              // description while blocked (deadlock reports)
     std::function<bool()> waitPred;     // while blocked: the condition it waits for (under the launch lock)
     std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> owned;
+    // queue buffers currently allocated: key (hw << 24 | address) -> allocation serial
+    std::unordered_map<uint32_t, uint32_t> bufSerial;
+    uint32_t nextSerial = 0;
 };
 
 inline std::string CoreName(const CoreCtx* c)

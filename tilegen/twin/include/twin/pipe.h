@@ -58,6 +58,7 @@ struct QueImpl {
                  "P:EnQue, P:FreeTensor");
         return static_cast<int>((r.addr - base) / len);
     }
+    uint32_t Key(int b) const { return (static_cast<uint32_t>(hw) << 24) | (base + static_cast<uint32_t>(b) * len); }
 };
 
 struct BufImpl {
@@ -118,6 +119,10 @@ public:
         r.pos = q_.pos;
         r.addr = q_.base + static_cast<uint32_t>(pick) * q_.len;
         r.bytes = q_.len;
+        r.gen = q_.gen;
+        r.bufKey = q_.Key(pick);
+        r.serial = ++q_.core->nextSerial;
+        q_.core->bufSerial[r.bufKey] = r.serial;
         if (twin::PoisonOnAlloc()) std::memset(r.Ptr(), twin::kPoisonByte, r.bytes);
         LocalTensor<T> t;
         t.SetRef(r);
@@ -128,7 +133,7 @@ public:
     {
         const char* api = "TQue::EnQue";
         q_.Valid(api);
-        tensor.Valid(api);
+        tensor.ValidCore(api);
         int b = q_.Find(api, tensor.Ref());
         if (q_.used >= depth)
             twin::Fail(api, twin::Fmt("%d tensors already enqueued, which is the queue depth %d; DeQue first", q_.used, depth),
@@ -159,6 +164,9 @@ public:
         r.pos = q_.pos;
         r.addr = q_.base + static_cast<uint32_t>(b) * q_.len;
         r.bytes = q_.len;
+        r.gen = q_.gen;
+        r.bufKey = q_.Key(b);
+        r.serial = q_.core->bufSerial[r.bufKey];
         LocalTensor<T> t;
         t.SetRef(r);
         return t;
@@ -168,7 +176,7 @@ public:
     {
         const char* api = "TQue::FreeTensor";
         q_.Valid(api);
-        tensor.Valid(api);
+        tensor.ValidCore(api);
         int b = q_.Find(api, tensor.Ref());
         if (q_.state[b] == twin::BufState::FREE)
             twin::Fail(api, twin::Fmt("buffer %d is already FREE (double FreeTensor)", b),
@@ -176,6 +184,7 @@ public:
         if (q_.state[b] == twin::BufState::ENQUE)
             twin::Fail(api, twin::Fmt("buffer %d is still enqueued; DeQue it before FreeTensor", b), "P:FreeTensor");
         q_.state[b] = twin::BufState::FREE;
+        q_.core->bufSerial.erase(q_.Key(b));
     }
     bool VacantInQue() const { return q_.used < depth; }
     bool HasTensorInQue() const { return q_.used > 0; }
@@ -242,6 +251,7 @@ private:
         r.pos = b_.pos;
         r.addr = b_.base + off;
         r.bytes = bytes;
+        r.gen = b_.gen;
         LocalTensor<T> t;
         t.SetRef(r);
         return t;
@@ -392,12 +402,14 @@ private:
         for (auto& m : evMask_) m = 0;
         nbufs_ = 0;
         core_->pipeGen++;
+        core_->bufSerial.clear();
     }
     void Release()
     {
         active_ = false;
         core_->pipe = nullptr;
         core_->pipeGen++;
+        core_->bufSerial.clear();
     }
     uint32_t Alloc(const char* api, TPosition pos, uint64_t bytes, int nb)
     {

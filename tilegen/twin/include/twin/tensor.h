@@ -98,6 +98,9 @@ struct LocalRef {
     TPosition pos = TPosition::MAX;
     uint32_t addr = 0;   // byte offset inside the core's physical buffer
     uint32_t bytes = 0;  // remaining length in bytes
+    uint64_t gen = 0;     // TPipe layout generation (0: static tensor, not checked)
+    uint32_t bufKey = 0;  // queue buffer this view belongs to (with serial != 0)
+    uint32_t serial = 0;  // allocation serial of that queue buffer (0: not a queue tensor)
     uint8_t* Ptr() const { return core->pool[static_cast<int>(hw)] + addr; }
 };
 
@@ -264,12 +267,27 @@ public:
     // twin internals
     const twin::LocalRef& Ref() const { return ref_; }
     void SetRef(const twin::LocalRef& r) { ref_ = r; }
-    void Valid(const char* api) const
+    // Initialised, owned by this core (queue bookkeeping calls only this).
+    void ValidCore(const char* api) const
     {
         twin::CoreCtx& c = twin::Cur(api);
         if (ref_.core == nullptr) twin::Fail(api, "LocalTensor is not initialised (no AllocTensor/Get)", "P:LocalTensor简介");
         if (ref_.core != &c)
             twin::Fail(api, twin::Fmt("LocalTensor belongs to %s", twin::CoreName(ref_.core).c_str()), "P:LocalTensor简介");
+    }
+    // ... and still alive: its TPipe layout was not reset/destroyed and its queue buffer was not freed.
+    void Valid(const char* api) const
+    {
+        ValidCore(api);
+        twin::CoreCtx& c = *ref_.core;
+        if (ref_.gen != 0 && ref_.gen != c.pipeGen)
+            twin::Fail(api, "LocalTensor comes from a TPipe layout that was reset or destroyed", "P:Reset, P:Destroy");
+        if (ref_.serial != 0) {
+            auto it = c.bufSerial.find(ref_.bufKey);
+            if (it == c.bufSerial.end() || it->second != ref_.serial)
+                twin::Fail(api, "use of a queue tensor after FreeTensor (its buffer was freed or re-allocated)",
+                           "P:FreeTensor, P:AllocTensor");
+        }
     }
 
 private:
