@@ -610,3 +610,18 @@ TWIN_TEST(neg_tbuf_after_destroy)
     });
     return NotCaught("tensor of a destroyed TPipe");
 }
+TWIN_TEST(neg_fixpipe_dststride)
+{
+    tt::Gm<float> g(1024);
+    Mix([&] {
+        if ASCEND_IS_AIC {
+            GlobalTensor<float> G;
+            G.SetGlobalBuffer((__gm__ float*)g.p, 1024);
+            TPipe pipe;
+            TBuf<TPosition::CO1> c;
+            pipe.InitBuffer(c, 4096);
+            Fixpipe(G, c.Get<float>(), FixpipeParamsV220(32, 32, 32, 16, false));  // rows of 32 into a pitch of 16
+        }
+    });
+    return NotCaught("Fixpipe dstStride < nSize");
+}

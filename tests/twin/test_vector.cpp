@@ -473,3 +473,52 @@ TWIN_TEST(pipe_layout_destroy_reset)
     EXPECT(addrs[4] == 0 && addrs[5] == 192 * 1024, "reset/destroy %lld %lld", (long long)addrs[4], (long long)addrs[5]);
     return 0;
 }
+
+// The remaining element-wise ops, Compare (tensor-tensor), Select mode 0, a bitwise-mask high-dim call
+// (masked lanes keep the old dst) and isSetMask=false with the counter-mode mask register.
+TWIN_TEST(vec_misc_masks)
+{
+    const uint32_t n = 64;
+    auto a = tt::Rand(n, 0.25f, 4.0f, 9);
+    std::vector<float> in(a);
+    for (uint32_t i = 0; i < n; ++i) in.push_back(i % 3 == 0 ? -a[i] : a[i]);  // b at 64: mixed signs
+    auto r = OnAiv<float, float>(in, 12 * n, [&](LocalTensor<float> x, LocalTensor<float> o, LocalTensor<uint8_t> tmpb) {
+        LocalTensor<float> A = x, B = x[n];
+        Sqrt(o, A, n);
+        Reciprocal(o[n], A, n);
+        Abs(o[2 * n], B, n);
+        Relu(o[3 * n], B, n);
+        Mins(o[4 * n], B, 1.0f, n);
+        LocalTensor<uint8_t> bits = tmpb;
+        Compare(bits, A, B, CMPMODE::EQ, n);                                    // 64 floats = 256 bytes
+        Select(o[5 * n], bits, A, B, SELMODE::VSEL_CMPMASK_SPR, n);  // == ? A : B
+        // bitwise mask: only even lanes of o[6n..7n) get A+B, odd lanes keep 7
+        Duplicate(o[6 * n], 7.0f, n);
+        uint64_t mask[2] = {0x5555555555555555ull, 0};
+        Add(o[6 * n], A, B, mask, 1, BinaryRepeatParams());
+        // counter mode through the mask register: first 40 lanes of o[7n..8n) = A*B, rest keep 0
+        Duplicate(o[7 * n], 0.0f, n);
+        SetMaskCount();
+        SetVectorMask<float, MaskMode::COUNTER>(0, 40);
+        Mul<float, false>(o[7 * n], A, B, MASK_PLACEHOLDER, 1, BinaryRepeatParams());
+        SetMaskNorm();
+        ResetMask();
+        // continuous mask 10 on 2 repeats with dst/src rep strides of 8 blocks
+        Duplicate(o[8 * n], -1.0f, 2 * n);
+        Adds(o[8 * n], x, 100.0f, 10, 2, UnaryRepeatParams(1, 1, 8, 8));
+    });
+    for (uint32_t i = 0; i < n; ++i) {
+        float b = in[n + i];
+        EXPECT(r[i] == std::sqrt(a[i]), "Sqrt");
+        EXPECT(r[n + i] == 1.0f / a[i], "Reciprocal");
+        EXPECT(r[2 * n + i] == std::fabs(b), "Abs");
+        EXPECT(r[3 * n + i] == std::max(b, 0.0f), "Relu");
+        EXPECT(r[4 * n + i] == std::min(b, 1.0f), "Mins");
+        EXPECT(r[5 * n + i] == (a[i] == b ? a[i] : b), "Select mode 0 [%u]", i);
+        EXPECT(r[6 * n + i] == (i % 2 == 0 ? a[i] + b : 7.0f), "bitwise mask [%u] = %g", i, r[6 * n + i]);
+        EXPECT(r[7 * n + i] == (i < 40 ? a[i] * b : 0.0f), "counter mask [%u] = %g", i, r[7 * n + i]);
+    }
+    for (uint32_t i = 0; i < 2 * n; ++i)
+        EXPECT(r[8 * n + i] == ((i % 64) < 10 ? in[i] + 100.0f : -1.0f), "continuous mask [%u] = %g", i, r[8 * n + i]);
+    return 0;
+}

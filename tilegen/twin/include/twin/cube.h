@@ -343,6 +343,15 @@ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const
     std::vector<T> row;
     if (config.format == CO2Layout::ROW_MAJOR) {
         if (p.mSize < 1 || p.mSize > 8192) twin::Fail(api, twin::Fmt("mSize %u not in [1, 8192]", p.mSize), S);
+        // dstStride is "the number of elements in each row of the destination ND matrix"
+        if (p.dstStride < p.nSize)
+            twin::Fail(api, twin::Fmt("NZ2ND dstStride %u (destination row length) is smaller than nSize %u: rows would overlap",
+                                      p.dstStride, p.nSize),
+                       S);
+        if (p.nSize > 16 && p.srcStride < p.mSize)
+            twin::Fail(api, twin::Fmt("srcStride %u (rows between 16-column groups of the NZ source) is smaller than mSize %u",
+                                      p.srcStride, p.mSize),
+                       S);
         uint64_t maxSrc = (p.ndNum - 1ull) * p.srcNdStride * 256 + ((p.nSize - 1ull) / 16) * p.srcStride * 16 +
                           (p.mSize - 1ull) * 16 + 15;
         twin::CheckRange(api, s, 0, (maxSrc + 1) * sizeof(U), "src", S);
