@@ -4,6 +4,7 @@ Verbs:
   run       run a spec's programs in the interpreter on seeded random data and check them
   inspect   the schedule on a target: tile sizes and why, footprints vs capacity, predicted
             traffic, FLOPs and time, the loop nest with placements; --compare: store P vs recompute
+  generate  write kernels (Ascend C for 910B, Triton for H200), host code, build files, manifest
   spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
@@ -189,6 +190,31 @@ def cmd_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .backends import ascendc
+
+    spec = resolve_spec(args)
+    target = args.target
+    from .targets import load_target
+
+    kind = load_target(target).kind
+    if kind == "gpu":
+        from .backends import triton as triton_backend
+
+        generated = triton_backend.generate(spec, target, dq_strategy=args.dq_strategy)
+        names = triton_backend.write(generated, args.output)
+    else:
+        generated = ascendc.generate(spec, target, dq_strategy=args.dq_strategy)
+        names = ascendc.write(generated, args.output)
+    print(f"tilegen generate  {describe(spec)}  target {target}")
+    sched = generated.manifest["schedule"]
+    for label in ("forward", "backward"):
+        s = sched[label]
+        print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
+    print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -217,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
     inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
     inspect.set_defaults(func=cmd_inspect)
+    gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
+    _add_spec_args(gen)
+    gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h200 (Triton); default ascend910b2")
+    gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
+    gen.add_argument(
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+    )
+    gen.set_defaults(func=cmd_generate)
     spec = sub.add_parser("spec", help="print or write a spec as TOML (from a built-in, a file, or a HuggingFace config)")
     _add_spec_args(spec)
     spec.add_argument("--from-hf", metavar="CONFIG", help="a HuggingFace config.json (or the model folder holding it)")

@@ -154,11 +154,30 @@ class KernelPlan:
 
 @dataclass
 class TensorArg:
+    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, and for
+    non-inputs the ATen expression that allocates it in the torch binding."""
+
     name: str
     ctype: str
     numel: str
     kind: str
     layout: str
+    alloc: str = ""
+
+
+_ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16", "float": "at::ScalarType::Float"}
+
+
+def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
+    like = {"O": "Q", "dQ": "Q", "dK": "K", "dV": "V"}.get(t.name)
+    if like and t.name != "O":
+        return f"at::empty_like({like})"
+    if t.name == "O":
+        dims = "{B, Sq, Hq, %d}" % spec.head_dim_v if t.layout == "BSND" else "{B, Hq, Sq, %d}" % spec.head_dim_v
+        return f"at::empty({dims}, Q.options())"
+    if len(t.shape) == 3:
+        return f"at::empty({{B, Hq, Sq}}, Q.options().dtype({_ATEN[CTYPE[t.dtype]]}))"
+    return f"at::empty({{static_cast<int64_t>({numel})}}, Q.options().dtype({_ATEN[CTYPE[t.dtype]]}))"
 
 
 @dataclass
@@ -331,8 +350,7 @@ def lower_kernel(program: Program, kernel: Kernel, target: Target, spec: Attenti
     aiv.ops = _lower_body(lo, inner, "vector", counters)
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
-        free = "tilegen::FLAG_C2V_FREE" if unit == "cube" else "tilegen::FLAG_V2C_FREE"
-        side.drains = [(c, free) for c in side.counters]
+        side.drains = [(c, handoffs[c[2:]]["free"]) for c in side.counters]
     used = set()
     for expr in [l.stop for l in grid] + [s for st in _stmts(kernel.body) for s in st.exprs()]:
         used |= {str(s) for s in sympy.sympify(expr).free_symbols}
@@ -411,6 +429,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         }
         if handoff:
             op["kind"] = "v2c_recv"
+            op["free"] = lo.handoffs[handoff]["free"]
         return op
     if isinstance(stmt, Store):
         buf = bufs[stmt.src]
@@ -432,6 +451,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if handoff:
             op["kind"] = "c2v_send"
             op["counter"] = f"n_{handoff}"
+            op["free"] = lo.handoffs[handoff]["free"]
             counters["cube"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, MatMul):
@@ -490,11 +510,13 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
             if handoff:
                 op["kind"] = "c2v_recv"
+                op["free"] = lo.handoffs[handoff]["free"]
         else:
             op.update(kind="ub_store", atomic=stmt.accumulate)
             if handoff:
                 op["kind"] = "v2c_send"
                 op["counter"] = f"n_{handoff}"
+                op["free"] = lo.handoffs[handoff]["free"]
                 counters["vector"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, Fill):
@@ -603,15 +625,22 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
             continue
         rows, cols = (int(evaluate(d, {str(k): v for k, v in program.env})) for d in t.shape)
         size = rows * cols * dtypes.itemsize(t.dtype)
-        ho_list.append({"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols})
+        free = f"tilegen::FLAG_FREE_BASE + {len(ho_list)}"
+        ho_list.append(
+            {"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols, "free": free}
+        )
         handoffs[t.name] = ho_list[-1]
         offset += -(-size // 512) * 512
+    if len(ho_list) > 9:
+        raise TargetError(f"{len(ho_list)} hand-off tiles need more than the 11 cross-core flag ids of A2")
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
-    tensors = [
-        TensorArg(t.name, CTYPE[t.dtype], cexpr(t.numel, consts), t.kind, t.layout)
-        for t in program.tensors
-        if t.kind != "handoff"
-    ]
+    tensors = []
+    for t in program.tensors:
+        if t.kind == "handoff":
+            continue
+        numel = cexpr(t.numel, consts)
+        alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
+        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs) for k in program.kernels]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
@@ -668,10 +697,9 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
     }
     files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
     for plan_ in plans:
-        files[f"{plan_.label}_kernels.cpp"] = env.get_template("kernels.cpp.jinja").render(ctx, plan=plan_)
-    for name in ("tiling.h", "host.cpp", "twin_main.cpp", "CMakeLists.txt", "binding.cpp", "tilegen_op.py"):
-        if (data_dir("templates") / "ascendc" / f"{name}.jinja").is_file():
-            files[name] = env.get_template(f"{name}.jinja").render(ctx)
+        files[f"{plan_.label}_kernels.asc"] = env.get_template("kernels.asc.jinja").render(ctx, plan=plan_)
+    for name in ("tiling.h", "tilegen_ops.asc", "CMakeLists.txt", "tilegen_op.py", "twin_main.cpp"):
+        files[name] = env.get_template(f"{name}.jinja").render(ctx)
     manifest = {
         "spec": spec.to_dict(),
         "target": tgt.name,
@@ -686,3 +714,39 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
     }
     files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     return Generated(files, manifest)
+
+
+def write(generated: Generated, out_dir) -> list[str]:
+    """Write a generated kernel set into ``out_dir`` (created if needed).
+
+    Every file is first written to a staging folder next to ``out_dir``, then moved into place one
+    rename at a time, ``manifest.json`` last: an error before the moves leaves the previous output as
+    it was, and each file is replaced atomically.
+
+    Raises:
+        SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written.
+    """
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise SpecError("-o", str(out), "a folder (it exists and is a file)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as exc:
+        raise SpecError("-o", str(out), f"a folder tilegen can create and write ({exc.strerror or exc})") from None
+    try:
+        names = sorted(n for n in generated.files if n != "manifest.json") + ["manifest.json"]
+        for name in names:
+            (stage / name).write_text(generated.files[name], encoding="utf-8")
+        for name in names:
+            os.replace(stage / name, out / name)
+    except OSError as exc:
+        raise SpecError("-o", str(out), f"a writable folder ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return names
