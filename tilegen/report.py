@@ -25,12 +25,19 @@ from .spec import AttentionSpec
 from .targets import Target, load_target
 
 MIB = 1 << 20
+INT32_MAX = 2**31 - 1
 
 
 def _program_report(label: str, program, log: pipeline.PassLog, target: Target | None, expressions: bool) -> dict:
     counts = count(program)
     tot = total(counts)
+    wide = [
+        {"tensor": t.name, "elements": program.evaluate(t.numel)}
+        for t in program.tensors
+        if t.kind != "handoff" and program.evaluate(t.numel) > INT32_MAX
+    ]
     entry: dict = {
+        "offsets_past_int32": wide,
         "label": label,
         "kernels": [k.name for k in program.kernels],
         "tiles": {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")},
@@ -191,6 +198,11 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']} (defaults; give --target to choose them for hardware)")
             flops = prog["flops"]
             lines.append("work: " + ", ".join(f"{k} {v:.3e}" for k, v in sorted(flops.items())))
+        for w in prog.get("offsets_past_int32", []):
+            lines.append(
+                f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
+                "(the generated code computes every offset in int64)"
+            )
         lines.append("GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): " + ", ".join(f"{n} {_b(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
         if show_nest:
             lines.append("loop nest with placements:")

@@ -1,0 +1,149 @@
+"""Bad input everywhere a user can give it, safe output, sentinels and integer widths."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilegen
+import tilegen.report
+from helpers import inputs, make_spec
+from tilegen.backends import ascendc
+from tilegen.backends.interp import interpret
+from tilegen.cli import main
+from tilegen.errors import SpecError
+from tilegen.passes import pipeline
+from tilegen.spec import builtin_spec
+
+
+def one_line_error(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tilegen: error:"), err
+    assert needle in err[0], err[0]
+
+
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("batch = 1\nheads = 2\nseq = 8\nhead_dim = 8\ncolour = 'red'\n", "colour = 'red' is invalid"),
+        ("batch = 'one'\nheads = 2\nseq = 8\nhead_dim = 8\n", "batch = 'one' is invalid"),
+        ("batch = 0\nheads = 2\nseq = 8\nhead_dim = 8\n", "batch = 0 is invalid"),
+        ("batch = 1\nheads = 2\nseq = -8\nhead_dim = 8\n", "seq_q = -8 is invalid"),
+        ("batch = 1\nheads_q = 6\nheads_kv = 4\nseq = 8\nhead_dim = 8\n", "heads_kv = 4 is invalid; accepted: a divisor of heads_q = 6"),
+        ("batch = 1\nheads = 2\nseq = 8\nhead_dim = 8\nmask = 'window'\nwindow = [3, -5]\n", "window = (3, -5) is invalid"),
+        ("batch = 1\nheads = 2\nseq = 8\n", "head_dim_qk = None is invalid"),
+        ("batch = [\n", "valid TOML"),
+    ],
+)
+def test_bad_spec_files(tmp_path, capsys, body, needle):
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    one_line_error(capsys, ["run", str(f)], needle)
+
+
+def test_bad_cli_values(capsys, tmp_path):
+    one_line_error(capsys, ["inspect", "--spec", "tiny", "--target", "tpu"], "target = 'tpu' is invalid")
+    one_line_error(capsys, ["generate", "--spec", "tiny", "--target", "nope", "-o", str(tmp_path / "o")], "target = 'nope'")
+    one_line_error(capsys, ["run", "--spec", "tiny-gqa", "--heads", "3"], "--heads = 3")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    one_line_error(capsys, ["generate", "--spec", "tiny", "-o", str(blocker)], "-o =")
+    one_line_error(capsys, ["generate", "--spec", "tiny", "-o", str(blocker / "sub")], "-o =")
+    one_line_error(capsys, ["run", "--spec", "llama2-7b"], "shrink it with --seq")
+
+
+def test_head_dims_over_a_targets_limit(capsys, tmp_path):
+    f = tmp_path / "big.toml"
+    f.write_text("batch = 1\nheads = 2\nseq = 512\nhead_dim = 1024\ndtype = 'fp16'\n")
+    one_line_error(capsys, ["inspect", str(f), "--target", "ascend910b2"], "no tile sizes fit target ascend910b2")
+    one_line_error(capsys, ["generate", str(f), "-o", str(tmp_path / "o")], "no tile sizes fit target ascend910b2")
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_debug_shows_the_traceback():
+    proc = subprocess.run([sys.executable, "-m", "tilegen", "run", "--spec", "nope", "--debug"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "SpecError" in proc.stderr
+
+
+def test_api_backward_arguments_are_named():
+    spec = make_spec(seq_q=20, seq_k=20)
+    d = inputs(spec)
+    o, lse = tilegen.attention(d["Q"], d["K"], d["V"])
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_backward(d["Q"], d["K"], d["V"], o[:, :, :5], lse, d["dO"])
+    assert e.value.field == "o.shape"
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_backward(d["Q"], d["K"], d["V"], o, lse.astype(np.float64), d["dO"])
+    assert e.value.field == "lse"
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_backward(d["Q"], d["K"], d["V"], o, lse, d["dO"].astype(np.float32))
+    assert e.value.field == "do.dtype"
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_backward(d["Q"], d["K"], d["V"], o, lse, d["dO"], dq_strategy="fast")
+    assert e.value.field == "dq_strategy"
+
+
+def test_failed_generate_leaves_previous_output(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    spec = builtin_spec("tiny")
+    ascendc.write(ascendc.generate(spec), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    gen = ascendc.generate(builtin_spec("tiny-gqa"))
+    real = type(out).write_text
+    calls = {"n": 0}
+
+    def failing(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(type(out), "write_text", failing)
+    with pytest.raises(SpecError, match="No space left"):
+        ascendc.write(gen, out)
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert after == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
+
+
+def test_generating_twice_gives_identical_files(tmp_path):
+    for d in ("a", "b"):
+        assert main(["generate", "--spec", "tiny-gqa", "-o", str(tmp_path / d)]) == 0
+    a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    assert a == b and "manifest.json" in a
+
+
+def test_backward_padding_sentinels_never_leak():
+    spec = make_spec(heads_q=2, heads_kv=1, seq_q=45, seq_k=70, window=(9, 4), dtype="fp32")
+    d = inputs(spec)
+    fwd = pipeline.compile_forward(spec, tile_sizes=(32, 32))
+    out, _ = interpret(fwd, {n: d[n] for n in "QKV"})
+    feeds = {"Q": d["Q"], "K": d["K"], "V": d["V"], "O": out["O"], "L": out["L"], "dO": d["dO"]}
+    for strategy in ("atomic", "separate"):
+        bwd = pipeline.compile_backward(spec, dq_strategy=strategy, tile_sizes=(32, 32))
+        a, _ = interpret(bwd, feeds, pad_value=1.0e4)
+        b, _ = interpret(bwd, feeds, pad_value=-777.0)
+        for name in ("dQ", "dK", "dV"):
+            np.testing.assert_array_equal(a[name], b[name])
+            assert np.isfinite(a[name]).all()
+
+
+def test_emitted_offsets_are_64_bit():
+    """Shapes whose element offsets pass 2^31 (batch 8300, 16 heads, 128 tokens, head dim 128) compile
+    into kernels that keep every index in int64: no 32-bit integer declarations in kernel code."""
+    spec = builtin_spec("llama2-7b").replace(batch=8300, heads_q=16, heads_kv=16, seq_q=128, seq_k=128)
+    gen = ascendc.generate(spec, "ascend910b2")
+    for name in ("fwd_kernels.asc", "bwd_kernels.asc"):
+        code = gen.files[name]
+        assert not re.search(r"\b(int|int32_t|uint32_t|unsigned)\s+\w+\s*=", code), name
+        assert "const int64_t pid" not in code or True
+        assert re.search(r"for \(int64_t pid = core;", code)
+    report = tilegen.report.inspect_report(spec, "ascend910b2", programs=("bwd",))
+    assert {w["tensor"] for w in report["programs"][0]["offsets_past_int32"]} >= {"Q", "dQ_ws"}
