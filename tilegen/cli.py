@@ -105,7 +105,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     print(f"tilegen run  {describe(spec)}")
     backward = "unfused" if args.unfused else "both"
-    report = check_spec(spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
+    data = load_data(args.data, args.data_index) if args.data else None
+    twin = args.twin_target if args.twin else None
+    report = check_spec(
+        spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data, twin_target=twin
+    )
     for label, program in report.programs.items():
         env = program.env_map
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
@@ -119,6 +123,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(traffic_table(report))
     print("check: " + ("passed" if report.ok else "FAILED"))
     return 0 if report.ok else 1
+
+
+def load_data(path: str, index: int) -> dict:
+    """Q, K, V, dO from an .npz file; arrays with one more leading axis than [B, H, S, D] are indexed."""
+    import numpy as np
+
+    try:
+        with np.load(path) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as exc:
+        raise SpecError("--data", path, f"a readable .npz file with arrays Q, K, V, dO ({exc})") from None
+    out = {}
+    for name in ("Q", "K", "V", "dO"):
+        if name in arrays:
+            a = arrays[name]
+            if a.ndim == 5:
+                if not 0 <= index < a.shape[0]:
+                    raise SpecError("--data-index", index, f"0..{a.shape[0] - 1} (the leading axis of {name})")
+                a = a[index]
+            out[name] = a
+    return out
 
 
 def traffic_table(report) -> str:
@@ -176,7 +201,9 @@ def cmd_spec(args: argparse.Namespace) -> int:
             raise SpecError("--from-hf", args.from_hf, "either --from-hf or a spec, not both")
         from .hf import spec_from_hf_config
 
-        spec = spec_from_hf_config(args.from_hf, seq=args.seq, batch=args.batch or 1, name=args.name, layer=args.layer)
+        spec = spec_from_hf_config(
+            args.from_hf, seq=args.seq, batch=args.batch or 1, name=args.name, layer=args.layer, dtype=args.dtype
+        )
         if args.heads is not None:
             spec = resolve_spec(argparse.Namespace(spec_file=None, spec=None, batch=None, seq=None, heads=args.heads), base=spec)
     else:
@@ -223,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
+    run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")
+    run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
+    run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
+    run.add_argument("--twin-target", default="ascend910b2", metavar="T", help="the Ascend target for --twin (default ascend910b2)")
     run.add_argument(
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
     )
@@ -256,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--from-hf", metavar="CONFIG", help="a HuggingFace config.json (or the model folder holding it)")
     spec.add_argument("--name", help="the spec's name (with --from-hf)")
     spec.add_argument("--layer", type=int, help="which layer, when the model's layers differ (with --from-hf)")
+    spec.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the config's dtype (with --from-hf)")
     spec.add_argument("-o", "--output", metavar="FILE", help="write the TOML here (atomically) instead of printing it")
     spec.set_defaults(func=cmd_spec)
     return parser

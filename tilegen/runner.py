@@ -69,12 +69,17 @@ def check_spec(
     target=None,
     dq_strategy: str = "atomic",
     backward: str = "both",
+    data: dict[str, np.ndarray] | None = None,
+    twin_target: str | None = None,
 ) -> RunReport:
     """Run and check the forward and the backward of ``spec``.
 
     Args:
         backward: ``"both"`` (the fused backward with ``dq_strategy`` and the unfused one, both checked,
             so their traffic can be compared), ``"fused"``, ``"unfused"`` or ``"none"``.
+        data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs.
+        twin_target: also generate the Ascend C kernels for this target and run them on the CPU twin;
+            their outputs join the comparisons as ``O (twin)``, ``dQ (twin)``, ...
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
@@ -85,7 +90,7 @@ def check_spec(
             f"{spec.name} (B={spec.batch}, Hq={spec.heads_q}, Sq={spec.seq_q}, Sk={spec.seq_k})",
             f"a size whose dense float64 reference fits {REFERENCE_BUDGET_BYTES >> 30} GiB; shrink it with --seq, --heads or --batch",
         )
-    data = random_inputs(spec, seed)
+    data = random_inputs(spec, seed) if data is None else cast_inputs(spec, data)
     report = RunReport(spec)
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
 
@@ -115,4 +120,59 @@ def check_spec(
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
             report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"])))
+    if twin_target is not None:
+        _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain))
     return report
+
+
+def _check_on_twin(report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs) -> None:
+    """Generate the Ascend C kernels, run them on the CPU twin and compare their outputs too."""
+    from .backends import ascendc, twin
+
+    exe = twin.build(ascendc.generate(spec, target, dq_strategy=dq_strategy).files)
+    layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
+    b, hq, hkv, sq, sk = spec.batch, spec.heads_q, spec.heads_kv, spec.seq_q, spec.seq_k
+    fwd = twin.run_program(
+        exe, spec, "fwd", {n: data[n] for n in "QKV"},
+        {"O": ((b, hq, sq, spec.head_dim_v), spec.dtype), "L": ((b, hq, sq), "fp32")}, layouts,
+    )
+    o_ref, l_ref, o_pl, l_pl = fwd_refs
+    report.comparisons.append(compare("O (twin)", fwd["O"], o_ref, o_pl, spec.dtype))
+    report.comparisons.append(compare("L (twin)", fwd["L"], l_ref, l_pl, "fp32"))
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
+    grads = twin.run_program(
+        exe, spec, "bwd", feeds,
+        {
+            "dQ": ((b, hq, sq, spec.head_dim_qk), spec.dtype),
+            "dK": ((b, hkv, sk, spec.head_dim_qk), spec.dtype),
+            "dV": ((b, hkv, sk, spec.head_dim_v), spec.dtype),
+        },
+        layouts,
+    )
+    ref, plain = bwd_refs
+    for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
+        report.comparisons.append(compare(f"{name} (twin)", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"])))
+
+
+def cast_inputs(spec: AttentionSpec, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Q, K, V, dO from ``data`` in the spec's dtype, checked against the spec's shapes.
+
+    Raises:
+        SpecError: a tensor is missing or has the wrong shape (named).
+    """
+    nd = dtypes.numpy_dtype(spec.dtype)
+    shapes = {
+        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
+        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
+        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
+        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
+    }
+    out = {}
+    for name, shape in shapes.items():
+        if name not in data:
+            raise SpecError(f"--data[{name}]", None, f"an array {name} of shape {shape} in the .npz file")
+        array = np.asarray(data[name])
+        if array.shape != shape:
+            raise SpecError(f"--data[{name}].shape", array.shape, f"{shape} (logical BNSD for this spec)")
+        out[name] = array.astype(np.float32).astype(nd)
+    return out
