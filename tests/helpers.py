@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilegen import dtypes, reference
-from tilegen.check import compare, lse_rel_floor
+from tilegen.check import compare, longest_sum, lse_rel_floor
 from tilegen.spec import AttentionSpec
 
 
@@ -38,7 +38,8 @@ def assert_forward_ok(spec: AttentionSpec, o: np.ndarray, lse: np.ndarray, data:
     o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
     assert not np.isnan(np.asarray(o, dtype=np.float32)).any(), "NaN in O"
     assert not np.isnan(lse).any(), "NaN in L"
-    for comp in (compare("O", o, o_ref, o_pl, spec.dtype), compare("L", lse, l_ref, l_pl, "fp32")):
+    n = longest_sum(spec)
+    for comp in (compare("O", o, o_ref, o_pl, spec.dtype, terms=n), compare("L", lse, l_ref, l_pl, "fp32", terms=n)):
         assert comp.ok, comp.line()
 
 
@@ -53,5 +54,5 @@ def assert_backward_ok(spec: AttentionSpec, grads, data: dict, lse=None) -> None
     plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
     for name, ours, r, p in zip(("dQ", "dK", "dV"), grads, ref, plain):
         assert not np.isnan(np.asarray(ours, dtype=np.float32)).any(), f"NaN in {name}"
-        comp = compare(name, ours, r, p, spec.dtype, rel_floor=rel_floor)
+        comp = compare(name, ours, r, p, spec.dtype, rel_floor=rel_floor, terms=longest_sum(spec))
         assert comp.ok, comp.line()

@@ -5,7 +5,7 @@ error that names the field. Never a traceback from deep inside, never a NaN."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_backward_ok, assert_forward_ok, inputs
@@ -49,8 +49,19 @@ def _budget(fields) -> bool:
     return fields["heads_q"] * fields["seq_q"] * fields["seq_k"] <= 2_500_000
 
 
+def _fields(sq, sk, d, dtype="fp32", window=(-1, -1), hq=1, hkv=1):
+    return dict(batch=1, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, head_dim_qk=d, head_dim_v=d, dtype=dtype,
+                window=window, alignment="bottom_right")
+
+
 @settings(max_examples=500, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
+# Shrunk failures found by this test, kept as regular examples (each once failed the accuracy rule's
+# floor in fp32, where results sit at fp32's own noise: see tilegen/check.py).
+@example(case=(_fields(1, 1, 8), None, "atomic"))
+@example(case=(_fields(44, 44, 65, window=(-1, 0), hq=2), None, "atomic"))
+@example(case=(_fields(101, 31, 109, hq=2), None, "atomic"))
+@example(case=(_fields(1, 1, 254), (16, 128), "atomic"))
 def test_fuzzed_specs_match_the_reference_or_are_rejected(case):
     fields, tiles, strategy = case
     if not _budget(fields):

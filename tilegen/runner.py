@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dtypes, reference
 from .backends.interp import Measurement, interpret
-from .check import Comparison, compare, lse_rel_floor
+from .check import Comparison, compare, longest_sum, lse_rel_floor
 from .errors import SpecError
 from .ir import Program
 from .passes import pipeline
@@ -100,8 +100,8 @@ def check_spec(
     report.measurements["forward"] = measured
     o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
     o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
-    report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype))
-    report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32"))
+    report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
+    report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
     if backward == "none":
         return report
 
@@ -119,7 +119,7 @@ def check_spec(
         report.measurements[label] = measured
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
-            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"])))
+            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"]), terms=longest_sum(spec)))
     if twin_target is not None:
         _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain))
     return report
@@ -137,8 +137,8 @@ def _check_on_twin(report: RunReport, spec: AttentionSpec, data, target: str, dq
         {"O": ((b, hq, sq, spec.head_dim_v), spec.dtype), "L": ((b, hq, sq), "fp32")}, layouts,
     )
     o_ref, l_ref, o_pl, l_pl = fwd_refs
-    report.comparisons.append(compare("O (twin)", fwd["O"], o_ref, o_pl, spec.dtype))
-    report.comparisons.append(compare("L (twin)", fwd["L"], l_ref, l_pl, "fp32"))
+    report.comparisons.append(compare("O (twin)", fwd["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
+    report.comparisons.append(compare("L (twin)", fwd["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
     grads = twin.run_program(
         exe, spec, "bwd", feeds,
@@ -151,7 +151,7 @@ def _check_on_twin(report: RunReport, spec: AttentionSpec, data, target: str, dq
     )
     ref, plain = bwd_refs
     for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
-        report.comparisons.append(compare(f"{name} (twin)", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"])))
+        report.comparisons.append(compare(f"{name} (twin)", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"]), terms=longest_sum(spec)))
 
 
 def cast_inputs(spec: AttentionSpec, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

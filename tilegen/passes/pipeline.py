@@ -100,11 +100,39 @@ def parse_tile_sizes(tile_sizes) -> dict[sympy.Symbol, int]:
     return {Br: pair[0], Bc: pair[1]}
 
 
+def _cached(request, log: PassLog, build) -> Program:
+    """Run ``build(log)`` through the compile cache; a cached result fills ``log.schedule`` and records
+    the final program only (the passes did not run)."""
+    from ..cache import cached
+
+    def run():
+        inner = PassLog()
+        program = build(inner)
+        return program, inner.schedule, inner.steps
+
+    program, sched, steps = cached(request, run)
+    log.schedule = sched
+    log.steps.extend(steps)
+    return program
+
+
+def _target_key(target):
+    from ..targets import Target
+
+    return repr(target) if isinstance(target, Target) else target
+
+
 def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None) -> Program:
-    """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults)."""
-    log = log or PassLog()
-    program = log.record("build", build_forward(spec))
-    return schedule(program, spec, target, tile_sizes, log)
+    """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults).
+
+    Results are cached on disk (:mod:`tilegen.cache`)."""
+    log = log if log is not None else PassLog()
+
+    def build(inner: PassLog) -> Program:
+        program = inner.record("build", build_forward(spec))
+        return schedule(program, spec, target, tile_sizes, inner)
+
+    return _cached(("forward", spec, _target_key(target), tile_sizes), log, build)
 
 
 
@@ -187,11 +215,17 @@ def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | 
 def compile_backward(
     spec: AttentionSpec, *, fused: bool = True, dq_strategy: str = "atomic", target=None, tile_sizes=None, log: PassLog | None = None
 ) -> Program:
-    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound."""
-    log = log or PassLog()
+    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound.
+
+    Results are cached on disk (:mod:`tilegen.cache`)."""
+    log = log if log is not None else PassLog()
     if dq_strategy not in DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
-    program = log.record("build", build_backward(spec))
-    if fused:
-        program = fuse_backward(program, dq_strategy, log)
-    return schedule(program, spec, target, tile_sizes, log)
+
+    def build(inner: PassLog) -> Program:
+        program = inner.record("build", build_backward(spec))
+        if fused:
+            program = fuse_backward(program, dq_strategy, inner)
+        return schedule(program, spec, target, tile_sizes, inner)
+
+    return _cached(("backward", spec, fused, dq_strategy, _target_key(target), tile_sizes), log, build)
