@@ -235,15 +235,16 @@ class Scheduled:
 
 
 def schedule(
-    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None
+    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None
 ) -> tuple[Scheduled, Scheduled]:
     """The forward and fused backward programs of ``spec`` scheduled for ``target``.
 
     Tile sizes: the target's ``[[triton.schedule]]`` row for the program, padded head dim, mask and dtype
     when it sets them (clamped to the sequence rounded up to a power of two, as the block-size search
     skips tiles larger than needed), else the pipeline's own choice; either way the pipeline checks them
-    against every on-chip level; ``tile_sizes`` (Br, Bc) forces both programs' sizes instead (still
-    checked). ``dq_strategy`` None takes the target's ``triton.dq_strategy``.
+    against every on-chip level; ``tile_sizes`` (Br, Bc) forces both programs' sizes instead, or
+    ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked). ``dq_strategy`` None takes the target's ``triton.dq_strategy``. ``knobs`` {phase: (num_warps,
+    num_stages)} overrides the target's launch knobs (for measuring alternatives).
 
     Raises:
         SpecError: an unknown dq strategy; ScheduleError: tile sizes that do not fit.
@@ -261,8 +262,9 @@ def schedule(
     for kind in ("fwd", f"bwd-{strategy}"):
         row = cfg.row(kind, head_dim, causal, spec.dtype)
         tiles = None
-        if tile_sizes is not None:
-            tiles = tile_sizes
+        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
+        if forced is not None:
+            tiles = tuple(forced)
         elif row is not None and row.tiles is not None:
             tiles = (min(row.tiles[0], _pow2(spec.seq_q)), min(row.tiles[1], _pow2(spec.seq_k)))
         log = pipeline.PassLog()
@@ -270,8 +272,11 @@ def schedule(
             program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log)
         else:
             program = pipeline.compile_backward(spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log)
-        knobs = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
-        out.append(Scheduled(kind, program, log, knobs, row))
+        chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
+        for phase, value in (knobs or {}).items():
+            if phase in chosen:
+                chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
+        out.append(Scheduled(kind, program, log, chosen, row))
     return out[0], out[1]
 
 
@@ -890,10 +895,10 @@ def _program_context(sched: Scheduled) -> dict:
     }
 
 
-def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None) -> str:
+def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None) -> str:
     """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
     :func:`schedule` for ``dq_strategy`` and ``tile_sizes``."""
-    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes)
+    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes, knobs)
     tgt = load_target(target)
     env_values = {str(k): v for k, v in fwd.program.env}
     consts = {
@@ -953,19 +958,25 @@ def cache_dir() -> Path:
     return Path(root) / "triton"
 
 
-def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None):
+def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None):
     """Generate (once per spec, target and strategy in a process) and import the module for ``spec``.
 
     Triton reads a kernel's source from its file, so the module is written under :func:`cache_dir`
     with a digest of its text in the file name, then imported.
     """
-    key = (spec, target if isinstance(target, str) else target.path, dq_strategy, None if tile_sizes is None else tuple(tile_sizes))
+    key = (
+        spec,
+        target if isinstance(target, str) else target.path,
+        dq_strategy,
+        repr(tile_sizes),
+        None if knobs is None else tuple(sorted((k, tuple(v)) for k, v in knobs.items())),
+    )
     hit = _LOADED.get(key)
     if hit is not None:
         return hit
     from ..fileio import write_atomic
 
-    source = render(spec, target, dq_strategy, tile_sizes)
+    source = render(spec, target, dq_strategy, tile_sizes, knobs)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
