@@ -284,7 +284,11 @@ def schedule(
 
 
 def _nonneg(e: sympy.Expr) -> bool:
-    return bool(sympy.sympify(e).is_nonnegative)
+    """Whether sympy proves ``e`` >= 0, reading every positive integer symbol s as s' + 1 with s' >= 0
+    (sympy alone does not conclude Br - 1 >= 0)."""
+    e = sympy.sympify(e)
+    shift = {s: sympy.Symbol(s.name + "_", integer=True, nonnegative=True) + 1 for s in e.free_symbols if s.is_positive and s.is_integer}
+    return bool(sympy.expand(e.subs(shift)).is_nonnegative)
 
 
 class ExprPrinter:
@@ -713,7 +717,7 @@ class KernelLowering:
                 lo, hi = split
                 segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
                 for start, stop, whole, why in segments:
-                    if sympy.simplify(sympy.sympify(stop) - sympy.sympify(start)) == 0:
+                    if sympy.sympify(stop) == sympy.sympify(start):
                         continue
                     self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
                     self.emit(loop.body, indent + 1, unmasked=whole)
