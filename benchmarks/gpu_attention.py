@@ -186,6 +186,10 @@ class Flex:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         if Flex._compiled is None:
+            import torch._dynamo
+
+            torch._dynamo.config.recompile_limit = 256  # one compile per shape; the default 8 falls back to eager
+            torch._dynamo.config.accumulated_recompile_limit = 4096
             Flex._compiled = torch.compile(flex_attention, dynamic=False)
         self.block_mask = None
         if causal:
@@ -411,6 +415,7 @@ def main(argv=None):
     parser.add_argument("--causal", nargs="+", default=["no", "yes"])
     parser.add_argument("--impls", nargs="+", default=["tilegen", "sdpa_flash", "sdpa_cudnn"])
     parser.add_argument("--flex", action="store_true", help="also compiled flex_attention (bf16 rows only)")
+    parser.add_argument("--flex-dims", nargs="+", type=int, default=[64, 128], help="head dims that get flex_attention")
     parser.add_argument("--flex-budget", type=float, default=240.0, help="seconds of flex compile+timing before skipping it")
     parser.add_argument("--dq-strategy", default=None, help="atomic or separate (default: the target's)")
     parser.add_argument("--warmup", type=int, default=25)
@@ -436,7 +441,7 @@ def main(argv=None):
                 for c in args.causal:
                     spec = make_spec(dtype, d, n, c == "yes")
                     impls = list(args.impls)
-                    if args.flex and dtype == "bf16" and flex_spent < args.flex_budget:
+                    if args.flex and dtype == "bf16" and d in args.flex_dims and flex_spent < args.flex_budget:
                         impls.append("flex")
                     t0 = time.time()
                     row = run_config(spec, args, impls, log)

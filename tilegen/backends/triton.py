@@ -37,6 +37,8 @@ GPU-specific lowering steps (each a function below; none changes what a kernel c
 - :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
   the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
   elsewhere (L = m + log l) is converted back with ln 2.
+- :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
+  from the last tile down, so the longest programs start first.
 - :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
 - Head dims that are not powers of two are padded to one (``tl.arange`` needs it), the extra columns
   loaded as zero and never stored; offsets are computed in 64 bits when a tensor has more than 2³¹ − 1
@@ -566,6 +568,14 @@ def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, boo
     return lo, hi
 
 
+def heavy_last(program: Program, loop: Loop) -> bool:
+    """Whether a Q-tile grid axis has its heaviest programs last: with a causal-like window (right
+    bounded, left unbounded) Q tile i visits about i + 1 K/V tiles. The lowering then numbers the
+    programs from the last tile down, so the longest ones start first and the short ones fill the tail
+    of the launch (a load-balancing step; each program computes the same thing)."""
+    return loop.role == "q_tile" and program.mask.right >= 0 and program.mask.left < 0
+
+
 # --- kernel lowering ---------------------------------------------------------------------------------
 
 
@@ -834,6 +844,8 @@ class KernelLowering:
         for axis, loop in enumerate(reversed(grid)):
             start = TRITON_EXPR(loop.start)
             pid = f"tl.program_id({axis})"
+            if axis == 0 and heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
+                pid = f"({TRITON_EXPR(loop.stop - loop.start)} - 1 - {pid})"
             axes.append({"var": str(loop.var), "value": pid if start == "0" else f"{start} + {pid}", "size": PYTHON_EXPR(loop.stop - loop.start), "role": loop.role})
         for axis, loop in enumerate(reversed(grid)):
             size = self.program.evaluate(loop.stop - loop.start)
