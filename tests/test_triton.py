@@ -6,6 +6,10 @@ specs: every mask kind (none, causal with both alignments, sliding windows, rows
 GQA, tails, padded head dims, BSND, fp16, bf16 and fp32, both dQ strategies. Outputs and workspaces are
 NaN-poisoned before every run. The torch entry points' CPU path is checked against torch autograd on
 a float64 reference written here. Tests that need Triton skip when it cannot be imported.
+
+The interpreter of Triton 3.9 runs these kernels; that of Triton 3.6 does not (its scalar
+``tl.minimum``/``tl.where`` results are 1-element arrays that ``range`` cannot take), while compiled
+3.6 kernels run on the GPU (benchmarks/gpu_attention.py checks them there).
 """
 
 from __future__ import annotations

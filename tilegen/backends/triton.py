@@ -58,7 +58,6 @@ import importlib.util
 import math
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -440,14 +439,6 @@ def _writes(s: Stmt) -> tuple[str, ...]:
     return s.buffers_written()
 
 
-@dataclass
-class _Def:
-    """One statement that writes a buffer (a definition), for :func:`fold_log2`."""
-
-    stmt: Stmt
-    buffer: str
-
-
 def _reaching(kernel: Kernel) -> tuple[dict[int, dict[str, frozenset[int]]], dict[int, Stmt]]:
     """Reaching definitions: for each statement (by id) and each buffer it reads, the ids of the
     statements whose writes of that buffer can reach it. Loops may run zero or more times."""
@@ -522,9 +513,9 @@ def fold_log2(kernel: Kernel) -> frozenset[int]:
     return frozenset(scaled)
 
 
-def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, bool], shape: tuple) -> tuple[sympy.Expr, sympy.Expr, bool] | None:
-    """Where a tile loop's tiles need no mask: (first, stop) of that middle range, or None when every
-    tile needs the mask (returns ``(start, start, ...)`` style bounds clamped into the loop's range).
+def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, bool], shape: tuple) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """Where a tile loop's tiles need no mask: (lo, hi), clamped into the loop's [start, stop), so that
+    [start, lo) and [hi, stop) need the mask and [lo, hi) does not; None when a condition is not linear.
 
     A tile [r0, r0 + R) × [c0, c0 + C) needs no mask iff r0 + R ≤ Sq and c0 + C ≤ Sk (when the spec has
     tails there) and, for a bounded window, c0 ≥ r0 + R − 1 + off − left and c0 + C − 1 ≤ r0 + off + right.
@@ -660,7 +651,7 @@ class KernelLowering:
         return text
 
     # pointers -----------------------------------------------------------------------------------------
-    def tile(self, access: Access, transposed: bool, for_store: bool) -> dict:
+    def tile(self, access: Access, transposed: bool) -> dict:
         """Pointer expression and mask of an access: leading point indices, then the tile's dims."""
         tensor = self.program.tensor(access.tensor)
         ntile = len(access.tile)
@@ -736,7 +727,7 @@ class KernelLowering:
         self.emit(loop.body, indent + 1)
 
     def load(self, s: Load, indent: int, unmasked: bool) -> None:
-        t = self.tile(s.src, s.dst in self.transposed, False)
+        t = self.tile(s.src, s.dst in self.transposed)
         other = None
         if t["mask"]:
             if s.pad is not None:
@@ -747,7 +738,7 @@ class KernelLowering:
         self.lines.append(Line(indent, "load", {"dst": s.dst, "ptr": t["ptr"], "mask": t["mask"], "other": other, "scale": scale}))
 
     def store(self, s: Store, indent: int, unmasked: bool) -> None:
-        t = self.tile(s.dst, s.src in self.transposed, True)
+        t = self.tile(s.dst, s.src in self.transposed)
         value = s.src
         if self._all_scaled(id(s), s.src):
             value = f"({value} * {LN2!r})"
@@ -826,9 +817,9 @@ class KernelLowering:
         if self.value(Sk) % self.value(shape[1]) != 0:
             conds.append(f"({c} < Sk)")
         if m.left >= 0:
-            conds.append(f"({c} >= {r}{off_text} - {m.left})")
+            conds.append(f"({c} >= {r}{off_text}{f' - {m.left}' if m.left else ''})")
         if m.right >= 0:
-            conds.append(f"({c} <= {r}{off_text} + {m.right})")
+            conds.append(f"({c} <= {r}{off_text}{f' + {m.right}' if m.right else ''})")
         if not conds:
             if s.dst != s.src:
                 self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": "copy", "args": [s.src], "cast": None}))
