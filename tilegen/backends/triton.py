@@ -1,0 +1,1022 @@
+"""Triton backend: a scheduled tile IR program → a Python module of Triton kernels.
+
+The lowering walks the bound, placed programs of a spec (the forward and the fused backward, as
+:mod:`tilegen.passes.pipeline` schedules them for a GPU target) and turns every kernel into a template
+context: its launch grid, its parameters and a flat list of lines, one per IR statement, which the
+per-op Jinja macros of ``templates/triton/`` spell in Triton. Each IR construct maps to one thing:
+
+==================  ========================================================================================
+IR                  Triton
+==================  ========================================================================================
+parallel ``Loop``   a launch-grid axis: ``var = tl.program_id(axis)`` (innermost loop = axis 0)
+serial ``Loop``     ``for var in range(start, stop)`` with the bounds printed from the IR's sympy
+                    expressions as integer code (``floor(a/b)`` → ``a // b``, or a floor helper when
+                    ``a`` may be negative, since Triton's ``//`` truncates towards zero)
+``Load``            ``tl.load`` of a pointer tile; rows/columns past the tensor's extent are masked and
+                    take ``other=`` the IR's pad
+``Store``           ``tl.store`` (clipped to the extent); ``accumulate=True`` → ``tl.atomic_add``
+                    (relaxed: the sum is read only by a later launch)
+``Fill``            ``tl.full``
+``MatMul``          ``tl.dot`` (fp32 accumulation; transposes through ``tl.trans``), ``tl.dot(a, b, acc)``
+                    when it accumulates
+``Elementwise``     ``tl.exp``/``tl.log``/``tl.where``/``tl.maximum``/arithmetic, ``.to(dtype)`` for casts;
+                    an [R] vector broadcasts along the rows of an [R, C] tile
+``RowReduce``       ``tl.max`` / ``tl.sum`` over the tile's columns
+``Mask``            ``tl.where(visible, x, -inf)`` with DESIGN §3's rule: key c visible to query r iff
+                    r + off − left ≤ c ≤ r + off + right, and r < Sq, c < Sk
+==================  ========================================================================================
+
+GPU-specific lowering steps (each a function below; none changes what a kernel computes):
+
+- :func:`transposed_tiles`: in a kernel whose grid walks K/V tiles (the backward's main nest), every
+  [Br, Bc] tile is held transposed, [Bc, Br], so that ``dV += Pᵀ dO`` and ``dK += dSᵀ Q`` take P and dS
+  straight from registers as the left operand of ``tl.dot``; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
+- :func:`mask_segments`: a tile loop whose body masks is split into up to three loops: tiles the mask
+  cuts (masked), tiles it leaves whole (no ``tl.where``), tiles it cuts again; the bounds come from the
+  same sympy rule as the interpreter's "tile fully visible" test.
+- :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
+  the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
+  elsewhere (L = m + log l) is converted back with ln 2.
+- :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
+  from the last tile down, so the longest programs start first.
+- :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
+- Head dims that are not powers of two are padded to one (``tl.arange`` needs it), the extra columns
+  loaded as zero and never stored; offsets are computed in 64 bits when a tensor has more than 2³¹ − 1
+  elements; row and column masks are emitted only where the spec has tails.
+
+Launch knobs (``num_warps``, ``num_stages``) and the tile sizes a GPU measurement preferred come from the
+target file's ``[triton]`` section (:func:`triton_config`), never from the templates. The generated module
+is a pure function of the spec and the target: the same inputs give a byte-identical file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import sympy
+
+from ..errors import ScheduleError, SpecError, TargetError
+from ..ir import (
+    Access,
+    Bc,
+    Br,
+    Dqk,
+    Dv,
+    Elementwise,
+    Fill,
+    G,
+    Kernel,
+    Load,
+    Loop,
+    Mask,
+    MatMul,
+    Program,
+    RowReduce,
+    Sk,
+    Sq,
+    Stmt,
+    Store,
+    grid_loops,
+    walk,
+)
+from ..passes import pipeline
+from ..resources import data_dir
+from ..spec import AttentionSpec, builtin_spec, load_spec
+from ..targets import Target, load_target
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
+DEFAULT_TARGET = "h200"
+PROGRAMS = ("fwd", "bwd-atomic", "bwd-separate")
+RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value); the rest are constexpr
+TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
+TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32"}
+INT32_MAX = 2**31 - 1
+
+
+# --- the [triton] section of a target file ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Launch knobs of one kernel: warps per program and software-pipelining depth."""
+
+    num_warps: int
+    num_stages: int
+    source: str
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One ``[[triton.schedule]]`` row: when it applies, the tile sizes it sets, knobs per kernel phase."""
+
+    program: str
+    head_dim: int
+    causal: bool | None
+    dtype: str | None
+    tiles: tuple[int, int] | None
+    knobs: dict[str, Knobs]
+    source: str
+
+    def matches(self, program: str, head_dim: int, causal: bool, dtype: str) -> bool:
+        return (
+            self.program == program
+            and self.head_dim == head_dim
+            and (self.causal is None or self.causal == causal)
+            and (self.dtype is None or self.dtype == dtype)
+        )
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """The ``[triton]`` section: the dQ strategy, default knobs, and measured schedule rows."""
+
+    dq_strategy: str
+    dq_source: str
+    default: Knobs
+    rows: tuple[ScheduleRow, ...]
+
+    def row(self, program: str, head_dim: int, causal: bool, dtype: str) -> ScheduleRow | None:
+        """The first row (file order: most specific first) that applies, or None."""
+        for row in self.rows:
+            if row.matches(program, head_dim, causal, dtype):
+                return row
+        return None
+
+
+def _knobs(data: Any, where: str, source: str) -> Knobs:
+    if not isinstance(data, dict):
+        raise TargetError(f"{where}: expected {{ num_warps = <int>, num_stages = <int> }}, got {data!r}")
+    warps, stages = data.get("num_warps"), data.get("num_stages")
+    if warps not in (1, 2, 4, 8, 16):
+        raise TargetError(f"{where}.num_warps = {warps!r} is invalid; accepted: 1, 2, 4, 8 or 16")
+    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
+        raise TargetError(f"{where}.num_stages = {stages!r} is invalid; accepted: an integer from 1 to 8")
+    return Knobs(warps, stages, data.get("source", source))
+
+
+def triton_config(target: Target) -> TritonConfig:
+    """Parse the ``[triton]`` section of ``target``'s file (defaults: atomic dQ, 4 warps, 2 stages).
+
+    Raises:
+        TargetError: a malformed entry (the message names the key, the value and what is accepted).
+    """
+    where = target.path
+    try:
+        data = tomllib.loads(Path(target.path).read_text(encoding="utf-8")).get("triton", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TargetError(f"{where}: cannot read target file ({exc})") from None
+    strategy = data.get("dq_strategy", "atomic")
+    if strategy not in pipeline.DQ_STRATEGIES:
+        raise TargetError(f"{where}: triton.dq_strategy = {strategy!r} is invalid; accepted: {', '.join(pipeline.DQ_STRATEGIES)}")
+    default = _knobs(data.get("default", {"num_warps": 4, "num_stages": 2}), f"{where}: triton.default", "Triton's usual defaults")
+    rows = []
+    for n, row in enumerate(data.get("schedule", [])):
+        rw = f"{where}: triton.schedule[{n}]"
+        source = row.get("source")
+        if not isinstance(source, str) or not source:
+            raise TargetError(f"{rw}.source is missing; every row names where its numbers come from")
+        if row.get("program") not in PROGRAMS:
+            raise TargetError(f"{rw}.program = {row.get('program')!r} is invalid; accepted: {', '.join(PROGRAMS)}")
+        head_dim = row.get("head_dim")
+        if head_dim not in (16, 32, 64, 128, 256):
+            raise TargetError(f"{rw}.head_dim = {head_dim!r} is invalid; accepted: 16, 32, 64, 128 or 256 (the padded head dim)")
+        causal = row.get("causal")
+        if causal is not None and not isinstance(causal, bool):
+            raise TargetError(f"{rw}.causal = {causal!r} is invalid; accepted: true, false, or absent for both")
+        dtype = row.get("dtype")
+        if dtype is not None and dtype not in TL_DTYPES:
+            raise TargetError(f"{rw}.dtype = {dtype!r} is invalid; accepted: {', '.join(TL_DTYPES)} or absent")
+        tiles = None
+        if "Br" in row or "Bc" in row:
+            br, bc = row.get("Br"), row.get("Bc")
+            if br not in target.tiles["Br"] or bc not in target.tiles["Bc"]:
+                raise TargetError(f"{rw}: Br = {br!r}, Bc = {bc!r} are invalid; accepted: Br in {target.tiles['Br']}, Bc in {target.tiles['Bc']}")
+            tiles = (br, bc)
+        knobs = {
+            phase: _knobs(value, f"{rw}.{phase}", source)
+            for phase, value in row.items()
+            if phase not in ("program", "head_dim", "causal", "dtype", "Br", "Bc", "source")
+        }
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source))
+    return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
+
+
+# --- scheduling --------------------------------------------------------------------------------------
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One program as the Triton backend lowers it: the bound program, the pass log (whose ``schedule``
+    holds the cost model's prediction), the knobs per kernel phase and the schedule row used."""
+
+    kind: str
+    program: Program
+    log: pipeline.PassLog
+    knobs: dict[str, Knobs]
+    row: ScheduleRow | None
+
+
+def schedule(
+    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None
+) -> tuple[Scheduled, Scheduled]:
+    """The forward and fused backward programs of ``spec`` scheduled for ``target``.
+
+    Tile sizes: the target's ``[[triton.schedule]]`` row for the program, padded head dim, mask and dtype
+    when it sets them (clamped to the sequence rounded up to a power of two, as the block-size search
+    skips tiles larger than needed), else the pipeline's own choice; either way the pipeline checks them
+    against every on-chip level; ``tile_sizes`` (Br, Bc) forces both programs' sizes instead, or
+    ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked). ``dq_strategy`` None takes the target's ``triton.dq_strategy``. ``knobs`` {phase: (num_warps,
+    num_stages)} overrides the target's launch knobs (for measuring alternatives).
+
+    Raises:
+        SpecError: an unknown dq strategy; ScheduleError: tile sizes that do not fit.
+    """
+    tgt = load_target(target)
+    if tgt.kind != "gpu":
+        raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+    cfg = triton_config(tgt)
+    strategy = dq_strategy or cfg.dq_strategy
+    if strategy not in pipeline.DQ_STRATEGIES:
+        raise SpecError("dq_strategy", strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
+    head_dim = _pow2(max(spec.head_dim_qk, spec.head_dim_v))
+    causal = spec.mask_kind != "none"
+    out = []
+    for kind in ("fwd", f"bwd-{strategy}"):
+        row = cfg.row(kind, head_dim, causal, spec.dtype)
+        tiles = None
+        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
+        if forced is not None:
+            tiles = tuple(forced)
+        elif row is not None and row.tiles is not None:
+            tiles = (min(row.tiles[0], _pow2(spec.seq_q)), min(row.tiles[1], _pow2(spec.seq_k)))
+        log = pipeline.PassLog()
+        if kind == "fwd":
+            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log)
+        else:
+            program = pipeline.compile_backward(spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log)
+        chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
+        for phase, value in (knobs or {}).items():
+            if phase in chosen:
+                chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
+        out.append(Scheduled(kind, program, log, chosen, row))
+    return out[0], out[1]
+
+
+# --- expressions -------------------------------------------------------------------------------------
+
+
+def _nonneg(e: sympy.Expr) -> bool:
+    """Whether sympy proves ``e`` >= 0, reading every positive integer symbol s as s' + 1 with s' >= 0
+    (sympy alone does not conclude Br - 1 >= 0)."""
+    e = sympy.sympify(e)
+    shift = {s: sympy.Symbol(s.name + "_", integer=True, nonnegative=True) + 1 for s in e.free_symbols if s.is_positive and s.is_integer}
+    return bool(sympy.expand(e.subs(shift)).is_nonnegative)
+
+
+class ExprPrinter:
+    """Integer code for the IR's sympy index expressions.
+
+    ``dialect="triton"``: inside a kernel, where ``//`` truncates towards zero; a floor of a numerator that
+    sympy cannot prove non-negative goes through the module's ``_floor_div`` helper. ``dialect="python"``:
+    host code, where ``//`` floors.
+    """
+
+    def __init__(self, dialect: str):
+        assert dialect in ("triton", "python")
+        self.dialect = dialect
+
+    def __call__(self, e) -> str:
+        return self.p(sympy.sympify(e))
+
+    def _floordiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
+        if den == 1:
+            return self.p(num)
+        if self.dialect == "python" or _nonneg(num):
+            return f"(({self.p(num)}) // ({self.p(den)}))"
+        return f"_floor_div({self.p(num)}, {self.p(den)})"
+
+    def _ceildiv(self, num: sympy.Expr, den: sympy.Expr) -> str:
+        if den == 1:
+            return self.p(num)
+        if self.dialect == "triton" and _nonneg(num):
+            return f"(({self.p(sympy.expand(num + den - 1))}) // ({self.p(den)}))"
+        return f"(-{self._floordiv(sympy.expand(-num), den)})"
+
+    def _split(self, arg: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+        num, den = sympy.fraction(sympy.together(arg))
+        if not den.is_positive:
+            raise ScheduleError(f"cannot print {arg}: the divisor {den} is not known to be positive")
+        return sympy.expand(num), den
+
+    def p(self, e: sympy.Expr) -> str:
+        if isinstance(e, sympy.Integer):
+            return str(int(e))
+        if isinstance(e, sympy.Float):
+            return repr(float(e))
+        if isinstance(e, sympy.Symbol):
+            return e.name
+        if isinstance(e, sympy.floor):
+            return self._floordiv(*self._split(e.args[0]))
+        if isinstance(e, sympy.ceiling):
+            return self._ceildiv(*self._split(e.args[0]))
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            fn = {("triton", sympy.Min): "tl.minimum", ("triton", sympy.Max): "tl.maximum", ("python", sympy.Min): "min", ("python", sympy.Max): "max"}[
+                (self.dialect, type(e))
+            ]
+            args = sorted(e.args, key=sympy.default_sort_key)
+            text = self.p(args[0])
+            for a in args[1:]:
+                text = f"{fn}({text}, {self.p(a)})"
+            return text
+        if isinstance(e, sympy.Piecewise):
+            (val, cond), rest = e.args[0], e.args[1:]
+            if cond is sympy.true:
+                return self.p(val)
+            other = self.p(sympy.Piecewise(*rest)) if rest else "0"
+            if self.dialect == "python":
+                return f"({self.p(val)} if {self.p(cond)} else {other})"
+            return f"tl.where({self.p(cond)}, {self.p(val)}, {other})"
+        if isinstance(e, (sympy.And, sympy.Or)):
+            word = {("triton", sympy.And): " & ", ("triton", sympy.Or): " | ", ("python", sympy.And): " and ", ("python", sympy.Or): " or "}[(self.dialect, type(e))]
+            return "(" + word.join(self.p(a) for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
+        if isinstance(e, sympy.core.relational.Relational):
+            return f"({self.p(e.lhs)}) {e.rel_op} ({self.p(e.rhs)})"
+        if isinstance(e, sympy.Add):
+            terms = e.as_ordered_terms()
+            text = self.p(terms[0])
+            for t in terms[1:]:
+                coeff, rest = t.as_coeff_Mul()
+                if coeff < 0:
+                    text += f" - {self.p(-t)}"
+                else:
+                    text += f" + {self.p(t)}"
+            return text
+        if isinstance(e, sympy.Mul):
+            coeff, rest = e.as_coeff_Mul()
+            factors = sympy.Mul.make_args(rest)
+            if not isinstance(coeff, sympy.Integer) or any(isinstance(f, sympy.Pow) and f.exp < 0 for f in factors):
+                raise ScheduleError(f"cannot print {e} as integer code: a division outside floor/ceiling")
+            texts = [self._factor(f) for f in factors]
+            if coeff == -1:
+                return "-" + "*".join(texts)
+            if coeff == 1:
+                return "*".join(texts)
+            return "*".join([str(int(coeff))] + texts)
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            return "*".join([self._factor(e.base)] * int(e.exp))
+        raise ScheduleError(f"cannot print {e!r} ({type(e).__name__}) as integer code")
+
+    def _factor(self, f: sympy.Expr) -> str:
+        text = self.p(f)
+        return text if isinstance(f, (sympy.Symbol, sympy.Integer)) else f"({text})"
+
+
+TRITON_EXPR = ExprPrinter("triton")
+PYTHON_EXPR = ExprPrinter("python")
+
+
+# --- lowering steps ----------------------------------------------------------------------------------
+
+
+def transposed_tiles(program: Program, kernel: Kernel) -> frozenset[str]:
+    """The buffers held transposed: every [Br, Bc] tile of a kernel whose launch grid walks K/V tiles."""
+    if not any(loop.role == "kv_tile" for loop in grid_loops(kernel)):
+        return frozenset()
+    return frozenset(buf.name for buf in kernel.buffers if tuple(buf.shape) == (Br, Bc))
+
+
+def fuse_accumulation(body: tuple[Stmt, ...], uses: dict[str, int]) -> tuple[Stmt, ...]:
+    """``T = a @ b`` (alpha 1, T read once) followed in the same block by ``X = X + T`` becomes
+    ``X += a @ b`` at the add, when nothing in between writes a, b or T or reads T."""
+    out = list(body)
+    n = 0
+    while n < len(out):
+        mm = out[n]
+        if isinstance(mm, MatMul) and not mm.accumulate and mm.alpha == 1.0 and uses.get(mm.dst, 0) == 1:
+            for m in range(n + 1, len(out)):
+                s = out[m]
+                if isinstance(s, Elementwise) and s.op == "add" and mm.dst in s.args and len(set(s.args)) == 2:
+                    acc = next(a for a in s.args if a != mm.dst)
+                    if acc == s.dst:
+                        out[m] = dataclasses.replace(mm, dst=acc, accumulate=True)
+                        del out[n]
+                        n -= 1
+                    break
+                if set(_writes(s)) & {mm.a, mm.b, mm.dst} or mm.dst in _reads(s):
+                    break
+        n += 1
+    return tuple(out)
+
+
+def _reads(s: Stmt) -> tuple[str, ...]:
+    if isinstance(s, Loop):
+        return tuple(x for st, _ in walk(s.body) for x in st.buffers_read())
+    return s.buffers_read()
+
+
+def _writes(s: Stmt) -> tuple[str, ...]:
+    if isinstance(s, Loop):
+        return tuple(x for st, _ in walk(s.body) for x in st.buffers_written())
+    return s.buffers_written()
+
+
+def _reaching(kernel: Kernel) -> tuple[dict[int, dict[str, frozenset[int]]], dict[int, Stmt]]:
+    """Reaching definitions: for each statement (by id) and each buffer it reads, the ids of the
+    statements whose writes of that buffer can reach it. Loops may run zero or more times."""
+    stmts: dict[int, Stmt] = {}
+    uses: dict[int, dict[str, frozenset[int]]] = {}
+
+    def run(body, state: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+        for s in body:
+            if isinstance(s, Loop):
+                entry = dict(state)
+                while True:  # iterate to the loop's fixed point: defs of the body reach its next trip
+                    after = run(s.body, dict(entry))
+                    merged = {k: entry.get(k, frozenset()) | after.get(k, frozenset()) for k in set(entry) | set(after)}
+                    if merged == entry:
+                        break
+                    entry = merged
+                state = entry
+                continue
+            stmts[id(s)] = s
+            uses.setdefault(id(s), {})
+            for name in s.buffers_read():
+                uses[id(s)][name] = uses[id(s)].get(name, frozenset()) | state.get(name, frozenset())
+            for name in s.buffers_written():
+                state = dict(state)
+                state[name] = frozenset({id(s)})
+        return state
+
+    run(kernel.body, {})
+    return uses, stmts
+
+
+_LINEAR = ("copy", "add", "sub", "max", "zero_if_neginf")
+
+
+def fold_log2(kernel: Kernel) -> frozenset[int]:
+    """The statements (by id) whose result is kept multiplied by log2(e): every definition that reaches
+    an ``exp`` through linear, scale-commuting ops (copy, add, sub, max, zero_if_neginf, row max, mask,
+    a scaled matmul, a load, a fill). Empty when any such definition is of another kind (then the kernel
+    keeps natural exponentials)."""
+    uses, stmts = _reaching(kernel)
+    scaled: set[int] = set()
+    work: list[int] = []
+    for sid, s in stmts.items():
+        if isinstance(s, Elementwise) and s.op == "exp":
+            work.extend(uses[sid].get(s.args[0], ()))
+    while work:
+        sid = work.pop()
+        if sid in scaled:
+            continue
+        scaled.add(sid)
+        s = stmts[sid]
+        if isinstance(s, Elementwise) and s.op in _LINEAR:
+            for a in s.args:
+                if isinstance(a, str):
+                    work.extend(uses[sid].get(a, ()))
+        elif isinstance(s, (RowReduce, Mask)):
+            if isinstance(s, RowReduce) and s.op != "max":
+                return frozenset()
+            work.extend(uses[sid].get(s.src, ()))
+        elif isinstance(s, MatMul):
+            if s.accumulate:
+                return frozenset()
+        elif isinstance(s, (Load, Fill)):
+            pass
+        else:
+            return frozenset()
+        # every use that sees this definition must see only scaled definitions
+        for uid, by_name in uses.items():
+            for name, defs in by_name.items():
+                if sid in defs:
+                    work.extend(d for d in defs if d not in scaled)
+    return frozenset(scaled)
+
+
+def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, bool], shape: tuple) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """Where a tile loop's tiles need no mask: (lo, hi), clamped into the loop's [start, stop), so that
+    [start, lo) and [hi, stop) need the mask and [lo, hi) does not; None when a condition is not linear.
+
+    A tile [r0, r0 + R) × [c0, c0 + C) needs no mask iff r0 + R ≤ Sq and c0 + C ≤ Sk (when the spec has
+    tails there) and, for a bounded window, c0 ≥ r0 + R − 1 + off − left and c0 + C − 1 ≤ r0 + off + right.
+    Each condition is linear in the loop variable, with a positive or negative coefficient, and gives a
+    lower (ceiling) or upper (floor) bound on it; conditions without it form a guard.
+    """
+    v = loop.var
+    rows, cols = shape
+    m = program.mask
+    conds: list[sympy.Expr] = []  # each: expr <= 0
+    if tails["rows"]:
+        conds.append(mask.row0 + rows - Sq)
+    if tails["cols"]:
+        conds.append(mask.col0 + cols - Sk)
+    if m.left >= 0:
+        conds.append(mask.row0 + rows - 1 + m.offset - m.left - mask.col0)
+    if m.right >= 0:
+        conds.append(mask.col0 + cols - 1 - mask.row0 - m.offset - m.right)
+    lowers, uppers, guards = [], [], []
+    for c in conds:
+        c = sympy.expand(c)
+        a = c.coeff(v)
+        rest = sympy.expand(c - a * v)
+        if a == 0:
+            guards.append(rest <= 0)
+        elif a.is_positive:
+            uppers.append(sympy.floor(-rest / a) + 1)  # a*v + rest <= 0  <=>  v <= -rest/a
+        elif a.is_negative:
+            lowers.append(sympy.ceiling(rest / -a))
+        else:
+            return None
+    start, stop = loop.start, loop.stop
+    lo = sympy.Max(start, *lowers) if lowers else start
+    lo = sympy.Min(lo, stop) if lowers else lo
+    hi = sympy.Min(stop, *uppers) if uppers else stop
+    hi = sympy.Max(hi, lo) if uppers else hi
+    if guards:
+        guard = sympy.And(*guards)
+        lo = sympy.Piecewise((lo, guard), (stop, True))
+        hi = sympy.Piecewise((hi, guard), (stop, True))
+    return lo, hi
+
+
+def heavy_last(program: Program, loop: Loop) -> bool:
+    """Whether a Q-tile grid axis has its heaviest programs last: with a causal-like window (right
+    bounded, left unbounded) Q tile i visits about i + 1 K/V tiles. The lowering then numbers the
+    programs from the last tile down, so the longest ones start first and the short ones fill the tail
+    of the launch (a load-balancing step; each program computes the same thing)."""
+    return loop.role == "q_tile" and program.mask.right >= 0 and program.mask.left < 0
+
+
+# --- kernel lowering ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Line:
+    """One line of a kernel body for the templates: ``kind`` picks the macro, ``f`` holds its fields."""
+
+    indent: int
+    kind: str
+    f: dict = field(default_factory=dict)
+
+
+class KernelLowering:
+    """Lowers one kernel of a bound program into a template context (see the module docstring)."""
+
+    def __init__(self, program: Program, kernel: Kernel, knobs: Knobs):
+        self.program = program
+        self.kernel = kernel
+        self.knobs = knobs
+        self.env = {str(k): v for k, v in program.env}
+        self.bufs = {b.name: b for b in kernel.buffers}
+        self.transposed = transposed_tiles(program, kernel)
+        self.scaled = fold_log2(kernel)
+        self.uses, self.stmts = _reaching(kernel)
+        self.wide = any(self._numel(t) > INT32_MAX for t in program.tensors)
+        self.tensors = [t for t in program.tensors if t.name in self._tensors_used()]
+        self.lines: list[Line] = []
+        self.param_names = {t.name for t in program.tensors}
+
+    # helpers ------------------------------------------------------------------------------------------
+    def _numel(self, t) -> int:
+        return math.prod(self.program.evaluate(d) for d in t.shape)
+
+    def _tensors_used(self) -> set[str]:
+        out = set()
+        for s, _ in walk(self.kernel.body):
+            if isinstance(s, Load):
+                out.add(s.src.tensor)
+            if isinstance(s, Store):
+                out.add(s.dst.tensor)
+        return out
+
+    def value(self, e) -> int:
+        return self.program.evaluate(e)
+
+    def width(self, dim) -> str:
+        """The constexpr that sizes a tile dim (head dims padded to a power of two)."""
+        dim = sympy.sympify(dim)
+        if dim == Dqk:
+            return "Dqk_p"
+        if dim == Dv:
+            return "Dv_p"
+        if dim in (Br, Bc):
+            return dim.name
+        raise ScheduleError(f"kernel {self.kernel.name}: tile extent {dim} is not Br, Bc, Dqk or Dv")
+
+    def padded(self, dim) -> bool:
+        dim = sympy.sympify(dim)
+        return dim in (Dqk, Dv) and _pow2(self.value(dim)) != self.value(dim)
+
+    def shape(self, name: str) -> list[str]:
+        buf = self.bufs[name]
+        dims = [self.width(d) for d in buf.shape]
+        return dims[::-1] if name in self.transposed else dims
+
+    def ref(self, arg, dst: str, sid: int | None = None, raw: bool = False) -> str:
+        """An operand of an elementwise op writing ``dst``: a float, or a buffer broadcast to dst's shape,
+        converted back from the log2 domain when it is scaled but ``dst`` is not."""
+        dst_scaled = sid in self.scaled
+        if not isinstance(arg, str):
+            value = float(arg) * (LOG2E if dst_scaled else 1.0)
+            return repr(value) if math.isfinite(value) else f'float("{value}")'
+        text = arg
+        src_scaled = self._all_scaled(sid, arg)
+        if src_scaled and not dst_scaled and not raw:
+            text = f"({arg} * {LN2!r})"
+        src_nd, dst_nd = len(self.bufs[arg].shape), len(self.bufs[dst].shape)
+        if src_nd == 1 and dst_nd == 2:
+            text += "[None, :]" if dst in self.transposed else "[:, None]"
+        elif src_nd == 2 and dst_nd == 2 and (arg in self.transposed) != (dst in self.transposed):
+            text = f"tl.trans({text})"
+        return text
+
+    # pointers -----------------------------------------------------------------------------------------
+    def tile(self, access: Access, transposed: bool) -> dict:
+        """Pointer expression and mask of an access: leading point indices, then the tile's dims."""
+        tensor = self.program.tensor(access.tensor)
+        ntile = len(access.tile)
+        npoint = len(access.index) - ntile
+        terms = []
+        for d, idx in enumerate(access.index[:npoint]):
+            if sympy.sympify(idx) == 0:
+                continue
+            text = TRITON_EXPR(idx)
+            if self.wide:
+                text = f"({text}).to(tl.int64)"
+            terms.append(f"{text} * {tensor.name}_s{d}")
+        masks = []
+        vecs = []
+        for k, (start, size) in enumerate(zip(access.index[npoint:], access.tile)):
+            d = npoint + k
+            width = self.width(size)
+            start_text = TRITON_EXPR(start)
+            vec = f"tl.arange(0, {width})" if sympy.sympify(start) == 0 else f"({start_text} + tl.arange(0, {width}))"
+            extent = tensor.shape[d]
+            ext_val = self.value(extent)
+            need = self.padded(size) or ext_val % self.value(size) != 0 or self.value(size) > ext_val
+            vecs.append((vec, need, TRITON_EXPR(extent), d))
+        nd = len(vecs)
+        for k, (vec, need, extent, d) in enumerate(vecs):
+            if nd == 2:
+                axis = k if not transposed else 1 - k
+                bvec = f"{vec}[:, None]" if axis == 0 else f"{vec}[None, :]"
+            else:
+                bvec = vec
+            terms.append(f"{bvec} * {tensor.name}_s{d}")
+            if need:
+                masks.append(f"({bvec} < {extent})")
+        ptr = f"{tensor.name}_ptr + " + " + ".join(terms)
+        return {"ptr": ptr, "mask": " & ".join(masks) if masks else None, "col_pad": any(self.padded(s) for s in access.tile)}
+
+    # statements ---------------------------------------------------------------------------------------
+    def emit(self, body, indent: int, unmasked: bool = False) -> None:
+        block = fuse_accumulation(tuple(body), self._use_counts())
+        for s in block:
+            if isinstance(s, Loop):
+                self.loop(s, indent)
+            else:
+                getattr(self, type(s).__name__.lower())(s, indent, unmasked)
+
+    def _use_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s, _ in walk(self.kernel.body):
+            for name in s.buffers_read():
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def loop(self, loop: Loop, indent: int) -> None:
+        if loop.kind == "parallel":
+            raise ScheduleError(f"kernel {self.kernel.name}: parallel loop {loop.var} inside a serial one")
+        masks = [s for s in loop.body if isinstance(s, Mask)]
+        note = loop.note
+        if len(masks) == 1:
+            mask = masks[0]
+            shape = tuple(self.bufs[mask.src].shape)
+            tails = {"rows": self.value(Sq) % self.value(shape[0]) != 0, "cols": self.value(Sk) % self.value(shape[1]) != 0}
+            split = mask_segments(self.program, loop, mask, tails, shape)
+            if split is not None:
+                lo, hi = split
+                segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
+                for start, stop, whole, why in segments:
+                    if sympy.sympify(stop) == sympy.sympify(start):
+                        continue
+                    self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
+                    self.emit(loop.body, indent + 1, unmasked=whole)
+                return
+        self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(loop.start), "stop": TRITON_EXPR(loop.stop), "note": note}))
+        self.emit(loop.body, indent + 1)
+
+    def load(self, s: Load, indent: int, unmasked: bool) -> None:
+        t = self.tile(s.src, s.dst in self.transposed)
+        other = None
+        if t["mask"]:
+            if s.pad is not None:
+                other = repr(float(s.pad))
+            elif t["col_pad"]:
+                other = "0.0"
+        scale = repr(LOG2E) if id(s) in self.scaled else None
+        self.lines.append(Line(indent, "load", {"dst": s.dst, "ptr": t["ptr"], "mask": t["mask"], "other": other, "scale": scale}))
+
+    def store(self, s: Store, indent: int, unmasked: bool) -> None:
+        t = self.tile(s.dst, s.src in self.transposed)
+        value = s.src
+        if self._all_scaled(id(s), s.src):
+            value = f"({value} * {LN2!r})"
+        self.lines.append(Line(indent, "atomic_add" if s.accumulate else "store", {"ptr": t["ptr"], "value": value, "mask": t["mask"]}))
+
+    def fill(self, s: Fill, indent: int, unmasked: bool) -> None:
+        value = float(s.value) * (LOG2E if id(s) in self.scaled else 1.0)
+        text = repr(value) if math.isfinite(value) else f'float("{value}")'
+        self.lines.append(Line(indent, "fill", {"dst": s.dst, "shape": self.shape(s.dst), "value": text, "dtype": TL_DTYPES[self.bufs[s.dst].dtype]}))
+
+    def _factor(self, name: str, flip: bool) -> str:
+        return f"tl.trans({name})" if flip else name
+
+    def matmul(self, s: MatMul, indent: int, unmasked: bool) -> None:
+        ta = (s.a in self.transposed) ^ s.trans_a
+        tb = (s.b in self.transposed) ^ s.trans_b
+        if s.dst in self.transposed:  # stored dst = (A B)ᵀ = Bᵀ Aᵀ
+            first, second = self._factor(s.b, not tb), self._factor(s.a, not ta)
+        else:
+            first, second = self._factor(s.a, ta), self._factor(s.b, tb)
+        alpha = s.alpha * (LOG2E if id(s) in self.scaled else 1.0)
+        fp32 = self.bufs[s.a].dtype == "fp32" or self.bufs[s.b].dtype == "fp32"
+        self.lines.append(
+            Line(
+                indent,
+                "dot",
+                {
+                    "dst": s.dst,
+                    "a": first,
+                    "b": second,
+                    "acc": s.dst if s.accumulate else None,
+                    "alpha": None if alpha == 1.0 else repr(alpha),
+                    "precision": '"ieee"' if fp32 else None,
+                    "cast": None if self.bufs[s.dst].dtype == "fp32" else TL_DTYPES[self.bufs[s.dst].dtype],
+                },
+            )
+        )
+
+    def elementwise(self, s: Elementwise, indent: int, unmasked: bool) -> None:
+        sid = id(s)
+        op = s.op
+        if op == "exp" and sid not in self.scaled and self._all_scaled(sid, s.args[0]):
+            op = "exp2"  # the argument is kept in log2 units: exp(x) = exp2(x · log2 e)
+        args = [self.ref(a, s.dst, sid, raw=op == "exp2") for a in s.args]
+        dtype = self.bufs[s.dst].dtype
+        cast = TL_DTYPES[dtype] if (op == "cast" or dtype != "fp32") else None
+        if op == "cast" and dtype == "fp32" and all(not isinstance(a, str) or self.bufs[a].dtype == "fp32" for a in s.args):
+            op, cast = "copy", None
+        self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": op, "args": args, "cast": cast}))
+
+    def _all_scaled(self, sid: int, name) -> bool:
+        defs = self.uses.get(sid, {}).get(name, frozenset()) if isinstance(name, str) else frozenset()
+        return bool(defs) and all(d in self.scaled for d in defs)
+
+    def rowreduce(self, s: RowReduce, indent: int, unmasked: bool) -> None:
+        axis = 0 if s.src in self.transposed else 1
+        self.lines.append(Line(indent, "reduce", {"dst": s.dst, "op": s.op, "src": s.src, "axis": axis}))
+
+    def mask(self, s: Mask, indent: int, unmasked: bool) -> None:
+        shape = tuple(self.bufs[s.src].shape)
+        if unmasked:
+            if s.dst != s.src:
+                self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": "copy", "args": [s.src], "cast": None}))
+            return
+        t = s.src in self.transposed
+        rows = f"({TRITON_EXPR(s.row0)} + tl.arange(0, {self.width(shape[0])}))"
+        cols = f"({TRITON_EXPR(s.col0)} + tl.arange(0, {self.width(shape[1])}))"
+        r = rows + ("[None, :]" if t else "[:, None]")
+        c = cols + ("[:, None]" if t else "[None, :]")
+        m = self.program.mask
+        off = TRITON_EXPR(m.offset)
+        off_text = "" if off == "0" else f" + {off}" if not off.startswith("-") else f" - {off[1:]}"
+        conds = []
+        if self.value(Sq) % self.value(shape[0]) != 0:
+            conds.append(f"({r} < Sq)")
+        if self.value(Sk) % self.value(shape[1]) != 0:
+            conds.append(f"({c} < Sk)")
+        if m.left >= 0:
+            conds.append(f"({c} >= {r}{off_text}{f' - {m.left}' if m.left else ''})")
+        if m.right >= 0:
+            conds.append(f"({c} <= {r}{off_text}{f' + {m.right}' if m.right else ''})")
+        if not conds:
+            if s.dst != s.src:
+                self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": "copy", "args": [s.src], "cast": None}))
+            return
+        self.lines.append(Line(indent, "mask", {"dst": s.dst, "src": s.src, "cond": " & ".join(conds)}))
+
+    # the whole kernel ---------------------------------------------------------------------------------
+    def lower(self) -> dict:
+        grid = grid_loops(self.kernel)
+        if len(grid) > 3:
+            raise ScheduleError(f"kernel {self.kernel.name}: {len(grid)} grid axes; Triton launches at most 3")
+        axes = []
+        for axis, loop in enumerate(reversed(grid)):
+            start = TRITON_EXPR(loop.start)
+            pid = f"tl.program_id({axis})"
+            if axis == 0 and heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
+                pid = f"({TRITON_EXPR(loop.stop - loop.start)} - 1 - {pid})"
+            axes.append({"var": str(loop.var), "value": pid if start == "0" else f"{start} + {pid}", "size": PYTHON_EXPR(loop.stop - loop.start), "role": loop.role})
+        for axis, loop in enumerate(reversed(grid)):
+            size = self.program.evaluate(loop.stop - loop.start)
+            if axis > 0 and size > 65535:
+                raise ScheduleError(f"kernel {self.kernel.name}: grid axis {axis} ({loop.var}) has {size} programs; CUDA allows 65535")
+        body = grid[-1].body if grid else self.kernel.body
+        for a in reversed(axes):
+            self.lines.append(Line(1, "assign", {"dst": a["var"], "value": a["value"]}))
+        self.emit(body, 1)
+        return {
+            "name": self.kernel.name,
+            "phase": self.kernel.phase,
+            "tensors": [
+                {"name": t.name, "ndim": len(t.shape), "dtype": t.dtype, "kind": t.kind}
+                for t in self.tensors
+            ],
+            "grid": [a["size"] for a in axes],
+            "axes": axes,
+            "lines": [dataclasses.asdict(line) for line in self.lines],
+            "num_warps": self.knobs.num_warps,
+            "num_stages": self.knobs.num_stages,
+            "knobs_source": self.knobs.source,
+            "transposed": sorted(self.transposed),
+            "log2": bool(self.scaled),
+        }
+
+
+# --- the module --------------------------------------------------------------------------------------
+
+
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates") / "triton")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    return env
+
+
+def _program_context(sched: Scheduled) -> dict:
+    program = sched.program
+    env = {str(k): v for k, v in program.env}
+    kernels = [KernelLowering(program, k, sched.knobs[k.phase]).lower() for k in program.kernels]
+    tensors = [
+        {"name": t.name, "kind": t.kind, "dtype": t.dtype, "torch_dtype": TORCH_DTYPES[t.dtype], "ndim": len(t.shape), "layout": t.layout if len(t.shape) == 4 else "", "shape": [PYTHON_EXPR(d) for d in t.shape]}
+        for t in program.tensors
+    ]
+    prediction = sched.log.schedule.prediction if sched.log.schedule is not None else None
+    return {
+        "kind": sched.kind,
+        "name": program.name,
+        "tiles": {"Br": env["Br"], "Bc": env["Bc"]},
+        "forced": bool(sched.log.schedule.forced) if sched.log.schedule else False,
+        "row_source": sched.row.source if sched.row else None,
+        "kernels": kernels,
+        "tensors": tensors,
+        "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),
+    }
+
+
+def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None) -> str:
+    """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
+    :func:`schedule` for ``dq_strategy`` and ``tile_sizes``."""
+    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes, knobs)
+    tgt = load_target(target)
+    env_values = {str(k): v for k, v in fwd.program.env}
+    consts = {
+        "G": env_values["G"],
+        "Dqk": spec.head_dim_qk,
+        "Dv": spec.head_dim_v,
+        "Dqk_p": _pow2(spec.head_dim_qk),
+        "Dv_p": _pow2(spec.head_dim_v),
+    }
+    context = {
+        "spec": spec,
+        "spec_toml": spec.to_toml().rstrip("\n").split("\n"),
+        "target": tgt.name,
+        "dq_strategy": bwd.program.attr("dq_strategy"),
+        "consts": consts,
+        "scale": spec.softmax_scale,
+        "programs": [_program_context(fwd), _program_context(bwd)],
+        "shapes": {
+            "B": spec.batch,
+            "Hq": spec.heads_q,
+            "Hkv": spec.heads_kv,
+            "Sq": spec.seq_q,
+            "Sk": spec.seq_k,
+        },
+        "runtime_shapes": RUNTIME_SHAPES,
+        "layout": spec.layout,
+        "dtype": spec.dtype,
+        "torch_dtype": TORCH_DTYPES[spec.dtype],
+    }
+    return _environment().get_template("module.py.jinja").render(**context)
+
+
+def module_name(spec: AttentionSpec) -> str:
+    """The module's file stem: ``tilegen_`` and the spec's name."""
+    safe = "".join(c if c.isalnum() else "_" for c in spec.name)
+    return f"tilegen_{safe}"
+
+
+def write(spec: AttentionSpec, out_dir: str | Path, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None) -> Path:
+    """Render the module for ``spec`` into ``out_dir`` (written atomically); returns its path."""
+    from ..fileio import write_atomic
+
+    source = render(spec, target, dq_strategy, tile_sizes)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{module_name(spec)}.py"
+    write_atomic(path, source)
+    return path
+
+
+_LOADED: dict[tuple, Any] = {}
+
+
+def cache_dir() -> Path:
+    """Where :func:`load` keeps generated modules: ``$TILEGEN_CACHE`` or ``~/.cache/tilegen/triton``."""
+    root = os.environ.get("TILEGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilegen")
+    return Path(root) / "triton"
+
+
+def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None):
+    """Generate (once per spec, target and strategy in a process) and import the module for ``spec``.
+
+    Triton reads a kernel's source from its file, so the module is written under :func:`cache_dir`
+    with a digest of its text in the file name, then imported.
+    """
+    key = (
+        spec,
+        target if isinstance(target, str) else target.path,
+        dq_strategy,
+        repr(tile_sizes),
+        None if knobs is None else tuple(sorted((k, tuple(v)) for k, v in knobs.items())),
+    )
+    hit = _LOADED.get(key)
+    if hit is not None:
+        return hit
+    from ..fileio import write_atomic
+
+    source = render(spec, target, dq_strategy, tile_sizes, knobs)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    folder = cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{module_name(spec)}_{digest}.py"
+    if not path.exists() or path.read_text(encoding="utf-8") != source:
+        write_atomic(path, source)
+    name = f"tilegen_generated_{digest}"
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module
+    mod_spec.loader.exec_module(module)
+    _LOADED[key] = module
+    return module
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``python -m tilegen.backends.triton (--spec NAME | SPEC_FILE) [-o DIR]``: write the module."""
+    parser = argparse.ArgumentParser(prog="python -m tilegen.backends.triton", description="Generate the Triton module of a spec.")
+    parser.add_argument("spec_file", nargs="?", help="a spec file (.toml, .yaml)")
+    parser.add_argument("--spec", help="a built-in spec name")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="a GPU target (default h200)")
+    parser.add_argument("--dq-strategy", choices=sorted(pipeline.DQ_STRATEGIES), default=None)
+    parser.add_argument("-o", "--out", default=None, help="output folder (default: print to stdout)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if (args.spec is None) == (args.spec_file is None):
+        parser.error("give exactly one of --spec NAME or SPEC_FILE")
+    spec = builtin_spec(args.spec) if args.spec else load_spec(args.spec_file)
+    if args.out is None:
+        sys.stdout.write(render(spec, args.target, args.dq_strategy))
+    else:
+        print(write(spec, args.out, args.target, args.dq_strategy))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
