@@ -44,7 +44,8 @@ def code_stamp() -> str:
     return digest.hexdigest()
 
 
-def _folder() -> Path:
+def folder() -> Path:
+    """The cache folder: ``$TILEGEN_CACHE_DIR`` or ``~/.cache/tilegen``."""
     return Path(os.environ.get("TILEGEN_CACHE_DIR") or Path.home() / ".cache" / "tilegen")
 
 
@@ -53,7 +54,7 @@ def cached(request: Any, build: Callable[[], Any]) -> Any:
     if not enabled():
         return build()
     key = hashlib.sha256((code_stamp() + "\0" + repr(request)).encode()).hexdigest()
-    path = _folder() / f"{key}.pkl"
+    path = folder() / f"{key}.pkl"
     try:
         with open(path, "rb") as f:
             return pickle.load(f)

@@ -218,21 +218,17 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .backends import ascendc
+    from .backends import write
+    from .targets import load_target
 
     spec = resolve_spec(args)
     target = args.target
-    from .targets import load_target
-
-    kind = load_target(target).kind
-    if kind == "gpu":
-        from .backends import triton as triton_backend
-
-        generated = triton_backend.generate(spec, target, dq_strategy=args.dq_strategy)
-        names = triton_backend.write(generated, args.output)
+    if load_target(target).kind == "gpu":
+        from .backends import triton as backend
     else:
-        generated = ascendc.generate(spec, target, dq_strategy=args.dq_strategy)
-        names = ascendc.write(generated, args.output)
+        from .backends import ascendc as backend
+    generated = backend.generate(spec, target, dq_strategy=args.dq_strategy)
+    names = write(generated, args.output)
     print(f"tilegen generate  {describe(spec)}  target {target}")
     sched = generated.manifest["schedule"]
     for label in ("forward", "backward"):

@@ -21,8 +21,6 @@ the lowering here computes offsets, counts and flags, and the Jinja templates in
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +29,7 @@ import jinja2
 import sympy
 
 from .. import dtypes
+from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
 from ..ir import (
@@ -647,14 +646,6 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program)
 
 
-@dataclass
-class Generated:
-    """Generated files (name → text) and the manifest facts."""
-
-    files: dict[str, str]
-    manifest: dict[str, Any]
-
-
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates") / "ascendc")),
@@ -701,6 +692,7 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
     for name in ("tiling.h", "tilegen_ops.asc", "CMakeLists.txt", "tilegen_op.py", "twin_main.cpp"):
         files[name] = env.get_template(f"{name}.jinja").render(ctx)
     manifest = {
+        "backend": "ascendc",
         "spec": spec.to_dict(),
         "target": tgt.name,
         "arch": tgt.arch,
@@ -710,43 +702,6 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
             "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels]},
         },
         "workspace": {p.label: {"per_core_bytes": p.ws_per_core, "handoffs": [h["name"] for h in p.handoffs]} for p in plans},
-        "files": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in sorted(files.items())},
     }
-    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    return Generated(files, manifest)
+    return with_manifest(files, manifest)
 
-
-def write(generated: Generated, out_dir) -> list[str]:
-    """Write a generated kernel set into ``out_dir`` (created if needed).
-
-    Every file is first written to a staging folder next to ``out_dir``, then moved into place one
-    rename at a time, ``manifest.json`` last: an error before the moves leaves the previous output as
-    it was, and each file is replaced atomically.
-
-    Raises:
-        SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written.
-    """
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise SpecError("-o", str(out), "a folder (it exists and is a file)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
-    except OSError as exc:
-        raise SpecError("-o", str(out), f"a folder tilegen can create and write ({exc.strerror or exc})") from None
-    try:
-        names = sorted(n for n in generated.files if n != "manifest.json") + ["manifest.json"]
-        for name in names:
-            (stage / name).write_text(generated.files[name], encoding="utf-8")
-        for name in names:
-            os.replace(stage / name, out / name)
-    except OSError as exc:
-        raise SpecError("-o", str(out), f"a writable folder ({exc.strerror or exc})") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return names

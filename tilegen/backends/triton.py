@@ -51,7 +51,6 @@ is a pure function of the spec and the target: the same inputs give a byte-ident
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import importlib.util
@@ -60,10 +59,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import sympy
 
+from . import Generated, with_manifest
 from ..errors import ScheduleError, SpecError, TargetError
 from ..ir import (
     Access,
@@ -90,7 +90,7 @@ from ..ir import (
 )
 from ..passes import pipeline
 from ..resources import data_dir
-from ..spec import AttentionSpec, builtin_spec, load_spec
+from ..spec import AttentionSpec
 from ..targets import Target, load_target
 
 if sys.version_info >= (3, 11):
@@ -944,25 +944,34 @@ def module_name(spec: AttentionSpec) -> str:
     return f"tilegen_{safe}"
 
 
-def write(spec: AttentionSpec, out_dir: str | Path, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None) -> Path:
-    """Render the module for ``spec`` into ``out_dir`` (written atomically); returns its path."""
-    from ..fileio import write_atomic
-
+def generate(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None) -> Generated:
+    """The generated file set for ``spec`` on a GPU target: the Triton module and a manifest."""
+    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes)
     source = render(spec, target, dq_strategy, tile_sizes)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{module_name(spec)}.py"
-    write_atomic(path, source)
-    return path
+    tiles = {s.kind.split("-")[0]: {str(k): v for k, v in s.program.env if str(k) in ("Br", "Bc")} for s in (fwd, bwd)}
+    manifest = {
+        "backend": "triton",
+        "spec": spec.to_dict(),
+        "target": load_target(target).name,
+        "dq_strategy": bwd.program.attr("dq_strategy"),
+        "schedule": {
+            "forward": {**tiles["fwd"], "kernels": [k.name for k in fwd.program.kernels]},
+            "backward": {**tiles["bwd"], "kernels": [k.name for k in bwd.program.kernels]},
+        },
+        "module": f"{module_name(spec)}.py",
+    }
+    return with_manifest({f"{module_name(spec)}.py": source}, manifest)
 
 
 _LOADED: dict[tuple, Any] = {}
 
 
 def cache_dir() -> Path:
-    """Where :func:`load` keeps generated modules: ``$TILEGEN_CACHE`` or ``~/.cache/tilegen/triton``."""
-    root = os.environ.get("TILEGEN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "tilegen")
-    return Path(root) / "triton"
+    """Where :func:`load` keeps generated modules: ``triton/`` in tilegen's cache folder
+    (``$TILEGEN_CACHE_DIR``, default ``~/.cache/tilegen``; see :mod:`tilegen.cache`)."""
+    from ..cache import folder
+
+    return folder() / "triton"
 
 
 def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None):
@@ -997,26 +1006,3 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
     mod_spec.loader.exec_module(module)
     _LOADED[key] = module
     return module
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    """``python -m tilegen.backends.triton (--spec NAME | SPEC_FILE) [-o DIR]``: write the module."""
-    parser = argparse.ArgumentParser(prog="python -m tilegen.backends.triton", description="Generate the Triton module of a spec.")
-    parser.add_argument("spec_file", nargs="?", help="a spec file (.toml, .yaml)")
-    parser.add_argument("--spec", help="a built-in spec name")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="a GPU target (default h200)")
-    parser.add_argument("--dq-strategy", choices=sorted(pipeline.DQ_STRATEGIES), default=None)
-    parser.add_argument("-o", "--out", default=None, help="output folder (default: print to stdout)")
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    if (args.spec is None) == (args.spec_file is None):
-        parser.error("give exactly one of --spec NAME or SPEC_FILE")
-    spec = builtin_spec(args.spec) if args.spec else load_spec(args.spec_file)
-    if args.out is None:
-        sys.stdout.write(render(spec, args.target, args.dq_strategy))
-    else:
-        print(write(spec, args.out, args.target, args.dq_strategy))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

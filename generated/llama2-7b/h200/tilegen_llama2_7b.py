@@ -1,0 +1,429 @@
+"""Attention kernels for the spec `llama2-7b` on the target `h200`: forward and fused backward.
+
+Written by tilegen's Triton backend from the scheduled tile IR; regenerate it rather than edit it
+(`python -m tilegen.backends.triton SPEC_FILE -o DIR`).
+
+Spec:
+    name = "llama2-7b"
+    batch = 1
+    heads_q = 32
+    heads_kv = 32
+    seq_q = 4096
+    seq_k = 4096
+    head_dim_qk = 128
+    head_dim_v = 128
+    dtype = "fp16"
+    mask = "causal"
+    alignment = "bottom_right"
+    layout = "BSND"
+
+Notation (tilegen DESIGN §3):
+    Q [B, Hq, Sq, Dqk], K [B, Hkv, Sk, Dqk], V [B, Hkv, Sk, Dv], O and dO [B, Hq, Sq, Dv]: logical BNSD
+    order (the arrays in memory are BSND; every kernel takes the strides of the logical dims).
+    L [B, Hq, Sq]: logsumexp of the visible scores, natural log, fp32 (-inf on a row with no visible key).
+    D [B, Hq, Sq]: rowsum(dO * O), fp32.  dQ_ws: the fp32 dQ accumulator of the atomic strategy.
+    S = scale * Q K^T with scale = 0.08838834764831843; P = exp(S - L); dP = dO V^T; dS = P * (dP - D);
+    dV = P^T dO; dQ = scale * dS K; dK = scale * dS^T Q; dK, dV summed over the G = Hq / Hkv query heads
+    of a KV head. Key c is visible to query r iff r + off - left <= c <= r + off + right (window
+    (-1, 0), off = Sk - Sq), r < Sq, c < Sk.
+    Br, Bc: rows of a Q tile and of a K/V tile; Dqk_p, Dv_p: head dims padded to a power of two.
+    b, hq, hkv, i, j: batch, query head, KV head, Q tile, K/V tile.
+    A name ending in `_ptr` is a tensor's base pointer, `X_sN` the stride of its logical dim N.
+
+Schedule (h200):
+    llama2-7b.fwd: Br = 64, Bc = 64 (from the target's [triton] table); predicted 542.289 us
+      kernel fwd: grid (i, hq, b), num_warps = 4, num_stages = 3; exp2 with log2(e) folded
+    llama2-7b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 632.91 us
+      kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
+      kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 2; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
+      kernel post: grid (i, hq, b), num_warps = 4, num_stages = 2
+    dQ strategy: atomic.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+SPEC = {"alignment": "bottom_right", "batch": 1, "dtype": "fp16", "head_dim_qk": 128, "head_dim_v": 128, "heads_kv": 32, "heads_q": 32, "layout": "BSND", "mask": "causal", "name": "llama2-7b", "seq_k": 4096, "seq_q": 4096}
+SHAPES = {"B": 1, "Hkv": 32, "Hq": 32, "Sk": 4096, "Sq": 4096}
+CONSTS = {"Dqk": 128, "Dqk_p": 128, "Dv": 128, "Dv_p": 128, "G": 1}
+LAYOUT = "BSND"
+DTYPE = torch.float16
+
+
+@triton.jit
+def _floor_div(a, b):
+    # floor(a / b) for b > 0; Triton's // truncates towards zero
+    return tl.where(a >= 0, a // b, -((b - 1 - a) // b))
+
+
+
+@triton.jit
+def fwd_kernel(
+    Q_ptr,
+    K_ptr,
+    V_ptr,
+    O_ptr,
+    L_ptr,
+Q_s0, Q_s1, Q_s2, Q_s3,
+K_s0, K_s1, K_s2, K_s3,
+V_s0, V_s1, V_s2, V_s3,
+O_s0, O_s1, O_s2, O_s3,
+L_s0, L_s1, L_s2,
+    B, Hq, Hkv, Sq, Sk,
+    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
+    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
+):
+    # llama2-7b.fwd, kernel fwd (phase fwd)
+    b = tl.program_id(2)
+    hq = tl.program_id(1)
+    i = (((Br + Sq - 1) // (Br)) - 1 - tl.program_id(0))
+    Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3)
+    m = tl.full([Br], float("-inf"), tl.float32)
+    l = tl.full([Br], 0.0, tl.float32)
+    acc = tl.full([Br, Dv_p], 0.0, tl.float32)
+    for j in range(0, tl.maximum(0, tl.minimum(tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Br + Br) - 1, Bc) + 1, _floor_div(-Bc + i*Br + Sk - Sq + 1, Bc) + 1), ((Bc + Sk - 1) // (Bc))))):  # visible K/V tiles of Q tile i: tiles the mask leaves whole
+        Kj = tl.load(K_ptr + b * K_s0 + ((hq) // (G)) * K_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * K_s2 + tl.arange(0, Dqk_p)[None, :] * K_s3)
+        Vj = tl.load(V_ptr + b * V_s0 + ((hq) // (G)) * V_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * V_s2 + tl.arange(0, Dv_p)[None, :] * V_s3)
+        S = tl.dot(Qi, tl.trans(Kj)) * 0.12751743082459868
+        m_new = tl.max(S, axis=1)
+        m_new = tl.maximum(m_new, m)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = m - m_use
+        alpha = tl.exp2(alpha)
+        S = S - m_use[:, None]
+        S = tl.exp2(S)
+        rowsum = tl.sum(S, axis=1)
+        l = l * alpha
+        l = l + rowsum
+        Pc = (S).to(tl.float16)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(Pc, Vj, acc)
+        m = m_new
+    for j in range(tl.maximum(0, tl.minimum(tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Br + Br) - 1, Bc) + 1, _floor_div(-Bc + i*Br + Sk - Sq + 1, Bc) + 1), ((Bc + Sk - 1) // (Bc)))), tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Br + Br) - 1, Bc) + 1, ((Bc + Sk - 1) // (Bc)))):  # visible K/V tiles of Q tile i: the mask cuts these tiles
+        Kj = tl.load(K_ptr + b * K_s0 + ((hq) // (G)) * K_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * K_s2 + tl.arange(0, Dqk_p)[None, :] * K_s3)
+        Vj = tl.load(V_ptr + b * V_s0 + ((hq) // (G)) * V_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * V_s2 + tl.arange(0, Dv_p)[None, :] * V_s3)
+        S = tl.dot(Qi, tl.trans(Kj)) * 0.12751743082459868
+        S = tl.where(((j*Bc + tl.arange(0, Bc))[None, :] <= (i*Br + tl.arange(0, Br))[:, None] + Sk - Sq), S, float("-inf"))
+        m_new = tl.max(S, axis=1)
+        m_new = tl.maximum(m_new, m)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = m - m_use
+        alpha = tl.exp2(alpha)
+        S = S - m_use[:, None]
+        S = tl.exp2(S)
+        rowsum = tl.sum(S, axis=1)
+        l = l * alpha
+        l = l + rowsum
+        Pc = (S).to(tl.float16)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(Pc, Vj, acc)
+        m = m_new
+    acc = tl.where(l[:, None] != 0, acc / tl.where(l[:, None] != 0, l[:, None], 1.0), 0.0)
+    Oc = (acc).to(tl.float16)
+    tl.store(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3, Oc)
+    lse = tl.log(l)
+    lse = lse + (m * 0.6931471805599453)
+    tl.store(L_ptr + b * L_s0 + hq * L_s1 + (i*Br + tl.arange(0, Br)) * L_s2, lse)
+
+
+@triton.jit
+def pre_kernel(
+    O_ptr,
+    dO_ptr,
+    D_ptr,
+    dQ_ws_ptr,
+O_s0, O_s1, O_s2, O_s3,
+dO_s0, dO_s1, dO_s2, dO_s3,
+D_s0, D_s1, D_s2,
+dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
+    B, Hq, Hkv, Sq, Sk,
+    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
+    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
+):
+    # llama2-7b.bwd, kernel pre (phase pre)
+    b = tl.program_id(2)
+    hq = tl.program_id(1)
+    i = tl.program_id(0)
+    Oi = tl.load(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3)
+    dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3)
+    O32 = (Oi).to(tl.float32)
+    prod = (dOi).to(tl.float32)
+    prod = prod * O32
+    Di = tl.sum(prod, axis=1)
+    tl.store(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, Di)
+    zeros = tl.full([Br, Dqk_p], 0.0, tl.float32)
+    tl.store(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, zeros)
+
+
+@triton.jit
+def main_kernel(
+    Q_ptr,
+    K_ptr,
+    V_ptr,
+    L_ptr,
+    dO_ptr,
+    D_ptr,
+    dQ_ws_ptr,
+    dK_ptr,
+    dV_ptr,
+Q_s0, Q_s1, Q_s2, Q_s3,
+K_s0, K_s1, K_s2, K_s3,
+V_s0, V_s1, V_s2, V_s3,
+L_s0, L_s1, L_s2,
+dO_s0, dO_s1, dO_s2, dO_s3,
+D_s0, D_s1, D_s2,
+dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
+dK_s0, dK_s1, dK_s2, dK_s3,
+dV_s0, dV_s1, dV_s2, dV_s3,
+    B, Hq, Hkv, Sq, Sk,
+    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
+    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
+):
+    # llama2-7b.bwd, kernel main (phase main)
+    b = tl.program_id(2)
+    hkv = tl.program_id(1)
+    j = tl.program_id(0)
+    Kj = tl.load(K_ptr + b * K_s0 + hkv * K_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * K_s2 + tl.arange(0, Dqk_p)[None, :] * K_s3)
+    dV_acc = tl.full([Bc, Dv_p], 0.0, tl.float32)
+    dK_acc = tl.full([Bc, Dqk_p], 0.0, tl.float32)
+    Vj = tl.load(V_ptr + b * V_s0 + hkv * V_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * V_s2 + tl.arange(0, Dv_p)[None, :] * V_s3)
+    for hq in range(hkv*G, hkv*G + G):  # query heads of KV head hkv
+        for i in range(tl.where((Sq) <= (j*Bc - Sk + Sq), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq, Br))), tl.minimum(((Br + Sq - 1) // (Br)), tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 1, Br))))):  # visible Q tiles of K/V tile j: the mask cuts these tiles
+            Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3)
+            dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3)
+            Li = tl.load(L_ptr + b * L_s0 + hq * L_s1 + (i*Br + tl.arange(0, Br)) * L_s2) * 1.4426950408889634
+            S = tl.dot(Kj, tl.trans(Qi)) * 0.12751743082459868
+            S = tl.where(((j*Bc + tl.arange(0, Bc))[:, None] <= (i*Br + tl.arange(0, Br))[None, :] + Sk - Sq), S, float("-inf"))
+            L_use = tl.where(Li == float("-inf"), 0.0, Li)
+            S = S - L_use[None, :]
+            S = tl.exp2(S)
+            Pc = (S).to(tl.float16)
+            dV_acc = tl.dot(Pc, dOi, dV_acc)
+            Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2)
+            dP = tl.dot(Vj, tl.trans(dOi))
+            dP = dP - Di[None, :]
+            P32 = (Pc).to(tl.float32)
+            dP = P32 * dP
+            dSc = (dP).to(tl.float16)
+            dK_acc = tl.dot(dSc, Qi, dK_acc)
+            dQp = tl.dot(tl.trans(dSc), Kj)
+            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, sem="relaxed")
+        for i in range(tl.minimum(((Br + Sq - 1) // (Br)), tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 1, Br)))), ((Br + Sq - 1) // (Br))):  # visible Q tiles of K/V tile j: tiles the mask leaves whole
+            Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3)
+            dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3)
+            Li = tl.load(L_ptr + b * L_s0 + hq * L_s1 + (i*Br + tl.arange(0, Br)) * L_s2) * 1.4426950408889634
+            S = tl.dot(Kj, tl.trans(Qi)) * 0.12751743082459868
+            L_use = tl.where(Li == float("-inf"), 0.0, Li)
+            S = S - L_use[None, :]
+            S = tl.exp2(S)
+            Pc = (S).to(tl.float16)
+            dV_acc = tl.dot(Pc, dOi, dV_acc)
+            Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2)
+            dP = tl.dot(Vj, tl.trans(dOi))
+            dP = dP - Di[None, :]
+            P32 = (Pc).to(tl.float32)
+            dP = P32 * dP
+            dSc = (dP).to(tl.float16)
+            dK_acc = tl.dot(dSc, Qi, dK_acc)
+            dQp = tl.dot(tl.trans(dSc), Kj)
+            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, sem="relaxed")
+    dVc = (dV_acc).to(tl.float16)
+    tl.store(dV_ptr + b * dV_s0 + hkv * dV_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * dV_s2 + tl.arange(0, Dv_p)[None, :] * dV_s3, dVc)
+    dK_acc = dK_acc * 0.08838834764831843
+    dKc = (dK_acc).to(tl.float16)
+    tl.store(dK_ptr + b * dK_s0 + hkv * dK_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * dK_s2 + tl.arange(0, Dqk_p)[None, :] * dK_s3, dKc)
+
+
+@triton.jit
+def post_kernel(
+    dQ_ws_ptr,
+    dQ_ptr,
+dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
+dQ_s0, dQ_s1, dQ_s2, dQ_s3,
+    B, Hq, Hkv, Sq, Sk,
+    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
+    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
+):
+    # llama2-7b.bwd, kernel post (phase post)
+    b = tl.program_id(2)
+    hq = tl.program_id(1)
+    i = tl.program_id(0)
+    dQi = tl.load(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3)
+    dQi = dQi * 0.08838834764831843
+    dQc = (dQi).to(tl.float16)
+    tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, dQc)
+
+
+def _logical(x):
+    """The BNSD view of a 4-d array in this module's layout (no copy)."""
+    return x.permute(0, 2, 1, 3) if LAYOUT == "BSND" else x
+
+
+def _alloc(shape, dtype, device, poison, layout):
+    """A new tensor of logical shape `shape`, laid out as `layout`; NaN-filled when `poison`."""
+    physical = (shape[0], shape[2], shape[1], shape[3]) if layout == "BSND" else tuple(shape)
+    if poison:
+        x = torch.full(physical, float("nan"), dtype=dtype, device=device)
+    else:
+        x = torch.empty(physical, dtype=dtype, device=device)
+    return x.permute(0, 2, 1, 3) if layout == "BSND" else x
+
+
+def _check(name, x, shape, dtype):
+    """Raise ValueError unless `x` is a tensor of `dtype` whose physical shape is `shape`."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} = {type(x).__name__} is invalid; accepted: a torch.Tensor")
+    if x.dtype != dtype:
+        raise ValueError(f"{name}.dtype = {x.dtype} is invalid; accepted: {dtype} (this module was generated for it)")
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}.shape = {tuple(x.shape)} is invalid; accepted: {tuple(shape)} ({LAYOUT}, the spec this module was generated for)")
+
+
+def _physical_shape(shape):
+    return (shape[0], shape[2], shape[1], shape[3]) if LAYOUT == "BSND" else tuple(shape)
+
+
+
+def _launch_fwd(t):
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    Br, Bc = 64, 64
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    grid = ((-((-Sq) // (Br))), Hq, B, )
+    fwd_kernel[grid](
+t["Q"], t["K"], t["V"], t["O"], t["L"], 
+*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), 
+        B, Hq, Hkv, Sq, Sk,
+        Br=Br, Bc=Bc, **CONSTS,
+        num_warps=4, num_stages=3,
+    )
+
+
+def _launch_pre(t):
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    Br, Bc = 64, 128
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    grid = ((-((-Sq) // (Br))), Hq, B, )
+    pre_kernel[grid](
+t["O"], t["dO"], t["D"], t["dQ_ws"], 
+*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), 
+        B, Hq, Hkv, Sq, Sk,
+        Br=Br, Bc=Bc, **CONSTS,
+        num_warps=4, num_stages=2,
+    )
+
+
+def _launch_main(t):
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    Br, Bc = 64, 128
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    grid = ((-((-Sk) // (Bc))), Hkv, B, )
+    main_kernel[grid](
+t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], 
+*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), 
+        B, Hq, Hkv, Sq, Sk,
+        Br=Br, Bc=Bc, **CONSTS,
+        num_warps=8, num_stages=2,
+    )
+
+
+def _launch_post(t):
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    Br, Bc = 64, 128
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    grid = ((-((-Sq) // (Br))), Hq, B, )
+    post_kernel[grid](
+t["dQ_ws"], t["dQ"], 
+*t["dQ_ws"].stride(), *t["dQ"].stride(), 
+        B, Hq, Hkv, Sq, Sk,
+        Br=Br, Bc=Bc, **CONSTS,
+        num_warps=4, num_stages=2,
+    )
+
+
+
+def forward(q, k, v, *, poison=False):
+    """Attention forward: (o, lse).
+
+    Args:
+        q: [B, Sq, Hq, Dqk] (BSND) or [B, Hq, Sq, Dqk] (BNSD), as this module's LAYOUT; k, v likewise with
+            Hkv, Sk (and Dv for v); all of DTYPE, on one device. Any strides.
+        poison: fill the outputs with NaN before the launch (tests: an unwritten element shows).
+
+    Returns:
+        o: like q with Dv, DTYPE; lse: float32 [B, Hq, Sq], natural-log logsumexp (-inf: empty row).
+    """
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    device = q.device
+    t = {}
+    _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.float16)
+    t["Q"] = _logical(q)
+    _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.float16)
+    t["K"] = _logical(k)
+    _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.float16)
+    t["V"] = _logical(v)
+    t["O"] = _alloc((B, Hq, Sq, Dv), torch.float16, device, poison, "BSND")
+    t["L"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+
+    _launch_fwd(t)
+    return _logical(t["O"]), t["L"]
+
+
+def backward(q, k, v, o, lse, do, *, poison=False):
+    """Attention backward (recompute; dQ strategy atomic): (dq, dk, dv).
+
+    Args:
+        q, k, v: as for `forward`; o, lse: its outputs; do: dLoss/dO like o. Any strides.
+        poison: fill outputs and workspaces with NaN before the launches.
+
+    Returns:
+        dq like q, dk like k, dv like v (DTYPE, LAYOUT); dk and dv summed over each GQA group.
+    """
+    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
+    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
+    device = q.device
+    t = {}
+    _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.float16)
+    t["Q"] = _logical(q)
+    _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.float16)
+    t["K"] = _logical(k)
+    _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.float16)
+    t["V"] = _logical(v)
+    _check("o", o, _physical_shape((B, Hq, Sq, Dv)), torch.float16)
+    t["O"] = _logical(o)
+    _check("lse", lse, (B, Hq, Sq), torch.float32)
+    t["L"] = lse
+    _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.float16)
+    t["dO"] = _logical(do)
+    t["D"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+    t["dQ_ws"] = _alloc((B, Hq, Sq, Dqk), torch.float32, device, poison, "BNSD")
+    t["dQ"] = _alloc((B, Hq, Sq, Dqk), torch.float16, device, poison, "BSND")
+    t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.float16, device, poison, "BSND")
+    t["dV"] = _alloc((B, Hkv, Sk, Dv), torch.float16, device, poison, "BSND")
+
+    _launch_pre(t)
+    _launch_main(t)
+    _launch_post(t)
+    return _logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"])
+
+
+class AttentionFunction(torch.autograd.Function):
+    """autograd: `forward` saves q, k, v, o, lse; `backward` runs the recompute backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        o, lse = forward(q, k, v)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        return backward(q, k, v, o, lse, do)
+
+
+def attention(q, k, v):
+    """o = softmax(scale * q k^T, masked) v with gradients for q, k, v (see `forward` for shapes)."""
+    return AttentionFunction.apply(q, k, v)[0]
