@@ -34,15 +34,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import platform
 import sys
 import time
 import traceback
 from pathlib import Path
 
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -138,7 +135,6 @@ def _tile_syms():
 
 class Sdpa:
     def __init__(self, backend, spec, q, k, v, do, causal):
-        import torch
         from torch.nn.attention import SDPBackend
 
         self.backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]

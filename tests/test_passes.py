@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from tilegen.build import build_backward, build_forward, kv_tile_range, mask_inf
 from tilegen.errors import FusionError, VerifyError
 from tilegen.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, MatMul, Program, Sk, Sq, Store, b, i, j, map_body
 from tilegen.passes import pipeline
-from tilegen.passes.cleanup import forward_stores, padding_facts
+from tilegen.passes.cleanup import forward_stores
 from tilegen.passes.depgraph import dependence_graph, edges_between
 from tilegen.passes.fuse import fuse
 from tilegen.passes.verify import verify

@@ -19,7 +19,6 @@ import sys
 
 from .errors import SpecError, TilegenError
 from .passes.pipeline import DQ_STRATEGIES
-from .printer import format_program
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 from .targets import target_names
 

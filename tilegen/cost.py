@@ -18,7 +18,7 @@ Utilization = matmul FLOPs / (time · peak matmul rate).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .analysis import Counts, count
 from .ir import MatMul, Program, walk

@@ -25,7 +25,7 @@ build new ones with :func:`dataclasses.replace`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Union
 
 import sympy

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy
 
 from . import dtypes
 from .analysis import count, total
-from .cost import predict
 from .passes import pipeline
 from .printer import fmt_expr, format_program
 from .spec import AttentionSpec
@@ -302,9 +300,9 @@ def format_tradeoff(r: dict) -> str:
         f"  recomputing S = QK^T     {_t(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
         "",
         "where that argument is incomplete (and the report disagrees with it):",
-        f"  - storing P is not one read: the backward writes P and reads it back, and does the same for dS:",
+        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS:",
         f"    4 x {_b(ph['P_bytes'])} = {_b(ph['store_P_traffic_bytes'])} per head, {_t(ph['store_P_traffic_s'])} of HBM time.",
-        f"  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
+        "  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
         f"    vector unit, {_t(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
         + (" (an estimate)" if r["exp_rate_estimate"] else "")
         + "; the cube and vector units overlap, so the slower of the two sets the pace.",

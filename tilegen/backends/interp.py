@@ -21,13 +21,11 @@ log; ``vector``: every other elementwise, reduction and mask element).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
-import sympy
 
 from .. import dtypes
 from ..exprs import UnboundSymbol, evaluate
@@ -44,7 +42,6 @@ from ..ir import (
     RowReduce,
     Sk,
     Sq,
-    Stmt,
     Store,
 )
 

@@ -55,7 +55,6 @@ import dataclasses
 import hashlib
 import importlib.util
 import math
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +72,6 @@ from ..ir import (
     Dv,
     Elementwise,
     Fill,
-    G,
     Kernel,
     Load,
     Loop,

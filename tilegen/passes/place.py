@@ -32,7 +32,6 @@ from ..ir import (
     Access,
     Buffer,
     Elementwise,
-    Fill,
     Kernel,
     Load,
     Loop,
@@ -43,7 +42,6 @@ from ..ir import (
     Stmt,
     Store,
     Tensor,
-    map_body,
     walk,
 )
 from ..targets import Target
