@@ -3,6 +3,9 @@
 Default commands: ``tilegen inspect --spec llama2-7b --target ascend910b2`` (goal: under 1 s median)
 and ``tilegen generate --spec llama2-7b --target ascend910b2 -o <tmp>`` when the generate verb exists
 (goal: under 1 s median). Also times ``python -c "import tilegen.cli"`` to show the import floor.
+Each command runs twice over: "cold" with the compile cache off (TILEGEN_CACHE=0: every run lowers,
+schedules and verifies from the spec) and "warm" with a fresh cache folder that one untimed run filled
+first (the schedule comes from disk; see tilegen/cache.py).
 
 Usage: python benchmarks/cli_time.py [--runs 7] [--out benchmarks/results/cli_time.json]
 """
@@ -22,8 +25,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def timed(cmd: list[str], runs: int) -> dict:
+def timed(cmd: list[str], runs: int, extra_env: dict[str, str], warm_up: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra_env)
+    if warm_up:
+        subprocess.run(cmd, capture_output=True, text=True, env=env)
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -46,7 +52,11 @@ def main() -> None:
         "inspect llama2-7b ascend910b2": [py, "-m", "tilegen", "inspect", "--spec", "llama2-7b", "--target", "ascend910b2"],
         "generate llama2-7b ascend910b2": [py, "-m", "tilegen", "generate", "--spec", "llama2-7b", "--target", "ascend910b2", "-o", out],
     }
-    results = {name: timed(cmd, args.runs) for name, cmd in cases.items()}
+    results = {}
+    for name, cmd in cases.items():
+        results[f"{name} (cold)"] = timed(cmd, args.runs, {"TILEGEN_CACHE": "0"}, warm_up=False)
+        cache = tempfile.mkdtemp(prefix="tilegen-bench-cache-")
+        results[f"{name} (warm)"] = timed(cmd, args.runs, {"TILEGEN_CACHE_DIR": cache}, warm_up=True)
     print("| command | median (s) | min (s) | max (s) |")
     print("|---|---|---|---|")
     for name, r in results.items():
@@ -54,6 +64,7 @@ def main() -> None:
             print(f"| {name} | {r['median_s']:.3f} | {r['min_s']:.3f} | {r['max_s']:.3f} |")
         else:
             print(f"| {name} | failed: {r['error']} | | |")
+    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -44,3 +44,48 @@ def test_python_dash_m():
     proc = subprocess.run([sys.executable, "-m", "tilegen", "run", "--spec", "tiny-fp32"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "check: passed" in proc.stdout
+
+
+def _cli(args, env_extra, cwd=None):
+    import os
+
+    env = dict(os.environ, **env_extra)
+    proc = subprocess.run([sys.executable, "-m", "tilegen", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_cached_output_equals_a_fresh_compile(tmp_path):
+    """inspect and generate served from the compile cache print and write exactly what a run with the
+    cache off does."""
+    cache = {"TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["inspect", "--spec", "tiny-gqa", "--target", "ascend910b2"]
+    first = _cli(args, cache)
+    assert any((tmp_path / "cache").iterdir())
+    assert _cli(args, cache) == first == _cli(args, {"TILEGEN_CACHE": "0"})
+    gen = ["generate", "--spec", "tiny", "--target", "ascend910b2", "-o"]
+    _cli(gen + [str(tmp_path / "a")], cache)
+    _cli(gen + [str(tmp_path / "b")], cache)
+    _cli(gen + [str(tmp_path / "c")], {"TILEGEN_CACHE": "0"})
+    files = sorted(p.name for p in (tmp_path / "c").iterdir())
+    for name in files:
+        ref = (tmp_path / "c" / name).read_bytes()
+        assert (tmp_path / "a" / name).read_bytes() == ref and (tmp_path / "b" / name).read_bytes() == ref, name
+
+
+def test_cache_follows_an_edited_target_file(tmp_path):
+    """A target given as a file is keyed by its contents: editing the file between runs changes the
+    schedule instead of serving the old one."""
+    from tilegen.resources import data_dir
+
+    target = tmp_path / "mine.toml"
+    text = (data_dir("targets") / "ascend910b2.toml").read_text()
+    target.write_text(text)
+    cache = {"TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["inspect", "--spec", "llama2-7b", "--target", str(target), "--program", "fwd", "--no-nest"]
+    before = _cli(args, cache)
+    assert "value = 196608" in text
+    target.write_text(text.replace("capacity = { value = 196608", "capacity = { value = 65536"))
+    after = _cli(args, cache)
+    assert after != before
+    assert after == _cli(args, {"TILEGEN_CACHE": "0"})

@@ -8,7 +8,7 @@
   DESIGN §3's rule against both the torch references and tilegen.reference.
 
 Nothing here needs the network, transformers or the model package; one optional test compares the mask
-and layer rules with transformers' own code when transformers is installed.
+and layer rules with transformers' own code (transformers is in the test extra; the test skips without it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ Python API (NumPy in, NumPy out, interpreter-backed):
 See README.md for the CLI and DESIGN.md for the conventions.
 """
 
-from .api import attention, attention_backward, make_spec
 from .errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 
@@ -28,3 +27,15 @@ __all__ = [
     "make_spec",
 ]
 __version__ = "0.1.0"
+
+_API = ("attention", "attention_backward", "make_spec")
+
+
+def __getattr__(name: str):
+    # The API pulls in the passes (sympy, networkx); import it on first use so that `import tilegen`
+    # and the CLI's cached paths stay light.
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tilegen' has no attribute {name!r}")

@@ -18,9 +18,9 @@ import argparse
 import sys
 
 from .errors import SpecError, TilegenError
-from .passes.pipeline import DQ_STRATEGIES
+from .passes.strategies import DQ_STRATEGIES
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
-from .targets import target_names
+from .targets import target_key, target_names
 
 DEFAULT_SPEC = "demo"
 
@@ -169,27 +169,33 @@ def traffic_table(report) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from .cache import cached
+
+    spec = resolve_spec(args)
+    if args.compare and args.target is None:
+        raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
+    options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
+    # The whole report goes through the compile cache: a repeated call only loads text.
+    text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
+    print(text, end="")
+    return 0
+
+
+def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     import json
 
     from .report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
 
-    spec = resolve_spec(args)
     if args.compare:
-        if args.target is None:
-            raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
         report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=args.dq_strategy)
-        print(json.dumps(report, indent=2) if args.json else format_tradeoff(report), end="" if not args.json else "\n")
-        return 0
+        return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
     programs = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}[args.program]
     report = inspect_report(
         spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
     )
     if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(f"tilegen inspect  {describe(spec)}")
-        print(format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest), end="")
-    return 0
+        return json.dumps(report, indent=2) + "\n"
+    return f"tilegen inspect  {describe(spec)}\n" + format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest)
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
@@ -218,15 +224,13 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .backends import write
-    from .targets import load_target
+    from .cache import cached
 
     spec = resolve_spec(args)
     target = args.target
-    if load_target(target).kind == "gpu":
-        from .backends import triton as backend
-    else:
-        from .backends import ascendc as backend
-    generated = backend.generate(spec, target, dq_strategy=args.dq_strategy)
+    generated = cached(
+        ("generate", spec, target_key(target), args.dq_strategy), lambda: _generate(spec, target, args.dq_strategy)
+    )
     names = write(generated, args.output)
     print(f"tilegen generate  {describe(spec)}  target {target}")
     sched = generated.manifest["schedule"]
@@ -235,6 +239,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0
+
+
+def _generate(spec: AttentionSpec, target: str, dq_strategy: str):
+    from .targets import load_target
+
+    if load_target(target).kind == "gpu":
+        from .backends import triton as backend
+    else:
+        from .backends import ascendc as backend
+    return backend.generate(spec, target, dq_strategy=dq_strategy)
 
 
 def build_parser() -> argparse.ArgumentParser:

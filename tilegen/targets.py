@@ -218,3 +218,12 @@ def load_target(name: str | Target) -> Target:
     if not candidate.is_file():
         raise TargetError(f"target = {name!r} is invalid; accepted: one of {', '.join(target_names())} or a path to a .toml file")
     return _load_path(str(candidate))
+
+
+def target_key(target: str | Target | None) -> str | None:
+    """A stable key for caches: the full contents of the target (a path's file may change between runs).
+
+    Raises:
+        TargetError: as :func:`load_target`.
+    """
+    return None if target is None else repr(load_target(target))

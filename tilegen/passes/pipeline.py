@@ -16,6 +16,7 @@ from ..build import build_backward, build_forward
 from ..errors import SpecError
 from ..ir import Bc, Br, Program
 from ..spec import AttentionSpec
+from ..targets import target_key
 from .cleanup import (
     cleanup,
     drop_stores,
@@ -25,6 +26,7 @@ from .cleanup import (
     tidy_names,
 )
 from .fuse import fuse
+from .strategies import DQ_STRATEGIES, DQStrategy  # noqa: F401  (re-exported)
 from .verify import verify
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
@@ -116,12 +118,6 @@ def _cached(request, log: PassLog, build) -> Program:
     return program
 
 
-def _target_key(target):
-    from ..targets import Target
-
-    return repr(target) if isinstance(target, Target) else target
-
-
 def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None) -> Program:
     """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults).
 
@@ -132,45 +128,9 @@ def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: Pass
         program = inner.record("build", build_forward(spec))
         return schedule(program, spec, target, tile_sizes, inner)
 
-    return _cached(("forward", spec, _target_key(target), tile_sizes), log, build)
+    return _cached(("forward", spec, target_key(target), tile_sizes), log, build)
 
 
-
-
-@dataclass(frozen=True)
-class DQStrategy:
-    """How the fused backward reduces dQ over the K/V tiles.
-
-    Attributes:
-        extra_matmuls: matmuls per visible tile pair beyond the 5 of the atomic form (S, dV, dP, dQ, dK).
-        deterministic: whether the result is bitwise independent of the order programs run in.
-        workspace: the HBM workspace it needs, in words.
-        source: where the scheme comes from.
-    """
-
-    name: str
-    extra_matmuls: int
-    deterministic: bool
-    workspace: str
-    source: str
-
-
-DQ_STRATEGIES = {
-    "atomic": DQStrategy(
-        "atomic",
-        0,
-        False,
-        "dQ_ws: fp32 [B, Hq, Sq, Dqk], zeroed by pre, cast by post",
-        "FlashAttention-2 (flash_bwd_launch_template.h), FlashAttention-3, Ascend FlashAttentionScoreGrad",
-    ),
-    "separate": DQStrategy(
-        "separate",
-        2,
-        True,
-        "none: dQ accumulates on chip in a second nest (Q tiles outer) that recomputes S, P, dP, dS",
-        "Triton tutorial 06-fused-attention (_attn_bwd dQ loop), FlexAttention backward",
-    ),
-}
 
 
 def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | None = None) -> Program:
@@ -228,4 +188,4 @@ def compile_backward(
             program = fuse_backward(program, dq_strategy, inner)
         return schedule(program, spec, target, tile_sizes, inner)
 
-    return _cached(("backward", spec, fused, dq_strategy, _target_key(target), tile_sizes), log, build)
+    return _cached(("backward", spec, fused, dq_strategy, target_key(target), tile_sizes), log, build)
