@@ -1,7 +1,7 @@
 """Attention kernels for the spec `llama3-8b` on the target `h200`: forward and fused backward.
 
 Written by tilegen's Triton backend from the scheduled tile IR; regenerate it rather than edit it
-(`python -m tilegen.backends.triton SPEC_FILE -o DIR`).
+(`tilegen generate SPEC_FILE --target h200 -o DIR`).
 
 Spec:
     name = "llama3-8b"
