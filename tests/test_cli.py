@@ -46,46 +46,78 @@ def test_python_dash_m():
     assert "check: passed" in proc.stdout
 
 
-def _cli(args, env_extra, cwd=None):
+_PROBE = """
+import sys
+from tilegen.cli import main
+rc = main(sys.argv[1:])
+sys.stderr.write("compiled=%s\\n" % ("sympy" in sys.modules))
+sys.exit(rc)
+"""
+
+
+def _cli(args, env_extra):
+    """Run the CLI in a fresh process; return (stdout, whether it imported the compiler's sympy)."""
     import os
 
     env = dict(os.environ, **env_extra)
-    proc = subprocess.run([sys.executable, "-m", "tilegen", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return proc.stdout, "compiled=True" in proc.stderr
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def test_cached_output_equals_a_fresh_compile(tmp_path):
-    """inspect and generate served from the compile cache print and write exactly what a run with the
-    cache off does."""
-    cache = {"TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
+    """inspect and generate served from the compile cache (no compiler import: the passes did not run)
+    print and write exactly what a run with the cache off does; corrupt entries are rebuilt."""
+    cache = {"TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
+    off = {"TILEGEN_CACHE": "0"}
     args = ["inspect", "--spec", "tiny-gqa", "--target", "ascend910b2"]
-    first = _cli(args, cache)
-    assert any((tmp_path / "cache").iterdir())
-    assert _cli(args, cache) == first == _cli(args, {"TILEGEN_CACHE": "0"})
+    first, compiled = _cli(args, cache)
+    assert compiled and any((tmp_path / "cache").iterdir())
+    second, compiled = _cli(args, cache)
+    assert not compiled, "the second call compiled again instead of reading the cache"
+    assert second == first == _cli(args, off)[0]
     gen = ["generate", "--spec", "tiny", "--target", "ascend910b2", "-o"]
-    _cli(gen + [str(tmp_path / "a")], cache)
-    _cli(gen + [str(tmp_path / "b")], cache)
-    _cli(gen + [str(tmp_path / "c")], {"TILEGEN_CACHE": "0"})
-    files = sorted(p.name for p in (tmp_path / "c").iterdir())
-    for name in files:
-        ref = (tmp_path / "c" / name).read_bytes()
-        assert (tmp_path / "a" / name).read_bytes() == ref and (tmp_path / "b" / name).read_bytes() == ref, name
+    assert _cli(gen + [str(tmp_path / "a")], cache)[1]
+    assert not _cli(gen + [str(tmp_path / "b")], cache)[1]
+    _cli(gen + [str(tmp_path / "c")], off)
+    ref = _files(tmp_path / "c")
+    assert len(ref) > 5 and _files(tmp_path / "a") == ref and _files(tmp_path / "b") == ref
+    for entry in (tmp_path / "cache").iterdir():
+        entry.write_bytes(b"\x80\x05garbage" * 7)
+    third, compiled = _cli(args, cache)
+    assert compiled and third == first
 
 
 def test_cache_follows_an_edited_target_file(tmp_path):
     """A target given as a file is keyed by its contents: editing the file between runs changes the
-    schedule instead of serving the old one."""
+    schedule (or, for a GPU target, the [triton] launch knobs) instead of serving the old output."""
     from tilegen.resources import data_dir
 
+    cache = {"TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
     target = tmp_path / "mine.toml"
     text = (data_dir("targets") / "ascend910b2.toml").read_text()
     target.write_text(text)
-    cache = {"TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
     args = ["inspect", "--spec", "llama2-7b", "--target", str(target), "--program", "fwd", "--no-nest"]
-    before = _cli(args, cache)
+    before = _cli(args, cache)[0]
     assert "value = 196608" in text
     target.write_text(text.replace("capacity = { value = 196608", "capacity = { value = 65536"))
-    after = _cli(args, cache)
+    after = _cli(args, cache)[0]
     assert after != before
-    assert after == _cli(args, {"TILEGEN_CACHE": "0"})
+    assert after == _cli(args, {"TILEGEN_CACHE": "0"})[0]
+
+    gpu = tmp_path / "gpu.toml"
+    text = (data_dir("targets") / "h200.toml").read_text()
+    gpu.write_text(text)
+    gen = ["generate", "--spec", "tiny", "--target", str(gpu), "-o"]
+    _cli(gen + [str(tmp_path / "g1")], cache)
+    old = "[triton.default]\nnum_warps = 4"
+    assert old in text
+    gpu.write_text(text.replace(old, "[triton.default]\nnum_warps = 8"))
+    _cli(gen + [str(tmp_path / "g2")], cache)
+    _cli(gen + [str(tmp_path / "g3")], {"TILEGEN_CACHE": "0"})
+    assert _files(tmp_path / "g2") != _files(tmp_path / "g1")
+    assert _files(tmp_path / "g2") == _files(tmp_path / "g3")

@@ -147,3 +147,51 @@ def test_emitted_offsets_are_64_bit():
         assert re.search(r"for \(int64_t pid = core;", code)
     report = tilegen.report.inspect_report(spec, "ascend910b2", programs=("bwd",))
     assert {w["tensor"] for w in report["programs"][0]["offsets_past_int32"]} >= {"Q", "dQ_ws"}
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["run", "--spec", "tiny", "--seed", "-1"], "argument --seed: -1"),
+        (["run", "--spec", "tiny", "--seq", "0"], "argument --seq: 0 is not a positive integer"),
+        (["run", "--spec", "tiny", "--tiles", "0x16"], "argument --tiles: '0x16'"),
+        (["run", "--spec", "tiny", "--dq-strategy", "foo"], "argument --dq-strategy: invalid choice: 'foo'"),
+        (["generate", "--spec", "tiny"], "-o/--output"),
+    ],
+)
+def test_argument_errors_are_one_line_too(capsys, argv, needle):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1 and err[0].startswith("tilegen: error:"), err
+    assert needle in err[0], err[0]
+
+
+def test_run_rejects_before_printing_anything(tmp_path, capsys):
+    """Every request `tilegen run` cannot serve fails before the header line: stdout stays empty."""
+    text = tmp_path / "not.npz"
+    text.write_text("plain text\n")
+    five = tmp_path / "five.npz"
+    np.savez(five, **{n: np.zeros((2, 2, 2, 70, 32), np.float32) for n in ("Q", "K", "V", "dO")})
+    cases = [
+        (["run", "--spec", "tiny", "--data", str(text)], "--data = "),
+        (["run", "--spec", "tiny", "--data", str(tmp_path / "missing.npz")], "--data = "),
+        (["run", "--spec", "tiny", "--data", str(five), "--data-index", "5"], "--data-index = 5"),
+        (["run", "--spec", "tiny", "--twin", "--twin-target", "h200"], "accepted: ascend910b1, ascend910b2"),
+        (["run", "--spec", "tiny", "--seq", "100000"], "shrink it with --seq"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert captured.out == "", (argv, captured.out)
+        assert len(err) == 1 and needle in err[0], (argv, err)
+
+
+def test_output_under_a_file_says_so(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    one_line_error(capsys, ["spec", "--spec", "tiny", "-o", str(afile / "x.toml")], "is not a folder")
+    assert afile.read_text() == "x"

@@ -35,12 +35,31 @@ def _positive(text: str) -> int:
     return value
 
 
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{value} is not an integer from 0 to 2**63 - 1")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``tilegen: error: ...``, exit 2), like every other error here."""
+
+    def error(self, message: str):
+        self.exit(2, f"tilegen: error: {message} (see {self.prog} --help)\n")
+
+
 def _tiles(text: str) -> tuple[int, int]:
     parts = text.lower().replace(",", "x").split("x")
     try:
         br, bc = (int(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not BRxBC (for example 64x128)") from None
+    if not (1 <= br <= 4096 and 1 <= bc <= 4096):
+        raise argparse.ArgumentTypeError(f"{text!r}: Br and Bc must be integers from 1 to 4096")
     return br, bc
 
 
@@ -60,7 +79,13 @@ def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) ->
     if base is not None:
         spec = base
     else:
-        spec = load_spec(args.spec_file) if args.spec_file else builtin_spec(args.spec or DEFAULT_SPEC)
+        if args.spec_file:
+            spec = load_spec(args.spec_file)
+        else:
+            try:
+                spec = builtin_spec(args.spec or DEFAULT_SPEC)
+            except SpecError as exc:  # name the flag the user typed
+                raise SpecError("--spec", exc.value, exc.accepted) from None
     changes = {}
     if args.batch is not None:
         changes["batch"] = args.batch
@@ -99,13 +124,14 @@ def _fmt_bytes(n: float) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import check_spec
+    from .runner import check_spec, validate_run
 
     spec = resolve_spec(args)
-    print(f"tilegen run  {describe(spec)}")
     backward = "unfused" if args.unfused else "both"
     data = load_data(args.data, args.data_index) if args.data else None
     twin = args.twin_target if args.twin else None
+    validate_run(spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin)
+    print(f"tilegen run  {describe(spec)}")
     report = check_spec(
         spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data, twin_target=twin
     )
@@ -131,8 +157,10 @@ def load_data(path: str, index: int) -> dict:
     try:
         with np.load(path) as f:
             arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as exc:
-        raise SpecError("--data", path, f"a readable .npz file with arrays Q, K, V, dO ({exc})") from None
+    except OSError as exc:
+        raise SpecError("--data", path, f"a readable .npz file with arrays Q, K, V, dO ({exc.strerror or exc})") from None
+    except ValueError:
+        raise SpecError("--data", path, "an .npz archive (numpy.savez) with arrays Q, K, V, dO; this file is not one") from None
     out = {}
     for name in ("Q", "K", "V", "dO"):
         if name in arrays:
@@ -252,11 +280,11 @@ def _generate(spec: AttentionSpec, target: str, dq_strategy: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
+    parser = _Parser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run a spec in the interpreter and check it against the float64 reference")
     _add_spec_args(run)
-    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    run.add_argument("--seed", type=_nonnegative, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
     run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")

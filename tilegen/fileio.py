@@ -22,7 +22,8 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise SpecError("output", str(path), f"a path in an existing folder ({folder} does not exist)")
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise SpecError("output", str(path), f"a path in an existing folder ({folder} {why})")
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)

@@ -107,6 +107,7 @@ def inspect_report(
     if tgt is not None:
         out["target"] = {
             "name": tgt.name,
+            "kind": tgt.kind,
             "description": tgt.description,
             "levels": {lvl.name: {"capacity": int(lvl.capacity.value), "usable": lvl.usable, "unit": lvl.unit} for lvl in tgt.levels},
         }
@@ -142,6 +143,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
     """The text ``tilegen inspect`` prints."""
     lines = []
     tgt = report["target"]
+    gpu = bool(tgt) and tgt.get("kind") == "gpu"
     if tgt:
         lines.append(f"target {tgt['name']}: {tgt['description']}")
     for prog in report["programs"]:
@@ -178,7 +180,8 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                     + " + ".join(fp["peak_buffers"])
                 )
             pred = prog["prediction"]
-            lines.append(f"predicted on {pred['target']} (roofline per kernel: the slowest of cube, vector, HBM, L2):")
+            units = "tensor cores (cube), CUDA cores (vector)" if gpu else "cube, vector"
+            lines.append(f"predicted on {pred['target']} (roofline per kernel: the slowest of {units}, HBM, L2):")
             lines.append(
                 f"  {'kernel':<6} {'programs':>9} {'busy':>5} {'matmul FLOP':>12} {'vector op':>10} {'exp op':>10} {'HBM':>10} {'L2':>10} {'time':>11}  bound"
             )
@@ -201,7 +204,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
                 "(the generated code computes every offset in int64)"
             )
-        lines.append("GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): " + ", ".join(f"{n} {_b(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
+        lines.append(("HBM traffic by tensor: " if gpu else "GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): ") + ", ".join(f"{n} {_b(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
         if show_nest:
             lines.append("loop nest with placements:")
             lines.append(prog["loop_nest"].rstrip())

@@ -61,6 +61,39 @@ def reference_bytes(spec: AttentionSpec) -> int:
     return 6 * 8 * spec.batch * spec.heads_q * spec.seq_q * spec.seq_k
 
 
+def validate_run(
+    spec: AttentionSpec,
+    *,
+    tile_sizes=None,
+    dq_strategy: str = "atomic",
+    data: dict[str, np.ndarray] | None = None,
+    twin_target: str | None = None,
+) -> None:
+    """Reject, before any work, every request :func:`check_spec` cannot run.
+
+    Raises:
+        SpecError: the spec is too large for the dense reference, bad tile sizes or dQ strategy, or
+            ``data`` lacks a tensor or has a wrong shape (each named).
+        TargetError: ``twin_target`` is not an Ascend 910B target.
+    """
+    if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
+        raise SpecError(
+            "spec",
+            f"{spec.name} (B={spec.batch}, Hq={spec.heads_q}, Sq={spec.seq_q}, Sk={spec.seq_k})",
+            f"a size whose dense float64 reference fits {REFERENCE_BUDGET_BYTES >> 30} GiB; shrink it with --seq, --heads or --batch",
+        )
+    if tile_sizes is not None:
+        pipeline.parse_tile_sizes(tile_sizes)
+    if dq_strategy not in pipeline.DQ_STRATEGIES:
+        raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
+    if data is not None:
+        cast_inputs(spec, data)
+    if twin_target is not None:
+        from .backends import ascendc
+
+        ascendc.check_request(spec, twin_target)
+
+
 def check_spec(
     spec: AttentionSpec,
     *,
@@ -84,12 +117,7 @@ def check_spec(
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
     """
-    if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
-        raise SpecError(
-            "spec",
-            f"{spec.name} (B={spec.batch}, Hq={spec.heads_q}, Sq={spec.seq_q}, Sk={spec.seq_k})",
-            f"a size whose dense float64 reference fits {REFERENCE_BUDGET_BYTES >> 30} GiB; shrink it with --seq, --heads or --batch",
-        )
+    validate_run(spec, tile_sizes=tile_sizes, dq_strategy=dq_strategy, data=data, twin_target=twin_target)
     data = random_inputs(spec, seed) if data is None else cast_inputs(spec, data)
     report = RunReport(spec)
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)

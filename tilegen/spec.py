@@ -293,5 +293,5 @@ def builtin_spec(name: str) -> AttentionSpec:
     """
     specs = builtin_specs()
     if name not in specs:
-        raise SpecError("--spec", name, "one of " + ", ".join(specs), None)
+        raise SpecError("spec", name, "one of " + ", ".join(specs), None)
     return load_spec(specs[name])

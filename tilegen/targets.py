@@ -221,9 +221,20 @@ def load_target(name: str | Target) -> Target:
 
 
 def target_key(target: str | Target | None) -> str | None:
-    """A stable key for caches: the full contents of the target (a path's file may change between runs).
+    """A stable key for caches: the parsed target and the SHA-256 of its file's bytes (the file may
+    change between runs, and backends read sections of it, such as ``[triton]``, that :class:`Target`
+    does not hold).
 
     Raises:
         TargetError: as :func:`load_target`.
     """
-    return None if target is None else repr(load_target(target))
+    if target is None:
+        return None
+    import hashlib
+
+    tgt = load_target(target)
+    try:
+        digest = hashlib.sha256(Path(tgt.path).read_bytes()).hexdigest()
+    except OSError:
+        digest = "unreadable"
+    return repr(tgt) + "\0" + digest

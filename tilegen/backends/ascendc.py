@@ -655,6 +655,28 @@ def _env() -> jinja2.Environment:
     )
 
 
+def check_request(spec: AttentionSpec, target: str | Target) -> Target:
+    """The loaded ``target`` when this backend can generate ``spec`` for it.
+
+    Raises:
+        TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201); the
+            message lists the targets that are.
+        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
+    """
+    from ..targets import target_names
+
+    tgt = load_target(target)
+    if tgt.kind != "ascend" or not tgt.generate:
+        accepted = [n for n in target_names() if load_target(n).kind == "ascend" and load_target(n).generate]
+        reason = tgt.generate_refusal or f"{tgt.name} is a {tgt.kind} target"
+        raise TargetError(
+            f"target = {tgt.name!r} is invalid for the Ascend C backend ({reason}); accepted: {', '.join(accepted)}"
+        )
+    if spec.dtype not in ("fp16", "bf16"):
+        raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
+    return tgt
+
+
 def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic") -> Generated:
     """All files of the Ascend C kernel set of ``spec`` for ``target``.
 
@@ -662,12 +684,7 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201).
         SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
     """
-    tgt = load_target(target)
-    if tgt.kind != "ascend" or not tgt.generate:
-        reason = tgt.generate_refusal or f"target {tgt.name} is not an Ascend 910B target"
-        raise TargetError(f"target = {tgt.name!r} cannot be generated for: {reason}")
-    if spec.dtype not in ("fp16", "bf16"):
-        raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
+    tgt = check_request(spec, target)
     fwd_log, bwd_log = pipeline.PassLog(), pipeline.PassLog()
     fwd = pipeline.compile_forward(spec, target=tgt, log=fwd_log)
     bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, log=bwd_log)
