@@ -315,6 +315,16 @@ inline Lanes MaskBitwise(const char* api, const uint64_t mask[], uint32_t P, boo
     R = repeatTime;
     return L;
 }
+// One name for both mask forms (a continuous lane count, or a 2 x 64-bit lane bitmap), so that the
+// two mask overloads every high-dim API has share one body (the TWIN_*_MASKED macros below).
+inline Lanes MaskLanes(const char* api, uint64_t mask, uint32_t P, bool isSetMask, uint64_t repeatTime, uint64_t& R)
+{
+    return MaskContinuous(api, mask, P, isSetMask, repeatTime, R);
+}
+inline Lanes MaskLanes(const char* api, const uint64_t mask[], uint32_t P, bool isSetMask, uint64_t repeatTime, uint64_t& R)
+{
+    return MaskBitwise(api, mask, P, isSetMask, repeatTime, R);
+}
 inline Lanes CountLanes(const char* api, int64_t count, uint32_t P, uint64_t& R)
 {
     if (count < 0) Fail(api, Fmt("count %lld is negative", static_cast<long long>(count)), "P:Add");
@@ -539,6 +549,21 @@ inline void UbScratchCheck(const char* api)
 namespace AscendC {
 
 // ================================ element-wise, count and high-dim forms ================================
+// Each high-dim API has two overloads that differ only in the mask parameter (uint64_t mask or
+// uint64_t mask[]); a *_MASKED macro writes the body once and is expanded for both (MASK_PARAM).
+#define TWIN_VEC_UNARY_MASKED(NAME, SETS, SRC, EXPR, MASK_PARAM)                                                       \
+    template <typename T, bool isSetMask = true>                                                                       \
+    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, MASK_PARAM, const uint8_t repeatTime,       \
+                     const UnaryRepeatParams& p)                                                                       \
+    {                                                                                                                  \
+        twin::RequireAiv(#NAME, SRC);                                                                                  \
+        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
+        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);             \
+        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
+                         [](T x) -> T { EXPR; });                                                                      \
+    }
 #define TWIN_VEC_UNARY(NAME, SETS, SRC, EXPR)                                                                          \
     template <typename T>                                                                                              \
     inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)                       \
@@ -547,30 +572,8 @@ namespace AscendC {
         twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
         twin::vec::UnaryCount(#NAME, dst, src, count, [](T x) -> T { EXPR; });                                         \
     }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask, const uint8_t repeatTime,    \
-                     const UnaryRepeatParams& p)                                                                       \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskContinuous(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);        \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [](T x) -> T { EXPR; });                                                                      \
-    }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask[], const uint8_t repeatTime,  \
-                     const UnaryRepeatParams& p)                                                                       \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskBitwise(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);           \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [](T x) -> T { EXPR; });                                                                      \
-    }
+    TWIN_VEC_UNARY_MASKED(NAME, SETS, SRC, EXPR, uint64_t mask)                                                        \
+    TWIN_VEC_UNARY_MASKED(NAME, SETS, SRC, EXPR, uint64_t mask[])
 
 // [P:Abs] half/float
 TWIN_VEC_UNARY(Abs, twin::vec::kF16 | twin::vec::kF32, "P:Abs", return twin::num::FromF<T>(std::fabs(static_cast<float>(x))))
@@ -579,8 +582,26 @@ TWIN_VEC_UNARY(Relu, twin::vec::kF16 | twin::vec::kF32 | twin::vec::kI32, "P:Rel
                if constexpr (std::is_integral_v<T>) return x < 0 ? T(0) : x;
                else { float f = static_cast<float>(x); return twin::num::FromF<T>(std::isnan(f) ? f : (f < 0 ? 0.0f : f)); })
 #undef TWIN_VEC_UNARY
+#undef TWIN_VEC_UNARY_MASKED
 
 // Exp / Ln / Sqrt / Reciprocal carry a precision-config template parameter.
+#define TWIN_VEC_UNARY_CFG_MASKED(NAME, CFGT, CFGDEF, SRC, EXPR, MASK_PARAM)                                           \
+    template <typename T, bool isSetMask = true, const CFGT& config = CFGDEF>                                          \
+    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, MASK_PARAM, const uint8_t repeatTime,       \
+                     const UnaryRepeatParams& p)                                                                       \
+    {                                                                                                                  \
+        twin::RequireAiv(#NAME, SRC);                                                                                  \
+        twin::vec::CheckType<T>(#NAME, twin::vec::kF16 | twin::vec::kF32, SRC);                                        \
+        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
+        constexpr bool ftz = static_cast<int>(config.algo) != 2;                                                       \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);             \
+        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
+                         [](T x) -> T {                                                                                \
+                             T r = [&]() -> T { EXPR; }();                                                             \
+                             return ftz ? twin::num::Ftz(r) : r;                                                       \
+                         });                                                                                           \
+    }
 #define TWIN_VEC_UNARY_CFG(NAME, CFGT, CFGDEF, SRC, EXPR)                                                              \
     template <typename T, const CFGT& config = CFGDEF>                                                                 \
     inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)                       \
@@ -593,38 +614,8 @@ TWIN_VEC_UNARY(Relu, twin::vec::kF16 | twin::vec::kF32 | twin::vec::kI32, "P:Rel
             return ftz ? twin::num::Ftz(r) : r;                                                                        \
         });                                                                                                            \
     }                                                                                                                  \
-    template <typename T, bool isSetMask = true, const CFGT& config = CFGDEF>                                          \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask, const uint8_t repeatTime,    \
-                     const UnaryRepeatParams& p)                                                                       \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, twin::vec::kF16 | twin::vec::kF32, SRC);                                        \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        constexpr bool ftz = static_cast<int>(config.algo) != 2;                                                       \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskContinuous(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);        \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [](T x) -> T {                                                                                \
-                             T r = [&]() -> T { EXPR; }();                                                             \
-                             return ftz ? twin::num::Ftz(r) : r;                                                       \
-                         });                                                                                           \
-    }                                                                                                                  \
-    template <typename T, bool isSetMask = true, const CFGT& config = CFGDEF>                                          \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint64_t mask[], const uint8_t repeatTime,  \
-                     const UnaryRepeatParams& p)                                                                       \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, twin::vec::kF16 | twin::vec::kF32, SRC);                                        \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        constexpr bool ftz = static_cast<int>(config.algo) != 2;                                                       \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskBitwise(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);           \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [](T x) -> T {                                                                                \
-                             T r = [&]() -> T { EXPR; }();                                                             \
-                             return ftz ? twin::num::Ftz(r) : r;                                                       \
-                         });                                                                                           \
-    }
+    TWIN_VEC_UNARY_CFG_MASKED(NAME, CFGT, CFGDEF, SRC, EXPR, uint64_t mask)                                            \
+    TWIN_VEC_UNARY_CFG_MASKED(NAME, CFGT, CFGDEF, SRC, EXPR, uint64_t mask[])
 
 // [P:Exp] e^x, computed in float and rounded once; INTRINSIC flushes subnormal results to 0.
 TWIN_VEC_UNARY_CFG(Exp, ExpConfig, DEFAULT_EXP_CONFIG, "P:Exp", return twin::num::FromF<T>(std::exp(static_cast<float>(x))))
@@ -636,7 +627,24 @@ TWIN_VEC_UNARY_CFG(Sqrt, SqrtConfig, DEFAULT_SQRT_CONFIG, "P:Sqrt", return twin:
 TWIN_VEC_UNARY_CFG(Reciprocal, ReciprocalConfig, DEFAULT_RECIPROCAL_CONFIG, "P:Reciprocal",
                    return twin::num::FromF<T>(1.0f / static_cast<float>(x)))
 #undef TWIN_VEC_UNARY_CFG
+#undef TWIN_VEC_UNARY_CFG_MASKED
 
+#define TWIN_VEC_BINARY_MASKED(NAME, SETS, SRC, ALLOWLATER, EXPR, MASK_PARAM)                                          \
+    template <typename T, bool isSetMask = true>                                                                       \
+    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, MASK_PARAM,    \
+                     const uint8_t repeatTime, const BinaryRepeatParams& p)                                            \
+    {                                                                                                                  \
+        twin::RequireAiv(#NAME, SRC);                                                                                  \
+        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
+        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);             \
+        twin::vec::Binary(#NAME, dst, src0, src1, R, L, p, ALLOWLATER, [](T x, T y) -> T {                             \
+            using C = twin::vec::Calc<T>;                                                                              \
+            C a = static_cast<C>(x), b = static_cast<C>(y);                                                            \
+            return twin::vec::FromCalc<T>(EXPR);                                                                       \
+        });                                                                                                            \
+    }
 #define TWIN_VEC_BINARY(NAME, SETS, SRC, ALLOWLATER, EXPR)                                                             \
     template <typename T>                                                                                              \
     inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,                \
@@ -652,36 +660,8 @@ TWIN_VEC_UNARY_CFG(Reciprocal, ReciprocalConfig, DEFAULT_RECIPROCAL_CONFIG, "P:R
             return twin::vec::FromCalc<T>(EXPR);                                                                       \
         });                                                                                                            \
     }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask, \
-                     const uint8_t repeatTime, const BinaryRepeatParams& p)                                            \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskContinuous(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);        \
-        twin::vec::Binary(#NAME, dst, src0, src1, R, L, p, ALLOWLATER, [](T x, T y) -> T {                             \
-            using C = twin::vec::Calc<T>;                                                                              \
-            C a = static_cast<C>(x), b = static_cast<C>(y);                                                            \
-            return twin::vec::FromCalc<T>(EXPR);                                                                       \
-        });                                                                                                            \
-    }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,                \
-                     uint64_t mask[], const uint8_t repeatTime, const BinaryRepeatParams& p)                           \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, SETS, SRC);                                                                     \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskBitwise(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);           \
-        twin::vec::Binary(#NAME, dst, src0, src1, R, L, p, ALLOWLATER, [](T x, T y) -> T {                             \
-            using C = twin::vec::Calc<T>;                                                                              \
-            C a = static_cast<C>(x), b = static_cast<C>(y);                                                            \
-            return twin::vec::FromCalc<T>(EXPR);                                                                       \
-        });                                                                                                            \
-    }
+    TWIN_VEC_BINARY_MASKED(NAME, SETS, SRC, ALLOWLATER, EXPR, uint64_t mask)                                           \
+    TWIN_VEC_BINARY_MASKED(NAME, SETS, SRC, ALLOWLATER, EXPR, uint64_t mask[])
 
 constexpr uint32_t kArithSets = twin::vec::kF16 | twin::vec::kF32 | twin::vec::kI16 | twin::vec::kI32;
 // [P:Add] [P:Sub] [P:Mul] [P:Max] [P:Min]: half/int16/int32/float; [P:Div]: half/float
@@ -691,6 +671,7 @@ TWIN_VEC_BINARY(Mul, kArithSets, "P:Mul", true, a * b)
 TWIN_VEC_BINARY(Max, kArithSets, "P:Max", true, twin::vec::FMax(a, b))
 TWIN_VEC_BINARY(Min, kArithSets, "P:Min", true, twin::vec::FMin(a, b))
 #undef TWIN_VEC_BINARY
+#undef TWIN_VEC_BINARY_MASKED
 
 // [P:Div] with DivConfig (INTRINSIC: <= 1 ulp; the twin rounds the float quotient once).
 template <typename T, const DivConfig& config = DEFAULT_DIV_CONFIG>
@@ -701,32 +682,43 @@ inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const Loc
     twin::vec::BinaryCount("Div", dst, src0, src1, count, false,
                            [](T x, T y) -> T { return twin::num::FromF<T>(static_cast<float>(x) / static_cast<float>(y)); });
 }
-template <typename T, bool isSetMask = true, const DivConfig& config = DEFAULT_DIV_CONFIG>
-inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask,
-                const uint8_t repeatTime, const BinaryRepeatParams& p)
-{
-    twin::RequireAiv("Div", "P:Div");
-    twin::vec::CheckType<T>("Div", twin::vec::kF16 | twin::vec::kF32, "P:Div");
-    twin::vec::CheckBlkStride("Div", p.dstBlkStride);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskContinuous("Div", mask, 256 / sizeof(T), isSetMask, repeatTime, R);
-    twin::vec::Binary("Div", dst, src0, src1, R, L, p, false,
-                      [](T x, T y) -> T { return twin::num::FromF<T>(static_cast<float>(x) / static_cast<float>(y)); });
-}
-template <typename T, bool isSetMask = true, const DivConfig& config = DEFAULT_DIV_CONFIG>
-inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, uint64_t mask[],
-                const uint8_t repeatTime, const BinaryRepeatParams& p)
-{
-    twin::RequireAiv("Div", "P:Div");
-    twin::vec::CheckType<T>("Div", twin::vec::kF16 | twin::vec::kF32, "P:Div");
-    twin::vec::CheckBlkStride("Div", p.dstBlkStride);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskBitwise("Div", mask, 256 / sizeof(T), isSetMask, repeatTime, R);
-    twin::vec::Binary("Div", dst, src0, src1, R, L, p, false,
-                      [](T x, T y) -> T { return twin::num::FromF<T>(static_cast<float>(x) / static_cast<float>(y)); });
-}
+#define TWIN_VEC_DIV_MASKED(MASK_PARAM)                                                                                \
+    template <typename T, bool isSetMask = true, const DivConfig& config = DEFAULT_DIV_CONFIG>                         \
+    inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, MASK_PARAM,     \
+                    const uint8_t repeatTime, const BinaryRepeatParams& p)                                             \
+    {                                                                                                                  \
+        twin::RequireAiv("Div", "P:Div");                                                                              \
+        twin::vec::CheckType<T>("Div", twin::vec::kF16 | twin::vec::kF32, "P:Div");                                    \
+        twin::vec::CheckBlkStride("Div", p.dstBlkStride);                                                              \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("Div", mask, 256 / sizeof(T), isSetMask, repeatTime, R);             \
+        twin::vec::Binary("Div", dst, src0, src1, R, L, p, false, [](T x, T y) -> T {                                  \
+            return twin::num::FromF<T>(static_cast<float>(x) / static_cast<float>(y));                                 \
+        });                                                                                                            \
+    }
+TWIN_VEC_DIV_MASKED(uint64_t mask)
+TWIN_VEC_DIV_MASKED(uint64_t mask[])
+#undef TWIN_VEC_DIV_MASKED
 
 // Vector-scalar ops: the scalar has type T (deduction conflict otherwise, as on NPU) [P:Muls, P:Adds, P:Maxs, P:Mins].
+#define TWIN_VEC_SCALAR_MASKED(NAME, SRC, EXPR, MASK_PARAM)                                                            \
+    template <typename T, bool isSetMask = true>                                                                       \
+    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, MASK_PARAM,           \
+                     const uint8_t repeatTime, const UnaryRepeatParams& p)                                             \
+    {                                                                                                                  \
+        twin::RequireAiv(#NAME, SRC);                                                                                  \
+        twin::vec::CheckType<T>(#NAME, kArithSets, SRC);                                                               \
+        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
+        using C = twin::vec::Calc<T>;                                                                                  \
+        C b = static_cast<C>(scalarValue);                                                                             \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);             \
+        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
+                         [b](T x) -> T {                                                                               \
+                             C a = static_cast<C>(x);                                                                  \
+                             return twin::vec::FromCalc<T>(EXPR);                                                      \
+                         });                                                                                           \
+    }
 #define TWIN_VEC_SCALAR(NAME, SRC, EXPR)                                                                               \
     template <typename T, bool isSetMask = true>                                                                       \
     inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count) \
@@ -740,46 +732,15 @@ inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const Loc
             return twin::vec::FromCalc<T>(EXPR);                                                                       \
         });                                                                                                            \
     }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask,        \
-                     const uint8_t repeatTime, const UnaryRepeatParams& p)                                             \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, kArithSets, SRC);                                                               \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        using C = twin::vec::Calc<T>;                                                                                  \
-        C b = static_cast<C>(scalarValue);                                                                             \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskContinuous(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);        \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [b](T x) -> T {                                                                               \
-                             C a = static_cast<C>(x);                                                                  \
-                             return twin::vec::FromCalc<T>(EXPR);                                                      \
-                         });                                                                                           \
-    }                                                                                                                  \
-    template <typename T, bool isSetMask = true>                                                                       \
-    inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, uint64_t mask[],      \
-                     const uint8_t repeatTime, const UnaryRepeatParams& p)                                             \
-    {                                                                                                                  \
-        twin::RequireAiv(#NAME, SRC);                                                                                  \
-        twin::vec::CheckType<T>(#NAME, kArithSets, SRC);                                                               \
-        twin::vec::CheckBlkStride(#NAME, p.dstBlkStride);                                                              \
-        using C = twin::vec::Calc<T>;                                                                                  \
-        C b = static_cast<C>(scalarValue);                                                                             \
-        uint64_t R;                                                                                                    \
-        twin::vec::Lanes L = twin::vec::MaskBitwise(#NAME, mask, 256 / sizeof(T), isSetMask, repeatTime, R);           \
-        twin::vec::Unary(#NAME, dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,        \
-                         [b](T x) -> T {                                                                               \
-                             C a = static_cast<C>(x);                                                                  \
-                             return twin::vec::FromCalc<T>(EXPR);                                                      \
-                         });                                                                                           \
-    }
+    TWIN_VEC_SCALAR_MASKED(NAME, SRC, EXPR, uint64_t mask)                                                             \
+    TWIN_VEC_SCALAR_MASKED(NAME, SRC, EXPR, uint64_t mask[])
 
 TWIN_VEC_SCALAR(Adds, "P:Adds", a + b)
 TWIN_VEC_SCALAR(Muls, "P:Muls", a* b)
 TWIN_VEC_SCALAR(Maxs, "P:Maxs", twin::vec::FMax(a, b))
 TWIN_VEC_SCALAR(Mins, "P:Mins", twin::vec::FMin(a, b))
 #undef TWIN_VEC_SCALAR
+#undef TWIN_VEC_SCALAR_MASKED
 
 // ================================ Duplicate [P:Duplicate] ================================
 constexpr uint32_t kDupSets = twin::vec::kI16 | twin::vec::kU16 | twin::vec::kF16 | twin::vec::kBF16 | twin::vec::kI32 |
@@ -792,32 +753,23 @@ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int
     T v = scalarValue;
     twin::vec::UnaryCount("Duplicate", dst, dst, count, [v](T) -> T { return v; });
 }
-template <typename T, bool isSetMask = true>
-inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask, const uint8_t repeatTime,
-                      const uint16_t dstBlockStride, const uint8_t dstRepeatStride)
-{
-    twin::RequireAiv("Duplicate", "P:Duplicate");
-    twin::vec::CheckType<T>("Duplicate", kDupSets, "P:Duplicate");
-    twin::vec::CheckBlkStride("Duplicate", dstBlockStride);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskContinuous("Duplicate", mask, 256 / sizeof(T), isSetMask, repeatTime, R);
-    T v = scalarValue;
-    twin::vec::Unary("Duplicate", dst, dst, R, L, dstBlockStride, dstRepeatStride, dstBlockStride, dstRepeatStride,
-                     [v](T) -> T { return v; });
-}
-template <typename T, bool isSetMask = true>
-inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, uint64_t mask[], const uint8_t repeatTime,
-                      const uint16_t dstBlockStride, const uint8_t dstRepeatStride)
-{
-    twin::RequireAiv("Duplicate", "P:Duplicate");
-    twin::vec::CheckType<T>("Duplicate", kDupSets, "P:Duplicate");
-    twin::vec::CheckBlkStride("Duplicate", dstBlockStride);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskBitwise("Duplicate", mask, 256 / sizeof(T), isSetMask, repeatTime, R);
-    T v = scalarValue;
-    twin::vec::Unary("Duplicate", dst, dst, R, L, dstBlockStride, dstRepeatStride, dstBlockStride, dstRepeatStride,
-                     [v](T) -> T { return v; });
-}
+#define TWIN_VEC_DUPLICATE_MASKED(MASK_PARAM)                                                                          \
+    template <typename T, bool isSetMask = true>                                                                       \
+    inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, MASK_PARAM, const uint8_t repeatTime,       \
+                          const uint16_t dstBlockStride, const uint8_t dstRepeatStride)                                \
+    {                                                                                                                  \
+        twin::RequireAiv("Duplicate", "P:Duplicate");                                                                  \
+        twin::vec::CheckType<T>("Duplicate", kDupSets, "P:Duplicate");                                                 \
+        twin::vec::CheckBlkStride("Duplicate", dstBlockStride);                                                        \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("Duplicate", mask, 256 / sizeof(T), isSetMask, repeatTime, R);       \
+        T v = scalarValue;                                                                                             \
+        twin::vec::Unary("Duplicate", dst, dst, R, L, dstBlockStride, dstRepeatStride, dstBlockStride, dstRepeatStride, \
+                         [v](T) -> T { return v; });                                                                   \
+    }
+TWIN_VEC_DUPLICATE_MASKED(uint64_t mask)
+TWIN_VEC_DUPLICATE_MASKED(uint64_t mask[])
+#undef TWIN_VEC_DUPLICATE_MASKED
 
 // ================================ Cast [P:Cast, ascendc-api §5.6] ================================
 // Lanes per repeat follow the wider type; each side uses its own 32-byte blocks.
@@ -829,34 +781,24 @@ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const Rou
     RoundMode m = roundMode;
     twin::vec::UnaryCount("Cast", dst, src, static_cast<int64_t>(count), [m](U x) -> T { return twin::vec::Convert<T, U>(x, m); });
 }
-template <typename T, typename U, bool isSetMask = true>
-inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask,
-                 const uint8_t repeatTime, const UnaryRepeatParams& p)
-{
-    twin::RequireAiv("Cast", "P:Cast");
-    twin::vec::CheckCast<T, U>("Cast", roundMode);
-    twin::vec::CheckBlkStride("Cast", p.dstBlkStride);
-    constexpr uint32_t W = sizeof(T) > sizeof(U) ? sizeof(T) : sizeof(U);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskContinuous("Cast", mask, 256 / W, isSetMask, repeatTime, R);
-    RoundMode m = roundMode;
-    twin::vec::Unary("Cast", dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,
-                     [m](U x) -> T { return twin::vec::Convert<T, U>(x, m); });
-}
-template <typename T, typename U, bool isSetMask = true>
-inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, const uint64_t mask[],
-                 const uint8_t repeatTime, const UnaryRepeatParams& p)
-{
-    twin::RequireAiv("Cast", "P:Cast");
-    twin::vec::CheckCast<T, U>("Cast", roundMode);
-    twin::vec::CheckBlkStride("Cast", p.dstBlkStride);
-    constexpr uint32_t W = sizeof(T) > sizeof(U) ? sizeof(T) : sizeof(U);
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskBitwise("Cast", mask, 256 / W, isSetMask, repeatTime, R);
-    RoundMode m = roundMode;
-    twin::vec::Unary("Cast", dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,
-                     [m](U x) -> T { return twin::vec::Convert<T, U>(x, m); });
-}
+#define TWIN_VEC_CAST_MASKED(MASK_PARAM)                                                                               \
+    template <typename T, typename U, bool isSetMask = true>                                                           \
+    inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& roundMode, MASK_PARAM,     \
+                     const uint8_t repeatTime, const UnaryRepeatParams& p)                                             \
+    {                                                                                                                  \
+        twin::RequireAiv("Cast", "P:Cast");                                                                            \
+        twin::vec::CheckCast<T, U>("Cast", roundMode);                                                                 \
+        twin::vec::CheckBlkStride("Cast", p.dstBlkStride);                                                             \
+        constexpr uint32_t W = sizeof(T) > sizeof(U) ? sizeof(T) : sizeof(U);                                          \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("Cast", mask, 256 / W, isSetMask, repeatTime, R);                    \
+        RoundMode m = roundMode;                                                                                       \
+        twin::vec::Unary("Cast", dst, src, R, L, p.dstBlkStride, p.dstRepStride, p.srcBlkStride, p.srcRepStride,       \
+                         [m](U x) -> T { return twin::vec::Convert<T, U>(x, m); });                                    \
+    }
+TWIN_VEC_CAST_MASKED(const uint64_t mask)
+TWIN_VEC_CAST_MASKED(const uint64_t mask[])
+#undef TWIN_VEC_CAST_MASKED
 
 // ================================ mask registers ================================
 // [P:SetVectorMask, P:SetMaskCount, P:SetMaskNorm, P:ResetMask]
@@ -1094,46 +1036,33 @@ inline void WholeReduce(const char* api, bool isMax, const AscendC::LocalTensor<
 }  // namespace twin
 
 namespace AscendC {
-template <typename T, bool isSetMask>
-inline void WholeReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask, const int32_t repeatTime,
-                           const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride, ReduceOrder order)
-{
-    twin::RequireAiv("WholeReduceMax", "P:WholeReduceMax");
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskContinuous("WholeReduceMax", static_cast<uint64_t>(mask), 256 / sizeof(T), isSetMask,
-                                                   static_cast<uint64_t>(repeatTime), R);
-    twin::vec::WholeReduce("WholeReduceMax", true, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride, order);
-}
-template <typename T, bool isSetMask>
-inline void WholeReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[], const int32_t repeatTime,
-                           const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride, ReduceOrder order)
-{
-    twin::RequireAiv("WholeReduceMax", "P:WholeReduceMax");
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskBitwise("WholeReduceMax", mask, 256 / sizeof(T), isSetMask, static_cast<uint64_t>(repeatTime), R);
-    twin::vec::WholeReduce("WholeReduceMax", true, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride, order);
-}
-template <typename T, bool isSetMask>
-inline void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask, const int32_t repeatTime,
-                           const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride)
-{
-    twin::RequireAiv("WholeReduceSum", "P:WholeReduceSum");
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskContinuous("WholeReduceSum", static_cast<uint64_t>(mask), 256 / sizeof(T), isSetMask,
-                                                   static_cast<uint64_t>(repeatTime), R);
-    twin::vec::WholeReduce("WholeReduceSum", false, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride,
-                           ReduceOrder::ORDER_ONLY_VALUE);
-}
-template <typename T, bool isSetMask>
-inline void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[], const int32_t repeatTime,
-                           const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride)
-{
-    twin::RequireAiv("WholeReduceSum", "P:WholeReduceSum");
-    uint64_t R;
-    twin::vec::Lanes L = twin::vec::MaskBitwise("WholeReduceSum", mask, 256 / sizeof(T), isSetMask, static_cast<uint64_t>(repeatTime), R);
-    twin::vec::WholeReduce("WholeReduceSum", false, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride,
-                           ReduceOrder::ORDER_ONLY_VALUE);
-}
+#define TWIN_VEC_WHOLE_REDUCE_MASKED(MASK_PARAM)                                                                       \
+    template <typename T, bool isSetMask>                                                                              \
+    inline void WholeReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, MASK_PARAM, const int32_t repeatTime, \
+                               const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride,     \
+                               ReduceOrder order)                                                                      \
+    {                                                                                                                  \
+        twin::RequireAiv("WholeReduceMax", "P:WholeReduceMax");                                                        \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("WholeReduceMax", mask, 256 / sizeof(T), isSetMask,                  \
+                                                  static_cast<uint64_t>(repeatTime), R);                               \
+        twin::vec::WholeReduce("WholeReduceMax", true, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride, order); \
+    }                                                                                                                  \
+    template <typename T, bool isSetMask>                                                                              \
+    inline void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, MASK_PARAM, const int32_t repeatTime, \
+                               const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride)     \
+    {                                                                                                                  \
+        twin::RequireAiv("WholeReduceSum", "P:WholeReduceSum");                                                        \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("WholeReduceSum", mask, 256 / sizeof(T), isSetMask,                  \
+                                                  static_cast<uint64_t>(repeatTime), R);                               \
+        twin::vec::WholeReduce("WholeReduceSum", false, dst, src, L, R, dstRepStride, srcBlkStride, srcRepStride,      \
+                               ReduceOrder::ORDER_ONLY_VALUE);                                                         \
+    }
+// the continuous form takes an int32_t lane count (converted as static_cast<uint64_t>: a negative one fails)
+TWIN_VEC_WHOLE_REDUCE_MASKED(const int32_t mask)
+TWIN_VEC_WHOLE_REDUCE_MASKED(const uint64_t mask[])
+#undef TWIN_VEC_WHOLE_REDUCE_MASKED
 
 // ================================ Brcb [P:Brcb, ascendc-api §5.4] ================================
 // Repeat r reads src0[8r..8r+7]; block j of repeat r (dst + (r*dstRepStride + j*dstBlkStride)*32) is filled
