@@ -133,23 +133,9 @@ def _tile_syms():
     return (Br, Bc)
 
 
-class Sdpa:
-    def __init__(self, backend, spec, q, k, v, do, causal):
-        from torch.nn.attention import SDPBackend
-
-        self.backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]
-        self.name = f"sdpa_{backend}"
-        self.causal = causal
-        self.q, self.k, self.v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-        self.do = do
-        self.o = self._run()
-
-    def _run(self):
-        import torch.nn.functional as F
-        from torch.nn.attention import sdpa_kernel
-
-        with sdpa_kernel(self.backend):
-            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal)
+class _TorchAutograd:
+    """fwd(), bwd(), fwdbwd() and outputs() of a torch attention through autograd; a subclass sets
+    q, k, v (leaf tensors), do and o = _run() and defines _run() (one forward)."""
 
     def fwd(self):
         return self._run()
@@ -173,7 +159,26 @@ class Sdpa:
         return o, dq, dk, dv
 
 
-class Flex:
+class Sdpa(_TorchAutograd):
+    def __init__(self, backend, spec, q, k, v, do, causal):
+        from torch.nn.attention import SDPBackend
+
+        self.backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]
+        self.name = f"sdpa_{backend}"
+        self.causal = causal
+        self.q, self.k, self.v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+        self.do = do
+        self.o = self._run()
+
+    def _run(self):
+        import torch.nn.functional as F
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel(self.backend):
+            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal)
+
+
+class Flex(_TorchAutograd):
     name = "flex"
     _compiled = None
 
@@ -196,20 +201,6 @@ class Flex:
 
     def _run(self):
         return Flex._compiled(self.q, self.k, self.v, block_mask=self.block_mask)
-
-    def fwd(self):
-        return self._run()
-
-    def bwd(self):
-        import torch
-
-        return torch.autograd.grad(self.o, (self.q, self.k, self.v), self.do, retain_graph=True)
-
-    def fwdbwd(self):
-        import torch
-
-        o = self._run()
-        return torch.autograd.grad(o, (self.q, self.k, self.v), self.do)
 
 
 # --- measuring -------------------------------------------------------------------------------------------

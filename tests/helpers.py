@@ -18,13 +18,7 @@ def make_spec(**kw) -> AttentionSpec:
 def inputs(spec: AttentionSpec, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     nd = dtypes.numpy_dtype(spec.dtype)
-    shapes = {
-        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
-        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
-        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
-        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
-    }
-    return {n: rng.standard_normal(s).astype(nd) for n, s in shapes.items()}
+    return {n: rng.standard_normal(spec.logical_shapes[n]).astype(nd) for n in ("Q", "K", "V", "dO")}
 
 
 def ref_kwargs(spec: AttentionSpec) -> dict:

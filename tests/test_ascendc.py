@@ -25,20 +25,8 @@ def run_on_twin(spec, run_spec=None, dq_strategy="atomic", blocks=3, target="asc
     gen = ascendc.generate(spec, target, dq_strategy=dq_strategy)
     exe = twin.build(gen.files)
     data = inputs(run_spec, seed=7)
-    layouts = {"Q": spec.layout, "K": spec.layout, "V": spec.layout, "O": spec.layout, "dO": spec.layout,
-               "dQ": spec.layout, "dK": spec.layout, "dV": spec.layout}
-    b, hq, hkv, sq, sk = run_spec.batch, run_spec.heads_q, run_spec.heads_kv, run_spec.seq_q, run_spec.seq_k
-    fwd = twin.run_program(
-        exe, run_spec, "fwd", {n: data[n] for n in "QKV"},
-        {"O": ((b, hq, sq, spec.head_dim_v), spec.dtype), "L": ((b, hq, sq), "fp32")}, layouts, blocks=blocks,
-    )
+    fwd, bwd = twin.run_attention(exe, run_spec, data, blocks=blocks)
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
-    bwd = twin.run_program(
-        exe, run_spec, "bwd", feeds,
-        {"dQ": ((b, hq, sq, spec.head_dim_qk), spec.dtype), "dK": ((b, hkv, sk, spec.head_dim_qk), spec.dtype),
-         "dV": ((b, hkv, sk, spec.head_dim_v), spec.dtype)},
-        layouts, blocks=blocks,
-    )
     return data, fwd, bwd, feeds
 
 
@@ -171,16 +159,10 @@ def test_real_minilm_activations_on_the_twin(dtype):
     from tilegen import dtypes
 
     nd = dtypes.numpy_dtype(dtype)
+    exe = twin.build(ascendc.generate(spec, "ascend910b2").files)
     for layer in range(fx["Q"].shape[0]):
         data = {n: fx[n][layer].astype(nd) for n in ("Q", "K", "V")}
         data["dO"] = (fx["dO"][layer] * (2.0**10 if dtype == "fp16" else 1.0)).astype(nd)  # loss scaling, as in test_hf
-        gen = ascendc.generate(spec, "ascend910b2")
-        exe = twin.build(gen.files)
-        layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
-        fwd = twin.run_program(exe, spec, "fwd", {n: data[n] for n in "QKV"},
-                               {"O": ((b, h, s, d), dtype), "L": ((b, h, s), "fp32")}, layouts, blocks=4)
+        fwd, bwd = twin.run_attention(exe, spec, data)
         assert_forward_ok(spec, fwd["O"], fwd["L"], data)
-        feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
-        bwd = twin.run_program(exe, spec, "bwd", feeds,
-                               {n: ((b, h, s, d), dtype) for n in ("dQ", "dK", "dV")}, layouts, blocks=4)
         assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])

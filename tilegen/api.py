@@ -164,7 +164,7 @@ def attention_backward(
         SpecError (ValueError): a bad argument, named.
     """
     spec = make_spec(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout)
-    expect_o = (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v)
+    expect_o = spec.logical_shapes["O"]
     for name, x in (("o", o), ("do", do)):
         _check_array(name, x, 4)
         if x.dtype != q.dtype:

@@ -115,14 +115,6 @@ def describe(spec: AttentionSpec) -> str:
     )
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from .runner import check_spec, validate_run
 
@@ -175,6 +167,8 @@ def load_data(path: str, index: int) -> dict:
 
 def traffic_table(report) -> str:
     """HBM bytes per tensor (read + written) per program, side by side."""
+    from .report import format_bytes
+
     labels = list(report.measurements)
     names: list[str] = []
     for m in report.measurements.values():
@@ -186,9 +180,9 @@ def traffic_table(report) -> str:
     lines.append("  " + "tensor".ljust(8) + "".join(label.rjust(width + 2) for label in labels))
     for n in names:
         cells = [report.measurements[label].tensor_bytes(n) for label in labels]
-        lines.append("  " + n.ljust(8) + "".join((_fmt_bytes(c) if c else "-").rjust(width + 2) for c in cells))
+        lines.append("  " + n.ljust(8) + "".join((format_bytes(c) if c else "-").rjust(width + 2) for c in cells))
     totals = [report.measurements[label].hbm_bytes for label in labels]
-    lines.append("  " + "total".ljust(8) + "".join(_fmt_bytes(t).rjust(width + 2) for t in totals))
+    lines.append("  " + "total".ljust(8) + "".join(format_bytes(t).rjust(width + 2) for t in totals))
     fused = next((label for label in labels if label.startswith("backward fused")), None)
     if fused and "backward unfused" in report.measurements:
         ratio = report.measurements["backward unfused"].hbm_bytes / max(1, report.measurements[fused].hbm_bytes)

@@ -123,7 +123,8 @@ def inspect_report(
     return out
 
 
-def _b(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units: "512 B", "1.50 KiB", ... "2.00 TiB"."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
@@ -131,7 +132,8 @@ def _b(n: float) -> str:
     raise AssertionError
 
 
-def _t(s: float) -> str:
+def format_seconds(s: float) -> str:
+    """``s`` seconds as "12.34 us", "1.234 ms" or "1.234 s"."""
     if s < 1e-3:
         return f"{s * 1e6:.2f} us"
     if s < 1:
@@ -163,12 +165,12 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append("  " + f"{'Br':>4} {'Bc':>4} {'predicted':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
             for c in feasible[:candidates]:
                 mark = "*" if (c["Br"], c["Bc"]) == (tiles["Br"], tiles["Bc"]) else " "
-                peaks = "  ".join(f"{_b(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)
-                lines.append(f"{mark} {c['Br']:>4} {c['Bc']:>4} {_t(c['predicted_s']):>11}  {peaks}")
+                peaks = "  ".join(f"{format_bytes(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)
+                lines.append(f"{mark} {c['Br']:>4} {c['Bc']:>4} {format_seconds(c['predicted_s']):>11}  {peaks}")
             if len(feasible) > candidates:
                 lines.append(f"  ... {len(feasible) - candidates} more feasible")
             for c in rejected[:candidates]:
-                over = ", ".join(f"{lv} over by {_b(v)}" for lv, v in c["overflow_bytes"].items())
+                over = ", ".join(f"{lv} over by {format_bytes(v)}" for lv, v in c["overflow_bytes"].items())
                 lines.append(f"  {c['Br']:>4} {c['Bc']:>4} rejected: {over}")
             if len(rejected) > candidates:
                 lines.append(f"  ... {len(rejected) - candidates} more rejected")
@@ -176,7 +178,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             for fp in prog["footprints"]:
                 share = fp["bytes"] / fp["usable"] if fp["usable"] else 0
                 lines.append(
-                    f"  {fp['kernel']:<5} {fp['level']:<4} {_b(fp['bytes']):>11} of {_b(fp['usable']):>11} ({share:5.1%})  "
+                    f"  {fp['kernel']:<5} {fp['level']:<4} {format_bytes(fp['bytes']):>11} of {format_bytes(fp['usable']):>11} ({share:5.1%})  "
                     + " + ".join(fp["peak_buffers"])
                 )
             pred = prog["prediction"]
@@ -189,11 +191,11 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 f = k["flops"]
                 lines.append(
                     f"  {k['name']:<6} {k['programs']:>9} {k['busy_fraction']:>5.2f} {f.get('matmul', 0):>12.3e} {f.get('vector', 0):>10.3e} "
-                    f"{f.get('exp', 0):>10.3e} {_b(k['bytes']['hbm']):>10} {_b(k['bytes']['l2']):>10} {_t(k['time_s']):>11}  {k['bound']}"
+                    f"{f.get('exp', 0):>10.3e} {format_bytes(k['bytes']['hbm']):>10} {format_bytes(k['bytes']['l2']):>10} {format_seconds(k['time_s']):>11}  {k['bound']}"
                 )
             lines.append(
-                f"  total {_t(pred['time_s'])}; matmul {pred['matmul_flops']:.3e} FLOP at {pred['utilization']:.1%} of peak; "
-                f"HBM {_b(pred['hbm_bytes'])}, L2 {_b(pred['l2_bytes'])}"
+                f"  total {format_seconds(pred['time_s'])}; matmul {pred['matmul_flops']:.3e} FLOP at {pred['utilization']:.1%} of peak; "
+                f"HBM {format_bytes(pred['hbm_bytes'])}, L2 {format_bytes(pred['l2_bytes'])}"
             )
         else:
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']} (defaults; give --target to choose them for hardware)")
@@ -204,7 +206,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
                 "(the generated code computes every offset in int64)"
             )
-        lines.append(("HBM traffic by tensor: " if gpu else "GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): ") + ", ".join(f"{n} {_b(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
+        lines.append(("HBM traffic by tensor: " if gpu else "GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): ") + ", ".join(f"{n} {format_bytes(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
         if show_nest:
             lines.append("loop nest with placements:")
             lines.append(prog["loop_nest"].rstrip())
@@ -298,15 +300,15 @@ def format_tradeoff(r: dict) -> str:
         f"on {r['target']} ({r['peak_tflops']:.0f} TFLOP/s, {r['hbm_tb_s']:.2f} TB/s)",
         "",
         "the per-head argument:",
-        f"  P of one head            {_b(ph['P_bytes'])}  (Sq x Sk x {dtypes.itemsize(r['spec']['dtype'])} B)",
-        f"  reading it once          {_t(ph['read_P_once_s'])}  at {r['hbm_tb_s']:.2f} TB/s",
-        f"  recomputing S = QK^T     {_t(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
+        f"  P of one head            {format_bytes(ph['P_bytes'])}  (Sq x Sk x {dtypes.itemsize(r['spec']['dtype'])} B)",
+        f"  reading it once          {format_seconds(ph['read_P_once_s'])}  at {r['hbm_tb_s']:.2f} TB/s",
+        f"  recomputing S = QK^T     {format_seconds(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
         "",
         "where that argument is incomplete (and the report disagrees with it):",
         "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS:",
-        f"    4 x {_b(ph['P_bytes'])} = {_b(ph['store_P_traffic_bytes'])} per head, {_t(ph['store_P_traffic_s'])} of HBM time.",
+        f"    4 x {format_bytes(ph['P_bytes'])} = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
         "  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
-        f"    vector unit, {_t(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
+        f"    vector unit, {format_seconds(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
         + (" (an estimate)" if r["exp_rate_estimate"] else "")
         + "; the cube and vector units overlap, so the slower of the two sets the pace.",
         "  - per head in isolation, neither number is the cost: the full programs below count every byte",
@@ -319,13 +321,13 @@ def format_tradeoff(r: dict) -> str:
     ]
     for form, scopes in r["forms"].items():
         for scope, v in scopes.items():
-            lines.append(f"{form:<20}{scope:<19}{_b(v['held_bytes']):>12}{_b(v['moved_bytes']):>12}{_t(v['time_s']):>12}")
+            lines.append(f"{form:<20}{scope:<19}{format_bytes(v['held_bytes']):>12}{format_bytes(v['moved_bytes']):>12}{format_seconds(v['time_s']):>12}")
     model = f"model ({r['layers']} layers)"
     sp, rc = r["forms"]["store P (unfused)"], r["forms"]["recompute (fused)"]
     lines.append("")
     lines.append(
         f"for the model, recompute holds {sp[model]['held_bytes'] / max(rc[model]['held_bytes'], 1):.0f}x less HBM "
-        f"({_b(sp[model]['held_bytes'])} vs {_b(rc[model]['held_bytes'])}), moves "
+        f"({format_bytes(sp[model]['held_bytes'])} vs {format_bytes(rc[model]['held_bytes'])}), moves "
         f"{sp[model]['moved_bytes'] / max(rc[model]['moved_bytes'], 1):.1f}x fewer bytes and is predicted "
         f"{sp[model]['time_s'] / max(rc[model]['time_s'], 1e-30):.2f}x faster than storing P."
     )

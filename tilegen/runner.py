@@ -19,6 +19,7 @@ from .ir import Program
 from .passes import pipeline
 from .spec import AttentionSpec
 
+INPUTS = ("Q", "K", "V", "dO")  # the tensors a run is fed (logical BNSD)
 REFERENCE_BUDGET_BYTES = 3 << 30  # the dense float64 reference holds a few [B, Hq, Sq, Sk] arrays
 
 
@@ -47,13 +48,8 @@ def random_inputs(spec: AttentionSpec, seed: int) -> dict[str, np.ndarray]:
     """Q, K, V, dO in logical BNSD order, standard normal, rounded to the spec's dtype."""
     rng = np.random.default_rng(seed)
     nd = dtypes.numpy_dtype(spec.dtype)
-    shapes = {
-        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
-        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
-        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
-        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
-    }
-    return {name: rng.standard_normal(shape, dtype=np.float32).astype(nd) for name, shape in shapes.items()}
+    shapes = spec.logical_shapes
+    return {name: rng.standard_normal(shapes[name], dtype=np.float32).astype(nd) for name in INPUTS}
 
 
 def reference_bytes(spec: AttentionSpec) -> int:
@@ -158,25 +154,10 @@ def _check_on_twin(report: RunReport, spec: AttentionSpec, data, target: str, dq
     from .backends import ascendc, twin
 
     exe = twin.build(ascendc.generate(spec, target, dq_strategy=dq_strategy).files)
-    layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
-    b, hq, hkv, sq, sk = spec.batch, spec.heads_q, spec.heads_kv, spec.seq_q, spec.seq_k
-    fwd = twin.run_program(
-        exe, spec, "fwd", {n: data[n] for n in "QKV"},
-        {"O": ((b, hq, sq, spec.head_dim_v), spec.dtype), "L": ((b, hq, sq), "fp32")}, layouts,
-    )
+    fwd, grads = twin.run_attention(exe, spec, data)
     o_ref, l_ref, o_pl, l_pl = fwd_refs
     report.comparisons.append(compare("O (twin)", fwd["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
     report.comparisons.append(compare("L (twin)", fwd["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
-    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
-    grads = twin.run_program(
-        exe, spec, "bwd", feeds,
-        {
-            "dQ": ((b, hq, sq, spec.head_dim_qk), spec.dtype),
-            "dK": ((b, hkv, sk, spec.head_dim_qk), spec.dtype),
-            "dV": ((b, hkv, sk, spec.head_dim_v), spec.dtype),
-        },
-        layouts,
-    )
     ref, plain = bwd_refs
     for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
         report.comparisons.append(compare(f"{name} (twin)", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"]), terms=longest_sum(spec)))
@@ -189,14 +170,9 @@ def cast_inputs(spec: AttentionSpec, data: dict[str, np.ndarray]) -> dict[str, n
         SpecError: a tensor is missing or has the wrong shape (named).
     """
     nd = dtypes.numpy_dtype(spec.dtype)
-    shapes = {
-        "Q": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_qk),
-        "K": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_qk),
-        "V": (spec.batch, spec.heads_kv, spec.seq_k, spec.head_dim_v),
-        "dO": (spec.batch, spec.heads_q, spec.seq_q, spec.head_dim_v),
-    }
     out = {}
-    for name, shape in shapes.items():
+    for name in INPUTS:
+        shape = spec.logical_shapes[name]
         if name not in data:
             raise SpecError(f"--data[{name}]", None, f"an array {name} of shape {shape} in the .npz file")
         array = np.asarray(data[name])

@@ -100,6 +100,18 @@ class AttentionSpec:
         return "window"
 
     @property
+    def logical_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Logical (BNSD) shape of every tensor of the forward and backward, by name: Q, K, V, O, dO,
+        dQ, dK, dV ([B, H, S, D]) and L ([B, Hq, Sq]); the layout only changes how they lie in memory."""
+        b, hq, hkv, sq, sk = self.batch, self.heads_q, self.heads_kv, self.seq_q, self.seq_k
+        dqk, dv = self.head_dim_qk, self.head_dim_v
+        return {
+            "Q": (b, hq, sq, dqk), "K": (b, hkv, sk, dqk), "V": (b, hkv, sk, dv),
+            "O": (b, hq, sq, dv), "dO": (b, hq, sq, dv), "L": (b, hq, sq),
+            "dQ": (b, hq, sq, dqk), "dK": (b, hkv, sk, dqk), "dV": (b, hkv, sk, dv),
+        }
+
+    @property
     def offset(self) -> int:
         """``off`` of DESIGN §3: Sk - Sq for bottom-right alignment, 0 for top-left."""
         return self.seq_k - self.seq_q if self.alignment == "bottom_right" else 0

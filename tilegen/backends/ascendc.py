@@ -667,7 +667,7 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
 
     tgt = load_target(target)
     if tgt.kind != "ascend" or not tgt.generate:
-        accepted = [n for n in target_names() if load_target(n).kind == "ascend" and load_target(n).generate]
+        accepted = [n for n in target_names() if (t := load_target(n)).kind == "ascend" and t.generate]
         reason = tgt.generate_refusal or f"{tgt.name} is a {tgt.kind} target"
         raise TargetError(
             f"target = {tgt.name!r} is invalid for the Ascend C backend ({reason}); accepted: {', '.join(accepted)}"

@@ -64,6 +64,36 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
     return exe
 
 
+def run_attention(
+    exe: Path, spec: AttentionSpec, data: dict[str, np.ndarray], blocks: int = 4, timeout: float = 600.0
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Run a twin build's forward, then its backward on the forward's O and L.
+
+    Args:
+        spec: the sizes to run (head dims, dtype, mask and layout as the build's spec).
+        data: logical BNSD Q, K, V, dO in the spec's dtype.
+
+    Returns:
+        ({"O", "L"}, {"dQ", "dK", "dV"}): logical BNSD arrays (O and the gradients in the spec's
+        dtype, L float32).
+
+    Raises:
+        TwinError: a run failed; the message is the twin's failure line.
+    """
+    shapes = spec.logical_shapes
+    layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
+    fwd = run_program(
+        exe, spec, "fwd", {n: data[n] for n in "QKV"},
+        {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32")}, layouts, blocks=blocks, timeout=timeout,
+    )
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
+    bwd = run_program(
+        exe, spec, "bwd", feeds, {n: (shapes[n], spec.dtype) for n in ("dQ", "dK", "dV")}, layouts,
+        blocks=blocks, timeout=timeout,
+    )
+    return fwd, bwd
+
+
 def _physical(x: np.ndarray, layout: str) -> np.ndarray:
     return np.ascontiguousarray(x if layout == "BNSD" or x.ndim != 4 else x.transpose(0, 2, 1, 3))
 
