@@ -109,9 +109,9 @@ def _rel(c) -> str:
 
 def cfloat(x: float) -> str:
     if x == float("-inf"):
-        return "-INFINITY"
+        return "tilegen::NEG_INF"
     if x == float("inf"):
-        return "INFINITY"
+        return "tilegen::POS_INF"
     return repr(float(x)) + "f"
 
 

@@ -30,6 +30,11 @@ constexpr uint16_t FLAG_C2V_READY = 0;
 constexpr uint16_t FLAG_V2C_READY = 1;
 constexpr uint16_t FLAG_FREE_BASE = 2;
 
+// IEEE infinities as compile-time constants: the device headers include <cmath> (INFINITY) only under
+// ASCENDC_CPU_DEBUG, so the kernels must not rely on it.
+constexpr float POS_INF = __builtin_huge_valf();
+constexpr float NEG_INF = -__builtin_huge_valf();
+
 // ---------------------------------------------------------------------------------------------------
 // Integers: every offset and size is int64 (a tensor can pass 2^31 elements).
 __aicore__ inline int64_t FloorDiv(int64_t a, int64_t b)
@@ -181,7 +186,7 @@ __aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTe
 {
     for (int64_t e = 0; e < n; ++e) {
         float v = src.GetValue(static_cast<uint32_t>(e));
-        dst.SetValue(static_cast<uint32_t>(e), (v == -INFINITY) ? 0.0f : v);
+        dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);
     }
 }
 // Cast a tile row by row when the two dtypes pad their rows differently.
@@ -208,7 +213,7 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         const int64_t gr = row0 + r;
         const LocalTensor<float> row = s[r * cpad];
         if (gr >= sq) {
-            Duplicate(row, -INFINITY, static_cast<int32_t>(cpad));
+            Duplicate(row, NEG_INF, static_cast<int32_t>(cpad));
             continue;
         }
         int64_t lo = left >= 0 ? gr + off - left : 0;
@@ -217,9 +222,9 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         lo = Max64(lo, 0);
         if (lo <= col0 && hi >= col0 + cpad - 1) continue;
         CompareScalar(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, static_cast<uint32_t>(cpad));
-        Select(row, bits, row, -INFINITY, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
         CompareScalar(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, static_cast<uint32_t>(cpad));
-        Select(row, bits, row, -INFINITY, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
     }
 }
 
