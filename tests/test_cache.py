@@ -154,3 +154,24 @@ def test_generate_never_serves_another_specs_entry(tmp_path, fresh_cache):
     paths["tiny-gqa"].write_bytes(data["tiny"])
     assert _generate("ascend910b2", tmp_path / "c", "tiny") == tiny
     assert _generate("ascend910b2", tmp_path / "d", "tiny-gqa") == other
+
+
+def test_a_twin_build_is_reused_only_for_its_own_sources(tmp_path):
+    """The CPU twin's build cache: a folder whose executable was replaced, or that holds another
+    request's build (a key collision), is built again, not run."""
+    import subprocess
+
+    from tilegen.backends import twin
+
+    if twin.compiler() is None:
+        pytest.skip("no C++ compiler")
+    files = {"twin_main.cpp": "int main() { return 7; }\n"}
+    exe = twin.build(files, cache_dir=tmp_path)
+    assert subprocess.run([str(exe)]).returncode == 7
+    assert twin.build(files, cache_dir=tmp_path) == exe  # reused
+    wrong = twin.build({"twin_main.cpp": "int main() { return 3; }\n"}, cache_dir=tmp_path / "other")
+    shutil.copy(wrong, exe)  # a corrupted entry: another executable
+    assert subprocess.run([str(twin.build(files, cache_dir=tmp_path))]).returncode == 7
+    for name in ("twin_main", "twin_main.cpp", "request.txt"):  # a colliding entry: another build
+        shutil.copy(wrong.parent / name, exe.parent / name)
+    assert subprocess.run([str(twin.build(files, cache_dir=tmp_path))]).returncode == 7
