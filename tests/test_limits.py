@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilegen import dtypes, reference
+from tilegen import analysis, dtypes, reference
 from tilegen.analysis import count
 from tilegen.build import build_backward, build_forward
 from tilegen.cli import main
@@ -39,7 +39,8 @@ def small_cases(draw):
     window = {"none": (-1, -1), "causal": (-1, 0)}.get(kind) or (draw(side), draw(side))
     alignment = draw(st.sampled_from(["bottom_right", "top_left"]))
     br, bc = draw(st.integers(1, 40)), draw(st.integers(1, 40))
-    return seq_q, seq_k, window, alignment, br, bc
+    chunk = draw(st.sampled_from([1, 3, 1 << 15]))  # rows of an enumerated outer loop per step
+    return seq_q, seq_k, window, alignment, br, bc, chunk
 
 
 def _brute(spec: AttentionSpec, br: int, bc: int):
@@ -63,8 +64,9 @@ def _brute(spec: AttentionSpec, br: int, bc: int):
 def test_counts_match_a_dense_mask(case):
     """Forward and every phase of the unfused backward (both loop orders: K/V tiles outer in dv and
     dqdk, Q tiles outer in ds) visit exactly the tile pairs the dense mask leaves non-empty, with the
-    tails of both sides: K/V bytes weigh each pair by its key rows, P and dS bytes by rows × keys."""
-    seq_q, seq_k, window, alignment, br, bc = case
+    tails of both sides: K/V bytes weigh each pair by its key rows, P and dS bytes by rows × keys;
+    the outer loop's rows go in chunks of any size."""
+    seq_q, seq_k, window, alignment, br, bc, chunk = case
     try:
         spec = AttentionSpec(
             batch=2, heads_q=3, heads_kv=1, seq_q=seq_q, seq_k=seq_k, head_dim_qk=5, head_dim_v=7,
@@ -74,11 +76,15 @@ def test_counts_match_a_dense_mask(case):
         return  # a mask that leaves every row empty
     pairs, nk, nq, nqk = _brute(spec, br, bc)
     heads, item = spec.batch * spec.heads_q, dtypes.itemsize(spec.dtype)
-    fwd = count(build_forward(spec).bind({Br: br, Bc: bc}))["fwd"]
+    saved, analysis.CHUNK = analysis.CHUNK, chunk
+    try:
+        fwd = count(build_forward(spec).bind({Br: br, Bc: bc}))["fwd"]
+        bwd = count(build_backward(spec).bind({Br: br, Bc: bc}))
+    finally:
+        analysis.CHUNK = saved
     assert fwd.flops["matmul"] == heads * pairs * (2 * br * bc * 5 + 2 * br * bc * 7)
     assert fwd.bytes_read["K"] == heads * nk * 5 * item
     assert fwd.bytes_read["V"] == heads * nk * 7 * item
-    bwd = count(build_backward(spec).bind({Br: br, Bc: bc}))
     assert bwd["dv"].bytes_written["P"] == heads * nqk * item  # K/V tiles outer
     assert bwd["ds"].bytes_read["P"] == heads * nqk * item  # Q tiles outer
     assert bwd["ds"].bytes_written["dS"] == heads * nqk * item
@@ -90,7 +96,7 @@ def test_counts_match_a_dense_mask(case):
 @settings(max_examples=200, deadline=None)
 @given(small_cases())
 def test_visible_row_range_matches_a_dense_mask(case):
-    seq_q, seq_k, window, alignment, _, _ = case
+    seq_q, seq_k, window, alignment = case[:4]
     off = seq_k - seq_q if alignment == "bottom_right" else 0
     rows = np.flatnonzero(reference.visible(seq_q, seq_k, window, alignment).any(axis=1))
     first, stop = visible_row_range(seq_q, seq_k, window, off)
