@@ -153,8 +153,8 @@ print(json.dumps(out))
 
 
 def test_a_2_23_token_spec_compiles_in_bounded_memory(tmp_path):
-    """generate and inspect on both backends at Sq = Sk = 2^23 (2^18 Q tiles of 32 rows: 3·10^10 tile
-    pairs for the causal mask, which an enumeration could not hold) in a fresh process, uncached."""
+    """generate and inspect on both backends at Sq = Sk = 2^23 (at 32×64 tiles, 1.7·10^10 causal tile
+    pairs, which an enumeration could not hold) in a fresh process, uncached."""
     env = {**os.environ, "TILEGEN_CACHE": "0", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT

@@ -11,7 +11,8 @@ per value of the outer tile loop (a tile dimension ``a·j + c : +size`` of an ex
 clip(E − c − a·j, 0, size) elements, whose sum over j in [start, stop) is a difference of two prefix
 sums: full tiles, the partial ones as an arithmetic series, then zeros); an outer tile loop is
 enumerated as NumPy rows in chunks of :data:`CHUNK`. Time is linear in the outer tile count and memory
-is bounded: a 2^23-token causal problem (3·10^10 tile pairs) costs about a second per program.
+is bounded: a 2^23-token causal program at 32×64 tiles (1.7·10^10 tile pairs) is counted in about
+0.1 s.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def _prefix(n, k, a, size):
 
 
 def _ident(value):
-    """A memo key part for a table value: the int itself, or the array's identity."""
+    """A memo key part for a table value: the int itself, or the array's identity (the memo keeps the
+    array alive, so the identity is not reused while the entry exists)."""
     return id(value) if isinstance(value, np.ndarray) else value
 
 
@@ -117,8 +119,8 @@ class _Walker:
     def _eval(self, expr, table, rows: int):
         try:
             value = evaluate(expr, {**self.env, **table})
-        except UnboundSymbol as exc:  # only the closed-form inner variable is unbound
-            raise ValueError(f"{self.kernel.name}: {expr} depends on the innermost tile loop's {exc.args[0]}") from None
+        except UnboundSymbol as exc:  # such as the closed-form inner loop's variable, which has no rows
+            raise ValueError(f"{self.kernel.name}: {expr}: symbol {exc.args[0]} has no value here") from None
         return np.broadcast_to(np.asarray(value, dtype=np.int64), (rows,))
 
     def loop(self, loop: Loop, table, rows: int, mult: int, inner) -> None:
@@ -162,19 +164,20 @@ class _Walker:
         for start_e, size_e, extent in zip(access.index[len(access.index) - ntile :], access.tile, extents):
             size = evaluate(size_e, self.env)
             start_e = sympy.sympify(start_e)
-            key = (start_e, size, extent, tuple(_ident(table.get(str(s))) for s in start_e.free_symbols))
+            used = tuple(table.get(str(s)) for s in sorted(start_e.free_symbols, key=str))
+            key = (start_e, size, extent, tuple(_ident(v) for v in used))
+            hit = self.memo.get(key)  # (the table values it was computed from, kept alive, and the counts)
             if inner is not None and start_e.has(inner[0]):
                 if along is not None:
                     raise ValueError(f"{self.kernel.name}: access {access.tensor}{list(access.index)} has two dimensions along {inner[0]}")
-                along = self.memo.get(key)
-                if along is None:
-                    along = self.memo[key] = self._along(access, start_e, size, extent, table, rows, inner)
+                if hit is None:
+                    hit = self.memo[key] = (used, self._along(access, start_e, size, extent, table, rows, inner))
+                along = hit[1]
             else:
-                factor = self.memo.get(key)
-                if factor is None:
+                if hit is None:
                     start = self._eval(start_e, table, rows)
-                    factor = self.memo[key] = np.clip(np.minimum(size, extent - start), 0, None)
-                other = other * factor
+                    hit = self.memo[key] = (used, np.clip(np.minimum(size, extent - start), 0, None))
+                other = other * hit[1]
         if along is None and inner is not None:
             along = inner[2] - inner[1]
         return int((other if along is None else other * along).sum())
