@@ -51,11 +51,12 @@ def versions() -> str:
     return "\n".join(lines)
 
 
-def _digest(files, base: Path | None = None) -> str:
+def _digest(files) -> str:
+    """SHA-256 over the files' names (relative to their grandparent folder) and bytes, in order."""
     digest = hashlib.sha256()
     for path in files:
         if path.is_file():
-            digest.update(str(path.relative_to(base or path.parents[1])).encode() + b"\0")
+            digest.update(str(path.relative_to(path.parents[1])).encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()
 
