@@ -117,6 +117,8 @@ BASE = dict(batch=1, heads_q=1, heads_kv=1, seq_q=64, seq_k=64, head_dim_qk=64, 
         # 2^30 · 2^24 · 1024 · 4 B of fp32 dQ accumulator per batch: past 2^63 bytes
         ({"batch": 2**20, "heads_q": 2**20, "heads_kv": 1, "seq_q": MAX_SEQ, "head_dim_qk": 1024}, "batch", "from 1 to "),
         ({"heads_q": 2**30, "heads_kv": 1, "seq_q": MAX_SEQ, "head_dim_qk": 1024}, "heads_q", "from 1 to 134217727"),
+        # NumPy integers must not wrap in the size check
+        ({"batch": np.int64(2**20), "heads_q": np.int64(2**20), "seq_q": np.int64(MAX_SEQ), "head_dim_qk": np.int64(1024)}, "batch", "from 1 to 127 "),
     ],
 )
 def test_specs_past_the_limits_are_refused_naming_the_field(change, field, accepted):
@@ -147,7 +149,11 @@ for target in ("ascend910b2", "h200"):
         t = time.perf_counter()
         rc = main([verb[0], "--spec", "llama3-8b", "--seq", str(2**23), "--target", target] + verb[1:])
         out[target + " " + verb[0]] = (rc, round(time.perf_counter() - t, 2))
-out["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:  # this process's own peak (ru_maxrss would also count the forking parent's pages)
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+    out["maxrss_kib"] = int(hwm[0].split()[1])
+except (OSError, IndexError):
+    out["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps(out))
 """
 

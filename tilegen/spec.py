@@ -201,12 +201,14 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
     _check_choice("dtype", spec.dtype, DTYPES, where)
     _check_choice("alignment", spec.alignment, ALIGNMENTS, where)
     _check_choice("layout", spec.layout, LAYOUTS, where)
-    # bytes per (batch, head) of the query side (Q, O, dO, L, the fp32 dQ accumulator) and the K/V side
+    # bytes per (batch, head) of the query side (Q, O, dO, L, the fp32 dQ accumulator) and the K/V side,
+    # in Python ints (NumPy integers would wrap)
+    b, hq, hkv, sq, sk, dqk, dv = (int(getattr(spec, f)) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim_qk", "head_dim_v"))
     item = itemsize(spec.dtype)
-    per_q = spec.seq_q * max(spec.head_dim_qk * 4, spec.head_dim_v * item)
-    per_kv = spec.seq_k * max(spec.head_dim_qk, spec.head_dim_v) * item
-    per_batch = max(spec.heads_q * per_q, spec.heads_kv * per_kv)
-    if spec.batch * per_batch > MAX_TENSOR_BYTES:
+    per_q = sq * max(dqk * 4, dv * item)
+    per_kv = sk * max(dqk, dv) * item
+    per_batch = max(hq * per_q, hkv * per_kv)
+    if b * per_batch > MAX_TENSOR_BYTES:
         why = "the largest tensor must stay under 2**63 bytes: kernels use int64 byte offsets"
         if per_batch <= MAX_TENSOR_BYTES:
             raise SpecError("batch", spec.batch, f"an integer from 1 to {MAX_TENSOR_BYTES // per_batch} for these heads, seq and head dims ({why})", where)
