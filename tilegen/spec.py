@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .dtypes import DTYPES
+from .dtypes import DTYPES, itemsize
 from .errors import SpecError
 from .resources import specs_dir
 
@@ -38,8 +38,11 @@ else:  # pragma: no cover
 LAYOUTS = ("BNSD", "BSND")
 ALIGNMENTS = ("bottom_right", "top_left")
 MASK_KINDS = ("none", "causal", "window")
-MAX_DIM = 1 << 30  # sizes beyond this are rejected up front (offsets are 64-bit, but inputs must fit memory)
+MAX_DIM = 1 << 30  # batch and heads beyond this are rejected up front
+MAX_SEQ = 1 << 24  # seq_q, seq_k: the static traffic analysis walks one tile loop (cost linear in seq / tile)
 MAX_HEAD_DIM = 1024
+MAX_WINDOW = 1 << 30  # a window side at least Sq + Sk wide is the same as -1 (unbounded)
+MAX_TENSOR_BYTES = (1 << 63) - 1  # generated kernels address every tensor with int64 byte offsets
 
 
 @dataclass(frozen=True)
@@ -47,16 +50,16 @@ class AttentionSpec:
     """One attention problem.
 
     Attributes:
-        batch: B, >= 1.
-        heads_q: Hq, query heads, >= 1.
-        heads_kv: Hkv, key/value heads, >= 1, divides ``heads_q`` (GQA/MQA when smaller).
-        seq_q: Sq, query length, >= 1.
-        seq_k: Sk, key/value length, >= 1.
+        batch: B, 1..2**30.
+        heads_q: Hq, query heads, 1..2**30.
+        heads_kv: Hkv, key/value heads, 1..2**30, divides ``heads_q`` (GQA/MQA when smaller).
+        seq_q: Sq, query length, 1..2**24.
+        seq_k: Sk, key/value length, 1..2**24.
         head_dim_qk: Dqk, head dim of Q and K, 1..1024.
         head_dim_v: Dv, head dim of V and O, 1..1024.
         dtype: ``"fp16"``, ``"bf16"`` or ``"fp32"`` (inputs and outputs; L is always fp32).
         scale: softmax scale, or None for 1/sqrt(Dqk).
-        window: (left, right), -1 = unbounded; (-1, -1) is no mask, (-1, 0) is causal.
+        window: (left, right), each -1 (unbounded) or 0..2**30; (-1, -1) is no mask, (-1, 0) is causal.
         alignment: ``"bottom_right"`` or ``"top_left"`` (where the causal diagonal sits when Sq != Sk).
         layout: ``"BNSD"`` or ``"BSND"``.
         name: a label for reports and file names.
@@ -167,19 +170,30 @@ def _check_choice(field: str, value: Any, choices: tuple[str, ...], where: str |
         raise SpecError(field, value, "one of " + ", ".join(repr(c) for c in choices), where)
 
 
-def visible_rows(seq_q: int, seq_k: int, window: tuple[int, int], offset: int) -> np.ndarray:
-    """For each query row, whether at least one key is visible (bool array of length ``seq_q``)."""
+def visible_row_range(seq_q: int, seq_k: int, window: tuple[int, int], offset: int) -> tuple[int, int]:
+    """[first, stop) of the query rows with at least one visible key (DESIGN §3), in closed form.
+
+    Row r sees a key in [0, Sk) iff r + off + right >= 0 (right bounded) and r + off − left <= Sk − 1
+    (left bounded); with left, right >= 0 the two bounds never cross. Empty when first >= stop.
+    """
     left, right = window
-    rows = np.arange(seq_q, dtype=np.int64)
-    lo = np.maximum(0, rows + offset - left) if left >= 0 else np.zeros_like(rows)
-    hi = np.minimum(seq_k - 1, rows + offset + right) if right >= 0 else np.full_like(rows, seq_k - 1)
-    return lo <= hi
+    first = max(0, -offset - right) if right >= 0 else 0
+    stop = min(seq_q, seq_k - offset + left) if left >= 0 else seq_q
+    return first, max(first, stop)
 
 
 def validate(spec: AttentionSpec, where: str | None = None) -> None:
-    """Check every field of ``spec``; raise :class:`SpecError` naming the first bad field."""
-    for field in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k"):
+    """Check every field of ``spec``; raise :class:`SpecError` naming the first bad field.
+
+    Besides each field's range, the largest tensor (the fp32 dQ accumulator [B, Hq, Sq, Dqk], or the
+    biggest of Q, K, V, O, dO and the gradients) must stay under 2**63 bytes, which int64 byte offsets
+    address; the error names ``batch`` (or ``heads_q`` when one batch is too large) with the range that
+    fits the other fields.
+    """
+    for field in ("batch", "heads_q", "heads_kv"):
         _check_int(field, getattr(spec, field), 1, MAX_DIM, where)
+    for field in ("seq_q", "seq_k"):
+        _check_int(field, getattr(spec, field), 1, MAX_SEQ, where)
     for field in ("head_dim_qk", "head_dim_v"):
         _check_int(field, getattr(spec, field), 1, MAX_HEAD_DIM, where)
     if spec.heads_q % spec.heads_kv:
@@ -187,6 +201,18 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
     _check_choice("dtype", spec.dtype, DTYPES, where)
     _check_choice("alignment", spec.alignment, ALIGNMENTS, where)
     _check_choice("layout", spec.layout, LAYOUTS, where)
+    # bytes per (batch, head) of the query side (Q, O, dO, L, the fp32 dQ accumulator) and the K/V side,
+    # in Python ints (NumPy integers would wrap)
+    b, hq, hkv, sq, sk, dqk, dv = (int(getattr(spec, f)) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim_qk", "head_dim_v"))
+    item = itemsize(spec.dtype)
+    per_q = sq * max(dqk * 4, dv * item)
+    per_kv = sk * max(dqk, dv) * item
+    per_batch = max(hq * per_q, hkv * per_kv)
+    if b * per_batch > MAX_TENSOR_BYTES:
+        why = "the largest tensor must stay under 2**63 bytes: kernels use int64 byte offsets"
+        if per_batch <= MAX_TENSOR_BYTES:
+            raise SpecError("batch", spec.batch, f"an integer from 1 to {MAX_TENSOR_BYTES // per_batch} for these heads, seq and head dims ({why})", where)
+        raise SpecError("heads_q", spec.heads_q, f"an integer from 1 to {MAX_TENSOR_BYTES // max(per_q, per_kv)} at batch 1 for these seq and head dims ({why})", where)
     if not isinstance(spec.name, str) or not spec.name or any(c in spec.name for c in "/\\\0"):
         raise SpecError("name", spec.name, "a non-empty string without '/', '\\' or NUL", where)
     if spec.scale is not None:
@@ -198,10 +224,11 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
     if (
         not isinstance(window, tuple)
         or len(window) != 2
-        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < -1 for w in window)
+        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not -1 <= w <= MAX_WINDOW for w in window)
     ):
-        raise SpecError("window", window, "two integers (left, right), each >= 0 or -1 for unbounded", where)
-    if not visible_rows(spec.seq_q, spec.seq_k, window, spec.offset).any():
+        raise SpecError("window", window, f"two integers (left, right), each from 0 to {MAX_WINDOW} or -1 for unbounded", where)
+    first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
+    if first >= stop:
         raise SpecError(
             "window",
             window,

@@ -10,6 +10,7 @@ that reports can show where a number comes from, and estimates are marked.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,6 +77,8 @@ class Target:
     bandwidth: dict[str, Figure]
     overhead: dict[str, Figure]
     path: str
+    digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
+    sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
 
     def level(self, name: str) -> Level:
         for lvl in self.levels:
@@ -115,6 +118,9 @@ class Target:
         return dataclasses.replace(self, levels=levels)
 
 
+BACKEND_SECTIONS = ("triton",)  # tables a backend parses itself; kept raw in Target.sections
+
+
 def _figure(data: Any, where: str) -> Figure:
     if not isinstance(data, dict) or "value" not in data or not isinstance(data.get("source"), str) or not data["source"]:
         raise TargetError(f"{where}: expected {{ value = <number>, source = \"...\" }}, got {data!r}")
@@ -124,11 +130,20 @@ def _figure(data: Any, where: str) -> Figure:
     return Figure(float(value), data["source"], bool(data.get("estimate", False)))
 
 
-def _parse(path: Path) -> Target:
-    where = str(path)
+def _read(path: Path) -> bytes:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return path.read_bytes()
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read target file ({exc})") from None
+
+
+@lru_cache(maxsize=64)
+def _parse(where: str, raw: bytes) -> Target:
+    """The target in ``raw`` (the bytes of the file at ``where``); memoised by the bytes themselves, so
+    an edited file is parsed again."""
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise TargetError(f"{where}: cannot read target file ({exc})") from None
     for key in ("name", "kind", "arch", "description", "cores", "levels", "placement", "tiles", "peak", "bandwidth"):
         if key not in data:
@@ -181,6 +196,8 @@ def _parse(path: Path) -> Target:
         bandwidth=section("bandwidth"),
         overhead=section("overhead"),
         path=where,
+        digest=hashlib.sha256(raw).hexdigest(),
+        sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
     )
     for key in ("cube_fp16", "cube_bf16", "cube_fp32", "vector", "exp"):
         if key not in target.peak:
@@ -196,13 +213,13 @@ def target_names() -> list[str]:
     return sorted(p.stem for p in data_dir("targets").glob("*.toml"))
 
 
-@lru_cache(maxsize=None)
 def _load_path(path: str) -> Target:
-    return _parse(Path(path))
+    return _parse(path, _read(Path(path)))
 
 
 def load_target(name: str | Target) -> Target:
-    """The target called ``name`` (a file in ``targets/``) or at path ``name`` (a ``.toml`` file).
+    """The target called ``name`` (a file in ``targets/``) or at path ``name`` (a ``.toml`` file), as
+    the file reads now (every call reads it; parsing is memoised by its bytes).
 
     Raises:
         TargetError: unknown name (the message lists the known ones) or an invalid file.
@@ -221,20 +238,12 @@ def load_target(name: str | Target) -> Target:
 
 
 def target_key(target: str | Target | None) -> str | None:
-    """A stable key for caches: the parsed target and the SHA-256 of its file's bytes (the file may
-    change between runs, and backends read sections of it, such as ``[triton]``, that :class:`Target`
-    does not hold).
+    """A stable key for caches: the parsed target, which holds the SHA-256 of the file's bytes it was
+    parsed from and the sections backends read (such as ``[triton]``).
 
     Raises:
         TargetError: as :func:`load_target`.
     """
     if target is None:
         return None
-    import hashlib
-
-    tgt = load_target(target)
-    try:
-        digest = hashlib.sha256(Path(tgt.path).read_bytes()).hexdigest()
-    except OSError:
-        digest = "unreadable"
-    return repr(tgt) + "\0" + digest
+    return repr(load_target(target))

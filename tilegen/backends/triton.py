@@ -89,12 +89,7 @@ from ..ir import (
 from ..passes import pipeline
 from ..resources import data_dir
 from ..spec import AttentionSpec
-from ..targets import Target, load_target
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ..targets import Target, load_target, target_key
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
@@ -174,10 +169,7 @@ def triton_config(target: Target) -> TritonConfig:
         TargetError: a malformed entry (the message names the key, the value and what is accepted).
     """
     where = target.path
-    try:
-        data = tomllib.loads(Path(target.path).read_text(encoding="utf-8")).get("triton", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TargetError(f"{where}: cannot read target file ({exc})") from None
+    data = target.sections.get("triton", {})  # parsed from the same bytes as the rest of the target
     strategy = data.get("dq_strategy", "atomic")
     if strategy not in pipeline.DQ_STRATEGIES:
         raise TargetError(f"{where}: triton.dq_strategy = {strategy!r} is invalid; accepted: {', '.join(pipeline.DQ_STRATEGIES)}")
@@ -980,7 +972,7 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
     """
     key = (
         spec,
-        target if isinstance(target, str) else target.path,
+        target_key(target),  # the target's contents: an edited file generates again
         dq_strategy,
         repr(tile_sizes),
         None if knobs is None else tuple(sorted((k, tuple(v)) for k, v in knobs.items())),

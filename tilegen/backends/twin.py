@@ -50,17 +50,29 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
     root = Path(cache_dir or os.environ.get("TILEGEN_TWIN_CACHE", Path(tempfile.gettempdir()) / "tilegen-twin"))
     out = root / key
     exe = out / "twin_main"
-    if exe.is_file():
-        return exe
+    cmd = [cxx, "-std=c++17", "-O1", "-pthread", f"-I{TWIN_INCLUDE}", f"-I{out}", str(out / "twin_main.cpp"), "-o", str(exe) + ".tmp"]
+    # A build is reused only for the very request it was made for (full digest, compiler and flags),
+    # with its sources and executable intact: a colliding or damaged folder is built again.
+    request = "\0".join([digest.hexdigest(), *cmd])
+    stamp = out / "request.txt"
+    try:
+        if (
+            stamp.read_text() == request + "\0" + hashlib.sha256(exe.read_bytes()).hexdigest()
+            and all((out / n).read_text() == t for n, t in files.items())
+        ):
+            return exe
+    except (OSError, UnicodeDecodeError):
+        pass
     out.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
     for name, text in files.items():
         (out / name).write_text(text)
-    cmd = [cxx, "-std=c++17", "-O1", "-pthread", f"-I{TWIN_INCLUDE}", f"-I{out}", str(out / "twin_main.cpp"), "-o", str(exe) + ".tmp"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if "error" in ln][:8] or proc.stderr.splitlines()[:8]
         raise TwinError("twin build failed:\n" + "\n".join(lines))
     os.replace(str(exe) + ".tmp", exe)
+    stamp.write_text(request + "\0" + hashlib.sha256(exe.read_bytes()).hexdigest())
     return exe
 
 
