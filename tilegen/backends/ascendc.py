@@ -182,19 +182,23 @@ FIELDS = {
 
 @dataclass(frozen=True)
 class FieldUse:
-    """One proof obligation: ``field`` takes at most ``value`` (a sympy expression of the run-time sizes
-    B, Hq, Hkv, G, Sq, Sk and integers; its smallest value is ``low``) at ``where``."""
+    """One proof obligation: ``field`` takes at most ``value`` at ``where``.
+
+    ``value`` is a sympy expression of the run-time sizes B, Hq, Hkv, G, Sq, Sk and integers: the largest
+    value over the loop nest (a count of valid rows is bounded by the tile's rows), exact where the value
+    does not depend on a loop (row pitches and gaps). The smallest values hold by construction: the
+    helpers skip a move whose count would be 0.
+    """
 
     field: str
     value: object
     where: str
-    low: object = None
 
-    def shape_dependent(self) -> bool:
-        return bool({str(s) for e in self.exprs() for s in e.free_symbols})
 
-    def exprs(self) -> list:
-        return [sympy.sympify(e) for e in (self.value, self.low) if e is not None]
+def _sizes(spec: AttentionSpec) -> dict[str, int]:
+    from ..build import shape_env
+
+    return {str(k): v for k, v in shape_env(spec).items()}
 
 
 def prove_fields(uses: list[FieldUse], spec: AttentionSpec) -> list[dict]:
@@ -208,32 +212,25 @@ def prove_fields(uses: list[FieldUse], spec: AttentionSpec) -> list[dict]:
         SpecError: a field does not fit for ``spec`` (names the field, its value, the accepted range and
             the header it comes from).
     """
-    from ..build import shape_env
-
-    sizes = {str(k): v for k, v in shape_env(spec).items()}
+    sizes = _sizes(spec)
     guards: dict[tuple, dict] = {}
     for use in uses:
         rng = FIELDS[use.field]
-        for e in use.exprs():
-            bad = {str(s) for s in e.free_symbols} - set(SHAPE_NAMES)
-            if bad:
-                raise ValueError(f"{use.field} at {use.where}: {e} depends on {sorted(bad)}, not only on sizes")
-        hi_v = int(evaluate(use.value, sizes))
-        lo_v = int(evaluate(use.low, sizes)) if use.low is not None else hi_v
-        for v in (lo_v, hi_v):
-            if not rng.lo <= v <= rng.hi:
-                raise SpecError(
-                    rng.name.replace("_", ".", 1),
-                    v,
-                    f"[{rng.lo}, {rng.hi}] ({rng.ctype}; {rng.source}); it is {use.where} for this spec",
-                )
-        if use.shape_dependent():
-            parts = [f"{rng.lo}LL <= {cexpr(use.low if use.low is not None else use.value, {})}"]
-            parts.append(f"{cexpr(use.value, {})} <= {rng.hi}LL")
-            if "tilegen::" in " ".join(parts):  # host code: no device helpers
-                raise ValueError(f"{use.field} at {use.where}: {use.value} is not a plain polynomial of the sizes")
-            text = f"{rng.name.replace('_', '.', 1)} = {sympy.sympify(use.value)} ({use.where}) must be in [{rng.lo}, {rng.hi}]"
-            guards.setdefault((use.field, str(use.value), str(use.low)), {"field": use.field, "cond": " && ".join(parts), "text": text})
+        expr = sympy.sympify(use.value)
+        free = {str(s) for s in expr.free_symbols}
+        if free - set(SHAPE_NAMES):
+            raise ValueError(f"{use.field} at {use.where}: {expr} depends on {sorted(free - set(SHAPE_NAMES))}, not only on sizes")
+        value = int(evaluate(expr, sizes))
+        if not rng.lo <= value <= rng.hi:
+            raise SpecError(
+                rng.name.replace("_", ".", 1), value, f"[{rng.lo}, {rng.hi}] ({rng.ctype}; {rng.source}); it is {use.where} for this spec"
+            )
+        if free:
+            c = cexpr(expr, {})
+            if "tilegen::" in c:  # host code: no device helpers
+                raise ValueError(f"{use.field} at {use.where}: {expr} is not a plain polynomial of the sizes")
+            text = f"{rng.name.replace('_', '.', 1)} = {expr} ({use.where}) must be in [{rng.lo}, {rng.hi}]"
+            guards.setdefault((use.field, str(expr)), {"field": use.field, "cond": f"{rng.lo}LL <= {c} && {c} <= {rng.hi}LL", "text": text})
     return [guards[k] for k in sorted(guards)]
 
 
@@ -330,16 +327,14 @@ class _Lower:
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
 
-    # descriptor fields: ``field`` takes at most ``value`` (sizes only, see FIELDS), at least ``low``
-    def need(self, field_name: str, value, what: str, low=None) -> None:
-        self.uses.append(FieldUse(field_name, sympy.sympify(value), f"{what} in {self.kernel.name}", low))
+    # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
+    def need(self, field_name: str, value, what: str) -> None:
+        self.uses.append(FieldUse(field_name, sympy.sympify(value), f"{what} in {self.kernel.name}"))
 
     def fits(self, field_name: str, value) -> bool:
         """Whether ``value`` lies in the field's range at the spec's sizes."""
-        from ..build import shape_env
-
         rng = FIELDS[field_name]
-        return rng.lo <= int(evaluate(value, {str(k): v for k, v in shape_env(self.spec).items()})) <= rng.hi
+        return rng.lo <= int(evaluate(value, _sizes(self.spec))) <= rng.hi
 
     def pitch_expr(self, access: Access):
         """Row pitch in elements of an access's tensor as a sympy expression of the sizes."""

@@ -53,111 +53,133 @@ __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64
 // tiling.h); on the NPU the narrowing is a plain cast, on the CPU twin (TILEGEN_TWIN) a value out of range
 // fails with one line instead of wrapping.
 namespace field {
+// impl/basic_api/dav_c220/kernel_operator_sync_impl.h
 struct CrossCoreSetFlag_flagId {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 10LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct DataCopyExtParams_blockCount {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 4095LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct DataCopyExtParams_blockLen {
     using T = uint32_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 2097151LL;
 };
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
 struct DataCopyExtParams_dstStride {
     using T = uint32_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 4294967295LL;
 };
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
 struct DataCopyExtParams_srcStride {
     using T = uint32_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 4294967295LL;
 };
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
 struct FixpipeParamsV220_dstStride {
     using T = uint32_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 4294967295LL;
 };
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h (NZ2ND)
 struct FixpipeParamsV220_mSize {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 8192LL;
 };
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
 struct FixpipeParamsV220_nSize {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 4095LL;
 };
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md
 struct FixpipeParamsV220_srcStride {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 65535LL;
 };
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
 struct InitConstValueParams_blockNum {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 32767LL;
 };
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
 struct InitConstValueParams_repeatTimes {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 32767LL;
 };
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md (0 is a no-op)
 struct LoadData2DParams_repeatTimes {
     using T = uint8_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 255LL;
 };
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
 struct LoadData2DParams_srcStride {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 65535LL;
 };
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
 struct LoadData2DParams_startIndex {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 65535LL;
 };
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
 struct MmadParams_k {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 4095LL;
 };
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)
 struct MmadParams_m {
     using T = uint16_t;
     static constexpr int64_t lo = 2LL;
     static constexpr int64_t hi = 4095LL;
 };
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
 struct MmadParams_n {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 4095LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct Nd2NzParams_dValue {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 65535LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct Nd2NzParams_dstNzC0Stride {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 16384LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct Nd2NzParams_nValue {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 16384LL;
 };
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
 struct Nd2NzParams_srcDValue {
     using T = uint16_t;
     static constexpr int64_t lo = 1LL;
     static constexpr int64_t hi = 65535LL;
 };
+// impl/basic_api/kernel_npu_debug.h (counter-mode mask)
 struct VectorOp_count {
     using T = int32_t;
     static constexpr int64_t lo = 0LL;
