@@ -157,6 +157,16 @@ def test_a_planted_oversize_makes_generate_refuse(monkeypatch):
         assert line.startswith(f"{name.replace('_', '.', 1)} = {value} is invalid; accepted: [{rng.lo}, {value - 1}]"), line
 
 
+def test_a_spec_past_a_field_is_refused_in_one_line():
+    """20 million BSND heads of 128: the gap between two stored rows of O, (Hq - 1) * 128 * 2 bytes, passes
+    the 32-bit DataCopyExtParams.dstStride; generate refuses with one line (field, value, range)."""
+    spec = make_spec(heads_q=20_000_000, heads_kv=20_000_000, seq_q=16, seq_k=16, head_dim_qk=128, head_dim_v=128,
+                     layout="BSND")
+    with pytest.raises(SpecError, match=r"^DataCopyExtParams\.dstStride = 5119999744 is invalid; accepted: \[0, 4294967295\] "
+                                        r"\(uint32_t; include/basic_api/kernel_struct_data_copy\.h"):
+        ascendc.generate(spec, "ascend910b2")
+
+
 def test_descriptor_field_types_match_the_real_headers(tmp_path):
     """The C type of every struct field in FIELDS is the one the asc-devkit headers declare for arch 2201,
     and its accepted range fits that type: checked by clang against the real headers with the

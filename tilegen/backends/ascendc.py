@@ -31,6 +31,7 @@ from .. import dtypes
 from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
+from .. import ir
 from ..ir import (
     Access,
     Buffer,
@@ -54,7 +55,6 @@ from ..targets import Target, load_target
 
 CTYPE = {"fp16": "half", "bf16": "bfloat16_t", "fp32": "float"}
 SHAPE_NAMES = ("B", "Hq", "Hkv", "G", "Sq", "Sk")
-SQ, SK = (sympy.Symbol(n, integer=True, positive=True) for n in ("Sq", "Sk"))
 
 
 # --- C++ expressions -----------------------------------------------------------------------------------
@@ -743,7 +743,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         lo.need("VectorOp_count", cpad, f"the mask of {buf.name}")
         # the compared integers: columns col0 + c < Sk + cpad, row bounds clipped to [0, Sk - 1] below
         # and at most Sq - 1 + offset above (offset <= Sk)
-        for size in (SQ, SK):
+        for size in (ir.Sq, ir.Sk):
             lo.need("MaskTile_index", size + cpad, f"the column index of the mask of {buf.name}")
         return {
             "kind": "mask",
