@@ -41,10 +41,39 @@ CASES = {
 }
 
 
+def proven_maxima(spec, run_spec, dq_strategy="atomic") -> dict[str, int]:
+    """Field -> the largest value the lowering proved for it (its obligations evaluated at run_spec's sizes)."""
+    from tilegen.build import shape_env
+    from tilegen.exprs import evaluate
+
+    sizes = {str(k): v for k, v in shape_env(run_spec).items()}
+    out: dict[str, int] = {}
+    for plan in ascendc.plan_programs(spec, "ascend910b2", dq_strategy)[1]:
+        for use in plan.uses:
+            out[use.field] = max(out.get(use.field, -(2**63)), int(evaluate(use.value, sizes)))
+    return out
+
+
+def assert_fields_within_proof(log_path, spec, run_spec=None):
+    """Every field the runtime narrowed on the twin (TWIN_FIELD_LOG) has an obligation, and the values it
+    took lie in the header's range and under the proven maximum: the lowering's closed forms bound what
+    the C++ helpers compute."""
+    proven = proven_maxima(spec, run_spec or spec)
+    seen = [ln.split() for ln in log_path.read_text().splitlines()]
+    assert seen, "the twin logged no field"
+    for name, lo, hi in seen:
+        assert name in proven, f"{name} is narrowed by the runtime but has no proof obligation"
+        rng = ascendc.FIELDS[name]
+        assert rng.lo <= int(lo) and int(hi) <= rng.hi, (name, lo, hi)
+        assert int(hi) <= proven[name], f"{name} reached {hi} on the twin, above the proven {proven[name]}"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_generated_kernels_match_reference_and_interpreter(case):
+def test_generated_kernels_match_reference_and_interpreter(case, tmp_path, monkeypatch):
     spec = make_spec(**CASES[case])
+    monkeypatch.setenv("TWIN_FIELD_LOG", str(tmp_path / "fields.txt"))
     data, fwd, bwd, feeds = run_on_twin(spec)
+    assert_fields_within_proof(tmp_path / "fields.txt", spec)
     assert_forward_ok(spec, fwd["O"], fwd["L"], data)
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
     # the interpreter runs the same scheduled programs: equal up to the rounding of differently ordered
@@ -57,6 +86,115 @@ def test_generated_kernels_match_reference_and_interpreter(case):
         ours = np.asarray(ours, dtype=np.float32)
         ref = np.asarray(ref, dtype=np.float32)
         np.testing.assert_allclose(ours, ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
+
+
+def test_bsnd_row_pitch_past_16_bits_runs_on_the_twin(tmp_path, monkeypatch):
+    """BSND with Hq * D = 520 * 128 = 66560 > 65535: the row pitch does not fit Nd2NzParams.srcDValue
+    (uint16), so the lowering loads those tiles row by row; O and the gradients pass the accuracy rule
+    (a wrapped pitch gave max |O error| ~ 3.7)."""
+    spec = make_spec(heads_q=520, heads_kv=520, seq_q=16, seq_k=16, head_dim_qk=128, head_dim_v=128, layout="BSND")
+    monkeypatch.setenv("TWIN_FIELD_LOG", str(tmp_path / "fields.txt"))
+    data, fwd, bwd, _ = run_on_twin(spec, blocks=4)
+    assert_forward_ok(spec, fwd["O"], fwd["L"], data)
+    assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
+    assert_fields_within_proof(tmp_path / "fields.txt", spec)
+    plans = ascendc.plan_programs(spec, "ascend910b2")[1]
+    loads = [op for p in plans for k in p.kernels for op in _ops(k.aic.ops) if op["kind"] == "l1_load"]
+    strided = {"g_Q", "g_K", "g_V", "g_O", "g_dO"}  # BSND tensors: row pitch 520 * 128
+    assert loads and all(op["rowwise"] == (op["gm"] in strided) for op in loads), [(op["gm"], op["rowwise"]) for op in loads]
+
+
+def _ops(ops):
+    for op in ops:
+        yield op
+        if op["kind"] == "loop":
+            yield from _ops(op["body"])
+
+
+def test_kernels_refuse_run_time_sizes_past_their_proof(tmp_path):
+    """A kernel set generated for Hq = 4 (BSND, D = 128: one ND->NZ burst per tile, pitch 128 * Hq) is run
+    with Hq = 520: the host refuses the sizes (TilegenRefusal in tiling.h) naming the field; without that
+    host check the twin stops the wrapped field in the kernel (TILEGEN_NARROW) instead of computing a
+    wrong O."""
+    spec = make_spec(heads_q=4, heads_kv=4, seq_q=16, seq_k=16, head_dim_qk=128, head_dim_v=128, layout="BSND")
+    big = spec.replace(heads_q=520, heads_kv=520)
+    gen = ascendc.generate(spec, "ascend910b2")
+    assert "Nd2NzParams.srcDValue = 128*Hq" in gen.files["tiling.h"]
+    data = inputs(big, seed=1)
+    feeds = {n: data[n] for n in "QKV"}
+    outs = {"O": (big.logical_shapes["O"], "fp16"), "L": (big.logical_shapes["L"], "fp32")}
+    layouts = {n: "BSND" for n in ("Q", "K", "V", "O")}
+    exe = twin.build(gen.files, cache_dir=tmp_path / "ok")
+    with pytest.raises(twin.TwinError, match=r"refused: Nd2NzParams\.srcDValue = 128\*H(q|kv) .* must be in \[1, 65535\]"):
+        twin.run_program(exe, big, "fwd", feeds, outs, layouts, blocks=2, timeout=120)
+    unguarded = dict(gen.files)
+    unguarded["twin_main.cpp"] = unguarded["twin_main.cpp"].replace("TilegenRefusal(*tiling)", "nullptr")
+    assert unguarded["twin_main.cpp"] != gen.files["twin_main.cpp"]
+    exe = twin.build(unguarded, cache_dir=tmp_path / "unguarded")
+    with pytest.raises(twin.TwinError, match=r"twin: Nd2NzParams\.srcDValue: value 66560 is outside the accepted range \[1, 65535\]"):
+        twin.run_program(exe, big, "fwd", feeds, outs, layouts, blocks=2, timeout=120)
+
+
+def test_a_planted_oversize_makes_generate_refuse(monkeypatch):
+    """For every descriptor field the kernels write: shrink its accepted range to one below the largest
+    value the lowering proved, and generate must refuse with one line naming the field, the value and
+    the range (no field is left unchecked, no silent wrap)."""
+    from dataclasses import replace
+
+    spec = make_spec(seq_q=100, seq_k=130, head_dim_qk=64, head_dim_v=64, window=(-1, 0))
+    proven = proven_maxima(spec, spec)
+    assert set(proven) == set(ascendc.FIELDS), "a field of the table is never proven (or the table lacks one)"
+    for name, value in sorted(proven.items()):
+        rng = ascendc.FIELDS[name]
+        if value - 1 < rng.lo:
+            continue
+        with monkeypatch.context() as m:
+            m.setitem(ascendc.FIELDS, name, replace(rng, hi=value - 1))
+            with pytest.raises(SpecError) as err:
+                ascendc.generate(spec, "ascend910b2")
+        line = str(err.value)
+        assert "\n" not in line
+        assert line.startswith(f"{name.replace('_', '.', 1)} = {value} is invalid; accepted: [{rng.lo}, {value - 1}]"), line
+
+
+def test_a_spec_past_a_field_is_refused_in_one_line():
+    """20 million BSND heads of 128: the gap between two stored rows of O, (Hq - 1) * 128 * 2 bytes, passes
+    the 32-bit DataCopyExtParams.dstStride; generate refuses with one line (field, value, range)."""
+    spec = make_spec(heads_q=20_000_000, heads_kv=20_000_000, seq_q=16, seq_k=16, head_dim_qk=128, head_dim_v=128,
+                     layout="BSND")
+    with pytest.raises(SpecError, match=r"^DataCopyExtParams\.dstStride = 5119999744 is invalid; accepted: \[0, 4294967295\] "
+                                        r"\(uint32_t; include/basic_api/kernel_struct_data_copy\.h"):
+        ascendc.generate(spec, "ascend910b2")
+
+
+def test_descriptor_field_types_match_the_real_headers(tmp_path):
+    """The C type of every struct field in FIELDS is the one the asc-devkit headers declare for arch 2201,
+    and its accepted range fits that type: checked by clang against the real headers with the
+    ascend-headercheck tool (ASC_CHECK = its asc_check.sh, ASC_DEVKIT, ASC_GEN; skipped without them)."""
+    import os
+    import subprocess
+
+    check = os.environ.get("ASC_CHECK")
+    if not (check and os.environ.get("ASC_DEVKIT") and os.environ.get("ASC_GEN")) or shutil.which("clang++-16") is None:
+        pytest.skip("set ASC_CHECK, ASC_DEVKIT and ASC_GEN to run the real-header check (clang++-16 needed)")
+    lines = ['#include "kernel_operator.h"']
+    structs = 0
+    for name, rng in sorted(ascendc.FIELDS.items()):
+        struct, member = name.split("_", 1)
+        if struct in ("VectorOp", "MaskTile", "CrossCoreSetFlag"):
+            continue  # API arguments, not struct members
+        structs += 1
+        args = "<half>" if struct == "InitConstValueParams" else ""  # a class template over the fill type
+        t = f"decltype(AscendC::{struct}{args}::{member})"
+        lines.append(f'static_assert(__is_same({t}, {rng.ctype}), "{name} is not {rng.ctype}");')
+        lines.append(f'static_assert(({t})(~0ULL) >= {rng.hi}ULL && {rng.lo} >= 0, "{name}: range past its type");')
+    assert structs >= 19
+    src = tmp_path / "fields.asc"
+    src.write_text("\n".join(lines) + "\n")
+    for mode in ("cube", "vec"):
+        r = subprocess.run(["bash", check, mode, str(src)], capture_output=True, text=True)
+        errors = [ln for ln in (r.stdout + r.stderr).splitlines() if "error:" in ln]
+        assert r.returncode == 0 and not errors, "\n".join(errors)
 
 
 def test_separate_dq_strategy_on_the_twin_is_deterministic():

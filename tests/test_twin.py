@@ -33,6 +33,8 @@ POSITIVE = [
     "cube_bf16_odd",
     "cube_bf16_plain",
     "cube_float_bT",
+    "cube_gemv_bf16_bT",
+    "cube_gemv_half",
     "cube_half_aT",
     "cube_half_aT_bT",
     "cube_half_bT",
@@ -46,6 +48,7 @@ POSITIVE = [
     "mix_cube_to_vec",
     "pipe_layout_destroy_reset",
     "poison_reads_nan",
+    "syncall_aiv_mix_1_0",
     "syncall_and_modes",
     "throw_mode",
     "vec_binary_float",
@@ -102,7 +105,10 @@ NEGATIVE = {
     "neg_bf16_exp": ("Exp", "bf16 has no vector arithmetic"),
     "neg_cast_half_bf16": ("Cast", "not a Cast pair"),
     "neg_cast_bad_mode": ("Cast", "CAST_NONE is not allowed"),
-    "neg_mmad_m1": ("Mmad", "GEMV"),
+    "neg_field_wrap": ("Nd2NzParams.srcDValue", "value 66560 is outside the accepted range [1, 65535]"),
+    "neg_syncall_aiv_only": ("SyncAll<true>", "deadlock: a vector-only kernel of type KERNEL_TYPE_AIV_ONLY"),
+    "neg_syncall_missing_core": ("", "deadlock"),
+    "neg_syncall_stalled_core": ("SyncAll<false>", "waited 1 s"),
     "neg_loaddata_misaligned": ("LoadData", "not 512-byte aligned"),
     "neg_fixpipe_quant": ("Fixpipe", "F322F16"),
     "neg_fixpipe_dststride": ("Fixpipe", "dstStride 16"),
@@ -227,3 +233,16 @@ def test_negative(twin_bin, name):
         assert got_api == api, lines[0]
     assert fragment in what, lines[0]
     assert core == "host" or core.startswith(("AIC ", "AIV ")), lines[0]
+
+
+@pytest.mark.parametrize("name", ["neg_syncall_aiv_only", "neg_syncall_missing_core", "neg_syncall_stalled_core"])
+def test_deadlocks_are_reported_fast(twin_bin, name):
+    """Every way a hard SyncAll hangs on the NPU ends on the twin with its one line within seconds: at once
+    when no core can make progress, after TWIN_WAIT_TIMEOUT_S (1 s in the stalled-core test) otherwise."""
+    import time
+
+    t0 = time.monotonic()
+    r = _run(twin_bin, name)
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0 and "twin: " in r.stderr, r.stderr
+    assert elapsed < 10, f"{name} took {elapsed:.1f} s"

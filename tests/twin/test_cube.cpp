@@ -41,7 +41,9 @@ struct MatmulKernel {
 
         LocalTensor<T> a1 = qA1.AllocTensor<T>();
         LocalTensor<T> b1 = qB1.AllocTensor<T>();
-        if (!aT) DataCopy(a1, gA, Nd2NzParams(1, M, K, 0, K, Mp, 1, 0));       // A NZ, Rpad = Mp
+        const bool gemv = M == 1 && !aT;  // GEMV: A is one row, kept ND (contiguous) through L1 and L0A
+        if (gemv) DataCopy(a1, gA, Nd2NzParams(1, 1, K, 0, K, 1, 1, 0));       // dstNzC0Stride 1: ND row
+        else if (!aT) DataCopy(a1, gA, Nd2NzParams(1, M, K, 0, K, Mp, 1, 0));  // A NZ, Rpad = Mp
         else DataCopy(a1, gA, Nd2NzParams(1, K, M, 0, M, Kp16, 1, 0));         // A^T NZ, Rpad = Kp16
         if (!bT) DataCopy(b1, gB, Nd2NzParams(1, K, N, 0, N, Kp16, 1, 0));     // B NZ, Rpad = Kp16
         else DataCopy(b1, gB, Nd2NzParams(1, N, K, 0, K, Np, 1, 0));           // B^T NZ, Rpad = Np
@@ -54,7 +56,9 @@ struct MatmulKernel {
 
         LocalTensor<T> a2 = qA2.AllocTensor<T>();
         LocalTensor<T> b2 = qB2.AllocTensor<T>();
-        if (!aT) {
+        if (gemv) {  // the row as whole 512-byte fractals, copied in order (mmad_gemv example of the devkit)
+            LoadData(a2, a1, LoadData2DParams(0, (K * sizeof(T) + 511) / 512, 1, 0, 0, false, 0));
+        } else if (!aT) {
             for (uint32_t i = 0; i < Mfr; ++i) {  // NZ -> ZZ: one M-fractal row per call
                 LoadData2DParams p;
                 p.startIndex = i;
@@ -136,6 +140,9 @@ TWIN_TEST(cube_bf16_odd) { return RunMatmul<bfloat16_t, bfloat16_t>(30, 40, 70, 
 TWIN_TEST(cube_bf16_bT) { return RunMatmul<bfloat16_t, float>(33, 17, 50, false, true, 9); }
 TWIN_TEST(cube_bf16_aT) { return RunMatmul<bfloat16_t, half>(20, 64, 24, true, false, 10); }
 TWIN_TEST(cube_float_bT) { return RunMatmul<float, float>(30, 20, 37, false, true, 11); }
+// m = 1 is GEMV: Mmad reads L0A as ND [P:Mmad, Z:.../Mmad计算/关键特性说明/GEMV]; the twin must compute it.
+TWIN_TEST(cube_gemv_half) { return RunMatmul<half, float>(1, 40, 300, false, false, 12); }
+TWIN_TEST(cube_gemv_bf16_bT) { return RunMatmul<bfloat16_t, bfloat16_t>(1, 16, 64, false, true, 13); }
 
 // Accumulation across two Mmad calls (cmatrixInitVal=false) and the L0C result layout, checked directly.
 TWIN_TEST(cube_accumulate)

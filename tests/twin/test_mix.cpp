@@ -208,6 +208,30 @@ TWIN_TEST(syncall_and_modes)
     return 0;
 }
 
+// A vector-only kernel declared MIX_AIV_1_0 (__mix__(0, 1)) has the cross-core scheduler: hard
+// SyncAll<true> among its AIVs completes [P:SyncAll, P:CrossCoreSetFlag(ISASI) table 3].
+TWIN_TEST(syncall_aiv_mix_1_0)
+{
+    const int N = 3;
+    tt::Gm<float> buf(N * 8, "buf");
+    tt::Gm<float> res(N * 8, "res");
+    auto k = [&](GM_ADDR bp, GM_ADDR rp) {
+        KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
+        GlobalTensor<float> Bf, R;
+        Bf.SetGlobalBuffer((__gm__ float*)bp, N * 8);
+        R.SetGlobalBuffer((__gm__ float*)rp, N * 8);
+        const int64_t me = GetBlockIdx(), next = (me + 1) % N;
+        for (int i = 0; i < 8; ++i) Bf.SetValue(me * 8 + i, static_cast<float>(me + 1));
+        SyncAll<true>();
+        for (int i = 0; i < 8; ++i) R.SetValue(me * 8 + i, Bf.GetValue(next * 8 + i));
+    };
+    twin::LaunchAiv(N, k, buf.addr(), res.addr());
+    for (int b = 0; b < N; ++b)
+        for (int i = 0; i < 8; ++i)
+            EXPECT(res[b * 8 + i] == static_cast<float>((b + 1) % N + 1), "res[%d] = %g", b * 8 + i, res[b * 8 + i]);
+    return 0;
+}
+
 // Throw mode: a failure becomes a twin::Failure in the launching thread; the twin stays usable.
 TWIN_TEST(throw_mode)
 {

@@ -260,6 +260,46 @@ TWIN_TEST(neg_mode0_missing_core)
     }, 2);
     return NotCaught("mode-0 barrier with a missing core");
 }
+// Hard SyncAll in a vector-only kernel that does not declare KERNEL_TYPE_MIX_AIV_1_0: the NPU starts no
+// cross-core scheduler for an AIV_ONLY kernel and the barrier never completes [P:CrossCoreSetFlag(ISASI)
+// 约束说明, P:SyncAll]; the twin must say so at once (not hang, not complete).
+TWIN_TEST(neg_syncall_aiv_only)
+{
+    twin::LaunchAiv(2, [] { SyncAll<true>(); });
+    return NotCaught("hard SyncAll in an AIV_ONLY kernel");
+}
+// A MIX launch on fewer blocks than the physical cores where one AIV leaves before the barrier: every
+// other core waits forever on the NPU; the twin reports the deadlock when the last runnable core stops.
+TWIN_TEST(neg_syncall_missing_core)
+{
+    Mix(
+        [] {
+            if (ASCEND_IS_AIV && GetBlockIdx() == 3) return;
+            SyncAll<false>();
+        },
+        2);
+    return NotCaught("SyncAll<false> with a core that never arrives");
+}
+// A core that never arrives because it spins (polls GM for a value nobody writes): no core is blocked
+// on the twin's flags, so only the wait timeout can end it; with TWIN_WAIT_TIMEOUT_S = 1 it must fail in
+// about a second.
+TWIN_TEST(neg_syncall_stalled_core)
+{
+    setenv("TWIN_WAIT_TIMEOUT_S", "1", 1);
+    tt::Gm<int32_t> flag(8, "flag");
+    flag.zero();
+    Mix(
+        [&] {
+            GlobalTensor<int32_t> F;
+            F.SetGlobalBuffer((__gm__ int32_t*)flag.addr(), 8);
+            if (ASCEND_IS_AIC && GetBlockIdx() == 1)
+                while (F.GetValue(0) == 0) {
+                }
+            SyncAll<false>();
+        },
+        2);
+    return NotCaught("SyncAll<false> with a spinning core");
+}
 TWIN_TEST(neg_syncall_on_aic)
 {
     Mix([] { SyncAll<true>(); });
@@ -428,21 +468,25 @@ TWIN_TEST(neg_cast_bad_mode)
     });
     return NotCaught("Cast float->bf16 with CAST_NONE");
 }
-TWIN_TEST(neg_mmad_m1)
+// A descriptor field past its type: the row pitch Hq * D = 520 * 128 of a BSND tensor into the 16-bit
+// Nd2NzParams.srcDValue. A plain static_cast passes 1024 and the copy reads the wrong rows; the checked
+// narrowing of tilegen_runtime.h (TILEGEN_NARROW -> twin::CheckedNarrow on the twin) must stop it.
+TWIN_TEST(neg_field_wrap)
 {
-    Mix([] {
+    tt::Gm<half> g(520 * 128 * 2, "q");
+    Mix([&] {
         if ASCEND_IS_AIC {
+            GlobalTensor<half> Q;
+            Q.SetGlobalBuffer((__gm__ half*)g.addr(), 520 * 128 * 2);
             TPipe pipe;
-            TBuf<TPosition::A2> a;
-            TBuf<TPosition::B2> b;
-            TBuf<TPosition::CO1> c;
-            pipe.InitBuffer(a, 512);
-            pipe.InitBuffer(b, 512);
-            pipe.InitBuffer(c, 1024);
-            Mmad(c.Get<float>(), a.Get<half>(), b.Get<half>(), MmadParams(1, 16, 16, 0, false, true));
+            TBuf<TPosition::A1> l1;
+            pipe.InitBuffer(l1, 2 * 16 * 128 * sizeof(half));
+            const int64_t pitch = 520 * 128;
+            DataCopy(l1.Get<half>(), Q,
+                     Nd2NzParams(1, 2, 128, 0, twin::CheckedNarrow<uint16_t>(pitch, 1, 65535, "Nd2NzParams_srcDValue"), 16, 1, 0));
         }
     });
-    return NotCaught("Mmad m == 1");
+    return NotCaught("Nd2NzParams.srcDValue = 66560 narrowed to uint16");
 }
 TWIN_TEST(neg_loaddata_misaligned)
 {

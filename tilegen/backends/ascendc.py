@@ -31,6 +31,7 @@ from .. import dtypes
 from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
+from .. import ir
 from ..ir import (
     Access,
     Buffer,
@@ -115,6 +116,124 @@ def cfloat(x: float) -> str:
     return repr(float(x)) + "f"
 
 
+# --- descriptor fields ---------------------------------------------------------------------------------
+#
+# Every value the runtime helpers (templates/ascendc/tilegen_runtime.h.jinja) and the kernels compute and
+# then narrow into a hardware descriptor or a narrow API argument. Types are those of NPU arch 2201 in
+# the asc-devkit headers (cannmirror/asc-devkit@0da921b9, include/basic_api/kernel_struct_*.h); ranges
+# are the ones the devkit itself checks (impl/basic_api/*_check.h, impl/basic_api/dav_c220/*) or, where
+# it checks none, the range its API page documents (docs/zh/api/...). The lowering derives each value
+# as a sympy expression of the spec (the largest value the field takes over the loop nest), proves it in
+# range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
+# TilegenRefusal); the runtime narrows each through TILEGEN_NARROW, which the CPU twin checks again.
+# Fields written as literals (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0,
+# DataCopyExtParams.rsv = 0, LoadData2DParams.sid/dstGap/addrMode = 0, MmadParams.unitFlag = 0) are in
+# range by inspection and not listed.
+
+
+@dataclass(frozen=True)
+class FieldRange:
+    """A narrow field: its C type on arch 2201, accepted range [lo, hi] and where the range comes from."""
+
+    name: str  # "Struct_member" (the C++ identifier of its range in tilegen_runtime.h)
+    ctype: str
+    lo: int
+    hi: int
+    source: str
+
+
+_DC = "include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h"
+_PAD = "include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5"
+_MM = "include/basic_api/kernel_struct_mm.h"
+_FIX = "include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h"
+FIELDS = {
+    f.name: f
+    for f in [
+        FieldRange("Nd2NzParams_nValue", "uint16_t", 0, 16384, _DC),
+        FieldRange("Nd2NzParams_dValue", "uint16_t", 0, 65535, _DC),
+        FieldRange("Nd2NzParams_srcDValue", "uint16_t", 1, 65535, _DC),
+        FieldRange("Nd2NzParams_dstNzC0Stride", "uint16_t", 1, 16384, _DC),
+        FieldRange("DataCopyExtParams_blockCount", "uint16_t", 0, 4095, _DC),
+        FieldRange("DataCopyExtParams_blockLen", "uint32_t", 0, 2097151, _DC),
+        FieldRange("DataCopyExtParams_srcStride", "uint32_t", 0, 2**32 - 1, _PAD),
+        FieldRange("DataCopyExtParams_dstStride", "uint32_t", 0, 2**32 - 1, _PAD),
+        FieldRange("InitConstValueParams_repeatTimes", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
+        FieldRange("InitConstValueParams_blockNum", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
+        FieldRange("LoadData2DParams_startIndex", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
+        FieldRange("LoadData2DParams_repeatTimes", "uint8_t", 1, 255, _MM + "; docs/zh/api/.../LoadData_2D.md (0 is a no-op)"),
+        FieldRange("LoadData2DParams_srcStride", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
+        # m = 1 is legal (GEMV: L0A read as ND, docs/zh/api/.../Mmad.md), but the helpers load L0A as ZZ
+        FieldRange("MmadParams_m", "uint16_t", 2, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)"),
+        FieldRange("MmadParams_n", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
+        FieldRange("MmadParams_k", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
+        FieldRange("FixpipeParamsV220_nSize", "uint16_t", 1, 4095, _FIX),
+        FieldRange("FixpipeParamsV220_mSize", "uint16_t", 1, 8192, _FIX + " (NZ2ND)"),
+        FieldRange("FixpipeParamsV220_srcStride", "uint16_t", 0, 65535, _FIX + "; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md"),
+        FieldRange("FixpipeParamsV220_dstStride", "uint32_t", 1, 2**32 - 1, _FIX),
+        # count-form vector calls run in counter mode: impl/basic_api/kernel_npu_debug.h checks [0, INT32_MAX]
+        FieldRange("VectorOp_count", "int32_t", 0, 2**31 - 1, "impl/basic_api/kernel_npu_debug.h (counter-mode mask)"),
+        # user flag ids: 11-14 are SyncAll's (impl/basic_api/dav_c220/kernel_operator_sync_impl.h)
+        FieldRange("CrossCoreSetFlag_flagId", "uint16_t", 0, 10, "impl/basic_api/dav_c220/kernel_operator_sync_impl.h"),
+        # MaskTile compares column indices as floats: exact while every compared integer is <= 2^24
+        FieldRange("MaskTile_index", "float", 0, 2**24, "IEEE 754 binary32 (24-bit significand)"),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class FieldUse:
+    """One proof obligation: ``field`` takes at most ``value`` at ``where``.
+
+    ``value`` is a sympy expression of the run-time sizes B, Hq, Hkv, G, Sq, Sk and integers: the largest
+    value over the loop nest (a count of valid rows is bounded by the tile's rows), exact where the value
+    does not depend on a loop (row pitches and gaps). The smallest values hold by construction: the
+    helpers skip a move whose count would be 0.
+    """
+
+    field: str
+    value: object
+    where: str
+
+
+def _sizes(spec: AttentionSpec) -> dict[str, int]:
+    from ..build import shape_env
+
+    return {str(k): v for k, v in shape_env(spec).items()}
+
+
+def prove_fields(uses: list[FieldUse], spec: AttentionSpec) -> list[dict]:
+    """Check every obligation at the spec's sizes; return the host checks of the size-dependent ones.
+
+    Returns:
+        [{"field", "cond" (C++ bool of B, Hq, Hkv, G, Sq, Sk), "text"}], one per distinct obligation, in
+        a stable order.
+
+    Raises:
+        SpecError: a field does not fit for ``spec`` (names the field, its value, the accepted range and
+            the header it comes from).
+    """
+    sizes = _sizes(spec)
+    guards: dict[tuple, dict] = {}
+    for use in uses:
+        rng = FIELDS[use.field]
+        expr = sympy.sympify(use.value)
+        free = {str(s) for s in expr.free_symbols}
+        if free - set(SHAPE_NAMES):
+            raise ValueError(f"{use.field} at {use.where}: {expr} depends on {sorted(free - set(SHAPE_NAMES))}, not only on sizes")
+        value = int(evaluate(expr, sizes))
+        if not rng.lo <= value <= rng.hi:
+            raise SpecError(
+                rng.name.replace("_", ".", 1), value, f"[{rng.lo}, {rng.hi}] ({rng.ctype}; {rng.source}); it is {use.where} for this spec"
+            )
+        if free:
+            c = cexpr(expr, {})
+            if "tilegen::" in c:  # host code: no device helpers
+                raise ValueError(f"{use.field} at {use.where}: {expr} is not a plain polynomial of the sizes")
+            text = f"{rng.name.replace('_', '.', 1)} = {expr} ({use.where}) must be in [{rng.lo}, {rng.hi}]"
+            guards.setdefault((use.field, str(expr)), {"field": use.field, "cond": f"{rng.lo}LL <= {c} && {c} <= {rng.hi}LL", "text": text})
+    return [guards[k] for k in sorted(guards)]
+
+
 # --- the plan ----------------------------------------------------------------------------------------
 
 
@@ -187,13 +306,15 @@ class ProgramPlan:
     ws_per_core: int
     tiles: dict[str, int]
     program: Program
+    uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
 
 
 # --- lowering ----------------------------------------------------------------------------------------
 
 
 class _Lower:
-    def __init__(self, program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, handoffs: dict):
+    def __init__(self, program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, handoffs: dict, uses=None):
+        self.uses: list[FieldUse] = uses if uses is not None else []
         self.program = program
         self.kernel = kernel
         self.target = target
@@ -205,6 +326,26 @@ class _Lower:
         self.handoffs = handoffs
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
+
+    # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
+    def need(self, field_name: str, value, what: str) -> None:
+        self.uses.append(FieldUse(field_name, sympy.sympify(value), f"{what} in {self.kernel.name}"))
+
+    def fits(self, field_name: str, value) -> bool:
+        """Whether ``value`` lies in the field's range at the spec's sizes."""
+        rng = FIELDS[field_name]
+        return rng.lo <= int(evaluate(value, _sizes(self.spec))) <= rng.hi
+
+    def pitch_expr(self, access: Access):
+        """Row pitch in elements of an access's tensor as a sympy expression of the sizes."""
+        t = self.tensors[access.tensor]
+        if t.kind == "handoff":
+            return sympy.Integer(int(evaluate(t.shape[-1], self.env)))
+        if len(t.shape) == 3:
+            return sympy.Integer(1)
+        subs = {sym: self.consts[str(sym)] for e in t.shape for sym in sympy.sympify(e).free_symbols if str(sym) in self.consts}
+        shape = [sympy.sympify(e).subs(subs) for e in t.shape]
+        return shape[1] * shape[3] if t.layout == "BSND" else shape[3]
 
     # sizes
     def dims(self, buf: Buffer) -> list[int]:
@@ -338,8 +479,11 @@ def _unit_of_stmt(stmt, buffers: dict[str, Buffer], tensors) -> str:
     return buffers[stmt.buffers_written()[0]].unit
 
 
-def lower_kernel(program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict) -> KernelPlan:
-    lo = _Lower(program, kernel, target, spec, handoffs)
+def lower_kernel(
+    program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict, uses=None
+) -> KernelPlan:
+    """One kernel's plan; appends its descriptor-field obligations (:class:`FieldUse`) to ``uses``."""
+    lo = _Lower(program, kernel, target, spec, handoffs, uses)
     aic, aiv = lo.side("cube"), lo.side("vector")
     grid = grid_loops(kernel)
     inner = grid[-1].body if grid else kernel.body
@@ -412,8 +556,20 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         buf = bufs[stmt.dst]
         rows, cols = lo.dims(buf)
         off, pitch = lo.gm_address(stmt.src)
+        pitch_e = lo.pitch_expr(stmt.src)
+        # one ND->NZ burst per tile while the row pitch fits srcDValue, else one per row (nValue = 1)
+        rowwise = not lo.fits("Nd2NzParams_srcDValue", pitch_e)
+        rpad, cpad16 = -(-rows // 16) * 16, -(-cols // 16) * 16
+        what = f"the load of {stmt.src.tensor} into {buf.name}"
+        lo.need("Nd2NzParams_nValue", 1 if rowwise else rows, what)
+        lo.need("Nd2NzParams_dValue", cols, what)
+        lo.need("Nd2NzParams_srcDValue", cols if rowwise else pitch_e, f"the row pitch of {what}")
+        lo.need("Nd2NzParams_dstNzC0Stride", rpad, what)
+        if stmt.pad is not None:
+            lo.need("InitConstValueParams_blockNum", rpad * cpad16 * dtypes.itemsize(buf.dtype) // 32, f"the zero tail of {buf.name}")
         op = {
             "kind": "l1_load",
+            "rowwise": rowwise,
             "dst": buf.name,
             "stages": buf.stages,
             "ctype": CTYPE[buf.dtype],
@@ -433,6 +589,11 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         buf = bufs[stmt.src]
         rows, cols = lo.dims(buf)
         off, pitch = lo.gm_address(stmt.dst)
+        what = f"the store of {buf.name} into {stmt.dst.tensor}"
+        lo.need("FixpipeParamsV220_nSize", cols, what)
+        lo.need("FixpipeParamsV220_mSize", rows, what)
+        lo.need("FixpipeParamsV220_srcStride", -(-rows // 16) * 16, what)
+        lo.need("FixpipeParamsV220_dstStride", lo.pitch_expr(stmt.dst), f"the row pitch of {what}")
         op = {
             "kind": "fix_store",
             "src": buf.name,
@@ -460,6 +621,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError("a matmul kept its scale: run the split-matmul-scale lowering first")
         if a.dtype not in ("fp16", "bf16"):
             raise TargetError(f"the cube path takes fp16 or bf16 operands, {a.name} is {a.dtype}")
+        _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}")
         return {
             "kind": "matmul",
             "c": c.name,
@@ -478,8 +640,34 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if stmt.value != 0:
             raise TargetError(f"cube buffer {buf.name} filled with {stmt.value}; only zero fills are lowered")
         m, n = lo.dims(buf)
+        what = f"the zero fill of {buf.name}"
+        lo.need("InitConstValueParams_repeatTimes", -(-max(m, n) // 16), what)
+        lo.need("MmadParams_m", m, what)
+        lo.need("MmadParams_n", n, what)
         return {"kind": "zero_acc", "c": buf.name, "m": m, "n": n}
     raise TargetError(f"no cube lowering for {type(stmt).__name__}")
+
+
+def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: bool, what: str) -> None:
+    """The largest LoadData2DParams and MmadParams values MatmulTile (tilegen_runtime.h) writes for an
+    m x k by k x n product contracted in steps of k_step: the last step starts at k0 = k0max."""
+    step = lo.step
+    m1, n1, k16 = -(-m // 16), -(-n // 16), -(-k // 16)
+    k0max = (k - 1) // step * step
+    kc_max = min(step, k)
+    a_rows16 = k16 if trans_a else m1
+    b_rows16 = n1 if trans_b else k16
+    last_kk = k0max // 16 + -(-(k - k0max) // 16) - 1  # largest k0 / 16 + kk over every step
+    lo.need("LoadData2DParams_repeatTimes", -(-kc_max // 16), f"the L0A load of {what}")
+    lo.need("LoadData2DParams_startIndex", (m1 - 1) * a_rows16 + k0max // 16 if trans_a else k0max // 16 * a_rows16 + m1 - 1,
+            f"the L0A load of {what}")
+    lo.need("LoadData2DParams_srcStride", 1 if trans_a else a_rows16, f"the L0A load of {what}")
+    lo.need("LoadData2DParams_repeatTimes", n1, f"the L0B load of {what}")
+    lo.need("LoadData2DParams_startIndex", last_kk * b_rows16 if trans_b else last_kk, f"the L0B load of {what}")
+    lo.need("LoadData2DParams_srcStride", 1 if trans_b else b_rows16, f"the L0B load of {what}")
+    lo.need("MmadParams_m", m, what)
+    lo.need("MmadParams_n", n, what)
+    lo.need("MmadParams_k", kc_max, what)
 
 
 def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
@@ -492,6 +680,17 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         dims = lo.dims(buf)
         shift = f"({half}LL * sub)"
         off, pitch = lo.gm_address(access, shift)
+        item = dtypes.itemsize(buf.dtype)
+        what = f"the load of {access.tensor} into {buf.name}" if isinstance(stmt, Load) else f"the store of {buf.name} into {access.tensor}"
+        if len(dims) == 2:
+            lo.need("DataCopyExtParams_blockCount", half, what)
+            lo.need("DataCopyExtParams_blockLen", dims[-1] * item, what)
+            gap = "DataCopyExtParams_srcStride" if isinstance(stmt, Load) else "DataCopyExtParams_dstStride"
+            lo.need(gap, (lo.pitch_expr(access) - dims[-1]) * item, f"the row gap of {what}")
+            if isinstance(stmt, Load) and stmt.pad is not None:
+                lo.need("VectorOp_count", half * lo.cpad(buf), what)
+        else:
+            lo.need("DataCopyExtParams_blockLen", half * item, what)
         op = {
             "ctype": CTYPE[buf.dtype],
             "buf": buf.name,
@@ -519,9 +718,11 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         return op
     if isinstance(stmt, Fill):
         buf = bufs[stmt.dst]
+        lo.need("VectorOp_count", _count(lo, buf), f"the fill of {buf.name}")
         return {"kind": "fill", "buf": buf.name, "ctype": CTYPE[buf.dtype], "value": cfloat(stmt.value), "count": _count(lo, buf)}
     if isinstance(stmt, RowReduce):
         src, dst = bufs[stmt.src], bufs[stmt.dst]
+        lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
         return {
             "kind": "reduce",
             "dst": dst.name,
@@ -539,6 +740,11 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if cpad * 4 % 256:
             raise TargetError(f"the mask of {buf.name} needs its columns ({cpad}) to be a multiple of 64 for CompareScalar")
         m = lo.program.mask
+        lo.need("VectorOp_count", cpad, f"the mask of {buf.name}")
+        # the compared integers: columns col0 + c < Sk + cpad, row bounds clipped to [0, Sk - 1] below
+        # and at most Sq - 1 + offset above (offset <= Sk)
+        for size in (ir.Sq, ir.Sk):
+            lo.need("MaskTile_index", size + cpad, f"the column index of the mask of {buf.name}")
         return {
             "kind": "mask",
             "buf": buf.name,
@@ -565,6 +771,7 @@ def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
     dst = bufs[stmt.dst]
     args = list(stmt.args)
     base = {"dst": dst.name, "count": _count(lo, dst), "rows": lo.half(dst)}
+    lo.need("VectorOp_count", _count(lo, dst), f"the {stmt.op} into {dst.name}")
     two_d = len(dst.shape) == 2
     if stmt.op in ("copy", "cast"):
         src = bufs[args[0]]
@@ -629,8 +836,9 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         )
         handoffs[t.name] = ho_list[-1]
         offset += -(-size // 512) * 512
-    if len(ho_list) > 9:
-        raise TargetError(f"{len(ho_list)} hand-off tiles need more than the 11 cross-core flag ids of A2")
+    uses: list[FieldUse] = []
+    if ho_list:  # FLAG_C2V_READY = 0, FLAG_V2C_READY = 1, then one slot-free id each (tilegen_runtime.h)
+        uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(2 + len(ho_list) - 1), f"the slot-free flag of hand-off {ho_list[-1]['name']} ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
     tensors = []
     for t in program.tensors:
@@ -640,9 +848,9 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
         tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
-    kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs) for k in program.kernels]
+    kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs, uses) for k in program.kernels]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program)
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses)
 
 
 def _env() -> jinja2.Environment:
@@ -677,18 +885,29 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     return tgt
 
 
+def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic"):
+    """The loaded target and the plans of the forward and backward programs (each with its
+    descriptor-field obligations in ``uses``), not yet proven. Raises as :func:`check_request`."""
+    tgt = check_request(spec, target)
+    fwd = pipeline.compile_forward(spec, target=tgt, log=pipeline.PassLog())
+    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, log=pipeline.PassLog())
+    return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
+
+
 def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic") -> Generated:
     """All files of the Ascend C kernel set of ``spec`` for ``target``.
 
+    Every value written into a hardware descriptor is proven in range for the spec's sizes (see
+    :data:`FIELDS`); those that depend on a run-time size become the host checks of ``tiling.h``
+    (``TilegenRefusal``), which the torch binding and the twin harness apply before a launch.
+
     Raises:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201).
-        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
+        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube), or a
+            descriptor field does not fit for its sizes (names the field, the value and the range).
     """
-    tgt = check_request(spec, target)
-    fwd_log, bwd_log = pipeline.PassLog(), pipeline.PassLog()
-    fwd = pipeline.compile_forward(spec, target=tgt, log=fwd_log)
-    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, log=bwd_log)
-    plans = [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
+    tgt, plans = plan_programs(spec, target, dq_strategy)
+    guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)
     ctx = {
@@ -701,6 +920,8 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
         "window": spec.window,
         "scale": spec.softmax_scale,
         "k_step": int(tgt.placement["k_step"].value),
+        "fields": [FIELDS[n] for n in sorted(FIELDS) if FIELDS[n].ctype != "float"],
+        "guards": guards,
     }
     files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
     for plan_ in plans:

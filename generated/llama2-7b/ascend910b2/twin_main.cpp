@@ -60,6 +60,11 @@ int main(int argc, char** argv)
     (void)B; (void)Hq; (void)Hkv; (void)Sq; (void)Sk; (void)G;
     auto* tiling = static_cast<TilegenTiling*>(twin::GmAlloc(sizeof(TilegenTiling), "tiling"));
     *tiling = TilegenTiling{B, Hq, Hkv, G, Sq, Sk};
+    if (const char* why = TilegenRefusal(*tiling)) {
+        std::fprintf(stderr, "twin_main: sizes B=%lld Hq=%lld Hkv=%lld Sq=%lld Sk=%lld refused: %s\n", (long long)B,
+                     (long long)Hq, (long long)Hkv, (long long)Sq, (long long)Sk, why);
+        return 2;
+    }
     if (program == "fwd") {
         const size_t bytes_Q = static_cast<size_t>((128LL * B * Hq * Sq)) * sizeof(half);
         void* Q = ReadTensor(dir + "/Q.bin", bytes_Q, "Q");

@@ -48,6 +48,157 @@ __aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
 
 // ---------------------------------------------------------------------------------------------------
+// Descriptor fields. Every computed value a helper writes into a hardware descriptor or a narrow API
+// argument goes through TILEGEN_NARROW(Struct_member, value): the accepted range of each field below
+// (type on arch 2201 from asc-devkit@0da921b9 include/basic_api/kernel_struct_{data_copy,mm,fixpipe}.h,
+// range from impl/basic_api/kernel_operator_{data_copy,mm}_check.h, impl/basic_api/dav_c220/
+// kernel_operator_mm_impl.h, impl/basic_api/kernel_npu_debug.h or the API page; the table with each
+// source is FIELDS in tilegen/backends/ascendc.py). tilegen proved every value in range for the spec when
+// it generated these files, and the host refuses run-time sizes past that proof (TilegenRefusal in
+// tiling.h); on the NPU the narrowing is a plain cast, on the CPU twin (TILEGEN_TWIN) a value out of range
+// fails with one line instead of wrapping.
+namespace field {
+// impl/basic_api/dav_c220/kernel_operator_sync_impl.h
+struct CrossCoreSetFlag_flagId {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 10LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockCount {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockLen {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2097151LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_srcStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h (NZ2ND)
+struct FixpipeParamsV220_mSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 8192LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_nSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md
+struct FixpipeParamsV220_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
+struct InitConstValueParams_blockNum {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 32767LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
+struct InitConstValueParams_repeatTimes {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 32767LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md (0 is a no-op)
+struct LoadData2DParams_repeatTimes {
+    using T = uint8_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 255LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_startIndex {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_k {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)
+struct MmadParams_m {
+    using T = uint16_t;
+    static constexpr int64_t lo = 2LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_n {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dstNzC0Stride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_nValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_srcDValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// impl/basic_api/kernel_npu_debug.h (counter-mode mask)
+struct VectorOp_count {
+    using T = int32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2147483647LL;
+};
+}  // namespace field
+#ifdef TILEGEN_TWIN
+#define TILEGEN_NARROW(F, v) \
+    (::twin::CheckedNarrow<::tilegen::field::F::T>((v), ::tilegen::field::F::lo, ::tilegen::field::F::hi, #F))
+#else
+#define TILEGEN_NARROW(F, v) (static_cast<::tilegen::field::F::T>(v))
+#endif
+
+// ---------------------------------------------------------------------------------------------------
 // Vector side (AIV). A tile of R rows x C columns lives in UB as R rows of `cpad` elements (C rounded
 // up to 32 bytes), which is the layout DataCopyPad produces.
 
@@ -82,14 +233,15 @@ __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>
 {
     WaitVToMte2();
     if (valid > 0) {
-        DataCopyExtParams p(static_cast<uint16_t>(valid), static_cast<uint32_t>(cols * sizeof(T)),
-                            static_cast<uint32_t>((pitch - cols) * sizeof(T)), 0, 0);
+        DataCopyExtParams p(TILEGEN_NARROW(DataCopyExtParams_blockCount, valid),
+                            TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))),
+                            TILEGEN_NARROW(DataCopyExtParams_srcStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0, 0);
         DataCopyPadExtParams<T> pp(false, 0, 0, padValue);
         DataCopyPad(dst, src, p, pp);
     }
     WaitMte2ToV<T>();
     if (pad && valid < rows) {
-        Duplicate(dst[valid * cpad], padValue, static_cast<int32_t>((rows - valid) * cpad));
+        Duplicate(dst[valid * cpad], padValue, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
     }
 }
 
@@ -100,7 +252,7 @@ __aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<
 {
     WaitVToMte2();
     if (valid > 0) {
-        DataCopyExtParams p(1, static_cast<uint32_t>(valid * sizeof(T)), 0, 0, 0);
+        DataCopyExtParams p(1, TILEGEN_NARROW(DataCopyExtParams_blockLen, valid * static_cast<int64_t>(sizeof(T))), 0, 0, 0);
         DataCopyPadExtParams<T> pp(false, 0, 0, padValue);
         DataCopyPad(dst, src, p, pp);
     }
@@ -119,8 +271,9 @@ __aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T
     if (valid <= 0) return;
     WaitVToMte3();
     if (atomic) SetAtomicAdd<T>();
-    DataCopyExtParams p(static_cast<uint16_t>(valid), static_cast<uint32_t>(cols * sizeof(T)), 0,
-                        static_cast<uint32_t>((pitch - cols) * sizeof(T)), 0);
+    DataCopyExtParams p(TILEGEN_NARROW(DataCopyExtParams_blockCount, valid),
+                        TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))), 0,
+                        TILEGEN_NARROW(DataCopyExtParams_dstStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0);
     DataCopyPad(dst, src, p);
     if (atomic) SetAtomicNone();
     WaitMte3ToV();
@@ -132,7 +285,7 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
     if (valid <= 0) return;
     WaitVToMte3();
     if (atomic) SetAtomicAdd<T>();
-    DataCopyExtParams p(1, static_cast<uint32_t>(valid * sizeof(T)), 0, 0, 0);
+    DataCopyExtParams p(1, TILEGEN_NARROW(DataCopyExtParams_blockLen, valid * static_cast<int64_t>(sizeof(T))), 0, 0, 0);
     DataCopyPad(dst, src, p);
     if (atomic) SetAtomicNone();
     WaitMte3ToV();
@@ -144,7 +297,7 @@ __aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalT
 {
     for (int64_t r = 0; r < rows; ++r) {
         float v = sign * vec.GetValue(static_cast<uint32_t>(r));
-        Adds(dst[r * cpad], src[r * cpad], v, static_cast<int32_t>(cpad));
+        Adds(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
     }
 }
 __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
@@ -152,7 +305,7 @@ __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalT
 {
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
-        Muls(dst[r * cpad], src[r * cpad], v, static_cast<int32_t>(cpad));
+        Muls(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
     }
 }
 // dst row r = src row r / vec[r], or 0 where vec[r] == 0 (O of a row with no visible key).
@@ -162,9 +315,9 @@ __aicore__ inline void RowsSafeDiv(const LocalTensor<float>& dst, const LocalTen
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
         if (v != 0.0f) {
-            Muls(dst[r * cpad], src[r * cpad], 1.0f / v, static_cast<int32_t>(cpad));
+            Muls(dst[r * cpad], src[r * cpad], 1.0f / v, TILEGEN_NARROW(VectorOp_count, cpad));
         } else {
-            Duplicate(dst[r * cpad], 0.0f, static_cast<int32_t>(cpad));
+            Duplicate(dst[r * cpad], 0.0f, TILEGEN_NARROW(VectorOp_count, cpad));
         }
     }
 }
@@ -174,9 +327,9 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
 {
     for (int64_t r = 0; r < rows; ++r) {
         if (isMax) {
-            ReduceMax(out, src[r * cpad], tmp, static_cast<int32_t>(cols), false);
+            ReduceMax(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols), false);
         } else {
-            ReduceSum(out, src[r * cpad], tmp, static_cast<int32_t>(cols));
+            ReduceSum(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols));
         }
         vec.SetValue(static_cast<uint32_t>(r), out.GetValue(0));
     }
@@ -195,10 +348,10 @@ __aicore__ inline void CastRows(const LocalTensor<D>& dst, const LocalTensor<S>&
                                 int64_t cols, int64_t dpad, int64_t spad)
 {
     if (dpad == spad) {
-        Cast(dst, src, mode, static_cast<uint32_t>(rows * spad));
+        Cast(dst, src, mode, TILEGEN_NARROW(VectorOp_count, rows * spad));
         return;
     }
-    for (int64_t r = 0; r < rows; ++r) Cast(dst[r * dpad], src[r * spad], mode, static_cast<uint32_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) Cast(dst[r * dpad], src[r * spad], mode, TILEGEN_NARROW(VectorOp_count, cols));
 }
 // DESIGN §3 mask on a tile of `rows` rows starting at global row `row0` and `cols` columns starting at
 // `col0`: key c visible to query r iff r + off - left <= c <= r + off + right (left/right < 0:
@@ -213,7 +366,7 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         const int64_t gr = row0 + r;
         const LocalTensor<float> row = s[r * cpad];
         if (gr >= sq) {
-            Duplicate(row, NEG_INF, static_cast<int32_t>(cpad));
+            Duplicate(row, NEG_INF, TILEGEN_NARROW(VectorOp_count, cpad));
             continue;
         }
         int64_t lo = left >= 0 ? gr + off - left : 0;
@@ -221,10 +374,10 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         hi = Min64(hi, sk - 1);
         lo = Max64(lo, 0);
         if (lo <= col0 && hi >= col0 + cpad - 1) continue;
-        CompareScalar(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, static_cast<uint32_t>(cpad));
-        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
-        CompareScalar(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, static_cast<uint32_t>(cpad));
-        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint32_t>(cpad));
+        CompareScalar(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
+        CompareScalar(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
     }
 }
 
@@ -265,22 +418,31 @@ __aicore__ inline void WaitFixToM()
 
 // GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`), columns zero-padded to 16 by
 // the ND->NZ copy; when `zeroTail`, the rows [valid, rows) of the tile are zeroed first (padding that
-// reaches a contraction).
+// reaches a contraction). `rowwise` (chosen by tilegen when the pitch does not fit the 16-bit srcDValue)
+// issues one ND->NZ copy per row: row r of the NZ tile starts at element r * C0 (C0 = 32 / sizeof(T)).
 template <typename T>
 __aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                              int64_t cols, int64_t pitch, bool zeroTail)
+                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
 {
     const int64_t rpad = CeilDiv(rows, 16) * 16;
     const int64_t cpad = CeilDiv(cols, 16) * 16;
     WaitMte1ToMte2();
     if (zeroTail && valid < rows) {
-        InitConstValue(dst, InitConstValueParams<T>(1, static_cast<uint16_t>(rpad * cpad * sizeof(T) / 32), 0, T(0)));
+        InitConstValue(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
         PipeBarrier<PIPE_MTE2>();
     }
-    if (valid > 0) {
-        Nd2NzParams p(1, static_cast<uint16_t>(valid), static_cast<uint16_t>(cols), 0, static_cast<uint16_t>(pitch),
-                      static_cast<uint16_t>(rpad), 1, 0);
+    if (valid > 0 && !rowwise) {
+        Nd2NzParams p(1, TILEGEN_NARROW(Nd2NzParams_nValue, valid), TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0,
+                      TILEGEN_NARROW(Nd2NzParams_srcDValue, pitch), TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
         DataCopy(dst, src, p);
+    }
+    if (valid > 0 && rowwise) {
+        constexpr int64_t c0 = 32 / static_cast<int64_t>(sizeof(T));
+        for (int64_t r = 0; r < valid; ++r) {
+            Nd2NzParams p(1, 1, TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0, TILEGEN_NARROW(Nd2NzParams_srcDValue, cols),
+                          TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
+            DataCopy(dst[r * c0], src[r * pitch], p);
+        }
     }
     WaitMte2ToMte1();
 }
@@ -306,13 +468,13 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
         WaitMToMte1();
         for (int64_t mi = 0; mi < m1; ++mi) {  // ZZ: fractal (mi, kk) at mi * kc1 + kk
             LoadData2DParams p;
-            p.repeatTimes = static_cast<uint8_t>(kc1);
+            p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, kc1);
             if (!transA) {
-                p.startIndex = static_cast<uint16_t>((k0 / 16) * aRows16 + mi);
-                p.srcStride = static_cast<uint16_t>(aRows16);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16) * aRows16 + mi);
+                p.srcStride = TILEGEN_NARROW(LoadData2DParams_srcStride, aRows16);
                 p.ifTranspose = false;
             } else {
-                p.startIndex = static_cast<uint16_t>(mi * aRows16 + k0 / 16);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, mi * aRows16 + k0 / 16);
                 p.srcStride = 1;
                 p.ifTranspose = true;
             }
@@ -320,20 +482,20 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
         }
         for (int64_t kk = 0; kk < kc1; ++kk) {  // ZN: fractal (kk, ni) at kk * n1 + ni
             LoadData2DParams p;
-            p.repeatTimes = static_cast<uint8_t>(n1);
+            p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, n1);
             if (!transB) {
-                p.startIndex = static_cast<uint16_t>(k0 / 16 + kk);
-                p.srcStride = static_cast<uint16_t>(bRows16);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, k0 / 16 + kk);
+                p.srcStride = TILEGEN_NARROW(LoadData2DParams_srcStride, bRows16);
                 p.ifTranspose = true;
             } else {
-                p.startIndex = static_cast<uint16_t>((k0 / 16 + kk) * bRows16);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16 + kk) * bRows16);
                 p.srcStride = 1;
                 p.ifTranspose = false;
             }
             LoadData(lb[kk * n1 * 256], b, p);
         }
         WaitMte1ToM();
-        MmadParams mp(static_cast<uint16_t>(m), static_cast<uint16_t>(n), static_cast<uint16_t>(kc), 0, false,
+        MmadParams mp(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), TILEGEN_NARROW(MmadParams_k, kc), 0, false,
                       !accumulate && k0 == 0);
         Mmad(c, la, lb, mp);
     }
@@ -346,10 +508,10 @@ __aicore__ inline void ZeroAcc(const LocalTensor<float>& c, const LocalTensor<T>
                                int64_t n)
 {
     WaitMToMte1();
-    InitConstValue(l0a, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(m, 16)), T(0)));
-    InitConstValue(l0b, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(n, 16)), T(0)));
+    InitConstValue(l0a, InitConstValueParams<T>(TILEGEN_NARROW(InitConstValueParams_repeatTimes, CeilDiv(m, 16)), T(0)));
+    InitConstValue(l0b, InitConstValueParams<T>(TILEGEN_NARROW(InitConstValueParams_repeatTimes, CeilDiv(n, 16)), T(0)));
     WaitMte1ToM();
-    Mmad(c, l0a, l0b, MmadParams(static_cast<uint16_t>(m), static_cast<uint16_t>(n), 16, 0, false, true));
+    Mmad(c, l0a, l0b, MmadParams(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), 16, 0, false, true));
     WaitMToMte1();
 }
 
@@ -360,8 +522,9 @@ __aicore__ inline void FixpipeRows(const GlobalTensor<float>& dst, const LocalTe
     if (valid <= 0) return;
     WaitMToFix();
     if (atomic) SetAtomicAdd<float>();
-    FixpipeParamsV220 p(static_cast<uint16_t>(cols), static_cast<uint16_t>(valid), static_cast<uint16_t>(CeilDiv(m, 16) * 16),
-                        static_cast<uint32_t>(pitch), false);
+    FixpipeParamsV220 p(TILEGEN_NARROW(FixpipeParamsV220_nSize, cols), TILEGEN_NARROW(FixpipeParamsV220_mSize, valid),
+                        TILEGEN_NARROW(FixpipeParamsV220_srcStride, CeilDiv(m, 16) * 16),
+                        TILEGEN_NARROW(FixpipeParamsV220_dstStride, pitch), false);
     Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c, p);
     if (atomic) SetAtomicNone();
     WaitFixToM();

@@ -13,4 +13,17 @@ struct TilegenTiling {
     int64_t Sk;   // key/value length
 };
 
+// The run-time sizes the kernels were proven for: tilegen checked every descriptor field of the kernels
+// at generate time (FIELDS in tilegen/backends/ascendc.py); these are the fields whose value depends on
+// a size read here at run time. nullptr when the sizes are accepted, else the first field they break.
+// Host code only (the torch binding and the twin harness call it before a launch).
+inline const char* TilegenRefusal(const TilegenTiling& t)
+{
+    const int64_t B = t.B, Hq = t.Hq, Hkv = t.Hkv, G = t.G, Sq = t.Sq, Sk = t.Sk;
+    (void)B; (void)Hq; (void)Hkv; (void)G; (void)Sq; (void)Sk;
+    if (!(0LL <= (64LL + Sk) && (64LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 64 (the column index of the mask of S_vector in fwd) must be in [0, 16777216]";
+    if (!(0LL <= (64LL + Sq) && (64LL + Sq) <= 16777216LL)) return "MaskTile.index = Sq + 64 (the column index of the mask of S_vector in fwd) must be in [0, 16777216]";
+    return nullptr;
+}
+
 #endif

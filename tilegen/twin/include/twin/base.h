@@ -296,6 +296,59 @@ inline void RequireAic(const char* api, const char* src)
         Fail(api, "cube/L1/L0 operation issued on an AIV; on NPU it is silently dropped (if ASCEND_IS_AIC guard)", src);
 }
 
+// Checked narrowing of a descriptor field [tilegen_runtime.h TILEGEN_NARROW]: the caller's int64 value must
+// lie in the field's accepted range [lo, hi] (its type's range or narrower, as the header documents);
+// otherwise the static_cast would wrap it silently (a uint16 row pitch of 66560 becomes 1024) and the API
+// would run with a value nobody intended. `field` is "Struct_member" (printed as Struct.member).
+// With TWIN_FIELD_LOG=<file>, the smallest and largest value each field took are appended to <file> at
+// exit ("<field> <min> <max>" per line), so that tests can hold them against the generator's proof.
+struct FieldLog {
+    std::mutex mu;
+    std::map<std::string, std::pair<int64_t, int64_t>> seen;
+    ~FieldLog()
+    {
+        const char* path = std::getenv("TWIN_FIELD_LOG");
+        if (path == nullptr || seen.empty()) return;
+        if (FILE* f = std::fopen(path, "a")) {
+            for (auto& kv : seen)
+                std::fprintf(f, "%s %lld %lld\n", kv.first.c_str(), static_cast<long long>(kv.second.first),
+                             static_cast<long long>(kv.second.second));
+            std::fclose(f);
+        }
+    }
+};
+inline FieldLog& Fields()
+{
+    static FieldLog log;
+    return log;
+}
+
+template <typename T>
+inline T CheckedNarrow(int64_t value, int64_t lo, int64_t hi, const char* field)
+{
+    static const bool logging = std::getenv("TWIN_FIELD_LOG") != nullptr;
+    if (logging) {
+        FieldLog& log = Fields();
+        std::lock_guard<std::mutex> lk(log.mu);
+        auto it = log.seen.find(field);
+        if (it == log.seen.end()) log.seen.emplace(field, std::make_pair(value, value));
+        else it->second = {std::min(it->second.first, value), std::max(it->second.second, value)};
+    }
+    static_assert(std::is_integral<T>::value, "twin: CheckedNarrow narrows to an integer field");
+    std::string name(field);
+    size_t cut = name.find('_');
+    if (cut != std::string::npos) name[cut] = '.';
+    const T narrow = static_cast<T>(value);
+    if (value < lo || value > hi || static_cast<int64_t>(narrow) != value)
+        Fail(name.c_str(),
+             Fmt("value %lld is outside the accepted range [%lld, %lld]; the cast to its %d-bit %s type would pass %lld",
+                 static_cast<long long>(value), static_cast<long long>(lo), static_cast<long long>(hi),
+                 static_cast<int>(8 * sizeof(T)), std::is_signed<T>::value ? "signed" : "unsigned",
+                 static_cast<long long>(narrow)),
+             "tilegen_runtime.h TILEGEN_NARROW; range from the asc-devkit header");
+    return narrow;
+}
+
 inline uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 inline uint64_t CeilDiv(uint64_t x, uint64_t a) { return (x + a - 1) / a; }
 

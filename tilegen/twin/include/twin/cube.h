@@ -209,7 +209,9 @@ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
 // ---------------------------------------------------------------------------------------------
 // Mmad [P:Mmad, Z:SIMD-API/基础API/矩阵计算（ISASI）/Mmad计算/Mmad, ascendc-api §4.1, §0.10]
 // c (CO1, NZ, fp32/int32) = (cmatrixInitVal ? 0 : c) + a (A2, ZZ) * b (B2, ZN); m,n,k in [0,4095],
-// any 0 -> no-op; m == 1 would switch the hardware to GEMV (A read as ND) -> rejected by the twin.
+// any 0 -> no-op. m == 1 is GEMV ("当M = 1时，会默认开启GEMV ... 以ND格式进行读取", Mmad.md; the
+// GEMV.md feature page and examples/.../mmad_gemv): A2 holds the 1 x k row as k contiguous elements
+// (ND, 512-byte aligned start), B2 and the result keep their layouts (row 0 of each 16-row fractal).
 // Padding lanes of the result fractals (rows >= m, cols >= n) are poisoned on a fresh result.
 // ---------------------------------------------------------------------------------------------
 template <typename T, typename U, typename S>
@@ -241,14 +243,13 @@ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const Loca
     if (p.fmOffset != 0 || p.enSsparse || p.enWinogradA || p.enWinogradB || p.kDirectionAlign)
         twin::Fail(api, "fmOffset/enSsparse/enWinograd/kDirectionAlign are not emulated", "twin");
     if (p.m == 0 || p.n == 0 || p.k == 0) return;  // "该指令不会被执行"
-    if (p.m == 1)
-        twin::Fail(api, "m == 1 switches Mmad to GEMV (L0A read as ND, not ZZ); pad m to 2 (as FAG does)",
-                   "P:Mmad, OT:basic_modules/cube_modules/cube2_op.h");
+    const bool gemv = p.m == 1;
     constexpr uint64_t C0 = 32 / sizeof(U);
     const uint64_t M = p.m, N = p.n, K = p.k;
     const uint64_t Mfr = twin::CeilDiv(M, 16), Nfr = twin::CeilDiv(N, 16), K1 = twin::CeilDiv(K, C0);
     const uint64_t Mpad = Mfr * 16;
-    twin::CheckRange(api, a, 0, Mfr * K1 * 512, "fm", SRC);
+    // GEMV reads the k elements of the row (whole 32-byte blocks); otherwise Mfr x K1 ZZ fractals
+    twin::CheckRange(api, a, 0, gemv ? twin::RoundUp(K * sizeof(U), 32) : Mfr * K1 * 512, "fm", SRC);
     twin::CheckRange(api, b, 0, K1 * Nfr * 512, "filter", SRC);
     twin::CheckRange(api, c, 0, Nfr * Mpad * 16 * sizeof(T), "dst", SRC);
     const U* A = reinterpret_cast<const U*>(a.Ptr());
@@ -259,7 +260,7 @@ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const Loca
     for (uint64_t m = 0; m < Mpad; ++m) {
         if (m < M)
             for (uint64_t k = 0; k < K; ++k)
-                arow[k] = static_cast<float>(A[((m / 16) * K1 + k / C0) * 16 * C0 + (m % 16) * C0 + k % C0]);
+                arow[k] = static_cast<float>(gemv ? A[k] : A[((m / 16) * K1 + k / C0) * 16 * C0 + (m % 16) * C0 + k % C0]);
         for (uint64_t n = 0; n < Nfr * 16; ++n) {
             T* out = &Cm[(n / 16) * Mpad * 16 + m * 16 + n % 16];
             if (m >= M || n >= N) {

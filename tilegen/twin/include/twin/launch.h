@@ -218,6 +218,24 @@ inline Launch& CurLaunch(const char* api) { return *Cur(api).launch; }
 // ---------------------------------------------------------------------------------------------
 namespace detail {
 constexpr const char* kXSrc = "P:CrossCoreSetFlag(ISASI)";
+// "当Kernel类型为KERNEL_TYPE_AIC_ONLY或KERNEL_TYPE_AIV_ONLY时，硬件不会开启调度模块，也就无法正常进行核间同步"
+// [P:CrossCoreSetFlag(ISASI) 约束说明; P:SyncAll: a pure-vector kernel needs __mix__(0, 1)]: in a
+// vector-only launch (twin::LaunchAiv) whose kernel is not declared KERNEL_TYPE_MIX_AIV_1_0 (the NPU then
+// runs it as AIV_ONLY) a cross-core flag or hard SyncAll never completes. Fail at once instead of hanging.
+inline void RequireScheduler(Launch& L, const char* api)
+{
+    int declared;
+    {
+        std::lock_guard<std::mutex> lk(L.mu);
+        declared = L.declaredType;
+    }
+    if (!L.mix && declared != KERNEL_TYPE_MIX_AIV_1_0)
+        Fail(api,
+             Fmt("deadlock: a vector-only kernel of type %s has no cross-core scheduler on the NPU, so this "
+                 "never completes there; declare KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0)",
+                 declared < 0 ? "KERNEL_TYPE_AIV_ONLY (none declared)" : "KERNEL_TYPE_AIV_ONLY"),
+             "P:CrossCoreSetFlag(ISASI), P:SyncAll");
+}
 inline void Bump(Launch& L, XCounters& c, CoreCtx* who, int flag, const char* what)
 {
     if (++c.v[flag] > 15)
@@ -234,6 +252,7 @@ inline void CrossSet(int mode, pipe_t pipe, uint16_t flagId)
     Launch& L = *me.launch;
     if (flagId > 10)
         Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId), kXSrc);
+    RequireScheduler(L, api);
     if (mode == 4) Fail(api, "modeId 4 exists on Ascend 950 only", kXSrc);
     if (mode < 0 || mode > 2) Fail(api, Fmt("modeId %d is not 0, 1 or 2", mode), kXSrc);
     if ((PipeMask(pipe) & CorePipes(me.type)) == 0)
@@ -297,6 +316,7 @@ inline void CrossWait(uint16_t flagId)
     if (flagId > 10)
         Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId),
              "P:CrossCoreWaitFlag(ISASI)");
+    RequireScheduler(L, api);
     std::unique_lock<std::mutex> lk(L.mu);
     int s = L.Slot(&me);
     BlockUntil(
@@ -312,6 +332,7 @@ inline void Barrier(int k, const char* api)
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
     int n = k == 0 ? static_cast<int>(L.aiv.size()) : static_cast<int>(L.cores.size());
+    RequireScheduler(L, api);
     std::unique_lock<std::mutex> lk(L.mu);
     uint64_t gen = L.barGen[k];
     if (++L.barCount[k] == n) {
@@ -337,6 +358,10 @@ inline void DeclareKernelType(int t)
 {
     CoreCtx& c = Cur("KERNEL_TASK_TYPE_DEFAULT");
     Launch& L = *c.launch;
+    {
+        std::lock_guard<std::mutex> lk(L.mu);
+        L.declaredType = t;
+    }
     if (L.mix && t != KERNEL_TYPE_MIX_AIC_1_2)
         Fail("KERNEL_TASK_TYPE_DEFAULT",
              Fmt("%s declared but launched with twin::LaunchMix (MIX_AIC_1_2: 1 AIC + 2 AIV per block)", KernelTypeName(t)),
