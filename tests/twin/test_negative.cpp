@@ -482,9 +482,9 @@ TWIN_TEST(neg_compare_count)
         pipe.InitBuffer(m, 256);
         LocalTensor<half> x = a.Get<half>();
         Duplicate(x, static_cast<half>(1.0f), 512);
-        CompareScalar(m.Get<uint8_t>(), x, static_cast<half>(0.0f), CMPMODE::GT, 100);  // 200 B, not 256-multiple
+        Compares(m.Get<uint8_t>(), x, static_cast<half>(0.0f), CMPMODE::GT, 100);  // 200 B, not 256-multiple
     });
-    return NotCaught("CompareScalar count");
+    return NotCaught("Compares count");
 }
 TWIN_TEST(neg_reducemax_tmp)
 {

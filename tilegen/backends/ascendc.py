@@ -245,7 +245,9 @@ class _Lower:
                 # backend scratch after the planned buffers: reduction tmp and result, the column
                 # index of a mask, its compare bits (sizes within the level's declared scratch)
                 cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64])
-                scratch = [("sc_tmp", "float", 64), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
+                           for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
+                scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
                 offset = -(-peak // 32) * 32
                 for name, ctype, elems in scratch:
                     size = -(-elems * (4 if ctype == "float" else 1) // 32) * 32
@@ -307,6 +309,19 @@ class _Lower:
         else:
             extent = cexpr(t.shape[len(t.shape) - ntile], self.consts)
         return f"tilegen::Clip({extent} - ({start} + {row_shift}), 0LL, {rows}LL)"
+
+
+def reduce_tmp_elems(count: int, itemsize: int, is_max: bool) -> int:
+    """Elements of the ``sharedTmpBuffer`` that ReduceMax / ReduceSum (count form, no index) need for
+    ``count`` elements of ``itemsize`` bytes on A2: the first round's outputs (2 per 256-byte repeat for
+    ReduceMax, which writes value and index; 1 for ReduceSum) rounded up to a 32-byte block. Source:
+    asc-devkit@0da921b9 docs/zh/api/SIMD-API/基础API/Memory矢量计算/归约计算/ReduceMax.md and ReduceSum.md
+    ("sharedTmpBuffer所需空间设置"); ReduceSum's count form on A2 (方式一) does not use it, the formula
+    is kept as its upper bound."""
+    per_repeat, per_block = 256 // itemsize, 32 // itemsize
+    repeats = max(1, -(-count // per_repeat))
+    out = repeats * (2 if is_max else 1)
+    return -(-out // per_block) * per_block
 
 
 def _single(buf: Buffer) -> Buffer:
