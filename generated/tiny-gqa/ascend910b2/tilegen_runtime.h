@@ -11,35 +11,35 @@
 // InitConstValue, CompareScalar, SetAtomicNone are deprecated aliases there). Every API below is cited
 // by its declaration in asc-devkit (cannmirror/asc-devkit@0da921b91aeb2abdc6e8d74423b0bbe7040c3fd1,
 // CANN 9.1.0; I = include/basic_api/, M = impl/basic_api/) and its page under docs/zh/api/SIMD-API/基础API/
-// (D = that folder):
-//   DataCopyPad, DataCopyExtParams, DataCopyPadExtParams  I/kernel_operator_data_copy_intf.h,
-//       I/kernel_struct_data_copy.h:194,222; D/数据搬运/DataCopyPad/  (GM strides in bytes, UB strides in
-//       32 B blocks; GM->UB rows padded to 32 B)
-//   DataCopy + Nd2NzParams (GM -> L1 ND->NZ)     I/kernel_operator_data_copy_intf.h, I/kernel_struct_data_copy.h:259
+// (D = that folder; tilegen/twin/README.md lists every page):
+//   DataCopyPad, DataCopyExtParams, DataCopyPadExtParams  I/kernel_operator_data_copy_intf.h:399,420,
+//       I/kernel_struct_data_copy.h:194,222; D/Memory矢量计算/数据搬运/GM与UB数据搬运/GMToUB非对齐数据搬运
+//       (DataCopyPad).md, UBToGM…  (GM strides in bytes, UB strides in 32 B blocks; GM->UB rows padded to 32 B)
+//   DataCopy + Nd2NzParams (GM -> L1 ND->NZ)     I/kernel_operator_data_copy_intf.h:75, I/kernel_struct_data_copy.h:259
 //   LoadData + LoadData2DParams (L1 -> L0A/L0B)  I/kernel_operator_mm_intf.h:64, I/kernel_struct_mm.h:42
 //   Mmad + MmadParams (cmatrixInitVal: C starts from 0)  I/kernel_operator_mm_intf.h:281, I/kernel_struct_mm.h:392
-//   Fixpipe + FixpipeParamsV220, CFG_ROW_MAJOR   I/kernel_operator_fixpipe_intf.h:80, I/kernel_struct_fixpipe.h:97,106
+//   Fixpipe + FixpipeParamsV220, CFG_ROW_MAJOR   I/kernel_operator_fixpipe_intf.h:93 (L0C -> GM), I/kernel_struct_fixpipe.h:97,106
 //   Fill + InitConstValueParams                  I/kernel_operator_mm_intf.h:379, I/kernel_struct_mm.h:444;
 //       D/矩阵计算（ISASI）/矩阵计算的搬入/辅助配置接口/Fill.md (repeatTimes repeats of blockNum blocks,
 //       dstGap blocks apart; a block is 32 B in L1, 512 B in L0A/L0B; blockNum = 0 does nothing)
-//   Duplicate                                    I/kernel_operator_vec_duplicate_intf.h:53
-//   Adds, Muls                                   I/kernel_operator_vec_binary_scalar_intf.h:59,148
-//   Add, Sub, Mul, Max                           I/kernel_operator_vec_binary_intf.h:63,105,147,291
-//   Exp, Ln                                      I/kernel_operator_vec_unary_intf.h:97,147
-//   ReduceMax, ReduceSum (sharedTmpBuffer size)  I/kernel_operator_vec_reduce_intf.h:98,129;
+//   Duplicate                                    I/kernel_operator_vec_duplicate_intf.h:71
+//   Adds, Muls                                   I/kernel_operator_vec_binary_scalar_intf.h:113-119,202-208
+//   Add, Sub, Mul, Max                           I/kernel_operator_vec_binary_intf.h:82,124,166,310
+//   Exp, Ln                                      I/kernel_operator_vec_unary_intf.h:125,175
+//   ReduceMax, ReduceSum (sharedTmpBuffer size)  I/kernel_operator_vec_reduce_intf.h:170,183;
 //       D/Memory矢量计算/归约计算/ReduceMax.md, ReduceSum.md
-//   Compares, Select (count * sizeof(T) a multiple of 256 B)  I/kernel_operator_vec_cmpsel_intf.h:155,190;
+//   Compares, Select (count * sizeof(T) a multiple of 256 B)  I/kernel_operator_vec_cmpsel_intf.h:155,277;
 //       D/Memory矢量计算/比较与选择/Compares.md, Select.md; CMPMODE, SELMODE M/utils/kernel_utils_mode.h:111,120
-//   Cast + RoundMode                             I/kernel_operator_vec_vconv_intf.h:61
+//   Cast + RoundMode                             I/kernel_operator_vec_vconv_intf.h:81
 //   SetFlag/WaitFlag<HardEvent>, PipeBarrier     I/kernel_operator_block_sync_intf.h:43,46,49; M/kernel_event.h:38
 //   CrossCoreSetFlag/CrossCoreWaitFlag           I/kernel_operator_block_sync_intf.h:90,93;
 //       D/同步控制/核间同步/CrossCoreSetFlag(ISASI).md (mode 2; flag ids 0-15, 11-14 taken by SyncAll)
 //   SetAtomicAdd, DisableDmaAtomic               I/kernel_operator_set_atomic_intf.h:39,41; D/原子操作/DisableDmaAtomic.md
-//   TPipe, TBuf, InitBuffer, Get, GetWithOffset  I/kernel_tpipe.h:149,210,214,271
-//   LocalTensor GetValue/SetValue/GetSize, GlobalTensor SetGlobalBuffer  I/kernel_tensor.h:159,165,195,265
+//   TPipe, TBuf, InitBuffer, Get, GetWithOffset  I/kernel_tpipe.h:448,463 (TPipe, InitBuffer), 206,210,214 (TBuf)
+//   LocalTensor GetValue/SetValue/GetSize, GlobalTensor SetGlobalBuffer  I/kernel_tensor.h:176,181,195,265
 //   GetBlockIdx, GetBlockNum, GetSubBlockIdx, GetTaskRatio  I/kernel_operator_sys_var_intf.h:39-45
 //   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2), ASCEND_IS_AIC/AIV  M/utils/kernel_utils_macros.h:94,381,
-//       impl/utils/sys_macros.h:72 (only valid after `if`)
+//       impl/utils/sys_macros.h:84 (only valid after `if`)
 // The build (tilegen_ops.asc, CMakeLists.txt) needs bisheng from CANN >= 9.1.0.
 #ifndef TILEGEN_RUNTIME_H
 #define TILEGEN_RUNTIME_H
