@@ -100,6 +100,24 @@ __aicore__ inline void WaitVToMte2()
     SetFlag<HardEvent::V_MTE2>(0);
     WaitFlag<HardEvent::V_MTE2>(0);
 }
+// Scalar GetValue/SetValue on UB run on PIPE_S: without the compiler's automatic synchronisation a scalar
+// access waits for the pipe that wrote the data, and a vector op for the scalar writes it reads
+// (docs/zh/guide/技术附录/概念原理和术语/内存访问原理/Scalar读写数据.md, "Scalar读写数据时的同步").
+__aicore__ inline void WaitVToS()
+{
+    SetFlag<HardEvent::V_S>(0);
+    WaitFlag<HardEvent::V_S>(0);
+}
+__aicore__ inline void WaitSToV()
+{
+    SetFlag<HardEvent::S_V>(0);
+    WaitFlag<HardEvent::S_V>(0);
+}
+__aicore__ inline void WaitMte2ToS()
+{
+    SetFlag<HardEvent::MTE2_S>(0);
+    WaitFlag<HardEvent::MTE2_S>(0);
+}
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
 // `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
@@ -134,7 +152,9 @@ __aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<
     }
     WaitMte2ToV<T>();
     if (pad && valid < n) {
+        WaitMte2ToS();
         for (int64_t e = valid; e < n; ++e) dst.SetValue(static_cast<uint32_t>(e), padValue);
+        WaitSToV();
     }
 }
 
@@ -170,6 +190,7 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
 __aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                      const LocalTensor<float>& vec, int64_t rows, int64_t cpad, float sign)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = sign * vec.GetValue(static_cast<uint32_t>(r));
         Adds(dst[r * cpad], src[r * cpad], v, static_cast<int32_t>(cpad));
@@ -178,6 +199,7 @@ __aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalT
 __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                      const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
         Muls(dst[r * cpad], src[r * cpad], v, static_cast<int32_t>(cpad));
@@ -187,6 +209,7 @@ __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalT
 __aicore__ inline void RowsSafeDiv(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                    const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
         if (v != 0.0f) {
@@ -206,16 +229,20 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
         } else {
             ReduceSum(out, src[r * cpad], tmp, static_cast<int32_t>(cols));
         }
+        WaitVToS();
         vec.SetValue(static_cast<uint32_t>(r), out.GetValue(0));
     }
+    WaitSToV();
 }
 // x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet).
 __aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, int64_t n)
 {
+    WaitVToS();
     for (int64_t e = 0; e < n; ++e) {
         float v = src.GetValue(static_cast<uint32_t>(e));
         dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);
     }
+    WaitSToV();
 }
 // Cast a tile row by row when the two dtypes pad their rows differently.
 template <typename D, typename S>
@@ -236,7 +263,9 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
                                 int64_t rows, int64_t cpad, int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off,
                                 int64_t left, int64_t right)
 {
+    WaitVToS();
     for (int64_t c = 0; c < cpad; ++c) colIdx.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
+    WaitSToV();
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t gr = row0 + r;
         const LocalTensor<float> row = s[r * cpad];
