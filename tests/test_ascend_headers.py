@@ -26,7 +26,8 @@ import pytest
 
 from helpers import make_spec
 from tilegen.backends import ascendc
-from tilegen.spec import builtin_spec
+from tilegen.errors import SpecError, TargetError
+from tilegen.spec import builtin_spec, builtin_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKER = ROOT / "tools" / "ascend-headercheck" / "asc_check.sh"
@@ -172,15 +173,23 @@ def test_grid_kernels_type_check_on_both_passes(tmp_path, pch):
     assert not any(errors.values()), f"{emitted} kernel files ({len(units)} distinct) checked:\n" + _report(errors, users)
 
 
-def test_generated_folders_type_check_on_both_passes(tmp_path, pch):
-    """The checked-in output (generated/*/ascend910b*): what users read and build."""
+def test_generated_folders_and_builtin_specs_type_check_on_both_passes(tmp_path, pch):
+    """The checked-in output (generated/*/ascend910b*, dQ strategy "atomic"), what users read and build,
+    and every built-in spec the backend accepts with the "separate" strategy."""
     units, users = {}, {}
+    sources = []
     for folder in sorted((ROOT / "generated").glob("*/ascend910b*")):
-        files = {p.name: p.read_text() for p in folder.iterdir() if p.is_file()}
+        sources.append((str(folder.relative_to(ROOT)), {p.name: p.read_text() for p in folder.iterdir() if p.is_file()}))
+    for name in sorted(builtin_specs()):
+        try:
+            sources.append((f"{name}/separate", ascendc.generate(builtin_spec(name), "ascend910b2", dq_strategy="separate").files))
+        except (SpecError, TargetError):  # fp32, or a spec for the coupled 2019 chip
+            continue
+    for label, files in sources:
         for kernel in KERNEL_FILES:
             key, unit = _unit(files, kernel)
             units.setdefault(key, (kernel, unit))
-            users.setdefault(key, []).append(f"{folder.relative_to(ROOT)}/{kernel}")
+            users.setdefault(key, []).append(f"{label}/{kernel}")
     assert units, "no generated Ascend C folders"
     errors = check_all(units, tmp_path, pch)
     assert not any(errors.values()), _report(errors, users)

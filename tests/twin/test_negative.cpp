@@ -239,6 +239,15 @@ TWIN_TEST(neg_flag_id_11)
     });
     return NotCaught("flagId 11");
 }
+TWIN_TEST(neg_flag_id_16)
+{
+    Mix([] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<2, PIPE_FIX>(16);
+        }
+    });
+    return NotCaught("flagId 16");
+}
 TWIN_TEST(neg_flag_unwaited)
 {
     Mix([] {

@@ -232,8 +232,10 @@ inline void CrossSet(int mode, pipe_t pipe, uint16_t flagId)
     const char* api = "CrossCoreSetFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    if (flagId > 10)
-        Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId), kXSrc);
+    // modes 0-2 take flagId 0-15; SyncAll uses 11-14 [P:CrossCoreSetFlag(ISASI) flagId取值范围说明, 约束说明]
+    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), kXSrc);
+    if (flagId >= 11 && flagId <= 14)
+        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), kXSrc);
     if (mode == 4) Fail(api, "modeId 4 exists on Ascend 950 only", kXSrc);
     if (mode < 0 || mode > 2) Fail(api, Fmt("modeId %d is not 0, 1 or 2", mode), kXSrc);
     if ((PipeMask(pipe) & CorePipes(me.type)) == 0)
@@ -294,9 +296,9 @@ inline void CrossWait(uint16_t flagId)
     const char* api = "CrossCoreWaitFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    if (flagId > 10)
-        Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId),
-             "P:CrossCoreWaitFlag(ISASI)");
+    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), "P:CrossCoreWaitFlag(ISASI)");
+    if (flagId >= 11 && flagId <= 14)
+        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), "P:CrossCoreWaitFlag(ISASI)");
     std::unique_lock<std::mutex> lk(L.mu);
     int s = L.Slot(&me);
     BlockUntil(
