@@ -249,6 +249,30 @@ def test_twin_catches_a_broken_kernel(tmp_path):
                          {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}, {}, blocks=2, timeout=120)
 
 
+def test_twin_catches_an_accumulator_zeroed_with_blocknum_0(tmp_path):
+    """ZeroAcc zeroes its L0A/L0B tiles with Fill(..., InitConstValueParams(1, blocks, 0, 0)). The former
+    two-argument InitConstValueParams(repeatTimes, 0) leaves blockNum = 0, which fills nothing on A2
+    (asc-devkit@0da921b9 Fill.md; include/basic_api/kernel_struct_mm.h:452): the dK/dV accumulators then
+    start from poisoned or stale L0A x L0B, and the run must fail."""
+    spec = make_spec(seq_q=70, seq_k=70, head_dim_qk=64, head_dim_v=64, dtype="fp16")
+    gen = ascendc.generate(spec, "ascend910b2")
+    broken = dict(gen.files)
+    rt = broken["tilegen_runtime.h"]
+    for operand, size in (("l0a", "m"), ("l0b", "n")):
+        good = f"Fill({operand}, InitConstValueParams<T>(1, static_cast<uint16_t>(CeilDiv({size}, 16)), 0, T(0)));"
+        assert good in rt
+        rt = rt.replace(good, f"InitConstValue({operand}, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv({size}, 16)), T(0)));")
+    broken["tilegen_runtime.h"] = rt
+    exe = twin.build(broken, cache_dir=tmp_path)
+    data = inputs(spec, seed=5)
+    try:
+        _, bwd = twin.run_attention(exe, spec, data, blocks=2)
+    except twin.TwinError:
+        return
+    with pytest.raises(AssertionError):
+        assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data)
+
+
 @pytest.mark.npu
 def test_npu_build_and_run(tmp_path):
     """On a machine with CANN, torch_npu and an Ascend NPU: build the generated "tiny" kernels with

@@ -41,6 +41,7 @@ POSITIVE = [
     "cube_half_odd",
     "cube_half_odd2",
     "cube_half_plain",
+    "cube_fill_blocknum0_is_nop",
     "cube_initconst_l1_to_gm",
     "datacopy_params_gaps",
     "datacopypad_strides_padding",
@@ -85,7 +86,8 @@ NEGATIVE = {
     "neg_two_pipes": ("TPipe::TPipe", "another TPipe is active"),
     "neg_flag_16_pending": ("CrossCoreSetFlag", "16th pending"),
     "neg_flag_never_set": ("", "deadlock"),
-    "neg_flag_id_11": ("CrossCoreSetFlag", "flagId 11 out of range"),
+    "neg_flag_id_11": ("CrossCoreSetFlag", "flagId 11 is one of SyncAll's"),
+    "neg_flag_id_16": ("CrossCoreSetFlag", "flagId 16 out of range [0, 15]"),
     "neg_flag_unwaited": ("LaunchMix", "never waited"),
     "neg_mode0_missing_core": ("", "deadlock"),
     "neg_syncall_on_aic": ("SyncAll<true>", "AIC must not call it"),
@@ -112,7 +114,7 @@ NEGATIVE = {
     "neg_loaddata_misaligned": ("LoadData", "not 512-byte aligned"),
     "neg_fixpipe_quant": ("Fixpipe", "F322F16"),
     "neg_fixpipe_dststride": ("Fixpipe", "dstStride 16"),
-    "neg_compare_count": ("CompareScalar", "multiple of 256"),
+    "neg_compare_count": ("Compares", "multiple of 256"),
     "neg_reducemax_tmp": ("ReduceMax", "sharedTmpBuffer"),
     "neg_select_scratch": ("Select", "scratch"),
     "neg_atomic_type_mismatch": ("DataCopy", "atomic type float does not match"),
@@ -246,3 +248,44 @@ def test_deadlocks_are_reported_fast(twin_bin, name):
     elapsed = time.monotonic() - t0
     assert r.returncode != 0 and "twin: " in r.stderr, r.stderr
     assert elapsed < 10, f"{name} took {elapsed:.1f} s"
+
+
+# Kernel code that bisheng rejects must not compile against the twin either: (kernel body, fragment of
+# g++'s error). ASCEND_IS_AIC/AIV expand to `constexpr(...)` on the device (impl/utils/sys_macros.h), valid
+# only after `if`; the device headers give kernel code no <cmath>, so no INFINITY or NAN.
+COMPILE_FAIL = {
+    "ascend_is_aic_in_ternary": ("const int64_t core = ASCEND_IS_AIC ? 1 : 2; (void)core;", "expected primary-expression"),
+    "ascend_is_aiv_as_value": ("bool v = ASCEND_IS_AIV; (void)v;", "expected primary-expression"),
+    "ascend_is_aic_in_parens": ("if (ASCEND_IS_AIC) { }", "expected primary-expression"),
+    "infinity_macro": ("float x = -INFINITY; (void)x;", "poisoned"),
+    "nan_macro": ("float x = NAN; (void)x;", "poisoned"),
+}
+KERNEL_FRAME = """#include "kernel_operator.h"
+using namespace AscendC;
+extern "C" __global__ __aicore__ void k(GM_ADDR p)
+{{
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+    (void)p;
+    {body}
+}}
+"""
+
+
+def _syntax(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    src = tmp_path / "kernel.cpp"
+    src.write_text(KERNEL_FRAME.format(body=body))
+    return subprocess.run([GXX, "-std=c++17", "-fsyntax-only", f"-I{INCLUDE}", str(src)], capture_output=True, text=True)
+
+
+def test_kernel_frame_compiles(tmp_path):
+    """The control of the compile-fail tests: the same kernel with the constructs used as on the device."""
+    r = _syntax(tmp_path, "if ASCEND_IS_AIC { } if ASCEND_IS_NOT_AIV { } const float x = -__builtin_huge_valf(); (void)x;")
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(COMPILE_FAIL))
+def test_kernel_code_rejected_at_compile_time(tmp_path, name):
+    body, fragment = COMPILE_FAIL[name]
+    r = _syntax(tmp_path, body)
+    assert r.returncode != 0, f"{name}: compiled against the twin, but bisheng rejects it"
+    assert fragment in r.stderr, r.stderr

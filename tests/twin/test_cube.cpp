@@ -192,7 +192,31 @@ TWIN_TEST(cube_accumulate)
     return 0;
 }
 
-// InitConstValue on L1 and L0A, then L1 -> GM DataCopy (an AIC store path) to observe the contents.
+// Fill with blockNum = 0 is a NOP (Fill.md: "当repeatTimes为0或者blockNum为0时，指令不会进行任何操作"): the
+// two-argument InitConstValueParams(repeatTimes, value) leaves blockNum = 0, so nothing is filled and the
+// poison stays.
+TWIN_TEST(cube_fill_blocknum0_is_nop)
+{
+    tt::Gm<half> out(512, "out");
+    auto k = [&](GM_ADDR o) {
+        if ASCEND_IS_AIC {
+            GlobalTensor<half> O;
+            O.SetGlobalBuffer((__gm__ half*)o, 512);
+            TPipe pipe;
+            TBuf<TPosition::A1> l1;
+            pipe.InitBuffer(l1, 1024);
+            LocalTensor<half> t = l1.Get<half>();
+            InitConstValue(t, InitConstValueParams<half>(2, static_cast<half>(1.0f)));  // blockNum = 0
+            Fill(t, InitConstValueParams<half>(0, 4, 0, static_cast<half>(1.0f)));      // repeatTimes = 0
+            DataCopy(O, t, 512);
+        }
+    };
+    twin::LaunchMix(1, k, out.addr());
+    for (int i = 0; i < 512; ++i) EXPECT(std::isnan(static_cast<float>(out[i])), "element %d = %g should still be poison", i, static_cast<float>(out[i]));
+    return 0;
+}
+
+// Fill on L1 and L0A, then L1 -> GM DataCopy (an AIC store path) to observe the contents.
 TWIN_TEST(cube_initconst_l1_to_gm)
 {
     tt::Gm<half> out(512, "out");
@@ -206,8 +230,8 @@ TWIN_TEST(cube_initconst_l1_to_gm)
             pipe.InitBuffer(l1, 1024);
             pipe.InitBuffer(l0, 1024);
             LocalTensor<half> t = l1.Get<half>();
-            InitConstValue(t, InitConstValueParams<half>(2, 4, 4, static_cast<half>(3.0f)));  // 2 x (4 blocks + 4 gap) x 32 B
-            InitConstValue(l0.Get<half>(), InitConstValueParams<half>(1, static_cast<half>(0.0f)));
+            Fill(t, InitConstValueParams<half>(2, 4, 4, static_cast<half>(3.0f)));  // 2 x (4 blocks + 4 gap) x 32 B
+            Fill(l0.Get<half>(), InitConstValueParams<half>(1, 2, 0, static_cast<half>(0.0f)));  // 2 x 512 B of L0A
             DataCopy(O, t, 512);
         }
     };

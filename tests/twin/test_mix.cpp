@@ -14,7 +14,7 @@ constexpr uint32_t T = 32;  // tile edge
 extern "C" __global__ __aicore__ void mix_tiles(GM_ADDR a, GM_ADDR b, GM_ADDR ws, GM_ADDR out, uint32_t tiles)
 {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-    const uint32_t blk = ASCEND_IS_AIC ? static_cast<uint32_t>(GetBlockIdx()) : static_cast<uint32_t>(GetBlockIdx() / 2);
+    const uint32_t blk = static_cast<uint32_t>(GetBlockIdx() / GetTaskRatio());
     GlobalTensor<float> W, O;
     W.SetGlobalBuffer((__gm__ float*)ws + blk * 2 * T * T, 2 * T * T);
     O.SetGlobalBuffer((__gm__ float*)out + blk * tiles * T * T, tiles * T * T);
@@ -141,7 +141,7 @@ TWIN_TEST(atomics_many_blocks)
             Duplicate(t, static_cast<float>(GetBlockIdx() + 1), 256);
             SetAtomicAdd<float>();
             for (int i = 0; i < iters; ++i) DataCopy(G, t, 256);
-            SetAtomicNone();
+            DisableDmaAtomic();
         } else {
             GlobalTensor<half> H;
             H.SetGlobalBuffer((__gm__ half*)onep, 256);
@@ -160,7 +160,7 @@ TWIN_TEST(atomics_many_blocks)
             Mmad(c1.Get<float>(), a2.Get<half>(), b2.Get<half>(), MmadParams(16, 16, 16, 0, false, true));  // all 16
             SetAtomicType<float>();
             for (int i = 0; i < iters; ++i) Fixpipe(G, c1.Get<float>(), FixpipeParamsV220(16, 16, 16, 16, false));
-            SetAtomicNone();
+            DisableDmaAtomic();
         }
     };
     twin::LaunchMix(N, k, acc.addr(), one.addr());
@@ -190,7 +190,7 @@ TWIN_TEST(syncall_and_modes)
             Duplicate(t, 1.0f, 2 * N * 8);
             SetAtomicAdd<float>();
             DataCopy(Bf, t, 2 * N * 8);
-            SetAtomicNone();
+            DisableDmaAtomic();
             CrossCoreSetFlag<0, PIPE_MTE3>(5);  // all-AIV barrier through mode 0
             CrossCoreWaitFlag(5);
             CrossCoreSetFlag<1, PIPE_MTE3>(6);  // the two AIVs of the block

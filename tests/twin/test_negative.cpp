@@ -239,6 +239,15 @@ TWIN_TEST(neg_flag_id_11)
     });
     return NotCaught("flagId 11");
 }
+TWIN_TEST(neg_flag_id_16)
+{
+    Mix([] {
+        if ASCEND_IS_AIC {
+            CrossCoreSetFlag<2, PIPE_FIX>(16);
+        }
+    });
+    return NotCaught("flagId 16");
+}
 TWIN_TEST(neg_flag_unwaited)
 {
     Mix([] {
@@ -526,9 +535,9 @@ TWIN_TEST(neg_compare_count)
         pipe.InitBuffer(m, 256);
         LocalTensor<half> x = a.Get<half>();
         Duplicate(x, static_cast<half>(1.0f), 512);
-        CompareScalar(m.Get<uint8_t>(), x, static_cast<half>(0.0f), CMPMODE::GT, 100);  // 200 B, not 256-multiple
+        Compares(m.Get<uint8_t>(), x, static_cast<half>(0.0f), CMPMODE::GT, 100);  // 200 B, not 256-multiple
     });
-    return NotCaught("CompareScalar count");
+    return NotCaught("Compares count");
 }
 TWIN_TEST(neg_reducemax_tmp)
 {

@@ -243,7 +243,7 @@ TWIN_TEST(vec_rowwise_highdim)
         WholeReduceSum(o[rows * cols], o, 64, rows, 1, 1, 8);
     });
     for (uint32_t i = 0; i < rows; ++i) {
-        float m = -INFINITY;
+        float m = -std::numeric_limits<float>::infinity();
         for (uint32_t j = 0; j < cols; ++j) m = std::max(m, x[i * cols + j]);
         std::vector<float> e(cols);
         for (uint32_t j = 0; j < cols; ++j) {
@@ -264,7 +264,7 @@ TWIN_TEST(vec_compare_select)
     auto hx = tt::To<half>(x);
     auto r = OnAiv<half, half>(hx, 3 * n, [&](LocalTensor<half> in, LocalTensor<half> o, LocalTensor<uint8_t> tmpb) {
         LocalTensor<uint8_t> bits = tmpb;
-        CompareScalar(bits, in, static_cast<half>(0.0f), CMPMODE::GT, n);  // 128 halves = 256 bytes
+        Compares(bits, in, static_cast<half>(0.0f), CMPMODE::GT, n);  // 128 halves = 256 bytes
         Select(o, bits, in, static_cast<half>(-9.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
         LocalTensor<half> neg = tmpb[256].ReinterpretCast<half>();
         Muls(neg, in, static_cast<half>(-1.0f), n);
@@ -379,7 +379,10 @@ TWIN_TEST(identity_and_kernel_type)
         KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
         GlobalTensor<int32_t> G;
         G.SetGlobalBuffer((__gm__ int32_t*)p, N * 3 * 8);
-        int slot = ASCEND_IS_AIC ? static_cast<int>(GetBlockIdx()) * 3 : static_cast<int>(GetBlockIdx() / 2) * 3 + 1 + static_cast<int>(GetSubBlockIdx());
+        int slot = static_cast<int>(GetBlockIdx() / GetTaskRatio()) * 3;  // ASCEND_IS_AIC is only valid after `if`
+        if ASCEND_IS_AIV {
+            slot += 1 + static_cast<int>(GetSubBlockIdx());
+        }
         G.SetValue(slot * 8 + 0, static_cast<int32_t>(GetBlockIdx()));
         G.SetValue(slot * 8 + 1, static_cast<int32_t>(GetBlockNum()));
         G.SetValue(slot * 8 + 2, static_cast<int32_t>(GetSubBlockIdx()));

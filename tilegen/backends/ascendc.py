@@ -127,8 +127,8 @@ def cfloat(x: float) -> str:
 # range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
 # TilegenRefusal); the runtime narrows each through TILEGEN_NARROW, which the CPU twin checks again.
 # Fields written as literals (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0,
-# DataCopyExtParams.rsv = 0, LoadData2DParams.sid/dstGap/addrMode = 0, MmadParams.unitFlag = 0) are in
-# range by inspection and not listed.
+# DataCopyExtParams.rsv = 0, InitConstValueParams.repeatTimes = 1 and dstGap = 0, LoadData2DParams.sid/
+# dstGap/addrMode = 0, MmadParams.unitFlag = 0) are in range by inspection and not listed.
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,6 @@ FIELDS = {
         FieldRange("DataCopyExtParams_blockLen", "uint32_t", 0, 2097151, _DC),
         FieldRange("DataCopyExtParams_srcStride", "uint32_t", 0, 2**32 - 1, _PAD),
         FieldRange("DataCopyExtParams_dstStride", "uint32_t", 0, 2**32 - 1, _PAD),
-        FieldRange("InitConstValueParams_repeatTimes", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
         FieldRange("InitConstValueParams_blockNum", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
         FieldRange("LoadData2DParams_startIndex", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
         FieldRange("LoadData2DParams_repeatTimes", "uint8_t", 1, 255, _MM + "; docs/zh/api/.../LoadData_2D.md (0 is a no-op)"),
@@ -386,7 +385,9 @@ class _Lower:
                 # backend scratch after the planned buffers: reduction tmp and result, the column
                 # index of a mask, its compare bits (sizes within the level's declared scratch)
                 cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64])
-                scratch = [("sc_tmp", "float", 64), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
+                           for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
+                scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
                 offset = -(-peak // 32) * 32
                 for name, ctype, elems in scratch:
                     size = -(-elems * (4 if ctype == "float" else 1) // 32) * 32
@@ -448,6 +449,19 @@ class _Lower:
         else:
             extent = cexpr(t.shape[len(t.shape) - ntile], self.consts)
         return f"tilegen::Clip({extent} - ({start} + {row_shift}), 0LL, {rows}LL)"
+
+
+def reduce_tmp_elems(count: int, itemsize: int, is_max: bool) -> int:
+    """Elements of the ``sharedTmpBuffer`` that ReduceMax / ReduceSum (count form, no index) need for
+    ``count`` elements of ``itemsize`` bytes on A2: the first round's outputs (2 per 256-byte repeat for
+    ReduceMax, which writes value and index; 1 for ReduceSum) rounded up to a 32-byte block. Source:
+    asc-devkit@0da921b9 docs/zh/api/SIMD-API/基础API/Memory矢量计算/归约计算/ReduceMax.md and ReduceSum.md
+    ("sharedTmpBuffer所需空间设置"); ReduceSum's count form on A2 (方式一) does not use it, the formula
+    is kept as its upper bound."""
+    per_repeat, per_block = 256 // itemsize, 32 // itemsize
+    repeats = max(1, -(-count // per_repeat))
+    out = repeats * (2 if is_max else 1)
+    return -(-out // per_block) * per_block
 
 
 def _single(buf: Buffer) -> Buffer:
@@ -641,7 +655,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError(f"cube buffer {buf.name} filled with {stmt.value}; only zero fills are lowered")
         m, n = lo.dims(buf)
         what = f"the zero fill of {buf.name}"
-        lo.need("InitConstValueParams_repeatTimes", -(-max(m, n) // 16), what)
+        lo.need("InitConstValueParams_blockNum", -(-max(m, n) // 16), what)
         lo.need("MmadParams_m", m, what)
         lo.need("MmadParams_n", n, what)
         return {"kind": "zero_acc", "c": buf.name, "m": m, "n": n}

@@ -7,12 +7,40 @@
 // Pipe synchronisation is conservative: every move is followed by its consumer's wait, so no two pipes
 // overlap (correctness first; overlap is future work).
 //
-// API sources (asc-devkit docs/api/context/<Name>.md at cannmirror/asc-devkit@452bbfb9, summarised in
-// tilegen's ascendc-api notes): DataCopyPad (§3.3), DataCopy with Nd2NzParams (§3.2), fractal layouts
-// NZ/ZZ/ZN (§3.4), LoadData/Load2D (§3.5), Fixpipe with FixpipeParamsV220 (§3.6), Mmad (§4.1),
-// InitConstValue, vector ops Exp/Ln/Add/Sub/Mul/Max/Muls/Adds/Duplicate/Cast (§5.2, §5.6),
-// ReduceMax/ReduceSum (§5.3), CompareScalar/Select (§5.5), SetFlag/WaitFlag (§7.1),
-// CrossCoreSetFlag/CrossCoreWaitFlag (§7.2), SetAtomicAdd/SetAtomicNone (§7.4).
+// Target: CANN 9.1.0 (Ascend C API names of 9.1.0: Fill, Compares, DisableDmaAtomic; the older
+// InitConstValue, CompareScalar, SetAtomicNone are deprecated aliases there). Every API below is cited
+// by its declaration in asc-devkit (cannmirror/asc-devkit@0da921b91aeb2abdc6e8d74423b0bbe7040c3fd1,
+// CANN 9.1.0; I = include/basic_api/, M = impl/basic_api/) and its page under docs/zh/api/SIMD-API/基础API/
+// (D = that folder; tilegen/twin/README.md lists every page):
+//   DataCopyPad, DataCopyExtParams, DataCopyPadExtParams  I/kernel_operator_data_copy_intf.h:399,420,
+//       I/kernel_struct_data_copy.h:194,222; D/Memory矢量计算/数据搬运/GM与UB数据搬运/GMToUB非对齐数据搬运
+//       (DataCopyPad).md, UBToGM…  (GM strides in bytes, UB strides in 32 B blocks; GM->UB rows padded to 32 B)
+//   DataCopy + Nd2NzParams (GM -> L1 ND->NZ)     I/kernel_operator_data_copy_intf.h:75, I/kernel_struct_data_copy.h:259
+//   LoadData + LoadData2DParams (L1 -> L0A/L0B)  I/kernel_operator_mm_intf.h:64, I/kernel_struct_mm.h:42
+//   Mmad + MmadParams (cmatrixInitVal: C starts from 0)  I/kernel_operator_mm_intf.h:281, I/kernel_struct_mm.h:392
+//   Fixpipe + FixpipeParamsV220, CFG_ROW_MAJOR   I/kernel_operator_fixpipe_intf.h:93 (L0C -> GM), I/kernel_struct_fixpipe.h:97,106
+//   Fill + InitConstValueParams                  I/kernel_operator_mm_intf.h:379, I/kernel_struct_mm.h:444;
+//       D/矩阵计算（ISASI）/矩阵计算的搬入/辅助配置接口/Fill.md (repeatTimes repeats of blockNum blocks,
+//       dstGap blocks apart; a block is 32 B in L1, 512 B in L0A/L0B; blockNum = 0 does nothing)
+//   Duplicate                                    I/kernel_operator_vec_duplicate_intf.h:71
+//   Adds, Muls                                   I/kernel_operator_vec_binary_scalar_intf.h:113-119,202-208
+//   Add, Sub, Mul, Max                           I/kernel_operator_vec_binary_intf.h:82,124,166,310
+//   Exp, Ln                                      I/kernel_operator_vec_unary_intf.h:125,175
+//   ReduceMax, ReduceSum (sharedTmpBuffer size)  I/kernel_operator_vec_reduce_intf.h:170,183;
+//       D/Memory矢量计算/归约计算/ReduceMax.md, ReduceSum.md
+//   Compares, Select (count * sizeof(T) a multiple of 256 B)  I/kernel_operator_vec_cmpsel_intf.h:155,277;
+//       D/Memory矢量计算/比较与选择/Compares.md, Select.md; CMPMODE, SELMODE M/utils/kernel_utils_mode.h:111,120
+//   Cast + RoundMode                             I/kernel_operator_vec_vconv_intf.h:81
+//   SetFlag/WaitFlag<HardEvent>, PipeBarrier     I/kernel_operator_block_sync_intf.h:43,46,49; M/kernel_event.h:38
+//   CrossCoreSetFlag/CrossCoreWaitFlag           I/kernel_operator_block_sync_intf.h:90,93;
+//       D/同步控制/核间同步/CrossCoreSetFlag(ISASI).md (mode 2; flag ids 0-15, 11-14 taken by SyncAll)
+//   SetAtomicAdd, DisableDmaAtomic               I/kernel_operator_set_atomic_intf.h:39,41; D/原子操作/DisableDmaAtomic.md
+//   TPipe, TBuf, InitBuffer, Get, GetWithOffset  I/kernel_tpipe.h:448,463 (TPipe, InitBuffer), 206,210,214 (TBuf)
+//   LocalTensor GetValue/SetValue/GetSize, GlobalTensor SetGlobalBuffer  I/kernel_tensor.h:176,181,195,265
+//   GetBlockIdx, GetBlockNum, GetSubBlockIdx, GetTaskRatio  I/kernel_operator_sys_var_intf.h:39-45
+//   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2), ASCEND_IS_AIC/AIV  M/utils/kernel_utils_macros.h:94,381,
+//       impl/utils/sys_macros.h:84 (only valid after `if`)
+// The build (tilegen_ops.asc, CMakeLists.txt) needs bisheng from CANN >= 9.1.0.
 #ifndef TILEGEN_RUNTIME_H
 #define TILEGEN_RUNTIME_H
 
@@ -23,9 +51,9 @@ using namespace AscendC;
 
 // Cross-core flag ids (mode 2, inside one AI Core). "Ready" has one id per direction: tiles are
 // consumed in the order they are produced. "Free" has one id per workspace slot (FLAG_FREE_BASE + slot):
-// slots are refilled at different rates, so each waits for its own consumer. Ids 0-10 are the user's
-// on A2 (CrossCoreSetFlag); a producer never runs more than one tile per slot ahead, so no counter
-// passes 15.
+// slots are refilled at different rates, so each waits for its own consumer. Mode 2 takes ids 0-15 on
+// A2, SyncAll uses 11-14 (CrossCoreSetFlag(ISASI).md), so these stay in 0-10; a producer never runs more
+// than one tile per slot ahead, so no counter passes 15.
 constexpr uint16_t FLAG_C2V_READY = 0;
 constexpr uint16_t FLAG_V2C_READY = 1;
 constexpr uint16_t FLAG_FREE_BASE = 2;
@@ -114,12 +142,6 @@ struct FixpipeParamsV220_srcStride {
 };
 // include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
 struct InitConstValueParams_blockNum {
-    using T = uint16_t;
-    static constexpr int64_t lo = 0LL;
-    static constexpr int64_t hi = 32767LL;
-};
-// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
-struct InitConstValueParams_repeatTimes {
     using T = uint16_t;
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 32767LL;
@@ -223,6 +245,24 @@ __aicore__ inline void WaitVToMte2()
     SetFlag<HardEvent::V_MTE2>(0);
     WaitFlag<HardEvent::V_MTE2>(0);
 }
+// Scalar GetValue/SetValue on UB run on PIPE_S: without the compiler's automatic synchronisation a scalar
+// access waits for the pipe that wrote the data, and a vector op for the scalar writes it reads
+// (docs/zh/guide/技术附录/概念原理和术语/内存访问原理/Scalar读写数据.md, "Scalar读写数据时的同步").
+__aicore__ inline void WaitVToS()
+{
+    SetFlag<HardEvent::V_S>(0);
+    WaitFlag<HardEvent::V_S>(0);
+}
+__aicore__ inline void WaitSToV()
+{
+    SetFlag<HardEvent::S_V>(0);
+    WaitFlag<HardEvent::S_V>(0);
+}
+__aicore__ inline void WaitMte2ToS()
+{
+    SetFlag<HardEvent::MTE2_S>(0);
+    WaitFlag<HardEvent::MTE2_S>(0);
+}
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
 // `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
@@ -258,7 +298,9 @@ __aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<
     }
     WaitMte2ToV<T>();
     if (pad && valid < n) {
+        WaitMte2ToS();
         for (int64_t e = valid; e < n; ++e) dst.SetValue(static_cast<uint32_t>(e), padValue);
+        WaitSToV();
     }
 }
 
@@ -275,7 +317,7 @@ __aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T
                         TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))), 0,
                         TILEGEN_NARROW(DataCopyExtParams_dstStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0);
     DataCopyPad(dst, src, p);
-    if (atomic) SetAtomicNone();
+    if (atomic) DisableDmaAtomic();
     WaitMte3ToV();
 }
 
@@ -287,7 +329,7 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
     if (atomic) SetAtomicAdd<T>();
     DataCopyExtParams p(1, TILEGEN_NARROW(DataCopyExtParams_blockLen, valid * static_cast<int64_t>(sizeof(T))), 0, 0, 0);
     DataCopyPad(dst, src, p);
-    if (atomic) SetAtomicNone();
+    if (atomic) DisableDmaAtomic();
     WaitMte3ToV();
 }
 
@@ -295,6 +337,7 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
 __aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                      const LocalTensor<float>& vec, int64_t rows, int64_t cpad, float sign)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = sign * vec.GetValue(static_cast<uint32_t>(r));
         Adds(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
@@ -303,6 +346,7 @@ __aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalT
 __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                      const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
         Muls(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
@@ -312,6 +356,7 @@ __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalT
 __aicore__ inline void RowsSafeDiv(const LocalTensor<float>& dst, const LocalTensor<float>& src,
                                    const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
 {
+    WaitVToS();
     for (int64_t r = 0; r < rows; ++r) {
         float v = vec.GetValue(static_cast<uint32_t>(r));
         if (v != 0.0f) {
@@ -331,16 +376,20 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
         } else {
             ReduceSum(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols));
         }
+        WaitVToS();
         vec.SetValue(static_cast<uint32_t>(r), out.GetValue(0));
     }
+    WaitSToV();
 }
 // x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet).
 __aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, int64_t n)
 {
+    WaitVToS();
     for (int64_t e = 0; e < n; ++e) {
         float v = src.GetValue(static_cast<uint32_t>(e));
         dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);
     }
+    WaitSToV();
 }
 // Cast a tile row by row when the two dtypes pad their rows differently.
 template <typename D, typename S>
@@ -361,7 +410,9 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
                                 int64_t rows, int64_t cpad, int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off,
                                 int64_t left, int64_t right)
 {
+    WaitVToS();
     for (int64_t c = 0; c < cpad; ++c) colIdx.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
+    WaitSToV();
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t gr = row0 + r;
         const LocalTensor<float> row = s[r * cpad];
@@ -374,9 +425,9 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         hi = Min64(hi, sk - 1);
         lo = Max64(lo, 0);
         if (lo <= col0 && hi >= col0 + cpad - 1) continue;
-        CompareScalar(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Compares(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, TILEGEN_NARROW(VectorOp_count, cpad));
         Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
-        CompareScalar(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Compares(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, TILEGEN_NARROW(VectorOp_count, cpad));
         Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
     }
 }
@@ -428,7 +479,8 @@ __aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& 
     const int64_t cpad = CeilDiv(cols, 16) * 16;
     WaitMte1ToMte2();
     if (zeroTail && valid < rows) {
-        InitConstValue(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
+        // one repeat of rpad * cpad elements in 32 B blocks of L1 (Fill.md: blockNum blocks per repeat)
+        Fill(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
         PipeBarrier<PIPE_MTE2>();
     }
     if (valid > 0 && !rowwise) {
@@ -502,14 +554,18 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
     WaitMToMte1();
 }
 
-// c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile.
+// c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile. Each tile is
+// CeilDiv(rows, 16) fractals of 16 x 16 2-byte elements, one 512 B block of L0A/L0B each: Fill them in
+// one repeat of that many blocks (blockNum; the two-argument InitConstValueParams leaves blockNum = 0,
+// which fills nothing: Fill.md).
 template <typename T>
 __aicore__ inline void ZeroAcc(const LocalTensor<float>& c, const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t m,
                                int64_t n)
 {
+    static_assert(sizeof(T) == 2, "ZeroAcc fills 16 x 16 fractals of 2-byte elements (512 B blocks)");
     WaitMToMte1();
-    InitConstValue(l0a, InitConstValueParams<T>(TILEGEN_NARROW(InitConstValueParams_repeatTimes, CeilDiv(m, 16)), T(0)));
-    InitConstValue(l0b, InitConstValueParams<T>(TILEGEN_NARROW(InitConstValueParams_repeatTimes, CeilDiv(n, 16)), T(0)));
+    Fill(l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));
+    Fill(l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));
     WaitMte1ToM();
     Mmad(c, l0a, l0b, MmadParams(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), 16, 0, false, true));
     WaitMToMte1();
@@ -526,7 +582,7 @@ __aicore__ inline void FixpipeRows(const GlobalTensor<float>& dst, const LocalTe
                         TILEGEN_NARROW(FixpipeParamsV220_srcStride, CeilDiv(m, 16) * 16),
                         TILEGEN_NARROW(FixpipeParamsV220_dstStride, pitch), false);
     Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c, p);
-    if (atomic) SetAtomicNone();
+    if (atomic) DisableDmaAtomic();
     WaitFixToM();
 }
 

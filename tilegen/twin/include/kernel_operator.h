@@ -16,4 +16,12 @@
 #include "twin/cube.h"
 #include "twin/vector.h"
 
+// The device headers include <cmath> only under ASCENDC_CPU_DEBUG (impl/utils/std/cmath/abs.h:18, sqrt.h at
+// asc-devkit@0da921b9), so under bisheng nothing guarantees INFINITY or NAN to kernel code. The twin's own
+// <cmath> must not hand them out either: kernels spell infinities as constants of their own
+// (tilegen_runtime.h: __builtin_huge_valf()).
+#undef INFINITY
+#undef NAN
+#pragma GCC poison INFINITY NAN
+
 #endif  // TILEGEN_TWIN_KERNEL_OPERATOR_H

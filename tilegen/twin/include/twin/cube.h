@@ -110,7 +110,7 @@ struct FixpipeParamsV220 {
     bool isChannelSplit = false;
 };
 
-// [I:include/basic_api/kernel_struct_mm.h, P:InitConstValue]
+// [I:include/basic_api/kernel_struct_mm.h:444, P:Fill]: the two-argument constructor leaves blockNum = dstGap = 0
 template <typename T>
 struct InitConstValueParams {
     InitConstValueParams() {}
@@ -124,18 +124,21 @@ struct InitConstValueParams {
     T initValue = T(0);
 };
 
-// InitConstValue [P:InitConstValue]: fill L1 (A1/B1, 32-byte blocks) or L0A/L0B (512-byte blocks):
-// for r < repeatTimes fill blockNum blocks at dst + r*(blockNum + dstGap) blocks. With blockNum = dstGap = 0
-// (the two-argument form) every repeat fills 512 bytes with no gap.
-template <typename T, typename U = T, typename std::enable_if<std::is_same<T, U>::value, bool>::type = true>
-inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<U>& p)
+// Fill [P:Fill; I:include/basic_api/kernel_operator_mm_intf.h:379, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
+// InitL1BufferCal / InitL0ANzMatrixCal / InitL0BNzMatrixCal]: fill L1 (A1/B1, 32-byte blocks) or L0A/L0B
+// (A2/B2, 512-byte blocks): for r < repeatTimes fill blockNum blocks at dst + r*(blockNum + dstGap) blocks.
+// On A2 every field is used ("支持配置所有参数"); repeatTimes = 0 or blockNum = 0 is a NOP (Fill.md, 约束说明),
+// so the two-argument InitConstValueParams(repeatTimes, value), which leaves blockNum = 0, fills nothing.
+// InitConstValue is the pre-9.1.0 name of the same call (kernel_operator_mm_intf.h:381).
+namespace detail_fill {
+template <typename T, typename U>
+inline void Fill(const char* api, const LocalTensor<T>& dst, const InitConstValueParams<U>& p)
 {
-    const char* api = "InitConstValue";
-    constexpr const char* S = "P:InitConstValue";
+    constexpr const char* S = "P:Fill";
     constexpr twin::DType dt = twin::DTypeOf<T>();
     static_assert(dt == twin::DType::F16 || dt == twin::DType::I16 || dt == twin::DType::U16 || dt == twin::DType::BF16 ||
                       dt == twin::DType::F32 || dt == twin::DType::I32 || dt == twin::DType::U32,
-                  "twin: InitConstValue dtype not supported on A2");
+                  "twin: Fill dtype not supported on A2");
     twin::RequireAic(api, S);
     dst.Valid(api);
     const twin::LocalRef& d = dst.Ref();
@@ -145,15 +148,23 @@ inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams
     twin::CheckAlign(api, d, static_cast<uint32_t>(unit), "dst", S);
     if (p.repeatTimes > 32767 || p.blockNum > 32767 || p.dstGap > 32767)
         twin::Fail(api, "repeatTimes/blockNum/dstGap must be in [0, 32767]", S);
-    uint64_t bn = p.blockNum, gap = p.dstGap;
-    if (bn == 0 && gap == 0) {
-        bn = 512 / unit;
-    }
-    if (p.repeatTimes == 0 || bn == 0) return;
+    const uint64_t bn = p.blockNum, gap = p.dstGap;
+    if (p.repeatTimes == 0 || bn == 0) return;  // NOP on the hardware
     uint64_t end = ((p.repeatTimes - 1ull) * (bn + gap) + bn) * unit;
     twin::CheckRange(api, d, 0, end, "dst", S);
     for (uint64_t r = 0; r < p.repeatTimes; ++r)
         twin::dc::FillElems<T>(d.Ptr() + r * (bn + gap) * unit, bn * unit / sizeof(T), p.initValue);
+}
+}  // namespace detail_fill
+template <typename T, typename U = T, typename std::enable_if<std::is_same<T, U>::value, bool>::type = true>
+inline void Fill(const LocalTensor<T>& dst, const InitConstValueParams<U>& p)
+{
+    detail_fill::Fill("Fill", dst, p);
+}
+template <typename T, typename U = T, typename std::enable_if<std::is_same<T, U>::value, bool>::type = true>
+inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<U>& p)
+{
+    detail_fill::Fill("InitConstValue", dst, p);
 }
 
 // ---------------------------------------------------------------------------------------------

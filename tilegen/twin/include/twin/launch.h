@@ -250,8 +250,10 @@ inline void CrossSet(int mode, pipe_t pipe, uint16_t flagId)
     const char* api = "CrossCoreSetFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    if (flagId > 10)
-        Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId), kXSrc);
+    // modes 0-2 take flagId 0-15; SyncAll uses 11-14 [P:CrossCoreSetFlag(ISASI) flagId取值范围说明, 约束说明]
+    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), kXSrc);
+    if (flagId >= 11 && flagId <= 14)
+        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), kXSrc);
     RequireScheduler(L, api);
     if (mode == 4) Fail(api, "modeId 4 exists on Ascend 950 only", kXSrc);
     if (mode < 0 || mode > 2) Fail(api, Fmt("modeId %d is not 0, 1 or 2", mode), kXSrc);
@@ -313,9 +315,9 @@ inline void CrossWait(uint16_t flagId)
     const char* api = "CrossCoreWaitFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    if (flagId > 10)
-        Fail(api, Fmt("flagId %u out of range [0, 10] (11-14 are reserved for SyncAll on A2)", flagId),
-             "P:CrossCoreWaitFlag(ISASI)");
+    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), "P:CrossCoreWaitFlag(ISASI)");
+    if (flagId >= 11 && flagId <= 14)
+        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), "P:CrossCoreWaitFlag(ISASI)");
     RequireScheduler(L, api);
     std::unique_lock<std::mutex> lk(L.mu);
     int s = L.Slot(&me);
@@ -535,7 +537,7 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
 
 // Launch a MIX_AIC_1_2 kernel: numBlocks groups of 1 AIC + 2 AIV, each core a thread that runs
 // kernel(args...). numBlocks must not exceed the physical AIC count (default 24, twin::SetAicCoreNum).
-// Equivalent of kernel<<<numBlocks, nullptr, stream>>>(args...) followed by a stream sync.
+// Equivalent of kernel<<<numBlocks, 0, stream>>>(args...) (dynUBufSize 0) followed by a stream sync.
 template <typename F, typename... Args>
 inline void LaunchMix(uint32_t numBlocks, F&& kernel, Args... args)
 {
@@ -556,11 +558,15 @@ inline void LaunchAiv(uint32_t numBlocks, F&& kernel, Args... args)
 // [P:设置Kernel类型] statement inside the kernel body; the twin checks it against the launcher.
 #define KERNEL_TASK_TYPE_DEFAULT(t) ::twin::DeclareKernelType(static_cast<int>(t))
 #define KERNEL_TASK_TYPE(key, t) ((void)(key), (void)(t))
-// [G:…/SIMD-BuiltIn关键字] `if ASCEND_IS_AIC { ... }`
-#define ASCEND_IS_AIC (::twin::IsAic())
-#define ASCEND_IS_AIV (::twin::IsAiv())
-#define ASCEND_IS_NOT_AIC (!::twin::IsAic())
-#define ASCEND_IS_NOT_AIV (!::twin::IsAiv())
+// [G:…/SIMD-BuiltIn关键字] `if ASCEND_IS_AIC { ... }`. On the device (impl/utils/sys_macros.h:83-86 at
+// asc-devkit@0da921b9) these expand to `constexpr(g_coreType == AscendC::AIC)`, valid only right after
+// `if`. The twin selects at run time (each core is a thread) but keeps that rule: the expansion is a C++17
+// if-statement head with an empty init-statement, `(; cond)`, so `x = ASCEND_IS_AIC ? a : b`,
+// `if (ASCEND_IS_AIC)` or `bool b = ASCEND_IS_AIV` fail to compile here as they do under bisheng.
+#define ASCEND_IS_AIC (; ::twin::IsAic())
+#define ASCEND_IS_AIV (; ::twin::IsAiv())
+#define ASCEND_IS_NOT_AIC (; !::twin::IsAic())
+#define ASCEND_IS_NOT_AIV (; !::twin::IsAiv())
 #define g_coreType (::twin::IsAic() ? ::AscendC::AIC : ::AscendC::AIV)
 
 namespace AscendC {

@@ -116,13 +116,15 @@ inline void SetAtomicType()
     if (c.atomicOp == twin::AtomicOp::None) c.atomicOp = twin::AtomicOp::Add;
     c.atomicType = twin::DTypeOf<T>();
 }
-inline void SetAtomicNone()
+// DisableDmaAtomic [I:include/basic_api/kernel_operator_set_atomic_intf.h:41, P:DisableDmaAtomic]; SetAtomicNone
+// is its pre-9.1.0 name (line 43: "SetAtomicNone has been updated, please use DisableDmaAtomic instead").
+inline void DisableDmaAtomic()
 {
-    twin::CoreCtx& c = twin::Cur("SetAtomicNone");
+    twin::CoreCtx& c = twin::Cur("DisableDmaAtomic");
     c.atomicOp = twin::AtomicOp::None;
     c.atomicType = twin::DType::None;
 }
-inline void DisableDmaAtomic() { SetAtomicNone(); }
+inline void SetAtomicNone() { DisableDmaAtomic(); }
 
 // [P:InitSocState] resets atomic and mask state.
 inline void InitSocState()

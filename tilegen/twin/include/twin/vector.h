@@ -910,8 +910,8 @@ inline void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     }
 }
 
-// [P:ReduceSum] count form: within a repeat a pairwise binary tree, across repeats sequential (方式二 on A2);
-// half partial sums saturate at +-65504. Any tmp size is accepted and tmp is not modified (方式二).
+// [P:ReduceSum] count form: within a repeat a pairwise binary tree, across repeats sequential (方式一: the count form on A2);
+// half partial sums saturate at +-65504. Any tmp size is accepted and tmp is not modified (方式一 does not use it).
 template <typename T, bool isSetMask = true>
 inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
                       const int32_t count)
@@ -1132,12 +1132,14 @@ inline void CheckCmp(const char* api, const char* S, CMPMODE m, uint32_t count)
 }
 }  // namespace detail_cmp
 
+// Compares [P:Compares, I:include/basic_api/kernel_operator_vec_cmpsel_intf.h:155]; CompareScalar is its
+// pre-9.1.0 name (same declaration block, "CompareScalar has been updated, please use Compares instead").
+namespace detail_cmp {
 template <typename T, typename U>
-inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
-                          uint32_t count)
+inline void Scalar(const char* api, const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
+                   uint32_t count)
 {
-    const char* api = "CompareScalar";
-    constexpr const char* S = "P:CompareScalar";
+    constexpr const char* S = "P:Compares";
     twin::RequireAiv(api, S);
     detail_cmp::CheckCmp<T, U>(api, S, cmpMode, count);
     const twin::LocalRef& d = twin::vec::UbOperand(api, dst, "dst");
@@ -1151,6 +1153,18 @@ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0,
         if (detail_cmp::Cmp(v, src1Scalar, cmpMode)) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
     }
     std::memcpy(d.Ptr(), bits.data(), bits.size());
+}
+}  // namespace detail_cmp
+template <typename T, typename U>
+inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode, uint32_t count)
+{
+    detail_cmp::Scalar("Compares", dst, src0, src1Scalar, cmpMode, count);
+}
+template <typename T, typename U>
+inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar, CMPMODE cmpMode,
+                          uint32_t count)
+{
+    detail_cmp::Scalar("CompareScalar", dst, src0, src1Scalar, cmpMode, count);
 }
 template <typename T, typename U>
 inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
