@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec
+from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec, subnormal_p_case
 from tilegen.backends import ascendc, twin, write
 from tilegen.backends.interp import interpret
 from tilegen.errors import SpecError, TargetError
@@ -57,6 +57,16 @@ def test_generated_kernels_match_reference_and_interpreter(case):
         ours = np.asarray(ours, dtype=np.float32)
         ref = np.asarray(ref, dtype=np.float32)
         np.testing.assert_allclose(ours, ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
+
+
+@pytest.mark.parametrize("dq_strategy", ["atomic", "separate"])
+def test_ds_from_unrounded_p_on_the_twin(dq_strategy):
+    """The subnormal-P fp16 case (helpers.subnormal_p_case) through the generated Ascend C: dQ, dK, dV
+    within the rule (from P rounded to fp16 dQ and dK miss it)."""
+    spec, data = subnormal_p_case(1)
+    exe = twin.build(ascendc.generate(spec, "ascend910b2", dq_strategy=dq_strategy).files)
+    fwd, bwd = twin.run_attention(exe, spec, data, blocks=3)
+    assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
 
 
 def test_separate_dq_strategy_on_the_twin_is_deterministic():

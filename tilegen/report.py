@@ -260,8 +260,10 @@ def tradeoff_report(spec: AttentionSpec, target: str, layers: int = 32, dq_strat
         "read_P_once_s": p_bytes / bw,
         "recompute_S_on_cube_s": flops_qk / peak,
         "recompute_exp_on_vector_s": exp_time,
-        "store_P_traffic_bytes": 4 * p_bytes,
-        "store_P_traffic_s": 4 * p_bytes / bw,
+        # the unfused program writes P (fp32: dS reads the unrounded P, DESIGN §3) and reads it back,
+        # and does the same for dS (the input dtype)
+        "store_P_traffic_bytes": 2 * spec.seq_q * spec.seq_k * (4 + item),
+        "store_P_traffic_s": 2 * spec.seq_q * spec.seq_k * (4 + item) / bw,
     }
     rows = {}
     for side in sides:
@@ -305,8 +307,9 @@ def format_tradeoff(r: dict) -> str:
         f"  recomputing S = QK^T     {format_seconds(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
         "",
         "where that argument is incomplete (and the report disagrees with it):",
-        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS:",
-        f"    4 x {format_bytes(ph['P_bytes'])} = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
+        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS;",
+        "    P is kept in fp32 (dS = P o (dP - D) must not read a rounded P), dS in the input dtype:",
+        f"    Sq x Sk x 2 x (4 + {dtypes.itemsize(r['spec']['dtype'])}) B = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
         "  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
         f"    vector unit, {format_seconds(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
         + (" (an estimate)" if r["exp_rate_estimate"] else "")
