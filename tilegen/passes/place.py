@@ -177,9 +177,6 @@ def place(program: Program, target: Target, num_stages: dict[str, int] | None = 
             unit_of = {name: "vector" for name in _accesses(kernel)}
         written_by_matmul = {s.dst for s, _ in walk(kernel.body) if isinstance(s, MatMul)}
         operands = {n for s, _ in walk(kernel.body) if isinstance(s, MatMul) for n in (s.a, s.b)}
-        vector_written = {
-            s.dst for s, _ in walk(kernel.body) if isinstance(s, (Elementwise, RowReduce, Mask))
-        }
         handoff_tensors = {t.name for t in tensors if t.kind == "handoff"}
         loaded_in_loop = {
             s.dst
