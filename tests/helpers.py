@@ -50,3 +50,41 @@ def assert_backward_ok(spec: AttentionSpec, grads, data: dict, lse=None) -> None
         assert not np.isnan(np.asarray(ours, dtype=np.float32)).any(), f"NaN in {name}"
         comp = compare(name, ours, r, p, spec.dtype, rel_floor=rel_floor, terms=longest_sum(spec))
         assert comp.ok, comp.line()
+
+
+def subnormal_p_case(seed: int = 0, seq: int = 40, gap: tuple[float, float] = (12.0, 15.0), amp: float = 4.0, big: float = 4096.0):
+    """An adversarial fp16 case for the rounding of P before dS = P∘(dP − D) (issue 12, item 2).
+
+    Causal, D = 72, scale 1/8. Every score is exact in fp16 (S = 8·K[:, 0] with Q[:, 0] = 64), so the
+    plain implementation's rounding of S costs nothing: logits sit near −120, the row max is key 0's
+    −120, and every other key sits ``gap`` (uniform) below it, so P ≈ e^−12…e^−15 (1e−6…6e−6): fp16
+    subnormals, where rounding P to fp16 changes it by up to 3 % (an ulp there is 6e−8). Keys 1, 2 |
+    3, 4 | … come in pairs with the same score and opposite V and K[:, 2]: D = rowsum(dO∘O) is 0 in
+    exact arithmetic and key 0 (V = 0) gets dS ≈ 0, so the gradients' largest entries come from the
+    subnormal P alone. Q[:, 1] and K[:, 2] (±``big``, orthogonal to the score direction) scale dK and
+    dQ above the rule's absolute floor; rows that see only half of a pair get dO = 0.
+
+    Returns (spec, {"Q", "K", "V", "dO"} float16 arrays in BNSD order).
+    """
+    d = 72
+    spec = make_spec(
+        name="subnormal-p", heads_q=1, heads_kv=1, seq_q=seq, seq_k=seq, head_dim_qk=d, head_dim_v=d, window=(-1, 0), scale=0.125
+    )
+    rng = np.random.default_rng(seed)
+    q = np.zeros((1, 1, seq, d))
+    k = np.zeros((1, 1, seq, d))
+    v = np.zeros((1, 1, seq, d))
+    q[..., 0] = 64.0
+    q[..., 1] = big * rng.choice([-1.0, 1.0], seq)
+    k[0, 0, :, 0] = -15.0 - gap[1] / 8.0
+    k[0, 0, 0, 0] = -15.0  # score −120: the row max of every row
+    for m in range((seq - 1) // 2):
+        a, b = 1 + 2 * m, 2 + 2 * m
+        k[0, 0, a, 0] = k[0, 0, b, 0] = -15.0 - rng.uniform(*gap) / 8.0
+        k[0, 0, a, 2] = big * rng.choice([-1.0, 1.0])
+        k[0, 0, b, 2] = -k[0, 0, a, 2]
+        v[0, 0, a] = amp * rng.standard_normal(d)
+        v[0, 0, b] = -v[0, 0, a]
+    do = amp * rng.standard_normal((1, 1, seq, d))
+    do[0, 0, 1::2] = 0.0
+    return spec, {n: x.astype(np.float16) for n, x in zip(("Q", "K", "V", "dO"), (q, k, v, do))}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import assert_backward_ok, inputs, make_spec, ref_kwargs
+from helpers import assert_backward_ok, inputs, make_spec, ref_kwargs, subnormal_p_case
 from tilegen.backends.interp import interpret
 from tilegen.passes import pipeline
 
@@ -43,6 +43,16 @@ CASES = {
 def test_gradients_match_reference(case, dtype, form):
     spec = make_spec(dtype=dtype, **CASES[case])
     data = inputs(spec, seed=3)
+    grads, _, _ = run_backward(spec, data, **dict(FORMS)[form])
+    assert_backward_ok(spec, grads, data)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("form", [f for f, _ in FORMS])
+def test_ds_from_unrounded_p_on_subnormal_fp16_probabilities(form, seed):
+    """fp16, causal, D = 72, logits near −120 with P in fp16's subnormal range (helpers.subnormal_p_case):
+    dS = P∘(dP − D) must read P in fp32; from P rounded to fp16 dQ and dK miss the rule 8-40x."""
+    spec, data = subnormal_p_case(seed)
     grads, _, _ = run_backward(spec, data, **dict(FORMS)[form])
     assert_backward_ok(spec, grads, data)
 

@@ -12,13 +12,13 @@ import sympy
 from helpers import make_spec
 from tilegen.build import build_backward, build_forward, kv_tile_range, mask_info, q_tile_range
 from tilegen.errors import FusionError, VerifyError
-from tilegen.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, MatMul, Program, Sk, Sq, Store, b, i, j, map_body
+from tilegen.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
 from tilegen.passes import pipeline
 from tilegen.passes.cleanup import forward_stores
 from tilegen.passes.depgraph import dependence_graph, edges_between
 from tilegen.passes.fuse import fuse
 from tilegen.passes.verify import verify
-from tilegen.printer import format_program
+from tilegen.printer import fmt_stmt, format_program
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -177,3 +177,82 @@ def test_tile_ranges_are_exactly_the_non_empty_pairs(alignment):
             lo, hi = (int(sympy.sympify(e).subs(env).subs(j, tj)) for e in q_tile_range(mask, j))
             by_k |= {(ti, tj) for ti in range(lo, hi)}
         assert by_q == truth == by_k, (sq, sk, br, bc, left, right)
+
+
+# --- dS reads the unrounded P (issue 12, item 2) --------------------------------------------------------
+
+
+def _ds_products(program: Program) -> list[tuple[str, Elementwise, bool]]:
+    """Every dS product of ``program``: an elementwise ``mul`` one of whose operands descends from
+    the dP matmul (dO Vᵀ). Returns (kernel, statement, whether its other operand, P, was rounded to
+    a 16-bit dtype on its way there).
+
+    Provenance is followed statement by statement in launch order, through every buffer and every HBM
+    tensor (a store hands its value's provenance to the tensor; hand-off workspaces included): a cast
+    to a non-fp32 dtype, or a load of a non-fp32 tensor no earlier kernel stored, rounds; a matmul's
+    result is fresh fp32 (its operands are rounded by design, DESIGN §3)."""
+    tensors = {t.name: t for t in program.tensors}
+    stored: dict[str, tuple[frozenset, bool, bool]] = {}  # tensor -> (sources, rounded, from dP)
+    found = []
+    for kernel in program.kernels:
+        dtype = {buf.name: buf.dtype for buf in kernel.buffers}
+        prov: dict[str, tuple[frozenset, bool, bool]] = {}
+        for stmt, _ in walk(kernel.body):
+            if isinstance(stmt, Load):
+                name = stmt.src.tensor
+                prov[stmt.dst] = stored.get(name, (frozenset({name}), tensors[name].dtype != "fp32", False))
+            elif isinstance(stmt, Store):
+                stored[stmt.dst.tensor] = prov[stmt.src]
+            elif isinstance(stmt, Fill):
+                prov[stmt.dst] = (frozenset(), False, False)
+            elif isinstance(stmt, MatMul):
+                srcs = prov[stmt.a][0] | prov[stmt.b][0]
+                prov[stmt.dst] = (srcs, dtype[stmt.dst] != "fp32", srcs >= {"dO", "V"} and not srcs & {"Q", "K"})
+            elif isinstance(stmt, (Mask, RowReduce)):
+                prov[stmt.dst] = prov[stmt.src]
+            elif isinstance(stmt, Elementwise):
+                args = [prov[a] for a in stmt.args if isinstance(a, str)]
+                srcs = frozenset().union(*(a[0] for a in args))
+                rounded = any(a[1] for a in args) or (stmt.op == "cast" and dtype[stmt.dst] != "fp32")
+                if stmt.op == "mul" and len(args) == 2 and args[0][2] != args[1][2]:
+                    p = args[0] if not args[0][2] else args[1]
+                    if p[0] >= {"Q", "K", "L"}:
+                        found.append((kernel.name, stmt, p[1]))
+                prov[stmt.dst] = (srcs, rounded, any(a[2] for a in args))
+    return found
+
+
+PROGRAMS = {
+    "unfused": dict(fused=False),
+    "atomic": dict(dq_strategy="atomic"),
+    "separate": dict(dq_strategy="separate"),
+}
+
+
+@pytest.mark.parametrize("target", [None, "ascend910b2", "h200"])
+@pytest.mark.parametrize("form", sorted(PROGRAMS))
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ds_never_reads_a_rounded_p(dtype, form, target):
+    spec = make_spec(dtype=dtype, seq_q=70, seq_k=70, head_dim_qk=72, head_dim_v=72, window=(-1, 0))
+    program = pipeline.compile_backward(spec, target=target, **PROGRAMS[form])
+    products = _ds_products(program)
+    # one dS per nest: unfused ds, fused main, and the separate strategy's dq nest
+    assert len(products) == (2 if form == "separate" else 1), [fmt_stmt(s) for _, s, _ in products]
+    for kernel, stmt, rounded in products:
+        assert not rounded, f"kernel {kernel}: `{fmt_stmt(stmt)}` reads P rounded to {dtype}"
+
+
+def test_ds_product_walk_flags_a_rounded_p():
+    """The walk above sees a rounded P: the old ds kernel (P stored in the input dtype) is flagged."""
+    program = build_backward(make_spec())
+    rounded = dataclasses.replace(
+        program,
+        tensors=tuple(dataclasses.replace(t, dtype="fp16") if t.name == "P" else t for t in program.tensors),
+        kernels=tuple(
+            dataclasses.replace(k, body=map_body(k.body, lambda s: dataclasses.replace(s, src="Pc") if isinstance(s, Store) and s.dst.tensor == "P" else s))
+            if k.name == "dv" else k
+            for k in program.kernels
+        ),
+    )
+    assert [r for _, _, r in _ds_products(program)] == [False]
+    assert [r for _, _, r in _ds_products(rounded)] == [True]

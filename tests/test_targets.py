@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,3 +177,140 @@ def test_inspect_cli(capsys):
     out = capsys.readouterr().out
     assert "8.00 MiB" in out and "6.99 us" in out and "4.19 us" in out
     assert main(["inspect", "--spec", "tiny", "--target", "tpu"]) == 2
+
+
+# --- GPU shared memory: what the Triton module allocates (issue 12, item 4) ------------------------------
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def _smem_by_hand(kind: str, br: int, bc: int, d: int, dtype: str, stages: int) -> int:
+    """Shared memory of the Triton module's kernel, counted by hand from its tl.dot operands (checked
+    against the module's text in the test below): every operand tile with the head dim padded to a
+    power of two, in the input dtype; tiles the loop loads are held ``num_stages`` times.
+
+    - fwd: Qi [Br, D] once; Kj, Vj [Bc, D] loaded in the loop, x stages; P [Br, Bc] cast for P V.
+    - bwd main: Kj, Vj [Bc, D] once; Qi, dOi [Br, D] loaded in the loop, x stages; P or dS [Br, Bc]
+      (cast in registers for their dots, never at the same time).
+    """
+    item = {"fp16": 2, "bf16": 2, "fp32": 4}[dtype]
+    dp = _pow2(d)
+    if kind == "fwd":
+        return item * (br * dp + stages * 2 * bc * dp + br * bc)
+    return item * (2 * bc * dp + stages * 2 * br * dp + br * bc)
+
+
+def _main_smem(sched) -> tuple[int, int]:
+    """(counted SMEM bytes of the program's heaviest kernel, its usable capacity)."""
+    env = {str(k): v for k, v in sched.program.env}
+    fps = [fp for fp in sched.log.schedule.footprints if fp.level.name == "SMEM"]
+    return max(int(fp.value(env)) for fp in fps), fps[0].level.usable
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("d", [72, 80, 96, 192])
+def test_gpu_schedule_fits_shared_memory_by_hand_count(d, dtype):
+    """The chosen fwd and bwd configurations fit 227 KiB by a hand count of the module's tiles, and the
+    footprint model counts exactly that (before: 72-wide tiles, and a bf16 row used for fp32)."""
+    from tilegen.backends import triton as tb
+
+    spec = make_spec(seq_q=4096, seq_k=4096, head_dim_qk=d, head_dim_v=d, dtype=dtype, window=(-1, 0))
+    for sched in tb.schedule(spec, "h200", dq_strategy="atomic"):
+        env = {str(k): v for k, v in sched.program.env}
+        phase = "fwd" if sched.kind == "fwd" else "main"
+        stages = sched.knobs[phase].num_stages
+        hand = _smem_by_hand(sched.kind, env["Br"], env["Bc"], d, dtype, stages)
+        counted, usable = _main_smem(sched)
+        assert hand <= usable, f"{sched.kind} Br={env['Br']} Bc={env['Bc']} x{stages}: {hand} B of shared memory > {usable}"
+        assert counted == hand, (sched.kind, env["Br"], env["Bc"], stages, counted, hand)
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "separate"])
+def test_gpu_footprint_counts_separate_and_forced_configs(strategy):
+    """D = 72, fp32 at the measured 64 x 128 (and 64 x 64) forced: the count is the hand count, far over
+    227 KiB, and the forced sizes are refused with the level named."""
+    from tilegen.backends import triton as tb
+
+    spec = make_spec(seq_q=4096, seq_k=4096, head_dim_qk=72, head_dim_v=72, dtype="fp32", window=(-1, 0))
+    tiles = (64, 128) if strategy == "atomic" else (64, 64)
+    with pytest.raises(ScheduleError, match="do not fit target h200: level SMEM"):
+        tb.schedule(spec, "h200", dq_strategy=strategy, tile_sizes={"fwd": (32, 32), "bwd": tiles})
+    # the same sizes in bf16 fit; the count matches the hand count of the main kernel
+    spec16 = make_spec(seq_q=4096, seq_k=4096, head_dim_qk=72, head_dim_v=72, dtype="bf16", window=(-1, 0))
+    _, bwd = tb.schedule(spec16, "h200", dq_strategy=strategy, tile_sizes={"fwd": (32, 32), "bwd": tiles})
+    main = [fp for fp in bwd.log.schedule.footprints if fp.level.name == "SMEM" and fp.kernel == "main"][0]
+    env = {str(k): v for k, v in bwd.program.env}
+    assert int(main.value(env)) == _smem_by_hand("bwd", *tiles, 72, "bf16", bwd.knobs["main"].num_stages)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_hand_count_matches_the_modules_dot_operands(dtype):
+    """The hand count's tiles are the module's: the operands of every tl.dot of the main and fwd kernels,
+    which of them the K/V- or Q-tile loop loads, and the padded head dim the module declares (in fp32
+    the cast of dS is a copy the module drops: the dots read dP)."""
+    from tilegen.backends import triton as tb
+
+    spec = make_spec(seq_q=256, seq_k=256, head_dim_qk=72, head_dim_v=72, dtype=dtype, window=(-1, 0))
+    source = tb.render(spec, "h200", dq_strategy="atomic")
+    assert '"Dqk_p": 128' in source and '"Dv_p": 128' in source
+    ds = "dSc" if dtype != "fp32" else "dP"
+
+    def kernel_text(name):
+        start = source.index(f"def {name}_kernel(")
+        return source[start : source.index("\n\n\n", start)]
+
+    for name, operands, in_loop in (
+        ("main", {"Kj", "Vj", "Qi", "dOi", "Pc", ds}, {"Qi", "dOi"}),
+        ("fwd", {"Qi", "Kj", "Vj", "Pc"}, {"Kj", "Vj"}),
+    ):
+        text = kernel_text(name)
+        dots = set()
+        for line in text.splitlines():
+            if "tl.dot(" in line:
+                args = line.split("tl.dot(", 1)[1].rsplit(")", 1)[0]
+                for a in args.split(",")[:2]:
+                    dots.add(a.strip().replace("tl.trans(", "").rstrip(")"))
+        assert dots == operands, (name, dots)
+        body = text.split("    for ", 1)[1]  # the first serial loop and what follows it
+        loaded_in_loop = {ln.split("=")[0].strip() for ln in body.splitlines() if "= tl.load(" in ln and ln.startswith("        ")}
+        assert in_loop <= loaded_in_loop and not (operands - in_loop) & loaded_in_loop, (name, loaded_in_loop)
+
+
+def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
+    """A planted [[triton.schedule]] row whose tiles overflow shared memory is not used: the next row
+    (or the search) decides, and inspect names the skipped row and the level it overflows."""
+    from tilegen.backends import triton as tb
+
+    base = (Path(load_target("h200").path)).read_text()
+    planted = base.replace(
+        "[[triton.schedule]]\nprogram = \"bwd-atomic\"",
+        '[[triton.schedule]]\nprogram = "bwd-atomic"\nhead_dim = 128\nBr = 256\nBc = 256\n'
+        'main = { num_warps = 8, num_stages = 4 }\nsource = "planted: too large"\n\n'
+        '[[triton.schedule]]\nprogram = "bwd-atomic"',
+        1,
+    )
+    assert planted != base
+    path = tmp_path / "h200-planted.toml"
+    path.write_text(planted)
+    spec = make_spec(seq_q=4096, seq_k=4096, head_dim_qk=128, head_dim_v=128, dtype="bf16")
+    _, bwd = tb.schedule(spec, str(path), dq_strategy="atomic")
+    env = {str(k): v for k, v in bwd.program.env}
+    assert (env["Br"], env["Bc"]) == (64, 128) and bwd.row.source.startswith("measured")
+    assert [sk.row.source for sk in bwd.skipped] == ["planted: too large"]
+    assert "SMEM" in bwd.skipped[0].reason
+    assert bwd.knobs["main"].num_stages == 2  # the knobs of the row used, not the skipped one
+    from tilegen.report import format_inspect, inspect_report
+
+    text = format_inspect(inspect_report(spec, str(path), programs=("bwd",)), show_nest=False)
+    assert "Br 256 x Bc 256) skipped: tile sizes Br=256, Bc=256 do not fit target h200: level SMEM" in text
+    assert "from the target's triton.schedule[" in text
+
+
+def test_level_pow2_must_be_a_power_of_two(tmp_path):
+    text = Path(load_target("h200").path).read_text().replace("pow2 = { value = 16,", "pow2 = { value = 24,", 1)
+    path = tmp_path / "bad-pow2.toml"
+    path.write_text(text)
+    with pytest.raises(TargetError, match=r"levels\[0\]\.pow2 = 24\.0 is invalid; accepted: a power of two"):
+        load_target(str(path))

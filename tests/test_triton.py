@@ -26,7 +26,7 @@ import sympy
 
 torch = pytest.importorskip("torch")
 
-from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec  # noqa: E402
+from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec, subnormal_p_case  # noqa: E402
 from tilegen import dtypes  # noqa: E402
 from tilegen.check import compare  # noqa: E402
 from tilegen.errors import SpecError, TargetError  # noqa: E402
@@ -133,6 +133,19 @@ def test_generated_kernels_match_reference(tb, case):
         assert np.all(np.asarray(o[:, :, :32], dtype=np.float32) == 0)
         assert np.all(lse[:, :, :32] == -np.inf)
         assert np.all(np.asarray(grads[0][:, :, :32], dtype=np.float32) == 0)
+
+
+@needs_triton
+@pytest.mark.parametrize("strategy", ["atomic", "separate"])
+def test_ds_from_unrounded_p_in_triton(tb, strategy):
+    """The subnormal-P fp16 case (helpers.subnormal_p_case; D = 72 padded to 128) through the Triton
+    module: dQ, dK, dV within the rule (from P rounded to fp16 dQ and dK miss it)."""
+    spec, data = subnormal_p_case(1)
+    module = tb.load(spec, dq_strategy=strategy, tile_sizes=(16, 32))
+    q, k, v, do = (_to_torch(data[n]) for n in ("Q", "K", "V", "dO"))
+    o, lse = module.forward(q, k, v, poison=True)
+    grads = module.backward(q, k, v, o, lse, do, poison=True)
+    assert_backward_ok(spec, [_to_numpy(g) for g in grads], data, lse=lse.numpy())
 
 
 @needs_triton

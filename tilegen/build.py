@@ -132,7 +132,7 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
         "dO": ((B, Hq, Sq, Dv), spec.dtype),
         "L": ((B, Hq, Sq), "fp32"),
         "D": ((B, Hq, Sq), "fp32"),
-        "P": ((B, Hq, Sq, Sk), spec.dtype),
+        "P": ((B, Hq, Sq, Sk), "fp32"),  # fp32: dS = P∘(dP − D) reads the unrounded P (DESIGN §3)
         "dS": ((B, Hq, Sq, Sk), spec.dtype),
         "dQ_ws": ((B, Hq, Sq, Dqk), "fp32"),
         "dQ": ((B, Hq, Sq, Dqk), spec.dtype),
@@ -299,7 +299,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         Elementwise("S", "sub", ("S", "L_use")),
         Elementwise("S", "exp", ("S",)),
         Elementwise("Pc", "cast", ("S",)),
-        Store(_score_tile("P"), "Pc"),
+        Store(_score_tile("P"), "S"),
         MatMul("dV_acc", "Pc", "dOi", trans_a=True, accumulate=True),
     )
     dv = Kernel(
@@ -335,8 +335,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         Load("Pi", _score_tile("P"), pad=0.0),
         MatMul("dP", "dOi", "Vj", trans_b=True),
         Elementwise("dP", "sub", ("dP", "Di")),
-        Elementwise("P32", "cast", ("Pi",)),
-        Elementwise("dP", "mul", ("P32", "dP")),
+        Elementwise("dP", "mul", ("Pi", "dP")),
         Elementwise("dSc", "cast", ("dP",)),
         Store(_score_tile("dS"), "dSc"),
     )
@@ -347,8 +346,7 @@ def build_backward(spec: AttentionSpec) -> Program:
             Buffer("dOi", (Br, Dv), dt),
             Buffer("Di", (Br,), "fp32"),
             Buffer("Vj", (Bc, Dv), dt),
-            Buffer("Pi", (Br, Bc), dt),
-            Buffer("P32", (Br, Bc), "fp32"),
+            Buffer("Pi", (Br, Bc), "fp32"),
             Buffer("dP", (Br, Bc), "fp32"),
             Buffer("dSc", (Br, Bc), dt),
         ),

@@ -28,6 +28,22 @@ def compile_expr(expr: sympy.Expr) -> tuple[tuple[str, ...], Any]:
     return names, sympy.lambdify(symbols, expr, "numpy")
 
 
+def next_pow2(n: int, least: int = 1) -> int:
+    """The smallest power of two that is >= ``n`` and >= ``least`` (ints; ``least`` a power of two)."""
+    return max(int(least), 1 << (max(int(n), 1) - 1).bit_length())
+
+
+class Pow2(sympy.Function):
+    """``Pow2(n, least)``: :func:`next_pow2` as a sympy function, for footprint expressions of levels
+    that pad every tile extent to a power of two (evaluates when ``n`` is an integer)."""
+
+    @classmethod
+    def eval(cls, n, least):
+        if n.is_Integer and least.is_Integer:
+            return sympy.Integer(next_pow2(int(n), int(least)))
+        return None
+
+
 class UnboundSymbol(KeyError):
     """An expression names a symbol the caller did not bind."""
 

@@ -6,8 +6,13 @@ logical BNSD order: q [B, Hq, Sq, Dqk], k [B, Hkv, Sk, Dqk], v [B, Hkv, Sk, Dv],
 - :func:`forward` / :func:`backward`: float64 throughout; the truth every test compares against.
 - :func:`plain_forward` / :func:`plain_backward`: the textbook algorithm in the input precision (each
   matmul accumulates in fp32 and its result is rounded to the dtype; P and dS are materialised in the
-  dtype). Its error sets the budget of DESIGN §3's accuracy rule, as FlashAttention's tests do with
-  their ``upcast=False`` reference (Dao-AILab/flash-attention ``tests/test_flash_attn.py``).
+  dtype where they feed a matmul). Its error sets the budget of DESIGN §3's accuracy rule, as
+  FlashAttention's tests do with their ``upcast=False`` reference (Dao-AILab/flash-attention
+  ``tests/test_flash_attn.py``). One difference from that reference, by DESIGN §3's rule that a value is
+  rounded only where it feeds a matmul: dS = P∘(dP − D) is formed from the fp32 softmax, not from P
+  rounded to the dtype (FlashAttention-2's kernels keep P in fp32 for dS too). Rounding P first costs
+  up to half an ulp of P's dtype relative to P, and far more where P is subnormal in fp16 (below
+  6.1e-5): a budget that included that error could not catch an implementation that makes it.
 
 Semantics (DESIGN §3): S = scale·QKᵀ; key c visible to query r iff r+off−left <= c <= r+off+right
 (−1 unbounded; off = Sk−Sq bottom-right, 0 top-left); P = softmax over visible keys; L = logsumexp
@@ -106,20 +111,22 @@ def plain_forward(q, k, v, *, scale: float, window=(-1, -1), alignment="bottom_r
 
 
 def plain_backward(q, k, v, do, *, scale: float, window=(-1, -1), alignment="bottom_right", dtype: str = "fp16"):
-    """The same-precision textbook backward (P and dS materialised in dtype): (dq, dk, dv)."""
+    """The same-precision textbook backward (P and dS rounded to dtype where they feed a matmul; dS
+    formed from the fp32 P): (dq, dk, dv), float32 arrays holding dtype values."""
     hq, hkv = q.shape[1], k.shape[1]
     q, k, v, do = (dtypes.round_to(np.asarray(x, dtype=np.float32), dtype) for x in (q, k, v, do))
     ok = visible(q.shape[2], k.shape[2], window, alignment)
     ke, ve = _expand(k, hq), _expand(v, hq)
     s = dtypes.round_to(np.float32(scale) * _mm(q, ke, "bhqd,bhkd->bhqk", "fp32"), dtype)
     with np.errstate(all="ignore"):
-        p, _ = _softmax(s.astype(np.float32), ok)
-    p = dtypes.round_to(p.astype(np.float32), dtype)
+        p32, _ = _softmax(s.astype(np.float32), ok)
+    p32 = p32.astype(np.float32)
+    p = dtypes.round_to(p32, dtype)  # P where it feeds a matmul (P V, Pᵀ dO)
     o = _mm(p, ve, "bhqk,bhkd->bhqd", dtype)
     dv = _mm(p, do, "bhqk,bhqd->bhkd", "fp32")
     dp = _mm(do, ve, "bhqd,bhkd->bhqk", dtype)
     d = (do * o).sum(axis=-1, keepdims=True, dtype=np.float32)
-    ds = dtypes.round_to(p * (dp - d), dtype)
+    ds = dtypes.round_to(p32 * (dp - d), dtype)  # dS from the unrounded P (DESIGN §3)
     dq = dtypes.round_to(np.float32(scale) * _mm(ds, ke, "bhqk,bhkd->bhqd", "fp32"), dtype)
     dk = np.float32(scale) * _mm(ds, q, "bhqk,bhqd->bhkd", "fp32")
     return dq, dtypes.round_to(_reduce(dk, hkv), dtype), dtypes.round_to(_reduce(dv, hkv), dtype)

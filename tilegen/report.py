@@ -4,7 +4,9 @@
 ``tilegen inspect`` prints (and ``--json`` dumps): the chosen tile sizes and every candidate (feasible
 with its predicted time, or rejected with the overflowing level), footprint against capacity per level
 and kernel (with the symbolic expression), predicted traffic, FLOPs and time per kernel, and the loop
-nest with placements.
+nest with placements. On a GPU target the programs are the Triton backend's (:func:`tilegen.backends.
+triton.schedule`): the ``[[triton.schedule]]`` row used, and every row that applied but did not fit,
+with the reason.
 
 :func:`tradeoff_report` compares the unfused backward that stores P and dS in HBM with the fused
 recompute backward: memory held, bytes moved and predicted time, per head, per layer and per model.
@@ -74,6 +76,7 @@ def _program_report(label: str, program, log: pipeline.PassLog, target: Target |
                     "usable": fp.level.usable,
                     "peak_buffers": [_describe(program, fp.kernel, n) for n in fp.peak_term(env)],
                     "expression": str(fp.expr) if expressions else None,
+                    "pow2": bool(fp.level.pow2),
                 }
             )
         entry["prediction"] = sched.prediction.as_dict()
@@ -112,6 +115,20 @@ def inspect_report(
             "levels": {lvl.name: {"capacity": int(lvl.capacity.value), "usable": lvl.usable, "unit": lvl.unit} for lvl in tgt.levels},
         }
     out["programs"] = []
+    if tgt is not None and tgt.kind == "gpu":
+        from .backends import triton as backend
+
+        for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
+            if sched.kind.split("-")[0] not in programs:
+                continue
+            label = "forward" if sched.kind == "fwd" else f"backward (fused, dq strategy {sched.program.attr('dq_strategy')})"
+            entry = _program_report(label, sched.program, sched.log, tgt, expressions)
+            entry["triton_rows"] = {
+                "used": f"{sched.row.describe()}: {sched.row.source}" if sched.row else None,
+                "skipped": [sk.line() for sk in sched.skipped],
+            }
+            out["programs"].append(entry)
+        return out
     if "fwd" in programs:
         log = pipeline.PassLog()
         program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log)
@@ -160,7 +177,12 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             how = "forced by the user" if sched["forced"] else (
                 f"the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
             )
+            rows = prog.get("triton_rows")
+            if rows and rows["used"] and sched["forced"]:
+                how = f"from the target's {rows['used']}"
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}")
+            for line in (rows or {}).get("skipped", []):
+                lines.append(f"  {line}")
             levels = list(tgt["levels"])
             lines.append("  " + f"{'Br':>4} {'Bc':>4} {'predicted':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
             for c in feasible[:candidates]:
@@ -180,6 +202,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 lines.append(
                     f"  {fp['kernel']:<5} {fp['level']:<4} {format_bytes(fp['bytes']):>11} of {format_bytes(fp['usable']):>11} ({share:5.1%})  "
                     + " + ".join(fp["peak_buffers"])
+                    + (" (every extent padded to a power of two)" if fp.get("pow2") else "")
                 )
             pred = prog["prediction"]
             units = "tensor cores (cube), CUDA cores (vector)" if gpu else "cube, vector"
@@ -260,8 +283,10 @@ def tradeoff_report(spec: AttentionSpec, target: str, layers: int = 32, dq_strat
         "read_P_once_s": p_bytes / bw,
         "recompute_S_on_cube_s": flops_qk / peak,
         "recompute_exp_on_vector_s": exp_time,
-        "store_P_traffic_bytes": 4 * p_bytes,
-        "store_P_traffic_s": 4 * p_bytes / bw,
+        # the unfused program writes P (fp32: dS reads the unrounded P, DESIGN §3) and reads it back,
+        # and does the same for dS (the input dtype)
+        "store_P_traffic_bytes": 2 * spec.seq_q * spec.seq_k * (4 + item),
+        "store_P_traffic_s": 2 * spec.seq_q * spec.seq_k * (4 + item) / bw,
     }
     rows = {}
     for side in sides:
@@ -305,8 +330,9 @@ def format_tradeoff(r: dict) -> str:
         f"  recomputing S = QK^T     {format_seconds(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
         "",
         "where that argument is incomplete (and the report disagrees with it):",
-        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS:",
-        f"    4 x {format_bytes(ph['P_bytes'])} = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
+        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS;",
+        "    P is kept in fp32 (dS = P o (dP - D) must not read a rounded P), dS in the input dtype:",
+        f"    Sq x Sk x 2 x (4 + {dtypes.itemsize(r['spec']['dtype'])}) B = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
         "  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
         f"    vector unit, {format_seconds(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
         + (" (an estimate)" if r["exp_rate_estimate"] else "")

@@ -39,7 +39,9 @@ class Figure:
 class Level:
     """An on-chip memory level of one core (bytes).
 
-    ``usable`` = capacity − reserved; ``fractal`` is the dimension granule of cube levels (16), else 0.
+    ``usable`` = capacity − reserved; ``fractal`` is the dimension granule of cube levels (16), else 0;
+    ``pow2``: every tile extent held on the level is padded to a power of two at least this large (a
+    GPU level of the Triton backend, whose ``tl.arange`` extents must be powers of two), else None.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Level:
     reserved: Figure | None = None
     fractal: Figure | None = None
     scratch: Figure | None = None
+    pow2: Figure | None = None
 
     @property
     def scratch_bytes(self) -> int:
@@ -165,8 +168,12 @@ def _parse(where: str, raw: bytes) -> Target:
                 reserved=_figure(lvl["reserved"], f"{lw}.reserved") if "reserved" in lvl else None,
                 fractal=_figure(lvl["fractal"], f"{lw}.fractal") if "fractal" in lvl else None,
                 scratch=_figure(lvl["scratch"], f"{lw}.scratch") if "scratch" in lvl else None,
+                pow2=_figure(lvl["pow2"], f"{lw}.pow2") if "pow2" in lvl else None,
             )
         )
+        least = levels[-1].pow2
+        if least is not None and (least.value != int(least.value) or int(least.value) & (int(least.value) - 1)):
+            raise TargetError(f"{lw}.pow2 = {least.value!r} is invalid; accepted: a power of two (the least padded extent)")
     placement = {}
     for key, value in data["placement"].items():
         placement[key] = _figure(value, f"{where}: placement.{key}") if isinstance(value, dict) else value

@@ -87,6 +87,7 @@ from ..ir import (
     walk,
 )
 from ..passes import pipeline
+from ..exprs import next_pow2
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target, target_key
@@ -124,6 +125,16 @@ class ScheduleRow:
     tiles: tuple[int, int] | None
     knobs: dict[str, Knobs]
     source: str
+    index: int = -1  # its position among the file's [[triton.schedule]] rows
+
+    def describe(self) -> str:
+        """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
+        tiles = f", Br {self.tiles[0]} x Bc {self.tiles[1]}" if self.tiles else ""
+        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{tiles})"
+
+    def stage_counts(self, default: Knobs) -> dict[str, int]:
+        """{kernel phase: num_stages} this row launches with (``"*"``: the phases it leaves to ``default``)."""
+        return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
 
     def matches(self, program: str, head_dim: int, causal: bool, dtype: str) -> bool:
         return (
@@ -145,10 +156,13 @@ class TritonConfig:
 
     def row(self, program: str, head_dim: int, causal: bool, dtype: str) -> ScheduleRow | None:
         """The first row (file order: most specific first) that applies, or None."""
-        for row in self.rows:
-            if row.matches(program, head_dim, causal, dtype):
-                return row
+        for row in self.matching(program, head_dim, causal, dtype):
+            return row
         return None
+
+    def matching(self, program: str, head_dim: int, causal: bool, dtype: str) -> list[ScheduleRow]:
+        """Every row that applies, in file order."""
+        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype)]
 
 
 def _knobs(data: Any, where: str, source: str) -> Knobs:
@@ -202,7 +216,7 @@ def triton_config(target: Target) -> TritonConfig:
             for phase, value in row.items()
             if phase not in ("program", "head_dim", "causal", "dtype", "Br", "Bc", "source")
         }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source))
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n))
     return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
 
 
@@ -210,19 +224,33 @@ def triton_config(target: Target) -> TritonConfig:
 
 
 def _pow2(n: int) -> int:
-    return max(16, 1 << (int(n) - 1).bit_length())
+    """The padded extent of a tile dim: a power of two, at least 16 (``tl.arange``, ``tl.dot``)."""
+    return next_pow2(n, 16)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A ``[[triton.schedule]]`` row that applied but was not used, and why (its tiles overflow a level)."""
+
+    row: ScheduleRow
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.row.describe()} skipped: {self.reason}"
 
 
 @dataclass(frozen=True)
 class Scheduled:
     """One program as the Triton backend lowers it: the bound program, the pass log (whose ``schedule``
-    holds the cost model's prediction), the knobs per kernel phase and the schedule row used."""
+    holds the cost model's prediction), the knobs per kernel phase, the schedule row used and the rows
+    that applied but did not fit."""
 
     kind: str
     program: Program
     log: pipeline.PassLog
     knobs: dict[str, Knobs]
     row: ScheduleRow | None
+    skipped: tuple[Skipped, ...] = ()
 
 
 def schedule(
@@ -230,15 +258,20 @@ def schedule(
 ) -> tuple[Scheduled, Scheduled]:
     """The forward and fused backward programs of ``spec`` scheduled for ``target``.
 
-    Tile sizes: the target's ``[[triton.schedule]]`` row for the program, padded head dim, mask and dtype
-    when it sets them (clamped to the sequence rounded up to a power of two, as the block-size search
-    skips tiles larger than needed), else the pipeline's own choice; either way the pipeline checks them
-    against every on-chip level; ``tile_sizes`` (Br, Bc) forces both programs' sizes instead, or
-    ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked). ``dq_strategy`` None takes the target's ``triton.dq_strategy``. ``knobs`` {phase: (num_warps,
-    num_stages)} overrides the target's launch knobs (for measuring alternatives).
+    Tile sizes: the first of the target's ``[[triton.schedule]]`` rows for the program, padded head dim,
+    mask and dtype whose tiles fit (clamped to the sequence rounded up to a power of two, as the
+    block-size search skips tiles larger than needed), else the pipeline's own choice. A row is checked
+    against every on-chip level before it is used, counting what the module allocates (padded head
+    dims, the tiles' dtypes, the row's ``num_stages``): the measured rows name a padded head dim and
+    often no dtype, and a row measured on bf16 may not fit fp32 or a padded D; a row that does not fit
+    is skipped, and :attr:`Scheduled.skipped` says why. ``tile_sizes`` (Br, Bc) forces both programs'
+    sizes instead, or ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked). ``dq_strategy``
+    None takes the target's ``triton.dq_strategy``. ``knobs`` {phase: (num_warps, num_stages)} overrides
+    the target's launch knobs (for measuring alternatives).
 
     Raises:
-        SpecError: an unknown dq strategy; ScheduleError: tile sizes that do not fit.
+        SpecError: an unknown dq strategy; ScheduleError: forced tile sizes that do not fit, or no tile
+            sizes fit at all.
     """
     tgt = load_target(target)
     if tgt.kind != "gpu":
@@ -249,25 +282,45 @@ def schedule(
         raise SpecError("dq_strategy", strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
     head_dim = _pow2(max(spec.head_dim_qk, spec.head_dim_v))
     causal = spec.mask_kind != "none"
-    out = []
-    for kind in ("fwd", f"bwd-{strategy}"):
-        row = cfg.row(kind, head_dim, causal, spec.dtype)
-        tiles = None
-        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
-        if forced is not None:
-            tiles = tuple(forced)
-        elif row is not None and row.tiles is not None:
-            tiles = (min(row.tiles[0], _pow2(spec.seq_q)), min(row.tiles[1], _pow2(spec.seq_k)))
+    given = {phase: int(value[1]) for phase, value in (knobs or {}).items()}
+
+    def compile_with(kind, row, tiles):
+        stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
         log = pipeline.PassLog()
         if kind == "fwd":
-            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log)
+            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages)
         else:
-            program = pipeline.compile_backward(spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log)
+            program = pipeline.compile_backward(spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages)
+        return program, log
+
+    out = []
+    for kind in ("fwd", f"bwd-{strategy}"):
+        rows = cfg.matching(kind, head_dim, causal, spec.dtype)
+        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
+        skipped: list[Skipped] = []
+        row = None
+        if forced is not None:  # the caller's sizes; the first row that applies gives the knobs
+            row = rows[0] if rows else None
+            program, log = compile_with(kind, row, tuple(forced))
+        else:
+            for candidate in rows:
+                tiles = None
+                if candidate.tiles is not None:
+                    tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
+                try:
+                    program, log = compile_with(kind, candidate, tiles)
+                except ScheduleError as exc:
+                    skipped.append(Skipped(candidate, str(exc)))
+                    continue
+                row = candidate
+                break
+            else:
+                program, log = compile_with(kind, None, None)
         chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
         for phase, value in (knobs or {}).items():
             if phase in chosen:
                 chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        out.append(Scheduled(kind, program, log, chosen, row))
+        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped)))
     return out[0], out[1]
 
 
@@ -886,6 +939,7 @@ def _program_context(sched: Scheduled) -> dict:
         "tiles": {"Br": env["Br"], "Bc": env["Bc"]},
         "forced": bool(sched.log.schedule.forced) if sched.log.schedule else False,
         "row_source": sched.row.source if sched.row else None,
+        "skipped": [sk.line() for sk in sched.skipped],
         "kernels": kernels,
         "tensors": tensors,
         "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),

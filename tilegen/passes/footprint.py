@@ -8,8 +8,11 @@ the largest sum, over program points, of the live buffers placed there:
     bytes(buffer) = align(prod(padded dims) · itemsize) · stages
 
 with dims padded to the level's fractal (16 on cube levels: L1 holds NZ fractals of 16 rows × 32 B,
-L0C fractals of 16 × 16 fp32; ascend-910b.md §1.2), a vector level's rows divided over the vector cores
-sharing them and its rows padded to 32 B, and the total rounded up to the level's alignment.
+L0C fractals of 16 × 16 fp32; ascend-910b.md §1.2), or to a power of two on a level with ``pow2`` (a
+GPU's shared memory and registers: the Triton module sizes every tile with ``tl.arange`` extents, head
+dims padded to a power of two, 72 → 128), a vector level's rows divided over the vector cores sharing
+them and its rows padded to 32 B, and the total rounded up to the level's alignment. ``stages`` is the
+number of copies the schedule keeps (double buffering on Ascend; a Triton kernel's ``num_stages``).
 
 Matmul staging levels (``left``/``right`` of the placement table: L0A, L0B) hold, per matmul, the
 operand tile of M × min(K, k_step) (left) and min(K, k_step) × N (right) elements, double-buffered;
@@ -27,7 +30,7 @@ from typing import Mapping
 import sympy
 
 from .. import dtypes
-from ..exprs import evaluate
+from ..exprs import Pow2, evaluate, next_pow2
 from ..ir import Buffer, Kernel, Loop, MatMul, Program, walk
 from ..targets import Level, Target
 
@@ -65,6 +68,9 @@ def buffer_bytes(buf: Buffer, level: Level, env: Mapping[str, int] | None = None
     dims = _dims(buf.shape, env)
     if buf.row_split > 1 and dims:
         dims[0] = _ceil_div(dims[0], buf.row_split)
+    if level.pow2 is not None:
+        least = int(level.pow2.value)
+        dims = [next_pow2(d, least) if isinstance(d, int) else Pow2(d, least) for d in dims]
     if level.fractal is not None:
         f = int(level.fractal.value)
         dims = [_ceil_to(d, f) for d in dims]
@@ -154,8 +160,10 @@ def plan(intervals, level: Level, env: Mapping[str, int]) -> tuple[dict[str, int
     return offsets, peak
 
 
-def _intervals(kernel: Kernel) -> dict[str, tuple[int, int]]:
-    """Live interval (first, last program-point) of every buffer, loops widened as described above."""
+def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[int, int]]:
+    """Live interval (first, last program-point) of every buffer, loops widened as described above;
+    ``widen_staged``: a buffer with several stages is live over every loop it is accessed in (a
+    software pipeliner that loads later iterations' tiles while this one computes keeps all copies)."""
     spans: dict[str, list[int]] = {}
     loop_spans: list[tuple[int, int]] = []
     reads: set[tuple[int, str]] = set()
@@ -176,20 +184,23 @@ def _intervals(kernel: Kernel) -> dict[str, tuple[int, int]]:
             position += 1
 
     visit(kernel.body)
+    staged = {b.name for b in kernel.buffers if b.stages > 1} if widen_staged else set()
     out: dict[str, tuple[int, int]] = {}
     for name, points in spans.items():
         lo, hi = min(points), max(points)
         for start, end in loop_spans:
             inside = [p for p in points if start <= p <= end]
-            if inside and (len(inside) != len(points) or (inside[0], name) in reads):
+            if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
     return out
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
-    """Footprints of every level of ``target`` in ``kernel``."""
-    intervals = _intervals(kernel)
+    """Footprints of every level of ``target`` in ``kernel``. On a GPU target, multi-staged tiles are
+    live across their loop: Triton's software pipeliner issues the loads of the next ``num_stages − 1``
+    iterations while this one computes (triton-lang/triton, lib/Dialect/TritonGPU/Transforms/Pipeliner)."""
+    intervals = _intervals(kernel, widen_staged=target.kind == "gpu")
     buffers = {b.name: b for b in kernel.buffers}
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}

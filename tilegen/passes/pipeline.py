@@ -46,10 +46,11 @@ class PassLog:
         return program
 
 
-def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: PassLog) -> Program:
+def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: PassLog, num_stages=None) -> Program:
     """Bind the tile sizes: with a target, place every buffer on its levels and choose (Br, Bc) under
     every level's capacity with the cost model (``tile_sizes`` forces them, still checked); without one,
-    ``tile_sizes`` or the defaults."""
+    ``tile_sizes`` or the defaults. ``num_stages`` ({kernel phase: copies}, ``"*"`` for the rest): how
+    many copies of a tile loaded in a serial loop the placement counts (default 2)."""
     if target is None:
         tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
         return log.record("bind-tiles", program.bind(tiles))
@@ -63,7 +64,7 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # the cube has no scale factor: S = scale * Q K^T becomes Q K^T, then * scale on the vector unit
         program = log.record("split-matmul-scale", split_matmul_scale(program))
-    program = log.record("place", place(program, tgt), tgt)
+    program = log.record("place", place(program, tgt, dict(num_stages) if num_stages else None), tgt)
     forced = None
     if tile_sizes is not None:
         tiles = parse_tile_sizes(tile_sizes)
@@ -118,17 +119,23 @@ def _cached(request, log: PassLog, build) -> Program:
     return program
 
 
-def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None) -> Program:
-    """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults).
+def _stages_key(num_stages) -> tuple | None:
+    return None if not num_stages else tuple(sorted((str(k), int(v)) for k, v in dict(num_stages).items()))
+
+
+def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None, num_stages=None) -> Program:
+    """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults);
+    ``num_stages`` as :func:`schedule`.
 
     Results are cached on disk (:mod:`tilegen.cache`)."""
     log = log if log is not None else PassLog()
+    stages = _stages_key(num_stages)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_forward(spec))
-        return schedule(program, spec, target, tile_sizes, inner)
+        return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    return _cached(("forward", spec, target_key(target), tile_sizes), log, build)
+    return _cached(("forward", spec, target_key(target), tile_sizes, stages), log, build)
 
 
 
@@ -173,19 +180,28 @@ def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | 
 
 
 def compile_backward(
-    spec: AttentionSpec, *, fused: bool = True, dq_strategy: str = "atomic", target=None, tile_sizes=None, log: PassLog | None = None
+    spec: AttentionSpec,
+    *,
+    fused: bool = True,
+    dq_strategy: str = "atomic",
+    target=None,
+    tile_sizes=None,
+    log: PassLog | None = None,
+    num_stages=None,
 ) -> Program:
-    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound.
+    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound;
+    ``num_stages`` as :func:`schedule`.
 
     Results are cached on disk (:mod:`tilegen.cache`)."""
     log = log if log is not None else PassLog()
     if dq_strategy not in DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
+    stages = _stages_key(num_stages)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_backward(spec))
         if fused:
             program = fuse_backward(program, dq_strategy, inner)
-        return schedule(program, spec, target, tile_sizes, inner)
+        return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    return _cached(("backward", spec, fused, dq_strategy, target_key(target), tile_sizes), log, build)
+    return _cached(("backward", spec, fused, dq_strategy, target_key(target), tile_sizes, stages), log, build)

@@ -9,7 +9,8 @@ such data (the target's ``[placement]`` table):
 - tiles loaded for the cube, matmul operands: ``operand`` (Ascend L1, staged through L0A/L0B per
   matmul; GPU shared memory);
 - everything the vector unit touches: ``vector`` (Ascend UB, its rows split over the 2 AIVs of the
-  core; GPU registers).
+  core; GPU registers). On a GPU, a tile the vector unit computes and a matmul reads (P, dS) is an
+  ``operand``: ``tl.dot`` reads it through a shared-memory copy, the footprint that limits the tiles.
 
 On a target whose cube cannot hand data to the vector unit on chip (``handoff = "GM"``: Ascend 910B,
 where Fixpipe writes L0C only to GM), a buffer used by both units is split in two, one per unit, and
@@ -17,8 +18,9 @@ every change of unit along the program goes through a per-core GM workspace tile
 unit's copy and a load into the other's. Those workspaces (kind ``handoff``) have the tile's size,
 independent of the sequence length.
 
-Loads from HBM inside a serial loop are double-buffered (``stages = 2``): the next tile is fetched
-while this one is used.
+Loads from HBM inside a serial loop are multi-buffered: the next tile is fetched while this one is
+used. ``stages = 2`` (double buffering) unless the caller gives the kernel phase's count (a Triton
+kernel's ``num_stages``: its software pipeliner keeps that many copies of each tile it prefetches).
 """
 
 from __future__ import annotations
@@ -153,12 +155,16 @@ def _rename_in(stmt: Stmt, names: dict[str, str]) -> Stmt:
     return rename_buffers(stmt, names)
 
 
-def place(program: Program, target: Target) -> Program:
+def place(program: Program, target: Target, num_stages: dict[str, int] | None = None) -> Program:
     """Bind every buffer of ``program`` to a level of ``target`` (see the module docstring).
+
+    ``num_stages``: copies of a tile loaded in a serial loop, by kernel phase (``"*"``: any other
+    phase); 2 where absent.
 
     Raises:
         ScheduleError: the target's placement table names no level for a role the program needs.
     """
+    num_stages = num_stages or {}
     rules = target.placement
     handoff = rules.get("handoff") == "GM"
     kernels: list[Kernel] = []
@@ -171,9 +177,6 @@ def place(program: Program, target: Target) -> Program:
             unit_of = {name: "vector" for name in _accesses(kernel)}
         written_by_matmul = {s.dst for s, _ in walk(kernel.body) if isinstance(s, MatMul)}
         operands = {n for s, _ in walk(kernel.body) if isinstance(s, MatMul) for n in (s.a, s.b)}
-        vector_written = {
-            s.dst for s, _ in walk(kernel.body) if isinstance(s, (Elementwise, RowReduce, Mask))
-        }
         handoff_tensors = {t.name for t in tensors if t.kind == "handoff"}
         loaded_in_loop = {
             s.dst
@@ -193,7 +196,7 @@ def place(program: Program, target: Target) -> Program:
             else:
                 if buf.name in written_by_matmul:
                     role = "result"
-                elif buf.name in operands and buf.name not in vector_written:
+                elif buf.name in operands:
                     role = "operand"
                 else:
                     role = "vector"
@@ -202,7 +205,7 @@ def place(program: Program, target: Target) -> Program:
             if level is None:
                 raise ScheduleError(f"target {target.name}: placement has no level for role {role!r} (buffer {buf.name})")
             split = target.vector_split if handoff and role == "vector" else 1
-            stages = 2 if buf.name in loaded_in_loop else 1
+            stages = num_stages.get(kernel.phase, num_stages.get("*", 2)) if buf.name in loaded_in_loop else 1
             placed.append(dataclasses.replace(buf, scope=level, unit=unit, row_split=split, stages=stages))
         kernels.append(dataclasses.replace(kernel, buffers=tuple(placed)))
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tuple(tensors)).with_attrs(target=target.name)

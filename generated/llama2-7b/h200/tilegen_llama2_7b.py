@@ -203,8 +203,7 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2)
             dP = tl.dot(Vj, tl.trans(dOi))
             dP = dP - Di[None, :]
-            P32 = (Pc).to(tl.float32)
-            dP = P32 * dP
+            dP = S * dP
             dSc = (dP).to(tl.float16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
             dQp = tl.dot(tl.trans(dSc), Kj)
@@ -222,8 +221,7 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2)
             dP = tl.dot(Vj, tl.trans(dOi))
             dP = dP - Di[None, :]
-            P32 = (Pc).to(tl.float32)
-            dP = P32 * dP
+            dP = S * dP
             dSc = (dP).to(tl.float16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
             dQp = tl.dot(tl.trans(dSc), Kj)
