@@ -47,6 +47,18 @@ __aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
 
+// An immediate SetFlag/WaitFlag pair on a free event ID of the TPipe. A literal ID may collide with one the
+// TPipe holds: on dav-c220 the AIC's TPipe::Init sets M_MTE1 events 0-2 (impl/basic_api/kernel_tpipe_impl.h
+// at asc-devkit 0da921b9), and "相同流水、相同eventID下，连续使用SetFlag会引发未定义行为" (docs/zh/api/SIMD-API/
+// 基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md, which asks TPipe code for FetchEventID/AllocEventID).
+template <HardEvent E>
+__aicore__ inline void SetWait()
+{
+    const int32_t id = static_cast<int32_t>(GetTPipePtr()->FetchEventID(E));
+    SetFlag<E>(id);
+    WaitFlag<E>(id);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Vector side (AIV). A tile of R rows x C columns lives in UB as R rows of `cpad` elements (C rounded
 // up to 32 bytes), which is the layout DataCopyPad produces.
@@ -54,23 +66,19 @@ __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64
 template <typename T>
 __aicore__ inline void WaitMte2ToV()
 {
-    SetFlag<HardEvent::MTE2_V>(0);
-    WaitFlag<HardEvent::MTE2_V>(0);
+    SetWait<HardEvent::MTE2_V>();
 }
 __aicore__ inline void WaitVToMte3()
 {
-    SetFlag<HardEvent::V_MTE3>(0);
-    WaitFlag<HardEvent::V_MTE3>(0);
+    SetWait<HardEvent::V_MTE3>();
 }
 __aicore__ inline void WaitMte3ToV()
 {
-    SetFlag<HardEvent::MTE3_V>(0);
-    WaitFlag<HardEvent::MTE3_V>(0);
+    SetWait<HardEvent::MTE3_V>();
 }
 __aicore__ inline void WaitVToMte2()
 {
-    SetFlag<HardEvent::V_MTE2>(0);
-    WaitFlag<HardEvent::V_MTE2>(0);
+    SetWait<HardEvent::V_MTE2>();
 }
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
@@ -234,33 +242,27 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
 
 __aicore__ inline void WaitMte2ToMte1()
 {
-    SetFlag<HardEvent::MTE2_MTE1>(0);
-    WaitFlag<HardEvent::MTE2_MTE1>(0);
+    SetWait<HardEvent::MTE2_MTE1>();
 }
 __aicore__ inline void WaitMte1ToMte2()
 {
-    SetFlag<HardEvent::MTE1_MTE2>(0);
-    WaitFlag<HardEvent::MTE1_MTE2>(0);
+    SetWait<HardEvent::MTE1_MTE2>();
 }
 __aicore__ inline void WaitMte1ToM()
 {
-    SetFlag<HardEvent::MTE1_M>(0);
-    WaitFlag<HardEvent::MTE1_M>(0);
+    SetWait<HardEvent::MTE1_M>();
 }
 __aicore__ inline void WaitMToMte1()
 {
-    SetFlag<HardEvent::M_MTE1>(0);
-    WaitFlag<HardEvent::M_MTE1>(0);
+    SetWait<HardEvent::M_MTE1>();
 }
 __aicore__ inline void WaitMToFix()
 {
-    SetFlag<HardEvent::M_FIX>(0);
-    WaitFlag<HardEvent::M_FIX>(0);
+    SetWait<HardEvent::M_FIX>();
 }
 __aicore__ inline void WaitFixToM()
 {
-    SetFlag<HardEvent::FIX_M>(0);
-    WaitFlag<HardEvent::FIX_M>(0);
+    SetWait<HardEvent::FIX_M>();
 }
 
 // GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`), columns zero-padded to 16 by
@@ -340,14 +342,16 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
     WaitMToMte1();
 }
 
-// c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile.
+// c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile. One 512-byte
+// fractal (blockNum = 1) per repeat: blockNum = 0 is a NOP on A2 (docs/zh/api/SIMD-API/基础API/矩阵计算（ISASI）/
+// 矩阵计算的搬入/辅助配置接口/Fill.md, InitConstValueParams table, asc-devkit 0da921b9).
 template <typename T>
 __aicore__ inline void ZeroAcc(const LocalTensor<float>& c, const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t m,
                                int64_t n)
 {
     WaitMToMte1();
-    InitConstValue(l0a, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(m, 16)), T(0)));
-    InitConstValue(l0b, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(n, 16)), T(0)));
+    InitConstValue(l0a, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(m, 16)), 1, 0, T(0)));
+    InitConstValue(l0b, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(n, 16)), 1, 0, T(0)));
     WaitMte1ToM();
     Mmad(c, l0a, l0b, MmadParams(static_cast<uint16_t>(m), static_cast<uint16_t>(n), 16, 0, false, true));
     WaitMToMte1();
