@@ -20,6 +20,8 @@ constexpr uint32_t kBufSize[NBUF] = {196608, 524288, 65536, 65536, 131072};
 constexpr const char* kBufName[NBUF] = {"UB", "L1", "L0A", "L0B", "L0C"};
 constexpr uint8_t kPoison = 0xFF;  // fresh local memory: NaN in fp16, bf16 and fp32
 constexpr int kPipes = 11;         // pipe_t values PIPE_S .. PIPE_FIX
+constexpr const char* kPipeName[kPipes] = {"PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3",
+                                           "PIPE_ALL", "PIPE_MTE4", "PIPE_MTE5", "PIPE_V2", "PIPE_FIX"};
 
 struct Shadow {          // one per 32-byte block of a local buffer
     uint32_t op;         // index (in its pipe) of the last instruction that wrote the block
@@ -96,8 +98,8 @@ inline void TouchRead(const char* what, int pipe, Buf b, uint64_t off, uint64_t 
     for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) {
         const Shadow& s = c.shadow[b][blk];
         if (s.pipe != 0xFF && s.pipe != pipe && c.clock[pipe][s.pipe] < s.op)
-            Fail(what, "pipe %d reads %s bytes [%llu, +32) written by pipe %d without a SetFlag/WaitFlag between them",
-                 pipe, kBufName[b], (unsigned long long)(blk * 32), s.pipe);
+            Fail(what, "%s reads %s bytes [%llu, +32) written by %s without a SetFlag/WaitFlag between them",
+                 kPipeName[pipe], kBufName[b], (unsigned long long)(blk * 32), kPipeName[s.pipe]);
     }
 }
 inline void TouchWrite(int pipe, uint32_t op, Buf b, uint64_t off, uint64_t len)
