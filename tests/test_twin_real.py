@@ -111,8 +111,11 @@ def _strict(exe, which):
     return subprocess.run([str(exe), which], capture_output=True, text=True, timeout=60)
 
 
-def test_strict_control_kernel_runs(strict_exe):
-    proc = _strict(strict_exe, "ok")
+@pytest.mark.parametrize("which", ["ok", "reduce"])
+def test_strict_control_kernels_run(strict_exe, which):
+    """The correct kernel computes y = x + 1; ReduceMax/ReduceSum over 100 floats (a full repeat and a
+    tail through the headers' multi-step reduction) give the max and the (exact, integer) sum."""
+    proc = _strict(strict_exe, which)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -23,9 +23,10 @@ constexpr int kPipes = 11;         // pipe_t values PIPE_S .. PIPE_FIX
 constexpr const char* kPipeName[kPipes] = {"PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3",
                                            "PIPE_ALL", "PIPE_MTE4", "PIPE_MTE5", "PIPE_V2", "PIPE_FIX"};
 
-struct Shadow {          // one per 32-byte block of a local buffer
-    uint32_t op;         // index (in its pipe) of the last instruction that wrote the block
-    uint8_t pipe;        // that instruction's pipe; 0xFF: never written by an instruction
+struct Shadow {            // one per 32-byte block of a local buffer
+    uint32_t op;           // index (in its pipe) of the last instruction that wrote the block
+    uint8_t pipe;          // that instruction's pipe; 0xFF: never written by an instruction
+    uint32_t rd[11];       // per pipe: index of the last instruction of that pipe that read the block
 };
 
 struct Core {
@@ -83,30 +84,47 @@ inline void Align(const char* what, Buf b, uint64_t off, uint64_t align)
 }
 
 // ---- pipe ordering (flag discipline) -----------------------------------------------------------
-// An instruction on pipe p that reads a block last written by an instruction of another pipe q must be
-// ordered after it: SetFlag<q_p>/WaitFlag<q_p> (or a chain of them) or PipeBarrier<PIPE_ALL>. On the NPU
-// pipes run concurrently, so a missing wait reads stale data; here it is an error.
+// Pipes run concurrently on the NPU; an instruction is ordered after another pipe's instructions only
+// through SetFlag/WaitFlag (or a chain of them) or PipeBarrier<PIPE_ALL> (SetFlag-WaitFlag(ISASI).md).
+// Every instruction calls Issue first; then an access of a 32-byte block must be ordered after
+//  - the block's last write by another pipe (read after write, write after write), and
+//  - for a write, the block's last read by every other pipe (write after read).
+// Scalar accesses (GetValue/SetValue, the headers' `*ptr`) go straight to memory and are not tracked.
 inline uint32_t Issue(int pipe)
 {
     Core& c = Cur();
     return ++c.clock[pipe][pipe];
+}
+inline void CheckWriter(const char* what, const Core& c, int pipe, Buf b, uint64_t blk)
+{
+    const Shadow& s = c.shadow[b][blk];
+    if (s.pipe != 0xFF && s.pipe != pipe && c.clock[pipe][s.pipe] < s.op)
+        Fail(what, "%s accesses %s bytes [%llu, +32) written by %s without a SetFlag/WaitFlag between them",
+             kPipeName[pipe], kBufName[b], (unsigned long long)(blk * 32), kPipeName[s.pipe]);
 }
 inline void TouchRead(const char* what, int pipe, Buf b, uint64_t off, uint64_t len)
 {
     Core& c = Cur();
     if (len == 0) return;
     for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) {
-        const Shadow& s = c.shadow[b][blk];
-        if (s.pipe != 0xFF && s.pipe != pipe && c.clock[pipe][s.pipe] < s.op)
-            Fail(what, "%s reads %s bytes [%llu, +32) written by %s without a SetFlag/WaitFlag between them",
-                 kPipeName[pipe], kBufName[b], (unsigned long long)(blk * 32), kPipeName[s.pipe]);
+        CheckWriter(what, c, pipe, b, blk);
+        c.shadow[b][blk].rd[pipe] = c.clock[pipe][pipe];
     }
 }
-inline void TouchWrite(int pipe, uint32_t op, Buf b, uint64_t off, uint64_t len)
+inline void TouchWrite(const char* what, int pipe, uint32_t op, Buf b, uint64_t off, uint64_t len)
 {
     Core& c = Cur();
     if (len == 0) return;
-    for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) c.shadow[b][blk] = Shadow{op, static_cast<uint8_t>(pipe)};
+    for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) {
+        CheckWriter(what, c, pipe, b, blk);
+        Shadow& s = c.shadow[b][blk];
+        for (int q = 0; q < kPipes; ++q)
+            if (q != pipe && s.rd[q] > c.clock[pipe][q])
+                Fail(what, "%s overwrites %s bytes [%llu, +32) that %s reads, without a SetFlag/WaitFlag between them",
+                     kPipeName[pipe], kBufName[b], (unsigned long long)(blk * 32), kPipeName[q]);
+        s.op = op;
+        s.pipe = static_cast<uint8_t>(pipe);
+    }
 }
 
 // ---- poison ------------------------------------------------------------------------------------

@@ -40,14 +40,13 @@ inline void Load2D(const char* what, Buf dstBuf, uint64_t dst, uint64_t src, uin
         const uint8_t* sp = Local(what, L1, s, 512);
         TouchRead(what, PIPE_MTE1, L1, s, 512);
         uint8_t* dp = Local(what, dstBuf, d, 512);
-        TouchRead(what, PIPE_MTE1, dstBuf, d, 512);
         if (!transpose) {
             std::memcpy(dp, sp, 512);
         } else {
             for (int i = 0; i < 16; ++i)
                 for (int j = 0; j < 16; ++j) std::memcpy(dp + (j * 16 + i) * 2, sp + (i * 16 + j) * 2, 2);
         }
-        TouchWrite(PIPE_MTE1, op, dstBuf, d, 512);
+        TouchWrite(what, PIPE_MTE1, op, dstBuf, d, 512);
     }
 }
 
@@ -69,9 +68,8 @@ inline void Fill(const char* what, Buf b, uint64_t dst, uint64_t repeatBit, T va
         const uint64_t d = dst + r * (blockNum + gap) * blk;
         if (blockNum == 0) break;
         uint8_t* p = Local(what, b, d, blockNum * blk);
-        TouchRead(what, pipe, b, d, blockNum * blk);
         for (uint64_t e = 0; e < blockNum * blk; e += sizeof(T)) Store<T>(p + e, value);
-        TouchWrite(pipe, op, b, d, blockNum * blk);
+        TouchWrite(what, pipe, op, b, d, blockNum * blk);
     }
 }
 
@@ -89,11 +87,12 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
         Fail(what, "m %llu, k %llu, n %llu not in [1, 4095]", (unsigned long long)m, (unsigned long long)k, (unsigned long long)n);
     Align(what, L0A, a, 512);
     Align(what, L0B, b, 512);
-    Align(what, L0C, c, 1024);
+    Align(what, L0C, c, 64);
     const uint64_t M1 = (m + 15) / 16, K1 = (k + 15) / 16, N1 = (n + 15) / 16;
     const uint8_t* pa = Local(what, L0A, a, M1 * K1 * 512);
     const uint8_t* pb = Local(what, L0B, b, K1 * N1 * 512);
     uint8_t* pc = Local(what, L0C, c, M1 * N1 * 1024);
+    const uint32_t op = Issue(PIPE_M);
     TouchRead(what, PIPE_M, L0A, a, M1 * K1 * 512);
     TouchRead(what, PIPE_M, L0B, b, K1 * N1 * 512);
     if (!init) TouchRead(what, PIPE_M, L0C, c, M1 * N1 * 1024);
@@ -104,7 +103,6 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
     for (uint64_t j = 0; j < k; ++j)
         for (uint64_t x = 0; x < n; ++x)
             fb[j * n + x] = static_cast<float>(Load<B>(pb + ((j / 16) * N1 + x / 16) * 512 + ((x % 16) * 16 + j % 16) * 2));
-    const uint32_t op = Issue(PIPE_M);
     for (uint64_t i = 0; i < m; ++i)
         for (uint64_t x = 0; x < n; ++x) {
             uint8_t* e = pc + ((x / 16) * M1 + i / 16) * 1024 + ((i % 16) * 16 + x % 16) * 4;
@@ -112,7 +110,7 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
             for (uint64_t j = 0; j < k; ++j) acc += fa[i * k + j] * fb[j * n + x];
             Store<float>(e, acc);
         }
-    TouchWrite(PIPE_M, op, L0C, c, M1 * N1 * 1024);
+    TouchWrite(what, PIPE_M, op, L0C, c, M1 * N1 * 1024);
 }
 
 // copy_matrix_cc_to_gm(dst, src, sid, nSize, mSize, dstStride, srcStride, unitFlag, quantPre, relu,
@@ -138,8 +136,8 @@ inline void FixToGm(uint8_t* dst, uint64_t src, uint64_t nSize, uint64_t mSize, 
     if (!ok) Fail(what, "quantPre %d with a %zu-byte destination is not modelled", quantPre, sizeof(D));
     Align(what, L0C, src, 64);
     const uint64_t N1 = (nSize + 15) / 16;
-    TouchRead(what, PIPE_FIX, L0C, src, (N1 - 1) * srcStride * 64 + mSize * 64);
     Issue(PIPE_FIX);
+    TouchRead(what, PIPE_FIX, L0C, src, (N1 - 1) * srcStride * 64 + mSize * 64);
     std::vector<uint8_t> row(nSize * sizeof(D));
     for (uint64_t m = 0; m < mSize; ++m) {
         for (uint64_t n = 0; n < nSize; ++n) {

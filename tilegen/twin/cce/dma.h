@@ -39,11 +39,10 @@ inline void GmToUb(const char* what, uint64_t dst, const uint8_t* src, uint16_t 
         CheckGm(what, s, lenBurst);
         const uint64_t d = dst + static_cast<uint64_t>(i) * (ubBurst + static_cast<uint64_t>(dstGap) * 32);
         uint8_t* p = Local(what, UB, d, ubBurst);
-        TouchRead(what, PIPE_MTE2, UB, d, ubBurst);  // write-after-write ordering with other pipes
         PadFill(p, leftPad, kSize, c.movPadVal);
         std::memcpy(p + leftPad * kSize, s, lenBurst);
         PadFill(p + leftPad * kSize + lenBurst, rightPad, kSize, c.movPadVal);
-        TouchWrite(PIPE_MTE2, op, UB, d, leftPad * kSize + lenBurst + rightPad * kSize);
+        TouchWrite(what, PIPE_MTE2, op, UB, d, leftPad * kSize + lenBurst + rightPad * kSize);
     }
 }
 
@@ -115,13 +114,12 @@ inline void Nd2Nz(const char* what, uint64_t dst, const uint8_t* src, uint16_t n
                 const uint64_t e = static_cast<uint64_t>(i) * dstNzMatrixStride + static_cast<uint64_t>(g) * dstNzC0Stride * C0 +
                                    static_cast<uint64_t>(r) * dstNzNStride * C0;
                 uint8_t* d = Local(what, L1, dst + e * kSize, 32);
-                TouchRead(what, PIPE_MTE2, L1, dst + e * kSize, 32);
                 for (uint32_t k = 0; k < C0; ++k) {
                     const uint32_t col = g * C0 + k;
                     if (col < dValue) std::memcpy(d + k * kSize, s + static_cast<uint64_t>(col) * kSize, kSize);
                     else std::memset(d + k * kSize, 0, kSize);
                 }
-                TouchWrite(PIPE_MTE2, op, L1, dst + e * kSize, 32);
+                TouchWrite(what, PIPE_MTE2, op, L1, dst + e * kSize, 32);
             }
         }
     }

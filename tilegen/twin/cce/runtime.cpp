@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdarg>
@@ -79,6 +80,18 @@ Core& Cur()
     return *t_core;
 }
 
+// The first failing core prints its line and ends the process; a core failing at the same time waits
+// for that exit, so there is exactly one line.
+[[noreturn]] void FailOnce(const std::string& line)
+{
+    static std::atomic<bool> failing{false};
+    if (failing.exchange(true))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+
 void Fail(const char* what, const char* fmt, ...)
 {
     char msg[1024];
@@ -86,9 +99,7 @@ void Fail(const char* what, const char* fmt, ...)
     va_start(ap, fmt);
     std::vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    std::fprintf(stderr, "twin(real API): %s: %s [%s]\n", what, msg, Who().c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
+    FailOnce(std::string("twin(real API): ") + what + ": " + msg + " [" + Who() + "]\n");
 }
 
 void CheckGm(const char* what, const void* p, uint64_t bytes)
@@ -101,17 +112,17 @@ void CheckGm(const char* what, const void* p, uint64_t bytes)
         const uintptr_t lo = it->first, hi = lo + it->second.bytes;
         if (a >= lo && a + bytes <= hi) return;
         if (a >= lo && a < hi) {
-            std::fprintf(stderr, "twin(real API): %s: GM bytes [%zu, %zu) of \"%s\" (%zu bytes) out of bounds [%s]\n", what,
-                         static_cast<size_t>(a - lo), static_cast<size_t>(a - lo + bytes), it->second.tag.c_str(),
-                         it->second.bytes, Who().c_str());
-            std::fflush(stderr);
-            std::_Exit(1);
+            char b[512];
+            std::snprintf(b, sizeof b, "twin(real API): %s: GM bytes [%zu, %zu) of \"%s\" (%zu bytes) out of bounds [%s]\n", what,
+                          static_cast<size_t>(a - lo), static_cast<size_t>(a - lo + bytes), it->second.tag.c_str(),
+                          it->second.bytes, Who().c_str());
+            FailOnce(b);
         }
     }
-    std::fprintf(stderr, "twin(real API): %s: GM address %p (+%llu bytes) outside every allocation [%s]\n", what, p,
-                 static_cast<unsigned long long>(bytes), Who().c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
+    char b[512];
+    std::snprintf(b, sizeof b, "twin(real API): %s: GM address %p (+%llu bytes) outside every allocation [%s]\n", what, p,
+                  static_cast<unsigned long long>(bytes), Who().c_str());
+    FailOnce(b);
 }
 
 void AtomicLock() { g_atomic.lock(); }

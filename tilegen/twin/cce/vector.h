@@ -64,9 +64,10 @@ struct Opnd {
     }
 };
 
+// Operand start addresses in UB are 32-byte aligned (通用说明和约束.md, 通用地址对齐约束 table).
 inline Opnd MakeOpnd(const char* what, uint64_t base, uint32_t size, uint32_t wide, uint64_t blk, uint64_t rep)
 {
-    Align(what, UB, base, size);
+    Align(what, UB, base, 32);
     if (size != wide && blk != 1) Fail(what, "block stride %llu on the narrow side of a conversion is not modelled", (unsigned long long)blk);
     return Opnd{base, size, 32 / wide, blk, rep};
 }
@@ -85,7 +86,7 @@ inline void WriteLane(const char* what, const Opnd& o, const Lane& x, T v, uint3
     const uint64_t a = o.At(x);
     uint8_t* p = Local(what, UB, a, sizeof(T));
     Store<T>(p, v);
-    TouchWrite(PIPE_V, op, UB, a, sizeof(T));
+    TouchWrite(what, PIPE_V, op, UB, a, sizeof(T));
 }
 
 template <typename T>
@@ -98,11 +99,11 @@ inline void Unary(const char* what, uint64_t dst, uint64_t src, uint64_t repeat,
 {
     constexpr uint32_t wide = sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S);
     const std::vector<Lane> ls = Lanes(what, 256 / wide, static_cast<uint32_t>(repeat));
+    const uint32_t op = Issue(PIPE_V);
     const Opnd d = MakeOpnd(what, dst, sizeof(D), wide, dstBlk, dstRep);
     const Opnd s = MakeOpnd(what, src, sizeof(S), wide, srcBlk, srcRep);
     std::vector<D> out(ls.size());
     for (size_t i = 0; i < ls.size(); ++i) out[i] = f(ReadLane<S>(what, s, ls[i]));
-    const uint32_t op = Issue(PIPE_V);
     for (size_t i = 0; i < ls.size(); ++i) WriteLane<D>(what, d, ls[i], out[i], op);
 }
 
@@ -112,12 +113,12 @@ inline void Binary(const char* what, uint64_t dst, uint64_t s0, uint64_t s1, uin
 {
     static_assert(kVecFloat<T> || std::is_integral_v<T>, "tilegen twin: vector arithmetic type");
     const std::vector<Lane> ls = Lanes(what, 256 / sizeof(T), static_cast<uint32_t>(repeat));
+    const uint32_t op = Issue(PIPE_V);
     const Opnd d = MakeOpnd(what, dst, sizeof(T), sizeof(T), dBlk, dRep);
     const Opnd a = MakeOpnd(what, s0, sizeof(T), sizeof(T), s0Blk, s0Rep);
     const Opnd b = MakeOpnd(what, s1, sizeof(T), sizeof(T), s1Blk, s1Rep);
     std::vector<T> out(ls.size());
     for (size_t i = 0; i < ls.size(); ++i) out[i] = f(ReadLane<T>(what, a, ls[i]), ReadLane<T>(what, b, ls[i]));
-    const uint32_t op = Issue(PIPE_V);
     for (size_t i = 0; i < ls.size(); ++i) WriteLane<T>(what, d, ls[i], out[i], op);
 }
 
@@ -257,9 +258,9 @@ inline void vector_dup(__ubuf__ T* dst, S value, uint64_t repeat, uint64_t dBlk,
     (void)sBlk; (void)sRep;
     const char* what = "vector_dup";
     const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, 256 / sizeof(T), static_cast<uint32_t>(repeat));
+    const uint32_t op = cce_rt::Issue(PIPE_V);
     const cce_rt::Opnd d = cce_rt::MakeOpnd(what, cce_rt::AddrOf(dst), sizeof(T), sizeof(T), dBlk, dRep);
     const T v = static_cast<T>(value);
-    const uint32_t op = cce_rt::Issue(PIPE_V);
     for (const cce_rt::Lane& x : ls) cce_rt::WriteLane<T>(what, d, x, v, op);
 }
 
@@ -336,6 +337,7 @@ TILEGEN_CCE_CONV_BF(vconv_f322bf16o, 'o')
         const char* what = #name;                                                                                 \
         constexpr uint32_t lanes = 256 / sizeof(T);                                                               \
         const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));           \
+        const uint32_t op = cce_rt::Issue(PIPE_V);                                                                \
         const cce_rt::Opnd s = cce_rt::MakeOpnd(what, cce_rt::AddrOf(src), sizeof(T), sizeof(T), sBlk, sRep);     \
         const uint64_t d = cce_rt::AddrOf(dst);                                                                   \
         const float y = static_cast<float>(static_cast<T>(scalar));                                               \
@@ -346,10 +348,9 @@ TILEGEN_CCE_CONV_BF(vconv_f322bf16o, 'o')
             const float v = static_cast<float>(cce_rt::ReadLane<T>(what, s, x));                                  \
             if (v OP y) bits[b / 8] |= static_cast<uint8_t>(1u << (b % 8));                                       \
         }                                                                                                         \
-        const uint32_t op = cce_rt::Issue(PIPE_V);                                                                \
         uint8_t* p = cce_rt::Local(what, cce_rt::UB, d, bits.size());                                             \
         std::memcpy(p, bits.data(), bits.size());                                                                 \
-        cce_rt::TouchWrite(PIPE_V, op, cce_rt::UB, d, bits.size());                                               \
+        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, d, bits.size());                                               \
     }
 TILEGEN_CCE_CMPVS(vcmpvs_eq, ==)
 TILEGEN_CCE_CMPVS(vcmpvs_ne, !=)
@@ -364,6 +365,8 @@ template <typename T>
 inline void set_cmpmask(__ubuf__ T* p)
 {
     const uint64_t a = cce_rt::AddrOf(p);
+    cce_rt::Issue(PIPE_V);
+    cce_rt::Align("set_cmpmask", cce_rt::UB, a, 32);
     const uint8_t* h = cce_rt::Local("set_cmpmask", cce_rt::UB, a, 16);
     cce_rt::TouchRead("set_cmpmask", PIPE_V, cce_rt::UB, a, 16);
     std::memcpy(cce_rt::Cur().cmpMask, h, 16);
@@ -380,6 +383,7 @@ inline void vsel(__ubuf__ T* dst, __ubuf__ T* src0, __ubuf__ U* third, uint64_t 
     constexpr uint32_t lanes = 256 / sizeof(T);
     cce_rt::Core& c = cce_rt::Cur();
     const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));
+    const uint32_t op = cce_rt::Issue(PIPE_V);
     const cce_rt::Opnd d = cce_rt::MakeOpnd(what, cce_rt::AddrOf(dst), sizeof(T), sizeof(T), dBlk, dRep);
     const cce_rt::Opnd a = cce_rt::MakeOpnd(what, cce_rt::AddrOf(src0), sizeof(T), sizeof(T), s0Blk, s0Rep);
     std::vector<T> out(ls.size());
@@ -402,7 +406,6 @@ inline void vsel(__ubuf__ T* dst, __ubuf__ T* src0, __ubuf__ U* third, uint64_t 
     } else {
         cce_rt::Fail(what, "select mode %u is not modelled", mode);
     }
-    const uint32_t op = cce_rt::Issue(PIPE_V);
     for (size_t i = 0; i < ls.size(); ++i) cce_rt::WriteLane<T>(what, d, ls[i], out[i], op);
 }
 
@@ -433,6 +436,7 @@ inline void vcadd(__ubuf__ T* dst, __ubuf__ T* src, uint64_t repeat, uint64_t dR
     const char* what = "vcadd";
     constexpr uint32_t lanes = 256 / sizeof(T);
     const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));
+    const uint32_t op = cce_rt::Issue(PIPE_V);
     const cce_rt::Opnd s = cce_rt::MakeOpnd(what, cce_rt::AddrOf(src), sizeof(T), sizeof(T), sBlk, sRep);
     std::vector<std::vector<float>> per;
     for (const cce_rt::Lane& x : ls) {
@@ -440,7 +444,6 @@ inline void vcadd(__ubuf__ T* dst, __ubuf__ T* src, uint64_t repeat, uint64_t dR
         per[x.r].resize(lanes, 0.0f);
         per[x.r][x.l] = static_cast<float>(cce_rt::ReadLane<T>(what, s, x));
     }
-    const uint32_t op = cce_rt::Issue(PIPE_V);
     if (acc) {
         float total = 0.0f;
         for (auto& v : per) total = static_cast<float>(static_cast<T>(total + static_cast<float>(static_cast<T>(cce_rt::TreeSum(v)))));
@@ -455,7 +458,7 @@ inline void vcadd(__ubuf__ T* dst, __ubuf__ T* src, uint64_t repeat, uint64_t dR
         const uint64_t a = d + r * dRep * sizeof(T);
         uint8_t* p = cce_rt::Local(what, cce_rt::UB, a, sizeof(T));
         cce_rt::Store<T>(p, static_cast<T>(cce_rt::TreeSum(per[r])));
-        cce_rt::TouchWrite(PIPE_V, op, cce_rt::UB, a, sizeof(T));
+        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, a, sizeof(T));
     }
 }
 inline int64_t get_acc_val() { return cce_rt::Cur().accVal; }
@@ -469,6 +472,7 @@ inline void VcMaxMin(const char* what, uint64_t dst, uint64_t src, uint64_t repe
 {
     constexpr uint32_t lanes = 256 / sizeof(T);
     const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));
+    const uint32_t op = cce_rt::Issue(PIPE_V);
     const cce_rt::Opnd s = cce_rt::MakeOpnd(what, src, sizeof(T), sizeof(T), sBlk, sRep);
     struct Best { bool any = false; float v = 0; uint32_t idx = 0; };
     std::vector<Best> best;
@@ -479,7 +483,6 @@ inline void VcMaxMin(const char* what, uint64_t dst, uint64_t src, uint64_t repe
         const bool better = !b.any || (v != v && b.v == b.v) || (b.v == b.v && (kMax ? v > b.v : v < b.v));
         if (better) { b.any = true; b.v = v; b.idx = x.l; }
     }
-    const uint32_t op = cce_rt::Issue(PIPE_V);
     using I = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
     for (size_t r = 0; r < best.size(); ++r) {
         if (!best[r].any) continue;
@@ -493,7 +496,7 @@ inline void VcMaxMin(const char* what, uint64_t dst, uint64_t src, uint64_t repe
             case ONLY_VALUE: cce_rt::Store<T>(p, v); break;
             case ONLY_INDEX: cce_rt::Store<I>(p, i); break;
         }
-        cce_rt::TouchWrite(PIPE_V, op, cce_rt::UB, a, 2 * sizeof(T));
+        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, a, 2 * sizeof(T));
     }
 }
 template <typename T>
