@@ -125,6 +125,7 @@ def test_strict_control_kernels_run(strict_exe, which):
         ("ub_out_of_bounds", "outside the 196608-byte buffer"),
         ("uninitialised", "uninitialised local memory"),
         ("missing_wait", "without a SetFlag/WaitFlag"),
+        ("scalar_out_of_bounds", "a scalar access outside this core's UB"),
     ],
 )
 def test_strict_misuse_fails_with_one_line(strict_exe, which, message):

@@ -30,6 +30,7 @@ int main(int argc, char** argv)
                             : which == "ub_out_of_bounds" ? &strict_ub_out_of_bounds
                             : which == "uninitialised" ? &strict_uninitialised
                             : which == "missing_wait" ? &strict_missing_wait
+                            : which == "scalar_out_of_bounds" ? &strict_scalar_out_of_bounds
                             : nullptr;
     if (k == nullptr) return 2;
     twin::LaunchMix(1, *k, (GM_ADDR)x, (GM_ADDR)y);

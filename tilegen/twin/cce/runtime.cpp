@@ -3,6 +3,8 @@
 // passes share one instance of it.
 #include <asm/prctl.h>
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -238,6 +240,27 @@ bool CallWith(void* fn, void* const* args, int nargs, std::index_sequence<N...>)
     return ((nargs == static_cast<int>(N) ? (CallN(fn, args, std::make_index_sequence<N>{}), true) : false) || ...);
 }
 
+// UB of an AIV: mmap'd between PROT_NONE guards of 64 KiB, so that a scalar access past either end
+// (through GS) faults instead of reaching other memory.
+constexpr size_t kGuard = 64 * 1024;
+uint8_t* MapUb()
+{
+    const size_t n = cce_rt::kBufSize[cce_rt::UB] + 2 * kGuard;
+    void* p = mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) cce_rt::Fail("launch", "cannot map UB");
+    uint8_t* ub = static_cast<uint8_t*>(p) + kGuard;
+    if (mprotect(ub, cce_rt::kBufSize[cce_rt::UB], PROT_READ | PROT_WRITE) != 0) cce_rt::Fail("launch", "cannot map UB");
+    std::memset(ub, cce_rt::kPoison, cce_rt::kBufSize[cce_rt::UB]);
+    return ub;
+}
+void UnmapUb(uint8_t* ub) { munmap(ub - kGuard, cce_rt::kBufSize[cce_rt::UB] + 2 * kGuard); }
+
+void OnSegv(int)
+{
+    cce_rt::Fail("scalar access", "segmentation fault: a scalar access outside this core's UB, or scalar code "
+                                  "dereferencing an L1/L0 address (or a fault in tilegen's twin)");
+}
+
 void RunCore(Core* core, void* fn, void* const* args, int nargs)
 {
     cce_rt::t_core = core;
@@ -281,9 +304,13 @@ void LaunchRaw(uint32_t blocks, const Kernel& k, void* const* args, int nargs)
             c.kernel = k.name;
             for (int m = 0; m < cce_rt::NBUF; ++m) {
                 if ((m == cce_rt::UB) == c.aic) continue;
-                mem.emplace_back(cce_rt::kBufSize[m], cce_rt::kPoison);
-                shadows.emplace_back(cce_rt::kBufSize[m] / 32, cce_rt::Shadow{0, 0xFF});
-                c.buf[m] = mem.back().data();
+                if (m == cce_rt::UB) {
+                    c.buf[m] = MapUb();
+                } else {
+                    mem.emplace_back(cce_rt::kBufSize[m], cce_rt::kPoison);
+                    c.buf[m] = mem.back().data();
+                }
+                shadows.emplace_back(cce_rt::kBufSize[m] / 32, cce_rt::Shadow{0, 0xFF, {}});
                 c.shadow[m] = shadows.back().data();
             }
         }
@@ -294,9 +321,14 @@ void LaunchRaw(uint32_t blocks, const Kernel& k, void* const* args, int nargs)
         cce_rt::g_blocked = 0;
         cce_rt::g_waiters.clear();
     }
+    struct sigaction sa {};
+    sa.sa_handler = OnSegv;
+    sigaction(SIGSEGV, &sa, nullptr);
     std::vector<std::thread> threads;
     for (Core& c : cores) threads.emplace_back(RunCore, &c, c.aic ? cube : vec, args, nargs);
     for (std::thread& t : threads) t.join();
+    for (Core& c : cores)
+        if (!c.aic) UnmapUb(c.buf[cce_rt::UB]);
     for (uint32_t b = 0; b < blocks; ++b)
         for (int s = 0; s < 2; ++s)
             for (int f = 0; f < 16; ++f)
