@@ -141,6 +141,18 @@ def _real_flags(devkit: Path, gen: Path, core: str) -> list[str]:
     ]
 
 
+def _devkit_fingerprint(devkit: Path) -> bytes:
+    """Path, size and mtime of every file under the snapshot's include/ and impl/ (a changed snapshot
+    rebuilds)."""
+    digest = hashlib.sha256()
+    for top in ("include", "impl"):
+        for root, _, names in sorted(os.walk(devkit / top)):
+            for name in sorted(names):
+                st = os.stat(os.path.join(root, name))
+                digest.update(f"{os.path.relpath(os.path.join(root, name), devkit)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.digest()
+
+
 def _first_errors(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if "error" in ln][:8] or stderr.splitlines()[:8]
     return "\n".join(lines)
@@ -152,7 +164,7 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
     Each ``<label>_kernels.asc`` becomes ``<label>_cube.so`` (``__DAV_CUBE__``) and ``<label>_vec.so``
     (``__DAV_VEC__``), built against the snapshot's ``include/`` and ``impl/`` (read in place) with
     ``tilegen/twin/cce/cce.h``; ``twin_main.cpp`` is compiled with ``tilegen/twin/cce/runtime.cpp`` and
-    loads them. Cached by the sources, the CCE layer and the snapshot's path.
+    loads them. Cached by the sources, the CCE layer and the snapshot (its files' paths, sizes, times).
 
     Raises:
         SpecError: ``devkit`` is not an asc-devkit snapshot.
@@ -163,7 +175,7 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
     if cxx is None:
         raise TwinError(f"no {os.environ.get('TILEGEN_CLANG', REAL_CXX)} for the real-API twin (apt-get install clang-16)")
     gen = tiling_header_dir(devkit, cache_dir)
-    digest = hashlib.sha256(b"real-api\0" + str(devkit).encode() + b"\0")
+    digest = hashlib.sha256(b"real-api\0" + str(devkit).encode() + b"\0" + _devkit_fingerprint(devkit))
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
     for src in sorted(CCE_DIR.glob("*")):
