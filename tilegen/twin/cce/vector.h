@@ -122,9 +122,6 @@ inline void Binary(const char* what, uint64_t dst, uint64_t s0, uint64_t s1, uin
     for (size_t i = 0; i < ls.size(); ++i) WriteLane<T>(what, d, ls[i], out[i], op);
 }
 
-template <typename T>
-inline T Round(float v) { return static_cast<T>(v); }
-
 // float -> half with a rounding mode: 'r' nearest even, 'a' half away from zero, 'f' floor, 'c' ceil,
 // 'z' toward zero, 'o' round to odd (Cast doc, RoundMode CAST_RINT/ROUND/FLOOR/CEIL/TRUNC/ODD).
 template <typename H>
@@ -134,19 +131,15 @@ inline H RoundTo(float v, char mode)
     if (mode == 'r' || std::isnan(v)) return h;
     const float hf = static_cast<float>(h);
     if (hf == v) return h;
-    auto step = [](H x, bool up) {
-        // next representable H toward +inf (up) or -inf
-        float f = static_cast<float>(x);
-        H y = x;
-        for (int i = 0; i < 2; ++i) {
-            uint16_t bits;
-            std::memcpy(&bits, &y, 2);
-            if (f == 0.0f) bits = up ? 0x0001 : 0x8001;
-            else if ((f > 0) == up) bits = static_cast<uint16_t>(bits + 1);
-            else bits = static_cast<uint16_t>(bits - 1);
-            std::memcpy(&y, &bits, 2);
-            break;
-        }
+    auto step = [](H x, bool up) {  // the neighbour of x toward +inf (up) or -inf
+        const float f = static_cast<float>(x);
+        uint16_t bits;
+        std::memcpy(&bits, &x, 2);
+        if (f == 0.0f) bits = up ? 0x0001 : 0x8001;
+        else if ((f > 0) == up) bits = static_cast<uint16_t>(bits + 1);
+        else bits = static_cast<uint16_t>(bits - 1);
+        H y;
+        std::memcpy(&y, &bits, 2);
         return y;
     };
     const H lo = hf < v ? h : step(h, false);
@@ -168,8 +161,6 @@ inline H RoundTo(float v, char mode)
         default: return h;
     }
 }
-
-inline float Bf16ToF(bfloat16_t v) { return static_cast<float>(v); }
 
 // Select / compare bits: element i of the instruction (counting lanes over repeats) is bit i of the
 // bit tensor (CompareScalar, Select docs: the selection mask is consumed continuously).
