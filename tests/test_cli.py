@@ -34,6 +34,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "dtype = 'int8'" in capsys.readouterr().err
 
 
+def test_bad_asc_devkit_is_one_line_naming_the_option(tmp_path, capsys):
+    assert main(["run", "--spec", "tiny", "--twin", "--asc-devkit", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--asc-devkit" in err[0] and "nope" in err[0] and "include/kernel_operator.h" in err[0], err
+
+
 def test_inspect_prints_the_loop_nest(capsys):
     assert main(["inspect", "--spec", "tiny"]) == 0
     out = capsys.readouterr().out

@@ -121,11 +121,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
     data = load_data(args.data, args.data_index) if args.data else None
-    twin = args.twin_target if args.twin else None
-    validate_run(spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin)
+    twin = args.twin_target if args.twin or args.asc_devkit else None
+    validate_run(
+        spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
+    )
     print(f"tilegen run  {describe(spec)}")
     report = check_spec(
-        spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data, twin_target=twin
+        spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
+        twin_target=twin, asc_devkit=args.asc_devkit,
     )
     for label, program in report.programs.items():
         env = program.env_map
@@ -285,6 +288,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
     run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
     run.add_argument("--twin-target", default="ascend910b2", metavar="T", help="the Ascend target for --twin (default ascend910b2)")
+    run.add_argument(
+        "--asc-devkit", metavar="DIR",
+        help="run --twin on Huawei's Ascend C headers: DIR is an asc-devkit snapshot (include/, impl/); tilegen supplies "
+        "only the CCE intrinsics (needs clang++-16; kernel_tiling.h from $ASC_GEN or made from DIR). Implies --twin",
+    )
     run.add_argument(
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
     )

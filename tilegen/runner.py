@@ -64,12 +64,14 @@ def validate_run(
     dq_strategy: str = "atomic",
     data: dict[str, np.ndarray] | None = None,
     twin_target: str | None = None,
+    asc_devkit: str | None = None,
 ) -> None:
     """Reject, before any work, every request :func:`check_spec` cannot run.
 
     Raises:
-        SpecError: the spec is too large for the dense reference, bad tile sizes or dQ strategy, or
-            ``data`` lacks a tensor or has a wrong shape (each named).
+        SpecError: the spec is too large for the dense reference, bad tile sizes or dQ strategy,
+            ``data`` lacks a tensor or has a wrong shape (each named), or ``asc_devkit`` is not an
+            asc-devkit snapshot.
         TargetError: ``twin_target`` is not an Ascend 910B target.
     """
     if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
@@ -88,6 +90,10 @@ def validate_run(
         from .backends import ascendc
 
         ascendc.check_request(spec, twin_target)
+    if asc_devkit is not None:
+        from .backends import twin
+
+        twin.check_devkit(asc_devkit)
 
 
 def check_spec(
@@ -100,6 +106,7 @@ def check_spec(
     backward: str = "both",
     data: dict[str, np.ndarray] | None = None,
     twin_target: str | None = None,
+    asc_devkit: str | None = None,
 ) -> RunReport:
     """Run and check the forward and the backward of ``spec``.
 
@@ -109,11 +116,14 @@ def check_spec(
         data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs.
         twin_target: also generate the Ascend C kernels for this target and run them on the CPU twin;
             their outputs join the comparisons as ``O (twin)``, ``dQ (twin)``, ...
+        asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
+            snapshot over tilegen's CCE intrinsics; see tilegen/twin/cce/README.md); the comparisons
+            are labelled ``O (real-API twin)``, ...
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
     """
-    validate_run(spec, tile_sizes=tile_sizes, dq_strategy=dq_strategy, data=data, twin_target=twin_target)
+    validate_run(spec, tile_sizes=tile_sizes, dq_strategy=dq_strategy, data=data, twin_target=twin_target, asc_devkit=asc_devkit)
     data = random_inputs(spec, seed) if data is None else cast_inputs(spec, data)
     report = RunReport(spec)
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
@@ -145,22 +155,29 @@ def check_spec(
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
             report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"]), terms=longest_sum(spec)))
     if twin_target is not None:
-        _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain))
+        _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit)
     return report
 
 
-def _check_on_twin(report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs) -> None:
-    """Generate the Ascend C kernels, run them on the CPU twin and compare their outputs too."""
+def _check_on_twin(
+    report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs, asc_devkit=None
+) -> None:
+    """Generate the Ascend C kernels, run them on the CPU twin (the real-API one with ``asc_devkit``)
+    and compare their outputs too."""
     from .backends import ascendc, twin
 
-    exe = twin.build(ascendc.generate(spec, target, dq_strategy=dq_strategy).files)
+    files = ascendc.generate(spec, target, dq_strategy=dq_strategy).files
+    exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)
+    tag = "real-API twin" if asc_devkit is not None else "twin"
     fwd, grads = twin.run_attention(exe, spec, data)
     o_ref, l_ref, o_pl, l_pl = fwd_refs
-    report.comparisons.append(compare("O (twin)", fwd["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
-    report.comparisons.append(compare("L (twin)", fwd["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
+    report.comparisons.append(compare(f"O ({tag})", fwd["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
+    report.comparisons.append(compare(f"L ({tag})", fwd["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
     ref, plain = bwd_refs
     for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
-        report.comparisons.append(compare(f"{name} (twin)", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"]), terms=longest_sum(spec)))
+        report.comparisons.append(
+            compare(f"{name} ({tag})", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"]), terms=longest_sum(spec))
+        )
 
 
 def cast_inputs(spec: AttentionSpec, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

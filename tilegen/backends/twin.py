@@ -1,6 +1,13 @@
-"""Run generated Ascend C kernels on the CPU twin (g++ against ``tilegen/twin/include``).
+"""Run generated Ascend C kernels on the CPU twin, in one of two modes.
 
-:func:`build` compiles a generated kernel set's ``twin_main.cpp`` once (cached by the sources' hash);
+- The hand twin: :func:`build` compiles a generated kernel set's ``twin_main.cpp`` with g++ against
+  ``tilegen/twin/include``, tilegen's own emulation of the Ascend C API.
+- The real-API twin: :func:`build_real` compiles each ``<label>_kernels.asc`` with clang++-16 against
+  Huawei's public Ascend C headers (an asc-devkit snapshot: ``include/``, ``impl/``) in device mode for
+  dav-c220, once per MIX pass (cube, vector), and links tilegen's CPU implementation of the CCE
+  intrinsics those headers call (``tilegen/twin/cce/``); only that intrinsic layer is tilegen's model.
+
+Both are cached by the sources' hash and run through the same harness (``twin_main.cpp``):
 :func:`run_program` writes the inputs as raw files, runs the forward or backward kernels with the
 given number of AI Cores and reads the outputs back as NumPy arrays in logical BNSD order.
 """
@@ -9,18 +16,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import TilegenError
+from ..errors import SpecError, TilegenError
 from ..spec import AttentionSpec
 
 TWIN_INCLUDE = Path(__file__).resolve().parent.parent / "twin" / "include"
+CCE_DIR = Path(__file__).resolve().parent.parent / "twin" / "cce"
+REAL_CXX = "clang++-16"  # the real-API twin needs clang (x86 GS address space, _Float16); $TILEGEN_CLANG overrides
 
 
 class TwinError(TilegenError):
@@ -73,6 +84,151 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
         raise TwinError("twin build failed:\n" + "\n".join(lines))
     os.replace(str(exe) + ".tmp", exe)
     stamp.write_text(request + "\0" + hashlib.sha256(exe.read_bytes()).hexdigest())
+    return exe
+
+
+def real_compiler() -> str | None:
+    """The clang++ used for real-API twin builds (``$TILEGEN_CLANG`` or clang++-16), or None."""
+    return shutil.which(os.environ.get("TILEGEN_CLANG", REAL_CXX))
+
+
+def check_devkit(devkit: str | Path) -> Path:
+    """The asc-devkit snapshot folder ``devkit`` as a resolved path.
+
+    Raises:
+        SpecError: ``devkit`` does not hold ``include/kernel_operator.h`` and ``impl/basic_api/dav_c220/``.
+    """
+    path = Path(devkit).expanduser()
+    if not (path / "include" / "kernel_operator.h").is_file() or not (path / "impl" / "basic_api" / "dav_c220").is_dir():
+        raise SpecError(
+            "--asc-devkit", str(devkit),
+            "a folder holding an asc-devkit snapshot (include/kernel_operator.h and impl/basic_api/dav_c220/), "
+            "e.g. a checkout of cannmirror/asc-devkit",
+        )
+    return path.resolve()
+
+
+def _cache_root(cache_dir) -> Path:
+    return Path(cache_dir or os.environ.get("TILEGEN_TWIN_CACHE", Path(tempfile.gettempdir()) / "tilegen-twin"))
+
+
+def tiling_header_dir(devkit: Path, cache_dir=None) -> Path:
+    """A folder holding ``kernel_tiling/kernel_tiling.h``, the header CANN's build generates from the
+    advanced API: ``$ASC_GEN`` when it has it, else made once with the snapshot's own script
+    (``impl/adv_api/cmake/scripts/gen_kernel_tiling_data_def.py``) in the twin cache.
+
+    Raises:
+        TwinError: ``$ASC_GEN`` lacks the header and the script failed.
+    """
+    env = os.environ.get("ASC_GEN")
+    if env and (Path(env) / "kernel_tiling" / "kernel_tiling.h").is_file():
+        return Path(env).resolve()
+    out = _cache_root(cache_dir) / ("asc-gen-" + hashlib.sha256(str(devkit).encode()).hexdigest()[:12])
+    header = out / "kernel_tiling" / "kernel_tiling.h"
+    if not header.is_file():
+        header.parent.mkdir(parents=True, exist_ok=True)
+        script = devkit / "impl" / "adv_api" / "cmake" / "scripts" / "gen_kernel_tiling_data_def.py"
+        proc = subprocess.run(
+            [sys.executable, str(script), "include/adv_api", str(header) + ".tmp"], cwd=devkit, capture_output=True, text=True
+        )
+        if proc.returncode != 0 or not Path(str(header) + ".tmp").is_file():
+            raise TwinError(f"cannot make kernel_tiling.h with {script} (set ASC_GEN): " + (proc.stderr.strip().splitlines() or [""])[-1])
+        os.replace(str(header) + ".tmp", header)
+    return out
+
+
+_KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(')
+
+
+def _real_flags(devkit: Path, gen: Path, core: str) -> list[str]:
+    """clang++ flags of one MIX pass (``core`` = CUBE or VEC) in NPU device mode for dav-c220, as the
+    header check /work/shared/tools/ascend-headercheck/asc_check.sh sets them, with tilegen's CCE layer
+    force-included instead of a type-checking stub."""
+    return [
+        "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wno-everything",
+        "-D__NPU_ARCH__=2201", "-D__CCE_AICORE__=220", "-D__NPU_DEVICE__", f"-D__DAV_{core}__",
+        "-include", str(CCE_DIR / "cce.h"), f"-I{CCE_DIR}", f"-I{gen}",
+        f"-I{devkit}", f"-I{devkit}/include", f"-I{devkit}/include/basic_api", f"-I{devkit}/include/utils",
+        f"-I{devkit}/include/adv_api", f"-I{devkit}/impl", f"-I{devkit}/impl/basic_api", f"-I{devkit}/impl/utils",
+    ]
+
+
+def _devkit_fingerprint(devkit: Path) -> bytes:
+    """Path, size and mtime of every file under the snapshot's include/ and impl/ (a changed snapshot
+    rebuilds)."""
+    digest = hashlib.sha256()
+    for top in ("include", "impl"):
+        for root, _, names in sorted(os.walk(devkit / top)):
+            for name in sorted(names):
+                st = os.stat(os.path.join(root, name))
+                digest.update(f"{os.path.relpath(os.path.join(root, name), devkit)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.digest()
+
+
+def _first_errors(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if "error" in ln][:8] or stderr.splitlines()[:8]
+    return "\n".join(lines)
+
+
+def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """Compile a generated kernel set for the real-API twin; returns the harness executable.
+
+    Each ``<label>_kernels.asc`` becomes ``<label>_cube.so`` (``__DAV_CUBE__``) and ``<label>_vec.so``
+    (``__DAV_VEC__``), built against the snapshot's ``include/`` and ``impl/`` (read in place) with
+    ``tilegen/twin/cce/cce.h``; ``twin_main.cpp`` is compiled with ``tilegen/twin/cce/runtime.cpp`` and
+    loads them. Cached by the sources, the CCE layer and the snapshot (its files' paths, sizes, times).
+
+    Raises:
+        SpecError: ``devkit`` is not an asc-devkit snapshot.
+        TwinError: no clang++-16, or a build failed (the compiler's first error lines).
+    """
+    devkit = check_devkit(devkit)
+    cxx = real_compiler()
+    if cxx is None:
+        raise TwinError(f"no {os.environ.get('TILEGEN_CLANG', REAL_CXX)} for the real-API twin (apt-get install clang-16)")
+    gen = tiling_header_dir(devkit, cache_dir)
+    digest = hashlib.sha256(b"real-api\0" + str(devkit).encode() + b"\0" + _devkit_fingerprint(devkit))
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    for src in sorted(CCE_DIR.glob("*")):
+        if src.suffix in (".h", ".cpp"):
+            digest.update(src.name.encode() + src.read_bytes())
+    out = _cache_root(cache_dir) / ("real-" + digest.hexdigest()[:16])
+    exe = out / "twin_main"
+    if exe.is_file():
+        return exe
+    src_dir, stub_dir = out / "src", out / "stub"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    stub_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (src_dir / name).write_text(text)
+    labels = sorted(n[: -len("_kernels.asc")] for n in files if n.endswith("_kernels.asc"))
+    jobs = []
+    for label in labels:
+        for core, tag in (("CUBE", "cube"), ("VEC", "vec")):
+            so = out / f"{label}_{tag}.so"
+            cmd = [cxx, *_real_flags(devkit, gen, core), f"-I{src_dir}", str(src_dir / f"{label}_kernels.asc"), "-o", str(so) + ".tmp"]
+            jobs.append((so, cmd))
+        # the harness includes <label>_kernels.asc: here it only names the kernels of the two passes
+        names = _KERNEL.findall(files[f"{label}_kernels.asc"])
+        stub = ['#include "host.h"', '#include "tiling.h"'] + [f'inline const twin::Kernel {n}{{"{n}", "{label}"}};' for n in names]
+        (stub_dir / f"{label}_kernels.asc").write_text("\n".join(stub) + "\n")
+    for name in ("twin_main.cpp", "tiling.h"):
+        (stub_dir / name).write_text(files[name])
+    jobs.append((exe, [cxx, "-std=c++17", "-O1", "-pthread", "-rdynamic", f"-I{stub_dir}", f"-I{CCE_DIR}",
+                       str(stub_dir / "twin_main.cpp"), str(CCE_DIR / "runtime.cpp"), "-ldl", "-o", str(exe) + ".tmp"]))
+    width = max(1, min(2, os.cpu_count() or 1))
+    for start in range(0, len(jobs), width):
+        batch = jobs[start : start + width]
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _, cmd in batch]
+        for (target, _), proc in zip(batch, procs):
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise TwinError(f"real-API twin build of {target.name} failed:\n" + _first_errors(err))
+    for target, _ in jobs:
+        if target != exe:
+            os.replace(str(target) + ".tmp", target)
+    os.replace(str(exe) + ".tmp", exe)
     return exe
 
 

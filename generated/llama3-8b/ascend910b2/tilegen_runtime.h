@@ -75,6 +75,18 @@ __aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
 
+// An immediate SetFlag/WaitFlag pair on a free event ID of the TPipe. A literal ID may collide with one the
+// TPipe holds: on dav-c220 the AIC's TPipe::Init sets M_MTE1 events 0-2 (impl/basic_api/kernel_tpipe_impl.h
+// at asc-devkit 0da921b9), and "相同流水、相同eventID下，连续使用SetFlag会引发未定义行为" (docs/zh/api/SIMD-API/
+// 基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md, which asks TPipe code for FetchEventID/AllocEventID).
+template <HardEvent E>
+__aicore__ inline void SetWait()
+{
+    const int32_t id = static_cast<int32_t>(GetTPipePtr()->FetchEventID(E));
+    SetFlag<E>(id);
+    WaitFlag<E>(id);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Descriptor fields. Every computed value a helper writes into a hardware descriptor or a narrow API
 // argument goes through TILEGEN_NARROW(Struct_member, value): the accepted range of each field below
@@ -227,41 +239,34 @@ struct VectorOp_count {
 template <typename T>
 __aicore__ inline void WaitMte2ToV()
 {
-    SetFlag<HardEvent::MTE2_V>(0);
-    WaitFlag<HardEvent::MTE2_V>(0);
+    SetWait<HardEvent::MTE2_V>();
 }
 __aicore__ inline void WaitVToMte3()
 {
-    SetFlag<HardEvent::V_MTE3>(0);
-    WaitFlag<HardEvent::V_MTE3>(0);
+    SetWait<HardEvent::V_MTE3>();
 }
 __aicore__ inline void WaitMte3ToV()
 {
-    SetFlag<HardEvent::MTE3_V>(0);
-    WaitFlag<HardEvent::MTE3_V>(0);
+    SetWait<HardEvent::MTE3_V>();
 }
 __aicore__ inline void WaitVToMte2()
 {
-    SetFlag<HardEvent::V_MTE2>(0);
-    WaitFlag<HardEvent::V_MTE2>(0);
+    SetWait<HardEvent::V_MTE2>();
 }
 // Scalar GetValue/SetValue on UB run on PIPE_S: without the compiler's automatic synchronisation a scalar
 // access waits for the pipe that wrote the data, and a vector op for the scalar writes it reads
 // (docs/zh/guide/技术附录/概念原理和术语/内存访问原理/Scalar读写数据.md, "Scalar读写数据时的同步").
 __aicore__ inline void WaitVToS()
 {
-    SetFlag<HardEvent::V_S>(0);
-    WaitFlag<HardEvent::V_S>(0);
+    SetWait<HardEvent::V_S>();
 }
 __aicore__ inline void WaitSToV()
 {
-    SetFlag<HardEvent::S_V>(0);
-    WaitFlag<HardEvent::S_V>(0);
+    SetWait<HardEvent::S_V>();
 }
 __aicore__ inline void WaitMte2ToS()
 {
-    SetFlag<HardEvent::MTE2_S>(0);
-    WaitFlag<HardEvent::MTE2_S>(0);
+    SetWait<HardEvent::MTE2_S>();
 }
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
@@ -438,33 +443,27 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
 
 __aicore__ inline void WaitMte2ToMte1()
 {
-    SetFlag<HardEvent::MTE2_MTE1>(0);
-    WaitFlag<HardEvent::MTE2_MTE1>(0);
+    SetWait<HardEvent::MTE2_MTE1>();
 }
 __aicore__ inline void WaitMte1ToMte2()
 {
-    SetFlag<HardEvent::MTE1_MTE2>(0);
-    WaitFlag<HardEvent::MTE1_MTE2>(0);
+    SetWait<HardEvent::MTE1_MTE2>();
 }
 __aicore__ inline void WaitMte1ToM()
 {
-    SetFlag<HardEvent::MTE1_M>(0);
-    WaitFlag<HardEvent::MTE1_M>(0);
+    SetWait<HardEvent::MTE1_M>();
 }
 __aicore__ inline void WaitMToMte1()
 {
-    SetFlag<HardEvent::M_MTE1>(0);
-    WaitFlag<HardEvent::M_MTE1>(0);
+    SetWait<HardEvent::M_MTE1>();
 }
 __aicore__ inline void WaitMToFix()
 {
-    SetFlag<HardEvent::M_FIX>(0);
-    WaitFlag<HardEvent::M_FIX>(0);
+    SetWait<HardEvent::M_FIX>();
 }
 __aicore__ inline void WaitFixToM()
 {
-    SetFlag<HardEvent::FIX_M>(0);
-    WaitFlag<HardEvent::FIX_M>(0);
+    SetWait<HardEvent::FIX_M>();
 }
 
 // GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`), columns zero-padded to 16 by

@@ -1,0 +1,18 @@
+// tilegen real-API twin: the CCE intrinsic layer under Huawei's public Ascend C headers.
+// Force-included (-include) before a kernel built against asc-devkit include/ and impl/ in device mode
+// for dav-c220; see README.md in this folder.
+#ifndef TILEGEN_CCE_H
+#define TILEGEN_CCE_H
+
+#include "cce_types.h"
+#include "core.h"
+#include "sync.h"
+#include "dma.h"
+#include "cube.h"
+#include "vector.h"
+#include "unmodelled.h"
+
+// builtins whose result type matters to the headers
+inline __gm__ uint8_t* __get_kfc_workspace_addr() { return nullptr; }
+
+#endif  // TILEGEN_CCE_H

@@ -1,0 +1,339 @@
+// tilegen real-API twin, host runtime: core threads, local buffers, GM allocations, cross-core flags,
+// kernel loading. Linked into the harness executable (exported with -rdynamic) so that the two kernel
+// passes share one instance of it.
+#include <asm/prctl.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core.h"
+#include "host.h"
+
+namespace cce_rt {
+
+namespace {
+thread_local Core* t_core = nullptr;
+std::mutex g_mu;                 // GM registry, cross-core flags, deadlock accounting
+std::condition_variable g_cv;
+std::mutex g_atomic;
+
+struct GmBlock {
+    uint8_t* base;
+    size_t bytes;
+    std::string tag;
+};
+std::map<uintptr_t, GmBlock> g_gm;  // by start address
+
+struct BlockFlags {
+    int toAiv[2][16] = {};   // AIC -> AIV s (mode 2)
+    int toAic[2][16] = {};   // AIV s -> AIC (mode 2)
+};
+std::vector<BlockFlags> g_flags;
+int g_running = 0, g_blocked = 0;
+struct Waiter {
+    const Core* core;
+    int flag;
+};
+std::vector<Waiter> g_waiters;  // the cores blocked in wait_flag_dev
+
+bool Ready(const Core& c, int flag)
+{
+    const BlockFlags& f = g_flags[c.block];
+    return c.aic ? (f.toAic[0][flag] > 0 && f.toAic[1][flag] > 0) : f.toAiv[c.sub][flag] > 0;
+}
+// Deadlock: every running core waits and none of the waits can be satisfied.
+bool Deadlocked()
+{
+    if (g_blocked < g_running) return false;
+    for (const Waiter& w : g_waiters)
+        if (Ready(*w.core, w.flag)) return false;
+    return true;
+}
+
+std::string Who()
+{
+    if (t_core == nullptr) return "host";
+    char b[64];
+    if (t_core->aic) std::snprintf(b, sizeof b, "AIC %d", t_core->block);
+    else std::snprintf(b, sizeof b, "AIV %d (block %d, sub %d)", 2 * t_core->block + t_core->sub, t_core->block, t_core->sub);
+    return std::string(t_core->kernel) + ", " + b;
+}
+}  // namespace
+
+Core& Cur()
+{
+    if (t_core == nullptr) Fail("intrinsic", "called outside a kernel launch");
+    return *t_core;
+}
+
+// The first failing core prints its line and ends the process; a core failing at the same time waits
+// for that exit, so there is exactly one line.
+[[noreturn]] void FailOnce(const std::string& line)
+{
+    static std::atomic<bool> failing{false};
+    if (failing.exchange(true))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+
+void Fail(const char* what, const char* fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    FailOnce(std::string("twin(real API): ") + what + ": " + msg + " [" + Who() + "]\n");
+}
+
+void CheckGm(const char* what, const void* p, uint64_t bytes)
+{
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(g_mu);
+    auto it = g_gm.upper_bound(a);
+    if (it != g_gm.begin()) {
+        --it;
+        const uintptr_t lo = it->first, hi = lo + it->second.bytes;
+        if (a >= lo && a + bytes <= hi) return;
+        if (a >= lo && a < hi) {
+            char b[512];
+            std::snprintf(b, sizeof b, "twin(real API): %s: GM bytes [%zu, %zu) of \"%s\" (%zu bytes) out of bounds [%s]\n", what,
+                          static_cast<size_t>(a - lo), static_cast<size_t>(a - lo + bytes), it->second.tag.c_str(),
+                          it->second.bytes, Who().c_str());
+            FailOnce(b);
+        }
+    }
+    char b[512];
+    std::snprintf(b, sizeof b, "twin(real API): %s: GM address %p (+%llu bytes) outside every allocation [%s]\n", what, p,
+                  static_cast<unsigned long long>(bytes), Who().c_str());
+    FailOnce(b);
+}
+
+void AtomicLock() { g_atomic.lock(); }
+void AtomicUnlock() { g_atomic.unlock(); }
+
+void CrossCoreSet(int mode, int flag)
+{
+    Core& c = Cur();
+    if (mode != 2) Fail("ffts_cross_core_sync", "mode %d is not modelled (only mode 2, inside one AI Core)", mode);
+    if (flag > 10) Fail("ffts_cross_core_sync", "flag id %d not in [0, 10] (ids 11-15 are reserved)", flag);
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s sets flag %d\n", Who().c_str(), flag);
+    BlockFlags& f = g_flags[c.block];
+    if (c.aic) {
+        for (int s = 0; s < 2; ++s)
+            if (++f.toAiv[s][flag] > 15) Fail("ffts_cross_core_sync", "16th pending set of flag %d (the counter is 4 bits)", flag);
+    } else if (++f.toAic[c.sub][flag] > 15) {
+        Fail("ffts_cross_core_sync", "16th pending set of flag %d (the counter is 4 bits)", flag);
+    }
+    g_cv.notify_all();
+}
+
+void CrossCoreWait(int flag)
+{
+    Core& c = Cur();
+    if (flag < 0 || flag > 15) Fail("wait_flag_dev", "flag id %d", flag);
+    std::unique_lock<std::mutex> lk(g_mu);
+    BlockFlags& f = g_flags[c.block];
+    if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s waits flag %d\n", Who().c_str(), flag);
+    ++g_blocked;
+    g_waiters.push_back(Waiter{&c, flag});
+    while (!Ready(c, flag)) {
+        if (Deadlocked()) {
+            lk.unlock();
+            Fail("wait_flag_dev", "deadlock: waits for flag %d and every running core is blocked", flag);
+        }
+        g_cv.wait_for(lk, std::chrono::milliseconds(200));
+    }
+    --g_blocked;
+    for (size_t i = 0; i < g_waiters.size(); ++i)
+        if (g_waiters[i].core == &c) {
+            g_waiters.erase(g_waiters.begin() + static_cast<long>(i));
+            break;
+        }
+    if (c.aic) {
+        --f.toAic[0][flag];
+        --f.toAic[1][flag];
+    } else {
+        --f.toAiv[c.sub][flag];
+    }
+}
+
+}  // namespace cce_rt
+
+namespace twin {
+
+using cce_rt::Core;
+
+void* GmAlloc(size_t bytes, const char* tag)
+{
+    const size_t n = bytes == 0 ? 1 : bytes;
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096));
+    std::memset(p, cce_rt::kPoison, n);
+    std::lock_guard<std::mutex> lk(cce_rt::g_mu);
+    cce_rt::g_gm[reinterpret_cast<uintptr_t>(p)] = cce_rt::GmBlock{p, bytes, tag ? tag : ""};
+    return p;
+}
+
+void GmFree(void* p)
+{
+    {
+        std::lock_guard<std::mutex> lk(cce_rt::g_mu);
+        cce_rt::g_gm.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    std::free(p);
+}
+
+namespace {
+
+std::string ExeDir()
+{
+    char b[4096];
+    ssize_t n = readlink("/proc/self/exe", b, sizeof b - 1);
+    if (n <= 0) return ".";
+    b[n] = 0;
+    std::string s(b);
+    return s.substr(0, s.rfind('/'));
+}
+
+void* Symbol(const std::string& label, const char* pass, const char* name)
+{
+    static std::map<std::string, void*> handles;
+    const std::string path = ExeDir() + "/" + label + "_" + pass + ".so";
+    void*& h = handles[path];
+    if (h == nullptr) h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) cce_rt::Fail("launch", "cannot load %s: %s", path.c_str(), dlerror());
+    void* f = dlsym(h, name);
+    if (f == nullptr) cce_rt::Fail("launch", "%s has no kernel %s", path.c_str(), name);
+    return f;
+}
+
+constexpr int kMaxArgs = 24;
+
+template <size_t... I>
+void CallN(void* fn, void* const* args, std::index_sequence<I...>)
+{
+    reinterpret_cast<void (*)(decltype((void)I, static_cast<void*>(nullptr))...)>(fn)(args[I]...);
+}
+// Calls fn with nargs pointer arguments (every kernel parameter is a GM_ADDR).
+template <size_t... N>
+bool CallWith(void* fn, void* const* args, int nargs, std::index_sequence<N...>)
+{
+    return ((nargs == static_cast<int>(N) ? (CallN(fn, args, std::make_index_sequence<N>{}), true) : false) || ...);
+}
+
+// UB of an AIV: mmap'd between PROT_NONE guards of 64 KiB, so that a scalar access past either end
+// (through GS) faults instead of reaching other memory.
+constexpr size_t kGuard = 64 * 1024;
+uint8_t* MapUb()
+{
+    const size_t n = cce_rt::kBufSize[cce_rt::UB] + 2 * kGuard;
+    void* p = mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) cce_rt::Fail("launch", "cannot map UB");
+    uint8_t* ub = static_cast<uint8_t*>(p) + kGuard;
+    if (mprotect(ub, cce_rt::kBufSize[cce_rt::UB], PROT_READ | PROT_WRITE) != 0) cce_rt::Fail("launch", "cannot map UB");
+    std::memset(ub, cce_rt::kPoison, cce_rt::kBufSize[cce_rt::UB]);
+    return ub;
+}
+void UnmapUb(uint8_t* ub) { munmap(ub - kGuard, cce_rt::kBufSize[cce_rt::UB] + 2 * kGuard); }
+
+void OnSegv(int)
+{
+    cce_rt::Fail("scalar access", "segmentation fault: a scalar access outside this core's UB, or scalar code "
+                                  "dereferencing an L1/L0 address (or a fault in tilegen's twin)");
+}
+
+void RunCore(Core* core, void* fn, void* const* args, int nargs)
+{
+    cce_rt::t_core = core;
+    if (!core->aic && syscall(SYS_arch_prctl, ARCH_SET_GS, reinterpret_cast<unsigned long>(core->buf[cce_rt::UB])) != 0)
+        cce_rt::Fail("launch", "cannot point GS at the UB of this core");
+    if (!CallWith(fn, args, nargs, std::make_index_sequence<kMaxArgs + 1>{}))
+        cce_rt::Fail("launch", "kernels with %d arguments are not supported (at most %d)", nargs, kMaxArgs);
+    for (int s = 0; s < cce_rt::kPipes; ++s)
+        for (int d = 0; d < cce_rt::kPipes; ++d)
+            for (int e = 0; e < 8; ++e)
+                if (core->flagSet[s][d][e]) cce_rt::Fail("kernel end", "flag %d -> %d event %d still set (SetFlag without WaitFlag)", s, d, e);
+    std::lock_guard<std::mutex> lk(cce_rt::g_mu);
+    if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s ends\n", cce_rt::Who().c_str());
+    --cce_rt::g_running;
+    cce_rt::t_core = nullptr;
+    if (cce_rt::g_running > 0 && cce_rt::Deadlocked()) {
+        const cce_rt::Waiter w = cce_rt::g_waiters.front();
+        cce_rt::t_core = const_cast<Core*>(w.core);
+        cce_rt::Fail("wait_flag_dev", "deadlock: waits for flag %d that no running core can set", w.flag);
+    }
+    cce_rt::g_cv.notify_all();
+}
+
+}  // namespace
+
+void LaunchRaw(uint32_t blocks, const Kernel& k, void* const* args, int nargs)
+{
+    if (blocks < 1 || blocks > 24) cce_rt::Fail("launch", "blocks %u not in [1, 24] (AI Cores of a 910B)", blocks);
+    void* cube = Symbol(k.label, "cube", k.name);
+    void* vec = Symbol(k.label, "vec", k.name);
+    std::vector<Core> cores(3 * blocks);
+    std::vector<std::vector<uint8_t>> mem;
+    std::vector<std::vector<cce_rt::Shadow>> shadows;
+    for (uint32_t b = 0; b < blocks; ++b)
+        for (int i = 0; i < 3; ++i) {
+            Core& c = cores[3 * b + i];
+            c.aic = i == 0;
+            c.block = static_cast<int>(b);
+            c.sub = i == 0 ? 0 : i - 1;
+            c.blocks = static_cast<int>(blocks);
+            c.kernel = k.name;
+            for (int m = 0; m < cce_rt::NBUF; ++m) {
+                if ((m == cce_rt::UB) == c.aic) continue;
+                if (m == cce_rt::UB) {
+                    c.buf[m] = MapUb();
+                } else {
+                    mem.emplace_back(cce_rt::kBufSize[m], cce_rt::kPoison);
+                    c.buf[m] = mem.back().data();
+                }
+                shadows.emplace_back(cce_rt::kBufSize[m] / 32, cce_rt::Shadow{0, 0xFF, {}});
+                c.shadow[m] = shadows.back().data();
+            }
+        }
+    {
+        std::lock_guard<std::mutex> lk(cce_rt::g_mu);
+        cce_rt::g_flags.assign(blocks, cce_rt::BlockFlags{});
+        cce_rt::g_running = static_cast<int>(3 * blocks);
+        cce_rt::g_blocked = 0;
+        cce_rt::g_waiters.clear();
+    }
+    struct sigaction sa {};
+    sa.sa_handler = OnSegv;
+    sigaction(SIGSEGV, &sa, nullptr);
+    std::vector<std::thread> threads;
+    for (Core& c : cores) threads.emplace_back(RunCore, &c, c.aic ? cube : vec, args, nargs);
+    for (std::thread& t : threads) t.join();
+    for (Core& c : cores)
+        if (!c.aic) UnmapUb(c.buf[cce_rt::UB]);
+    for (uint32_t b = 0; b < blocks; ++b)
+        for (int s = 0; s < 2; ++s)
+            for (int f = 0; f < 16; ++f)
+                if (cce_rt::g_flags[b].toAiv[s][f] || cce_rt::g_flags[b].toAic[s][f])
+                    cce_rt::Fail("kernel end", "block %u: cross-core flag %d has sets nobody waited for", b, f);
+}
+
+}  // namespace twin
