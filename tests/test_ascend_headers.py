@@ -202,7 +202,7 @@ PLANTED = {
     "constructor-arity": ("tilegen_runtime.h", "DataCopyPadExtParams<T> pp(false, 0, 0, padValue);",
                           "DataCopyPadExtParams<T> pp(false, 0, padValue);", "vec", "DataCopyPadExtParams"),
     "enum-member": ("tilegen_runtime.h", "CMPMODE::GE", "CMPMODE::GTE", "vec", "GTE"),
-    "hard-event": ("tilegen_runtime.h", "SetFlag<HardEvent::MTE2_MTE1>(0);", "SetFlag<HardEvent::MTE2_MTE0>(0);", "cube", "MTE2_MTE0"),
+    "hard-event": ("tilegen_runtime.h", "SetWait<HardEvent::MTE2_MTE1>();", "SetWait<HardEvent::MTE2_MTE0>();", "cube", "MTE2_MTE0"),
     "ascend-is-aic-ternary": ("bwd_kernels.asc", "const int64_t core = static_cast<int64_t>(GetBlockIdx()) / GetTaskRatio();",
                               "const int64_t core = ASCEND_IS_AIC ? static_cast<int64_t>(GetBlockIdx()) : 0;", "vec", "expected expression"),
     "infinity-macro": ("tilegen_runtime.h", "dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);",

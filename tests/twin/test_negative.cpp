@@ -283,7 +283,9 @@ TWIN_TEST(neg_syncall_missing_core)
 {
     Mix(
         [] {
-            if (ASCEND_IS_AIV && GetBlockIdx() == 3) return;
+            if ASCEND_IS_AIV {
+                if (GetBlockIdx() == 3) return;
+            }
             SyncAll<false>();
         },
         2);
@@ -301,9 +303,11 @@ TWIN_TEST(neg_syncall_stalled_core)
         [&] {
             GlobalTensor<int32_t> F;
             F.SetGlobalBuffer((__gm__ int32_t*)flag.addr(), 8);
-            if (ASCEND_IS_AIC && GetBlockIdx() == 1)
-                while (F.GetValue(0) == 0) {
-                }
+            if ASCEND_IS_AIC {
+                if (GetBlockIdx() == 1)
+                    while (F.GetValue(0) == 0) {
+                    }
+            }
             SyncAll<false>();
         },
         2);

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -77,14 +78,28 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     for name, text in files.items():
-        (out / name).write_text(text)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+        _write_atomic(out / name, text)
+    tmp = _private(exe)  # two processes building the same key must not share a temporary file
+    proc = subprocess.run([*cmd[:-1], tmp], capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if "error" in ln][:8] or proc.stderr.splitlines()[:8]
         raise TwinError("twin build failed:\n" + "\n".join(lines))
-    os.replace(str(exe) + ".tmp", exe)
+    os.replace(tmp, exe)
     stamp.write_text(request + "\0" + hashlib.sha256(exe.read_bytes()).hexdigest())
     return exe
+
+
+def _private(path: Path) -> str:
+    """A temporary name beside ``path`` that no other process building the same key uses."""
+    return f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a private temporary file, so that a concurrent build of the
+    same key never reads a half-written source."""
+    tmp = _private(path)
+    Path(tmp).write_text(text)
+    os.replace(tmp, path)
 
 
 def real_compiler() -> str | None:
@@ -129,11 +144,11 @@ def tiling_header_dir(devkit: Path, cache_dir=None) -> Path:
         header.parent.mkdir(parents=True, exist_ok=True)
         script = devkit / "impl" / "adv_api" / "cmake" / "scripts" / "gen_kernel_tiling_data_def.py"
         proc = subprocess.run(
-            [sys.executable, str(script), "include/adv_api", str(header) + ".tmp"], cwd=devkit, capture_output=True, text=True
+            [sys.executable, str(script), "include/adv_api", _private(header)], cwd=devkit, capture_output=True, text=True
         )
-        if proc.returncode != 0 or not Path(str(header) + ".tmp").is_file():
+        if proc.returncode != 0 or not Path(_private(header)).is_file():
             raise TwinError(f"cannot make kernel_tiling.h with {script} (set ASC_GEN): " + (proc.stderr.strip().splitlines() or [""])[-1])
-        os.replace(str(header) + ".tmp", header)
+        os.replace(_private(header), header)
     return out
 
 
@@ -201,22 +216,22 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
     src_dir.mkdir(parents=True, exist_ok=True)
     stub_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (src_dir / name).write_text(text)
+        _write_atomic(src_dir / name, text)
     labels = sorted(n[: -len("_kernels.asc")] for n in files if n.endswith("_kernels.asc"))
     jobs = []
     for label in labels:
         for core, tag in (("CUBE", "cube"), ("VEC", "vec")):
             so = out / f"{label}_{tag}.so"
-            cmd = [cxx, *_real_flags(devkit, gen, core), f"-I{src_dir}", str(src_dir / f"{label}_kernels.asc"), "-o", str(so) + ".tmp"]
+            cmd = [cxx, *_real_flags(devkit, gen, core), f"-I{src_dir}", str(src_dir / f"{label}_kernels.asc"), "-o", _private(so)]
             jobs.append((so, cmd))
         # the harness includes <label>_kernels.asc: here it only names the kernels of the two passes
         names = _KERNEL.findall(files[f"{label}_kernels.asc"])
         stub = ['#include "host.h"', '#include "tiling.h"'] + [f'inline const twin::Kernel {n}{{"{n}", "{label}"}};' for n in names]
-        (stub_dir / f"{label}_kernels.asc").write_text("\n".join(stub) + "\n")
+        _write_atomic(stub_dir / f"{label}_kernels.asc", "\n".join(stub) + "\n")
     for name in ("twin_main.cpp", "tiling.h"):
-        (stub_dir / name).write_text(files[name])
+        _write_atomic(stub_dir / name, files[name])
     jobs.append((exe, [cxx, "-std=c++17", "-O1", "-pthread", "-rdynamic", f"-I{stub_dir}", f"-I{CCE_DIR}",
-                       str(stub_dir / "twin_main.cpp"), str(CCE_DIR / "runtime.cpp"), "-ldl", "-o", str(exe) + ".tmp"]))
+                       str(stub_dir / "twin_main.cpp"), str(CCE_DIR / "runtime.cpp"), "-ldl", "-o", _private(exe)]))
     width = max(1, min(2, os.cpu_count() or 1))
     for start in range(0, len(jobs), width):
         batch = jobs[start : start + width]
@@ -227,8 +242,8 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
                 raise TwinError(f"real-API twin build of {target.name} failed:\n" + _first_errors(err))
     for target, _ in jobs:
         if target != exe:
-            os.replace(str(target) + ".tmp", target)
-    os.replace(str(exe) + ".tmp", exe)
+            os.replace(_private(target), target)
+    os.replace(_private(exe), exe)
     return exe
 
 
