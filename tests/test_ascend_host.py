@@ -124,28 +124,27 @@ def pch(tmp_path_factory) -> Path:
 
 
 def syntax(pch: Path, work: Path, units: dict[str, dict[str, str]]) -> dict[str, list[str]]:
-    """Errors per unit: every unit's host view in one translation unit (torch's headers are parsed once),
-    each from its own header so that an error names its unit; each tiling.h compiled on its own (they
-    all define TilegenTiling). Units must have distinct spec names (their namespaces and kernels)."""
+    """Errors per unit: each unit's host view in its own translation unit (torch's headers come
+    precompiled), next to its own tiling.h (every tiling.h defines TilegenTiling); each tiling.h also
+    compiled on its own."""
     work.mkdir(parents=True, exist_ok=True)
-    main = []
+    jobs = {}
     for key, files in units.items():
-        (work / f"host_{key}.h").write_text(host_view(files))
+        unit = work / key
+        unit.mkdir(parents=True, exist_ok=True)
+        (unit / f"host_{key}.h").write_text(host_view(files))
+        (unit / "tiling.h").write_text(files["tiling.h"])
         (work / f"tiling_{key}.h").write_text(files["tiling.h"])
-        main.append(f'#include "host_{key}.h"')
-    (work / "host.cpp").write_text("\n".join(main) + "\n")
-    jobs = {"": [CXX, "-x", "c++", "-fsyntax-only", *_flags(), "-include-pch", str(pch), str(work / "host.cpp")]}
-    for key in units:
-        jobs[key] = [CXX, "-x", "c++", "-std=c++17", "-fsyntax-only", str(work / f"tiling_{key}.h")]
+        (unit / "host.cpp").write_text(f'#include "host_{key}.h"\n')
+        jobs[key] = [CXX, "-x", "c++", "-fsyntax-only", *_flags(), "-include-pch", str(pch), f"-I{unit}", str(unit / "host.cpp")]
+        jobs[f"{key}:tiling"] = [CXX, "-x", "c++", "-std=c++17", "-fsyntax-only", str(work / f"tiling_{key}.h")]
     errors = {key: [] for key in units}
     for job, cmd in jobs.items():
         r = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "error:" in ln]
         if r.returncode != 0 and not lines:
             lines = [f"exit status {r.returncode}: {r.stderr[-500:]}"]
-        for ln in lines:
-            owner = next((k for k in units if f"host_{k}.h" in ln or f"tiling_{k}.h" in ln), job)
-            errors.setdefault(owner, []).append(ln)
+        errors.setdefault(job.split(":")[0], []).extend(lines)
     return errors
 
 
