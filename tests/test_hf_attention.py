@@ -126,12 +126,13 @@ def _decoder(kind: str, impl: str, **extra):
         attn_implementation=impl,
     )
     common.update(extra)
-    if kind == "llama":
-        config = transformers.LlamaConfig(**common)
-        cls = transformers.LlamaForCausalLM
-    else:
-        config = transformers.MistralConfig(**common)
-        cls = transformers.MistralForCausalLM
+    config_cls, cls = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+    }[kind]
+    config = config_cls(**common)
     torch.manual_seed(0)
     return cls(config).eval()
 
@@ -157,7 +158,9 @@ def _batch(padding_side: str, lengths=(7, 4, 1), seq=7):
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-@pytest.mark.parametrize("kind,extra", [("llama", {}), ("mistral", {"sliding_window": 3})], ids=["llama-gqa", "mistral-window3"])
+@pytest.mark.parametrize(
+    "kind,extra", [("llama", {}), ("mistral", {"sliding_window": 3}), ("qwen2", {})], ids=["llama-gqa", "mistral-window3", "qwen2-gqa-bias"]
+)
 def test_decoder_logits_and_gradients_match_eager(kind, extra, padding_side, calls):
     ref, tg = _pair(kind, **extra)
     ids, mask = _batch(padding_side)
@@ -184,6 +187,14 @@ def test_decoder_without_padding_and_kv_cache_decode_match_eager(calls):
     assert calls[0] == 2 * 2  # two layers, prefill and one decode step
     for a, b in zip(*steps):
         assert torch.allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_gemma2_softcap_is_refused_by_name():
+    """Gemma 2 passes softcap=attn_logit_softcapping to every layer: refused, never silently dropped."""
+    model = _decoder("gemma2", "tilegen", head_dim=16, attn_logit_softcapping=50.0)
+    ids, mask = _batch("left")
+    with pytest.raises(UnsupportedArgument, match=r"^softcap = 50\.0 is not supported; accepted: None or 0"):
+        model(input_ids=ids, attention_mask=mask)
 
 
 # ------------------------------------------------------------------------------------------------
