@@ -299,3 +299,25 @@ def test_decoder_on_cuda_is_as_close_to_fp32_as_eager(kind, extra, dtype, calls)
     assert (lt - l32).abs().max() <= 2 * (le - l32).abs().max() + 1e-3
     for a, b, c in zip(g32, ge, gt):
         assert (c - a).abs().max() <= 2 * (b - a).abs().max() + 1e-3 * a.abs().max() + 1e-6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_mask_follows_is_causal_like_sdpa(causal):
+    """attention_mask=None: causal iff module.is_causal (Sq > 1), compared with torch SDPA on repeated KV heads."""
+    q, k, v = _qkv(b=2, hq=4, hkv=2, sq=5, sk=5)
+    layer = _Layer()
+    layer.is_causal = causal
+    out, _ = hfa.attention_forward(layer, q, k, v, None, scaling=0.4)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=causal, scale=0.4
+    ).transpose(1, 2)
+    assert torch.allclose(out, want, atol=1e-6)
+    assert out.is_contiguous()
+
+
+def test_no_mask_causal_with_unequal_lengths_is_refused():
+    q, k, v = _qkv(sq=3, sk=5)
+    layer = _Layer()
+    layer.is_causal = True
+    with pytest.raises(UnsupportedArgument, match=r"seq_q 3 != seq_k 5"):
+        hfa.attention_forward(layer, q, k, v, None)
