@@ -85,8 +85,9 @@ def test_counts_match_a_dense_mask(case):
     assert fwd.flops["matmul"] == heads * pairs * (2 * br * bc * 5 + 2 * br * bc * 7)
     assert fwd.bytes_read["K"] == heads * nk * 5 * item
     assert fwd.bytes_read["V"] == heads * nk * 7 * item
-    assert bwd["dv"].bytes_written["P"] == heads * nqk * item  # K/V tiles outer
-    assert bwd["ds"].bytes_read["P"] == heads * nqk * item  # Q tiles outer
+    p_item = 4  # the unfused program keeps P in fp32 in HBM: dS reads the unrounded P (DESIGN §3)
+    assert bwd["dv"].bytes_written["P"] == heads * nqk * p_item  # K/V tiles outer
+    assert bwd["ds"].bytes_read["P"] == heads * nqk * p_item  # Q tiles outer
     assert bwd["ds"].bytes_written["dS"] == heads * nqk * item
     assert bwd["ds"].bytes_read["V"] == heads * nk * 7 * item
     assert bwd["dqdk"].bytes_read["dS"] == heads * nqk * item
