@@ -128,3 +128,25 @@ def test_without_matplotlib_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     rc, _, err = _inspect(["--spec", "tiny", "--target", "h200", "--plot", str(tmp_path / "x.png")], capsys)
     assert rc == 2 and err.count("\n") == 1 and "matplotlib" in err and "tilegen[plot]" in err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}x{c[1]}-{c[2]}x{c[3]}-{c[4]}-{c[5]}" for c in CASES])
+def test_visited_and_masked_are_the_tiles_the_loop_bounds_visit(case):
+    """The kernels' K/V tile loop (build.kv_tile_range, per Q tile) covers exactly the tiles drawn as
+    visited or masked: what the picture calls skipped, the kernel skips."""
+    import sympy
+
+    from tilegen.build import kv_tile_range
+    from tilegen.exprs import evaluate
+    from tilegen.ir import MaskInfo
+
+    sq, sk, br, bc, window, alignment = case
+    offset = sympy.Symbol("Sk", integer=True, positive=True) - sympy.Symbol("Sq", integer=True, positive=True) if alignment == "bottom_right" else sympy.Integer(0)
+    qi = sympy.Symbol("qi", integer=True, nonnegative=True)
+    start, stop = kv_tile_range(MaskInfo(window[0], window[1], offset), qi)
+    grid = plot.tile_classes(*case, max_cells=10_000)
+    for i in range(grid.q_tiles):
+        env = {"Sq": sq, "Sk": sk, "Br": br, "Bc": bc, "qi": i}
+        lo, hi = evaluate(start, env), evaluate(stop, env)
+        drawn = np.flatnonzero(grid.cells[i] != plot.SKIPPED)
+        assert list(drawn) == list(range(lo, max(hi, lo))), (i, lo, hi)

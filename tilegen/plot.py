@@ -151,21 +151,21 @@ def _draw_tiles(ax, grid: TileGrid, spec: dict, tiles: dict, label: str) -> None
     ax.set_aspect("equal" if 0.25 <= sq / sk <= 4 else "auto")
     ax.set_xlabel(f"key position (K/V tiles of Bc = {tiles['Bc']})")
     ax.set_ylabel(f"query position (Q tiles of Br = {tiles['Br']})")
-    title = f"{label}: {grid.q_tiles:,} x {grid.kv_tiles:,} tile pairs (Br x Bc = {tiles['Br']} x {tiles['Bc']})"
+    title = f"{label}\n{grid.q_tiles:,} x {grid.kv_tiles:,} tile pairs (Br x Bc = {tiles['Br']} x {tiles['Bc']})"
     if grid.downsampled:
-        title += f"\n(drawn as {grid.cells.shape[0]} x {grid.cells.shape[1]} cells of several tiles)"
+        title += f", drawn as {grid.cells.shape[0]} x {grid.cells.shape[1]} cells"
     ax.set_title(title, fontsize=10)
     total = max(grid.q_tiles * grid.kv_tiles, 1)
-    masked = "masked (mask applied)" + (", or a cell of mixed tiles" if grid.downsampled else "")
+    masked = "masked: some pairs visible" + (", or a cell of mixed tiles" if grid.downsampled else "")
     handles = [
-        Patch(facecolor=COLORS[VISITED], label=f"visited, no mask: {grid.counts['visited']:,} ({_share(grid.counts['visited'], total)})"),
+        Patch(facecolor=COLORS[VISITED], label=f"visited: every pair visible: {grid.counts['visited']:,} ({_share(grid.counts['visited'], total)})"),
         Patch(facecolor=COLORS[MASKED], label=f"{masked}: {grid.counts['masked']:,} ({_share(grid.counts['masked'], total)})"),
-        Patch(facecolor=COLORS[SKIPPED], edgecolor="#999999", label=f"skipped (nothing visible): {grid.counts['skipped']:,} ({_share(grid.counts['skipped'], total)})"),
+        Patch(facecolor=COLORS[SKIPPED], edgecolor="#999999", label=f"skipped: no pair visible: {grid.counts['skipped']:,} ({_share(grid.counts['skipped'], total)})"),
     ]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
 
 
-def _draw_footprints(ax, report: dict) -> None:
+def _draw_footprints(ax, report: dict, gpu: bool) -> None:
     rows = [(f"{prog['label'].split(' ')[0]} {fp['kernel']} {fp['level']}", fp["bytes"], fp["usable"]) for prog in report["programs"] for fp in prog.get("footprints", [])]
     if not rows:
         ax.text(0.5, 0.5, "no target: no footprint against capacity", ha="center", va="center", transform=ax.transAxes)
@@ -179,9 +179,9 @@ def _draw_footprints(ax, report: dict) -> None:
     ax.barh(y, used[n:], color="none", edgecolor="#555555", hatch="//", label="usable capacity")
     ax.barh(y, used[:n], color="#3b7dd8", label="footprint at the peak")
     for k, (_, b, cap) in enumerate(rows):
-        ax.text(used[k], k, f" {b / cap:.0%}" if cap else "", va="center", fontsize=7)
+        ax.text(used[k], k, f" {b / cap:.0%}" if cap else "", va="center", fontsize=7, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel(f"{unit} per core")
+    ax.set_xlabel(f"{unit} per program (one SM: shared memory, registers)" if gpu else f"{unit} per AI core")
     ax.set_title("on-chip footprint per kernel and level vs usable capacity", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
 
@@ -253,7 +253,7 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
         classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
         _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, prog["label"])
     bottom = grid[1, :].subgridspec(1, 2)
-    _draw_footprints(fig.add_subplot(bottom[0, 0]), report)
+    _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
     _draw_traffic(fig.add_subplot(bottom[0, 1]), report, gpu)
     mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
     where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
