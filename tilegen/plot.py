@@ -186,7 +186,7 @@ def _draw_footprints(ax, report: dict, gpu: bool) -> None:
     ax.legend(fontsize=8, loc="lower right")
 
 
-def _draw_traffic(ax, report: dict, gpu: bool) -> None:
+def _draw_traffic(ax, report: dict, ascend: bool) -> None:
     progs = report["programs"]
     names: list[str] = []
     for prog in progs:
@@ -198,10 +198,10 @@ def _draw_traffic(ax, report: dict, gpu: bool) -> None:
     y = np.arange(len(names))
     for k, prog in enumerate(progs):
         part = scaled[k * len(names) : (k + 1) * len(names)]
-        ax.barh(y + (len(progs) - 1 - 2 * k) * height / 2, part, height=height, label=prog["label"].split(" (")[0], color=["#3b7dd8", "#d8603b"][k % 2])
+        ax.barh(y + (len(progs) - 1 - 2 * k) * height / 2, part, height=height, label=prog["label"].split(" (")[0], color="#3b7dd8" if prog["label"].startswith("forward") else "#d8603b")
     ax.set_yticks(y, names, fontsize=8)
     ax.set_xlabel(f"{unit} read + written")
-    where = "HBM" if gpu else "GM (ws_*: per-core hand-off tiles, L2-resident)"
+    where = "GM (ws_*: per-core hand-off tiles, L2-resident)" if ascend else "HBM"
     ax.set_title(f"{where} traffic per tensor", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
 
@@ -245,7 +245,7 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
     spec, tgt = report["spec"], report["target"]
     gpu = bool(tgt) and tgt.get("kind") == "gpu"
     progs = report["programs"]
-    fig = plt.figure(figsize=(6.2 * max(len(progs), 1), 12), layout="constrained")
+    fig = plt.figure(figsize=(12.4, 12), layout="constrained")
     grid = fig.add_gridspec(2, max(len(progs), 1), height_ratios=[1.25, 1])
     window = _window(spec)
     for k, prog in enumerate(progs):
@@ -254,7 +254,7 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
         _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, prog["label"])
     bottom = grid[1, :].subgridspec(1, 2)
     _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
-    _draw_traffic(fig.add_subplot(bottom[0, 1]), report, gpu)
+    _draw_traffic(fig.add_subplot(bottom[0, 1]), report, bool(tgt) and not gpu)
     mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
     where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
     fig.suptitle(
