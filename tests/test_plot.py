@@ -150,3 +150,31 @@ def test_visited_and_masked_are_the_tiles_the_loop_bounds_visit(case):
         lo, hi = evaluate(start, env), evaluate(stop, env)
         drawn = np.flatnonzero(grid.cells[i] != plot.SKIPPED)
         assert list(drawn) == list(range(lo, max(hi, lo))), (i, lo, hi)
+
+
+PROBE = r"""
+import json, sys
+from tilegen.cli import main
+rc = main(["inspect", "--spec", "llama3-8b", "--seq", str(2**23), "--target", "h200", "--no-nest", "--plot", sys.argv[1]])
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]  # this process's own peak
+print(json.dumps({"rc": rc, "peak_kib": int(hwm[0].split()[1])}))
+"""
+
+
+@pytest.mark.slow
+def test_a_2_23_token_picture_in_bounded_memory(tmp_path):
+    """`inspect --plot` at Sq = Sk = 2^23 (1.7·10^10 forward tile pairs at 64 x 64) in a fresh process:
+    the picture is written and the peak stays far below one byte per tile pair."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "TILEGEN_CACHE": "0", "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "big.png"
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(out)], capture_output=True, text=True, env=env, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["rc"] == 0 and out.read_bytes()[:4] == b"\x89PNG"
+    assert result["peak_kib"] < 400 * 1024, result
