@@ -193,6 +193,9 @@ def traffic_table(report) -> str:
     return "\n".join(lines)
 
 
+INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # inspect --program
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .cache import cached
 
@@ -219,7 +222,7 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
     from .plot import plot_inspect
     from .report import inspect_report
 
-    programs = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}[args.program]
+    programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
     path = plot_inspect(report, args.plot)
     print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
@@ -233,7 +236,7 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     if args.compare:
         report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=args.dq_strategy)
         return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
-    programs = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}[args.program]
+    programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(
         spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
     )
