@@ -5,8 +5,10 @@
 with its predicted time, or rejected with the overflowing level), footprint against capacity per level
 and kernel (with the symbolic expression), predicted traffic, FLOPs and time per kernel, and the loop
 nest with placements. On a GPU target the programs are the Triton backend's (:func:`tilegen.backends.
-triton.schedule`): the ``[[triton.schedule]]`` row used, and every row that applied but did not fit,
-with the reason.
+triton.schedule`): the ``[[triton.schedule]]`` row used, every row that applied but did not fit,
+with the reason, and ``emitted``: the schedule the generated module launches (tile sizes and their
+source, ``num_warps``/``num_stages`` per kernel and theirs), the same dict as the manifest's. The
+picture of a report is :func:`tilegen.plot.plot_inspect`.
 
 :func:`tradeoff_report` compares the unfused backward that stores P and dS in HBM with the fused
 recompute backward: memory held, bytes moved and predicted time, per head, per layer and per model.
