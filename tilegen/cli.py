@@ -193,17 +193,39 @@ def traffic_table(report) -> str:
     return "\n".join(lines)
 
 
+INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # inspect --program
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .cache import cached
 
     spec = resolve_spec(args)
     if args.compare and args.target is None:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
+    if args.plot:
+        from .plot import check_path, require_matplotlib
+
+        if args.compare:
+            raise SpecError("--plot", args.plot, "a picture of the schedule, without --compare")
+        check_path(args.plot)
+        require_matplotlib()
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
     print(text, end="")
+    if args.plot:
+        _inspect_plot(spec, args)
     return 0
+
+
+def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
+    from .plot import plot_inspect
+    from .report import inspect_report
+
+    programs = INSPECT_PROGRAMS[args.program]
+    report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
+    path = plot_inspect(report, args.plot)
+    print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
@@ -214,7 +236,7 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     if args.compare:
         report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=args.dq_strategy)
         return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
-    programs = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}[args.program]
+    programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(
         spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
     )
@@ -312,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
     inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
+    inspect.add_argument(
+        "--plot", metavar="FILE", help="also draw the schedule to FILE (.png or .svg): tile pairs, footprints, traffic (needs matplotlib)"
+    )
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)

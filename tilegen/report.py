@@ -5,8 +5,10 @@
 with its predicted time, or rejected with the overflowing level), footprint against capacity per level
 and kernel (with the symbolic expression), predicted traffic, FLOPs and time per kernel, and the loop
 nest with placements. On a GPU target the programs are the Triton backend's (:func:`tilegen.backends.
-triton.schedule`): the ``[[triton.schedule]]`` row used, and every row that applied but did not fit,
-with the reason.
+triton.schedule`): the ``[[triton.schedule]]`` row used, every row that applied but did not fit,
+with the reason, and ``emitted``: the schedule the generated module launches (tile sizes and their
+source, ``num_warps``/``num_stages`` per kernel and theirs), the same dict as the manifest's. The
+picture of a report is :func:`tilegen.plot.plot_inspect`.
 
 :func:`tradeoff_report` compares the unfused backward that stores P and dS in HBM with the fused
 recompute backward: memory held, bytes moved and predicted time, per head, per layer and per model.
@@ -127,6 +129,7 @@ def inspect_report(
                 "used": f"{sched.row.describe()}: {sched.row.source}" if sched.row else None,
                 "skipped": [sk.line() for sk in sched.skipped],
             }
+            entry["emitted"] = sched.choice()  # what `tilegen generate` writes in its manifest
             out["programs"].append(entry)
         return out
     if "fwd" in programs:
@@ -178,11 +181,16 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 f"the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
             )
             rows = prog.get("triton_rows")
-            if rows and rows["used"] and sched["forced"]:
-                how = f"from the target's {rows['used']}"
+            emitted = prog.get("emitted")
+            if emitted:
+                how = "forced by the user" if emitted["tiles_source"] == "given by the caller" else f"from {emitted['tiles_source']}"
+                if emitted["tiles_source"].startswith("the cost model"):
+                    how = f"the cost model: the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}")
             for line in (rows or {}).get("skipped", []):
                 lines.append(f"  {line}")
+            for name, launch in (emitted or {}).get("launch", {}).items():
+                lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']})")
             levels = list(tgt["levels"])
             lines.append("  " + f"{'Br':>4} {'Bc':>4} {'predicted':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
             for c in feasible[:candidates]:

@@ -251,6 +251,42 @@ class Scheduled:
     knobs: dict[str, Knobs]
     row: ScheduleRow | None
     skipped: tuple[Skipped, ...] = ()
+    given: bool = False  # the caller forced the tile sizes
+
+    def tiles_source(self) -> str:
+        """Where the tile sizes come from: the caller, a ``[[triton.schedule]]`` row (with its source), or
+        the cost model (the fastest predicted feasible candidate of the pass pipeline)."""
+        if self.given:
+            return "given by the caller"
+        if self.row is not None and self.row.tiles is not None:
+            env = {str(k): v for k, v in self.program.env}
+            clamped = "" if (env["Br"], env["Bc"]) == self.row.tiles else ", clamped to the sequence lengths rounded up to a power of two"
+            return f"the target's {self.row.describe()}{clamped}: {self.row.source}"
+        return "the cost model: the fastest predicted feasible candidate"
+
+    def choice(self) -> dict:
+        """The schedule the module is emitted with, as plain data: ``Br``, ``Bc``, ``kernels``, the
+        tile sizes' source, and per kernel its ``num_warps``, ``num_stages`` and their source. The
+        manifest and ``tilegen inspect`` both print this."""
+        env = {str(k): v for k, v in self.program.env}
+        return {
+            "Br": env["Br"],
+            "Bc": env["Bc"],
+            "kernels": [k.name for k in self.program.kernels],
+            "tiles_source": self.tiles_source(),
+            "launch": {
+                k.name: {"num_warps": self.knobs[k.phase].num_warps, "num_stages": self.knobs[k.phase].num_stages, "source": self._knob_source(k.phase)}
+                for k in self.program.kernels
+            },
+        }
+
+    def _knob_source(self, phase: str) -> str:
+        knobs = self.knobs[phase]
+        if self.row is not None and self.row.knobs.get(phase) is knobs:
+            return f"the target's {self.row.describe()}"
+        if knobs.source == "given by the caller":
+            return knobs.source
+        return "the target's triton.default"
 
 
 def schedule(
@@ -320,7 +356,7 @@ def schedule(
         for phase, value in (knobs or {}).items():
             if phase in chosen:
                 chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped)))
+        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped), given=forced is not None))
     return out[0], out[1]
 
 
@@ -992,15 +1028,14 @@ def generate(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_stra
     """The generated file set for ``spec`` on a GPU target: the Triton module and a manifest."""
     fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes)
     source = render(spec, target, dq_strategy, tile_sizes)
-    tiles = {s.kind.split("-")[0]: {str(k): v for k, v in s.program.env if str(k) in ("Br", "Bc")} for s in (fwd, bwd)}
     manifest = {
         "backend": "triton",
         "spec": spec.to_dict(),
         "target": load_target(target).name,
         "dq_strategy": bwd.program.attr("dq_strategy"),
         "schedule": {
-            "forward": {**tiles["fwd"], "kernels": [k.name for k in fwd.program.kernels]},
-            "backward": {**tiles["bwd"], "kernels": [k.name for k in bwd.program.kernels]},
+            "forward": fwd.choice(),
+            "backward": bwd.choice(),
         },
         "module": f"{module_name(spec)}.py",
     }

@@ -1,0 +1,269 @@
+"""Pictures of a schedule: ``tilegen inspect --plot FILE`` (PNG or SVG, by the file's extension).
+
+One figure, drawn from the numbers :func:`tilegen.report.inspect_report` already computes (no count is
+made here twice):
+
+- per program (forward, backward), the (Q tile, K/V tile) pairs by class (:func:`tile_classes`):
+  *visited* (every query-key pair of the tile visible: no mask applied), *masked* (some visible: the
+  mask is applied to the tile) or *skipped* (none visible: the loop bounds leave it out);
+- the footprint of each on-chip level per kernel against its usable capacity (the report's
+  ``footprints``, bytes);
+- the HBM (Ascend: GM) traffic per tensor (the report's ``hbm_bytes_by_tensor``, bytes read + written).
+
+The classes follow DESIGN §3's visibility rule: key c is visible to query r iff
+r + off − left ≤ c ≤ r + off + right (−1 unbounded; off = Sk − Sq bottom-right, 0 top-left). Over the
+real elements of a tile (rows r0..r1, columns c0..c1, clipped at Sq and Sk: tail padding is not
+counted), c − r takes every value in [c0 − r1, c1 − r0]; the tile has a visible pair iff that range
+meets [off − left, off + right], and all pairs are visible iff the range lies inside it. Exact counts
+per class use one binary search per Q tile over the K/V tile boundaries (time O(nq log nk), memory
+O(nq + nk)); the drawn grid has at most ``max_cells`` × ``max_cells`` cells, each a block of tiles
+classified by the same rule over the block's elements, so a cell is *visited* or *skipped* only when
+every tile in it is, and a mixed cell is drawn as *masked*. A 2^23-token spec is drawn without the tile
+grid ever being allocated.
+
+matplotlib is the ``plot`` extra (``pip install tilegen[plot]``); it is imported only when drawing, on
+the Agg backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SpecError, TilegenError
+
+SKIPPED, MASKED, VISITED = 0, 1, 2
+CLASS_NAMES = {VISITED: "visited", MASKED: "masked", SKIPPED: "skipped"}
+MAX_CELLS = 512
+FORMATS = (".png", ".svg")
+_UNBOUNDED = 1 << 62  # stands for ±infinity in int64 arithmetic (positions are far below 2^62)
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """The tile classes of one program, for drawing.
+
+    Attributes:
+        cells: uint8 [len(row_edges) − 1, len(col_edges) − 1], SKIPPED / MASKED / VISITED per cell.
+        row_edges, col_edges: int64 tile indices bounding the cells (cell a covers Q tiles
+            row_edges[a] .. row_edges[a+1] − 1); one tile per cell when the grid is not downsampled.
+        counts: exact number of tiles per class name ("visited", "masked", "skipped").
+        q_tiles, kv_tiles: ceil(Sq / Br), ceil(Sk / Bc).
+    """
+
+    cells: np.ndarray
+    row_edges: np.ndarray
+    col_edges: np.ndarray
+    counts: dict[str, int]
+    q_tiles: int
+    kv_tiles: int
+
+    @property
+    def downsampled(self) -> bool:
+        return self.cells.shape != (self.q_tiles, self.kv_tiles)
+
+
+def _band(seq_q: int, seq_k: int, window, alignment: str) -> tuple[int, int]:
+    """[dl, dh]: the visible values of c − r (DESIGN §3), ±_UNBOUNDED where a side is unbounded."""
+    left, right = window
+    off = seq_k - seq_q if alignment == "bottom_right" else 0
+    return (off - left if left >= 0 else -_UNBOUNDED), (off + right if right >= 0 else _UNBOUNDED)
+
+
+def _edges(n: int, cells: int) -> np.ndarray:
+    k = min(n, cells)
+    return (np.arange(k + 1, dtype=np.int64) * n) // k
+
+
+def tile_classes(seq_q: int, seq_k: int, br: int, bc: int, window=(-1, -1), alignment: str = "bottom_right", max_cells: int = MAX_CELLS) -> TileGrid:
+    """The classes of the (Q tile, K/V tile) pairs of Br × Bc tiles; see the module docstring.
+
+    Args:
+        seq_q, seq_k: Sq, Sk (tokens, ≥ 1); br, bc: tile sizes (≥ 1); window: (left, right), −1 unbounded;
+        alignment: "bottom_right" or "top_left"; max_cells: the most cells drawn per side (≥ 1).
+    """
+    dl, dh = _band(seq_q, seq_k, window, alignment)
+    nq, nk = -(-seq_q // br), -(-seq_k // bc)
+    # exact counts: per Q tile, the K/V tiles with a visible pair, and those with all pairs visible
+    i = np.arange(nq, dtype=np.int64)
+    r0, r1 = i * br, np.minimum((i + 1) * br, seq_q) - 1
+    j = np.arange(nk, dtype=np.int64)
+    c0, c1 = j * bc, np.minimum((j + 1) * bc, seq_k) - 1  # both nondecreasing in j
+    anyv = np.maximum(np.searchsorted(c0, dh + r1, "right") - np.searchsorted(c1, dl + r0, "left"), 0)
+    allv = np.maximum(np.searchsorted(c1, dh + r0, "right") - np.searchsorted(c0, dl + r1, "left"), 0)
+    n_any, n_all = int(anyv.sum()), int(allv.sum())
+    counts = {"visited": n_all, "masked": n_any - n_all, "skipped": nq * nk - n_any}
+    # the drawn cells: blocks of tiles, classified over the block's elements
+    re, ce = _edges(nq, max_cells), _edges(nk, max_cells)
+    rmin = (re[:-1] * br)[:, None]
+    rmax = (np.minimum(re[1:] * br, seq_q) - 1)[:, None]
+    cmin = (ce[:-1] * bc)[None, :]
+    cmax = (np.minimum(ce[1:] * bc, seq_k) - 1)[None, :]
+    lo, hi = cmin - rmax, cmax - rmin
+    cells = np.where((lo >= dl) & (hi <= dh), VISITED, np.where((hi >= dl) & (lo <= dh), MASKED, SKIPPED)).astype(np.uint8)
+    return TileGrid(cells, re, ce, counts, nq, nk)
+
+
+def _window(spec: dict) -> tuple[int, int]:
+    if "window" in spec:
+        return tuple(spec["window"])
+    return {"none": (-1, -1), "causal": (-1, 0)}[spec["mask"]]
+
+
+def _scaled(values, unit_of=None) -> tuple[list[float], str]:
+    """Values in the binary unit (B, KiB, MiB, GiB, TiB) that suits the largest."""
+    top = max([abs(v) for v in values] + [1])
+    for power, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
+        if top < 1024 ** (power + 1) or unit == "TiB":
+            return [v / 1024**power for v in values], unit
+    raise AssertionError
+
+
+def _share(part: int, whole: int) -> str:
+    """``part / whole`` as a percentage, with two significant digits below 0.1 % (never "0.0%" for a
+    nonzero part)."""
+    x = 100 * part / whole
+    return f"{x:.1f}%" if x == 0 or x >= 0.1 else f"{x:.2g}%"
+
+
+COLORS = {VISITED: "#3b7dd8", MASKED: "#f2a93b", SKIPPED: "#e6e6e6"}
+
+
+def _draw_tiles(ax, grid: TileGrid, spec: dict, tiles: dict, label: str) -> None:
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    sq, sk = spec["seq_q"], spec["seq_k"]
+    cmap = ListedColormap([COLORS[SKIPPED], COLORS[MASKED], COLORS[VISITED]])
+    norm = BoundaryNorm([-0.5, 0.5, 1.5, 2.5], 3)
+    x = np.minimum(grid.col_edges * tiles["Bc"], sk)
+    y = np.minimum(grid.row_edges * tiles["Br"], sq)
+    few = max(grid.cells.shape) <= 40
+    ax.pcolormesh(x, y, grid.cells, cmap=cmap, norm=norm, edgecolors="white" if few else "face", linewidth=0.5 if few else 0)
+    from matplotlib.ticker import EngFormatter
+
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlim(0, sk)
+    ax.set_ylim(sq, 0)  # query 0 at the top, as the score matrix is written
+    ax.set_aspect("equal" if 0.25 <= sq / sk <= 4 else "auto")
+    ax.set_xlabel(f"key position (K/V tiles of Bc = {tiles['Bc']})")
+    ax.set_ylabel(f"query position (Q tiles of Br = {tiles['Br']})")
+    title = f"{label}\n{grid.q_tiles:,} x {grid.kv_tiles:,} tile pairs (Br x Bc = {tiles['Br']} x {tiles['Bc']})"
+    if grid.downsampled:
+        title += f", drawn as {grid.cells.shape[0]} x {grid.cells.shape[1]} cells"
+    ax.set_title(title, fontsize=10)
+    total = max(grid.q_tiles * grid.kv_tiles, 1)
+    masked = "masked: some pairs visible" + (", or a cell of mixed tiles" if grid.downsampled else "")
+    handles = [
+        Patch(facecolor=COLORS[VISITED], label=f"visited: every pair visible: {grid.counts['visited']:,} ({_share(grid.counts['visited'], total)})"),
+        Patch(facecolor=COLORS[MASKED], label=f"{masked}: {grid.counts['masked']:,} ({_share(grid.counts['masked'], total)})"),
+        Patch(facecolor=COLORS[SKIPPED], edgecolor="#999999", label=f"skipped: no pair visible: {grid.counts['skipped']:,} ({_share(grid.counts['skipped'], total)})"),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
+
+
+def _draw_footprints(ax, report: dict, gpu: bool) -> None:
+    rows = [(f"{prog['label'].split(' ')[0]} {fp['kernel']} {fp['level']}", fp["bytes"], fp["usable"]) for prog in report["programs"] for fp in prog.get("footprints", [])]
+    if not rows:
+        ax.text(0.5, 0.5, "no target: no footprint against capacity", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    rows = rows[::-1]  # first at the top
+    labels = [r[0] for r in rows]
+    used, unit = _scaled([r[1] for r in rows] + [r[2] for r in rows])
+    n = len(rows)
+    y = np.arange(n)
+    ax.barh(y, used[n:], color="none", edgecolor="#555555", hatch="//", label="usable capacity")
+    ax.barh(y, used[:n], color="#3b7dd8", label="footprint at the peak")
+    for k, (_, b, cap) in enumerate(rows):
+        ax.text(used[k], k, f" {b / cap:.0%}" if cap else "", va="center", fontsize=7, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel(f"{unit} per program (one SM: shared memory, registers)" if gpu else f"{unit} per AI core")
+    ax.set_title("on-chip footprint per kernel and level vs usable capacity", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def _draw_traffic(ax, report: dict, ascend: bool) -> None:
+    progs = report["programs"]
+    names: list[str] = []
+    for prog in progs:
+        names += [n for n in prog["hbm_bytes_by_tensor"] if n not in names]
+    names = names[::-1]
+    values = [prog["hbm_bytes_by_tensor"].get(n, 0) for prog in progs for n in names]
+    scaled, unit = _scaled(values)
+    height = 0.8 / max(len(progs), 1)
+    y = np.arange(len(names))
+    for k, prog in enumerate(progs):
+        part = scaled[k * len(names) : (k + 1) * len(names)]
+        ax.barh(y + (len(progs) - 1 - 2 * k) * height / 2, part, height=height, label=prog["label"].split(" (")[0], color="#3b7dd8" if prog["label"].startswith("forward") else "#d8603b")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_xlabel(f"{unit} read + written")
+    where = "GM (ws_*: per-core hand-off tiles, L2-resident)" if ascend else "HBM"
+    ax.set_title(f"{where} traffic per tensor", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def check_path(path: str) -> Path:
+    """The output path, if its extension is one matplotlib is asked to write here.
+
+    Raises:
+        SpecError: another extension (names the value and what is accepted).
+    """
+    p = Path(path)
+    if p.suffix.lower() not in FORMATS:
+        raise SpecError("--plot", path, "a file name ending in .png or .svg")
+    return p
+
+
+def require_matplotlib():
+    """pyplot on the Agg backend. Raises TilegenError (one line) when matplotlib is not installed."""
+    return _matplotlib()
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError:
+        raise TilegenError("--plot needs matplotlib, which is not installed: pip install 'tilegen[plot]'") from None
+    matplotlib.use("Agg", force=True)
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable, smaller)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path:
+    """Draw ``report`` (:func:`tilegen.report.inspect_report`'s dict) to ``path`` (.png or .svg).
+
+    Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
+    """
+    out = check_path(path)
+    plt = _matplotlib()
+    spec, tgt = report["spec"], report["target"]
+    gpu = bool(tgt) and tgt.get("kind") == "gpu"
+    progs = report["programs"]
+    fig = plt.figure(figsize=(12.4, 12), layout="constrained")
+    grid = fig.add_gridspec(2, max(len(progs), 1), height_ratios=[1.25, 1])
+    window = _window(spec)
+    for k, prog in enumerate(progs):
+        tiles = prog["tiles"]
+        classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
+        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, prog["label"])
+    bottom = grid[1, :].subgridspec(1, 2)
+    _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
+    _draw_traffic(fig.add_subplot(bottom[0, 1]), report, bool(tgt) and not gpu)
+    mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
+    where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
+    fig.suptitle(
+        f"tilegen inspect: {spec['name']} {where}\nB={spec['batch']}, Hq={spec['heads_q']}, Hkv={spec['heads_kv']}, "
+        f"Sq={spec['seq_q']}, Sk={spec['seq_k']}, Dqk={spec['head_dim_qk']}, Dv={spec['head_dim_v']}, {spec['dtype']}, "
+        f"{mask} {spec['alignment']}",
+        fontsize=12,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
+    plt.close(fig)
+    return out
