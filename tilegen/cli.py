@@ -15,6 +15,7 @@ print one line and exit 2 (``--debug`` shows the traceback); a failed check exit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .errors import SpecError, TilegenError
@@ -277,7 +278,10 @@ def _generate(spec: AttentionSpec, target: str, dq_strategy: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = _Parser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
+    parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run a spec in the interpreter and check it against the float64 reference")
     _add_spec_args(run)
@@ -336,7 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # the reader went away (``tilegen run ... | head -1``): stop quietly, as ``yes | head`` does.
+        # stdout is pointed at /dev/null so that Python's final flush does not complain again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + 13  # the shell's status for a process ended by SIGPIPE
     except TilegenError as exc:
         if getattr(args, "debug", False):
             raise
