@@ -171,9 +171,13 @@ def attention_backward(
             raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
         if _logical(x, layout).shape != expect_o:
             raise SpecError(f"{name}.shape", x.shape, f"{_physical_shape(expect_o, layout)} (layout {layout})")
-    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != expect_o[:3]:
-        shown = lse.shape if isinstance(lse, np.ndarray) else type(lse).__name__
-        raise SpecError("lse", shown, f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)")
+    accepted_lse = f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)"
+    if not isinstance(lse, np.ndarray):
+        raise SpecError("lse", type(lse).__name__, accepted_lse)
+    if lse.dtype != np.float32:
+        raise SpecError("lse.dtype", str(lse.dtype), accepted_lse)
+    if lse.shape != expect_o[:3]:
+        raise SpecError("lse.shape", lse.shape, accepted_lse)
     program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
     feeds = {
         "Q": _logical(q, layout),
