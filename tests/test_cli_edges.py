@@ -47,3 +47,26 @@ def test_lse_of_the_right_shape_but_wrong_dtype_names_both_dtypes():
     with pytest.raises(tilegen.SpecError) as info:
         tilegen.attention_backward(q, k, v, o, lse[:, :, :32], o)
     assert "lse.shape = (1, 4, 32)" in str(info.value), info.value
+
+
+def test_a_missing_field_says_missing_and_what_is_accepted():
+    from tilegen.spec import spec_from_dict
+
+    with pytest.raises(tilegen.SpecError) as info:
+        spec_from_dict({"heads": 2, "seq": 8, "head_dim": 16}, where="x.toml")
+    msg = str(info.value)
+    assert msg == "x.toml: batch is missing; accepted: an integer from 1 to 1073741824 (the field is required)", msg
+    assert "None" not in msg
+
+
+def test_every_error_of_a_spec_file_at_once_with_did_you_mean(tmp_path, capsys):
+    bad = tmp_path / "b.toml"
+    bad.write_text("bacth = 1\nheads = 2\nseq_q = 0\nhead_dim = 16\ndtype = 'int8'\n")
+    assert main(["run", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert all(line.startswith(f"tilegen: error: {bad}: ") for line in err), err
+    text = "\n".join(err)
+    assert len(err) == 5, err  # bacth unknown, batch missing, seq_k missing, seq_q out of range, dtype
+    assert "bacth = 1 is invalid; accepted: did you mean 'batch'?" in text
+    assert "batch is missing" in text and "seq_k is missing" in text
+    assert "seq_q = 0 is invalid" in text and "dtype = 'int8' is invalid" in text

@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     except TilegenError as exc:
         if getattr(args, "debug", False):
             raise
-        print(f"tilegen: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # several errors of one spec: one line each
+            print(f"tilegen: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tilegen: interrupted", file=sys.stderr)
