@@ -70,3 +70,22 @@ def test_every_error_of_a_spec_file_at_once_with_did_you_mean(tmp_path, capsys):
     assert "bacth = 1 is invalid; accepted: did you mean 'batch'?" in text
     assert "batch is missing" in text and "seq_k is missing" in text
     assert "seq_q = 0 is invalid" in text and "dtype = 'int8' is invalid" in text
+
+
+def test_twin_target_without_twin_is_an_error(capsys):
+    assert main(["run", "--spec", "tiny", "--twin-target", "ascend910b3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--twin-target = 'ascend910b3'" in err[0] and "--twin" in err[0], err
+
+
+def test_torch_on_cpu_refuses_an_unknown_target():
+    torch = pytest.importorskip("torch")
+    import tilegen.torch as tt
+
+    q = torch.randn(1, 8, 2, 16)
+    for bad in ("h100", "ascend910b2"):
+        with pytest.raises(tilegen.SpecError) as info:
+            tt.flash_attn_func(q, q, q, target=bad)
+        msg = str(info.value)
+        assert f"target = {bad!r}" in msg and "h200" in msg and "\n" not in msg, msg
+    assert tt.flash_attn_func(q, q, q, target="h200").shape == q.shape

@@ -24,6 +24,7 @@ from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 from .targets import target_key, target_names
 
 DEFAULT_SPEC = "demo"
+DEFAULT_TWIN_TARGET = "ascend910b2"
 
 
 def _positive(text: str) -> int:
@@ -122,7 +123,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
     data = load_data(args.data, args.data_index) if args.data else None
-    twin = args.twin_target if args.twin or args.asc_devkit else None
+    if args.twin_target is not None and not (args.twin or args.asc_devkit):
+        raise SpecError("--twin-target", args.twin_target, "only together with --twin (or --asc-devkit)")
+    twin = (args.twin_target or DEFAULT_TWIN_TARGET) if args.twin or args.asc_devkit else None
     validate_run(
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
     )
@@ -291,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")
     run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
     run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
-    run.add_argument("--twin-target", default="ascend910b2", metavar="T", help="the Ascend target for --twin (default ascend910b2)")
+    run.add_argument("--twin-target", metavar="T", help=f"the Ascend target for --twin (default {DEFAULT_TWIN_TARGET}; only with --twin)")
     run.add_argument(
         "--asc-devkit", metavar="DIR",
         help="run --twin on Huawei's Ascend C headers: DIR is an asc-devkit snapshot (include/, impl/); tilegen supplies "
