@@ -89,3 +89,29 @@ def test_torch_on_cpu_refuses_an_unknown_target():
         msg = str(info.value)
         assert f"target = {bad!r}" in msg and "h200" in msg and "\n" not in msg, msg
     assert tt.flash_attn_func(q, q, q, target="h200").shape == q.shape
+
+
+def test_run_data_says_which_entry_it_used(tmp_path, capsys):
+    import numpy as np
+
+    from tilegen.runner import random_inputs
+    from tilegen.spec import builtin_spec
+
+    spec = builtin_spec("tiny-fp32")
+    a, b = random_inputs(spec, 1), random_inputs(spec, 2)
+    path = tmp_path / "d.npz"
+    np.savez(path, **{n: np.stack([a[n], b[n]]) for n in ("Q", "K", "V")}, dO=b["dO"])
+    assert main(["run", "--spec", "tiny-fp32", "--data", str(path), "--data-index", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"inputs from {path}: Q[1] of 2, K[1] of 2, V[1] of 2, dO" in out, out
+
+
+def test_run_twin_shows_the_twin_tile_sizes(capsys):
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    assert main(["run", "--spec", "tiny", "--seq", "40", "--twin"]) == 0
+    out = capsys.readouterr().out
+    lines = [l for l in out.splitlines() if "ascend910b2 twin" in l]
+    assert len(lines) == 2 and all("Br=" in l and "Bc=" in l for l in lines), out

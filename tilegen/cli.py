@@ -122,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
-    data = load_data(args.data, args.data_index) if args.data else None
+    data, data_note = load_data(args.data, args.data_index) if args.data else (None, None)
     if args.twin_target is not None and not (args.twin or args.asc_devkit):
         raise SpecError("--twin-target", args.twin_target, "only together with --twin (or --asc-devkit)")
     twin = (args.twin_target or DEFAULT_TWIN_TARGET) if args.twin or args.asc_devkit else None
@@ -130,6 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
     )
     print(f"tilegen run  {describe(spec)}")
+    if data_note:
+        print(data_note)
     report = check_spec(
         spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
         twin_target=twin, asc_devkit=args.asc_devkit,
@@ -139,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
         kernels = ", ".join(k.name for k in program.kernels)
         print(f"{label}: kernels {kernels}; {tiles}")
+    if report.twin_schedule is not None:
+        for label, s in report.twin_schedule.items():
+            print(f"{label} on the {twin} twin (Ascend C): kernels {', '.join(s['kernels'])}; Br={s['Br']}, Bc={s['Bc']}")
     print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/check.py):")
     for comp in report.comparisons:
         print("  " + comp.line())
@@ -149,8 +154,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def load_data(path: str, index: int) -> dict:
-    """Q, K, V, dO from an .npz file; arrays with one more leading axis than [B, H, S, D] are indexed."""
+def load_data(path: str, index: int) -> tuple[dict, str]:
+    """Q, K, V, dO from an .npz file; arrays with one more leading axis than [B, H, S, D] are indexed.
+
+    Returns:
+        (the arrays by name, a line saying which arrays and which entry of the leading axis were used).
+    """
     import numpy as np
 
     try:
@@ -161,15 +170,19 @@ def load_data(path: str, index: int) -> dict:
     except ValueError:
         raise SpecError("--data", path, "an .npz archive (numpy.savez) with arrays Q, K, V, dO; this file is not one") from None
     out = {}
+    used = []
     for name in ("Q", "K", "V", "dO"):
         if name in arrays:
             a = arrays[name]
             if a.ndim == 5:
                 if not 0 <= index < a.shape[0]:
                     raise SpecError("--data-index", index, f"0..{a.shape[0] - 1} (the leading axis of {name})")
+                used.append(f"{name}[{index}] of {a.shape[0]}")
                 a = a[index]
+            else:
+                used.append(name)
             out[name] = a
-    return out
+    return out, f"inputs from {path}: {', '.join(used) or 'none'}"
 
 
 def traffic_table(report) -> str:

@@ -8,6 +8,7 @@ DESIGN §3's accuracy rule. The CLI's ``tilegen run`` prints what it returns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,11 +33,14 @@ class RunReport:
         measurements: interpreter measurements by program label (``forward``, ``backward unfused``,
             ``backward fused``...).
         programs: the programs that ran, by the same labels.
+        twin_schedule: with a twin run, the schedule of the Ascend C kernels it ran ({"forward":
+            {"Br", "Bc", "kernels"}, "backward": ...}, as in the generated manifest); else None.
     """
 
     spec: AttentionSpec
     comparisons: list[Comparison] = field(default_factory=list)
     measurements: dict[str, Measurement] = field(default_factory=dict)
+    twin_schedule: dict[str, Any] | None = None  # the manifest "schedule" of the kernels run on the twin
     programs: dict[str, Program] = field(default_factory=dict)
 
     @property
@@ -166,7 +170,9 @@ def _check_on_twin(
     and compare their outputs too."""
     from .backends import ascendc, twin
 
-    files = ascendc.generate(spec, target, dq_strategy=dq_strategy).files
+    generated = ascendc.generate(spec, target, dq_strategy=dq_strategy)
+    files = generated.files
+    report.twin_schedule = generated.manifest["schedule"]
     exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)
     tag = "real-API twin" if asc_devkit is not None else "twin"
     fwd, grads = twin.run_attention(exe, spec, data)
