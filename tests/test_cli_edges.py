@@ -115,3 +115,16 @@ def test_run_twin_shows_the_twin_tile_sizes(capsys):
     out = capsys.readouterr().out
     lines = [l for l in out.splitlines() if "ascend910b2 twin" in l]
     assert len(lines) == 2 and all("Br=" in l and "Bc=" in l for l in lines), out
+
+
+def test_kernel_names_do_not_repeat_a_suffix(tmp_path):
+    import json
+    import re
+
+    assert main(["generate", "--spec", "tiny", "--target", "ascend910b2", "-o", str(tmp_path)]) == 0
+    sched = json.loads((tmp_path / "manifest.json").read_text())["schedule"]
+    names = [n for label in ("forward", "backward") for n in sched[label]["kernels"]]
+    assert names == ["tilegen_tiny_fwd", "tilegen_tiny_bwd_pre", "tilegen_tiny_bwd_main", "tilegen_tiny_bwd_post"], names
+    for n in names:
+        assert not re.search(r"_([a-z]+)_\1$", n), n
+    assert "tilegen_tiny_fwd(" in (tmp_path / "fwd_kernels.asc").read_text()

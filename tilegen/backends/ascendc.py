@@ -862,7 +862,11 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
         tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
-    kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs, uses) for k in program.kernels]
+    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
+    kernels = [
+        lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses)
+        for k in program.kernels
+    ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses)
 
