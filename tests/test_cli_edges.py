@@ -128,3 +128,21 @@ def test_kernel_names_do_not_repeat_a_suffix(tmp_path):
     for n in names:
         assert not re.search(r"_([a-z]+)_\1$", n), n
     assert "tilegen_tiny_fwd(" in (tmp_path / "fwd_kernels.asc").read_text()
+
+
+def test_the_ascend910_refusal_cites_documents_that_exist():
+    import os
+    import re
+    from pathlib import Path
+
+    from tilegen.targets import load_target
+
+    msg = load_target("ascend910").generate_refusal
+    assert "ascend-910b.md" not in msg  # not in the repository
+    cited = re.findall(r"asc-devkit (docs/[^;]+?\.md)", msg)
+    assert len(cited) == 2, msg
+    devkit = Path(os.environ.get("ASC_DEVKIT", "/work/asc/devkit"))
+    if not (devkit / "docs").is_dir():
+        pytest.skip("needs an asc-devkit snapshot to check the cited paths")
+    for path in cited:
+        assert (devkit / path).is_file(), path
