@@ -146,3 +146,20 @@ def test_the_ascend910_refusal_cites_documents_that_exist():
         pytest.skip("needs an asc-devkit snapshot to check the cited paths")
     for path in cited:
         assert (devkit / path).is_file(), path
+
+
+def test_a_second_derivative_is_refused_in_one_line():
+    torch = pytest.importorskip("torch")
+    import tilegen.torch as tt
+
+    q, k, v = (torch.randn(1, 16, 2, 8, dtype=torch.float32, requires_grad=True) for _ in range(3))
+    out = tt.flash_attn_func(q, k, v, causal=True)
+    with pytest.raises(NotImplementedError) as info:
+        (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+        gq.sum().backward()
+    msg = str(info.value)
+    assert "double backward" in msg and "\n" not in msg, msg
+    # a first derivative still works
+    out = tt.flash_attn_func(q, k, v, causal=True)
+    (gq,) = torch.autograd.grad(out.sum(), q)
+    assert gq.shape == q.shape and torch.isfinite(gq).all()

@@ -141,6 +141,10 @@ class _InterpreterAttention(torch.autograd.Function):
     def backward(ctx, do):
         from . import api
 
+        if torch.is_grad_enabled():  # backward(create_graph=True): a second derivative was asked for
+            raise UnsupportedArgument(
+                "create_graph", True, "False: tilegen's attention backward is not differentiable again (no double backward)"
+            )
         q, k, v, o, lse = ctx.saved_tensors
         grads = api.attention_backward(
             *(_to_numpy(x) for x in (q, k, v, o)), lse.numpy(), _to_numpy(do), dq_strategy=ctx.dq_strategy, **ctx.kw
