@@ -54,6 +54,21 @@ class ScheduleError(TilegenError):
     """No schedule satisfies the target's limits (names the limiting level), or a pass precondition fails."""
 
 
+class NoTileFits(ScheduleError):
+    """No tile-size candidate fits the target's on-chip levels.
+
+    Attributes:
+        candidates: every candidate tried (:class:`tilegen.passes.tiles.Candidate`, each with the levels
+            it overflows and by how many bytes).
+        capacities: (level, usable bytes) of the target.
+    """
+
+    def __init__(self, message: str, candidates: tuple = (), capacities: tuple = ()):
+        super().__init__(message)
+        self.candidates = tuple(candidates)
+        self.capacities = tuple(capacities)
+
+
 class VerifyError(TilegenError):
     """The verifier found a broken invariant in a program (names the pass, the kernel and the buffer)."""
 
