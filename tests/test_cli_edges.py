@@ -182,3 +182,34 @@ def test_inspect_reports_the_forward_when_no_backward_tile_fits(tmp_path, capsys
     assert main(["inspect", str(spec), "--target", "ascend910b2", "--json"]) == 0
     progs = json.loads(capsys.readouterr().out)["programs"]
     assert "prediction" in progs[0] and progs[1]["rejected"] and all(r["overflow_bytes"] for r in progs[1]["rejected"])
+
+
+def test_overrides_on_run_inspect_generate(tmp_path, capsys):
+    import json
+
+    assert main(["run", "--spec", "tiny", "--seq-q", "20", "--seq-k", "50", "--window", "8,0", "--dtype", "bf16", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["ok"] and res["spec"]["seq_q"] == 20 and res["spec"]["seq_k"] == 50
+    assert res["spec"]["window"] == [8, 0] and res["spec"]["dtype"] == "bf16"
+    assert {c["name"] for c in res["comparisons"]} >= {"O", "L", "dQ", "dK", "dV"} and all(c["ok"] for c in res["comparisons"])
+    assert main(["inspect", "--spec", "tiny", "--no-mask", "--dtype", "fp32", "--program", "fwd", "--no-nest"]) == 0
+    assert "fp32, none" in capsys.readouterr().out
+    assert main(["run", "--spec", "tiny", "--seq", "8", "--seq-q", "9"]) == 2
+    assert "--seq-q = 9" in capsys.readouterr().err
+    assert main(["generate", "--spec", "tiny", "--causal", "--seq-k", "300", "--tiles", "64x128", "--json", "-o", str(tmp_path)]) == 0
+    gen = json.loads(capsys.readouterr().out)
+    assert gen["spec"]["seq_k"] == 300 and gen["spec"]["mask"] == "causal"
+    for label in ("forward", "backward"):
+        assert (gen["schedule"][label]["Br"], gen["schedule"][label]["Bc"]) == (64, 128), gen["schedule"]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["schedule"] == gen["schedule"] and sorted(gen["files"]) == sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_a_warning_when_the_tensors_exceed_device_memory(capsys):
+    # llama3-8b at batch 512: Q alone is 512 x 32 x 8192 x 128 x 2 B = 32 GiB; with K, V, O the forward
+    # needs about 80 GiB, past the 64 GiB of a 910B2
+    assert main(["inspect", "--spec", "llama3-8b", "--batch", "512", "--target", "ascend910b2", "--program", "fwd", "--no-nest"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "warning" in err[0] and "64.00 GiB" in err[0] and "memory_size" in err[0], err
+    assert main(["inspect", "--spec", "llama3-8b", "--target", "ascend910b2", "--program", "fwd", "--no-nest"]) == 0
+    assert capsys.readouterr().err == ""

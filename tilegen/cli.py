@@ -74,6 +74,25 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _window_arg(text: str) -> tuple[int, int]:
+    try:
+        left, right = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not L,R (two integers, -1 for unbounded; e.g. 4096,0)") from None
+    return left, right
+
+
+def _add_override_args(p: argparse.ArgumentParser) -> None:
+    """The overrides of run, inspect and generate beyond the sizes of :func:`_add_spec_args`."""
+    p.add_argument("--seq-q", type=_positive, metavar="N", help="override the query length")
+    p.add_argument("--seq-k", type=_positive, metavar="N", help="override the key/value length")
+    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the dtype")
+    mask = p.add_mutually_exclusive_group()
+    mask.add_argument("--causal", action="store_true", help="override the mask: causal (window -1,0)")
+    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the mask: a window (left, right; -1 unbounded)")
+    mask.add_argument("--no-mask", action="store_true", help="override the mask: none")
+
+
 def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
     """The spec the arguments name (or ``base``), with the overrides applied (validated)."""
     if args.spec_file and args.spec:
@@ -92,7 +111,19 @@ def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) ->
     if args.batch is not None:
         changes["batch"] = args.batch
     if args.seq is not None:
+        for flag in ("seq_q", "seq_k"):
+            if getattr(args, flag, None) is not None:
+                raise SpecError("--" + flag.replace("_", "-"), getattr(args, flag), "absent when --seq sets both lengths")
         changes["seq_q"] = changes["seq_k"] = args.seq
+    for flag in ("seq_q", "seq_k", "dtype"):
+        if getattr(args, flag, None) is not None:
+            changes[flag] = getattr(args, flag)
+    if getattr(args, "causal", False):
+        changes["window"] = (-1, 0)
+    elif getattr(args, "no_mask", False):
+        changes["window"] = (-1, -1)
+    elif getattr(args, "window", None) is not None:
+        changes["window"] = args.window
     if args.heads is not None:
         if args.heads % spec.group:
             raise SpecError("--heads", args.heads, f"a multiple of the spec's group size {spec.group} (heads_q / heads_kv)")
@@ -129,13 +160,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     validate_run(
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
     )
-    print(f"tilegen run  {describe(spec)}")
-    if data_note:
-        print(data_note)
+    if not args.json:
+        print(f"tilegen run  {describe(spec)}")
+        if data_note:
+            print(data_note)
     report = check_spec(
         spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
         twin_target=twin, asc_devkit=args.asc_devkit,
     )
+    if args.json:
+        print(_run_json(spec, report, data_note))
+        return 0 if report.ok else 1
     for label, program in report.programs.items():
         env = program.env_map
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
@@ -152,6 +187,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(traffic_table(report))
     print("check: " + ("passed" if report.ok else "FAILED"))
     return 0 if report.ok else 1
+
+
+def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
+    """``tilegen run --json``: the spec, each program's kernels and tile sizes, every comparison, the
+    measured HBM bytes per tensor and program, and the verdict."""
+    import dataclasses
+    import json
+
+    programs = {}
+    for label, program in report.programs.items():
+        env = {str(k): v for k, v in program.env_map.items() if str(k) in ("Br", "Bc")}
+        m = report.measurements[label]
+        names = sorted(set(m.bytes_read) | set(m.bytes_written))
+        programs[label] = {"kernels": [k.name for k in program.kernels], **env,
+                           "hbm_bytes": m.hbm_bytes, "hbm_bytes_by_tensor": {n: m.tensor_bytes(n) for n in names}}
+    out = {
+        "spec": spec.to_dict(),
+        "inputs": data_note or "random",
+        "programs": programs,
+        "twin_schedule": report.twin_schedule,
+        "comparisons": [{**dataclasses.asdict(c), "ok": c.ok} for c in report.comparisons],
+        "ok": report.ok,
+    }
+    return json.dumps(out, indent=2)
 
 
 def load_data(path: str, index: int) -> tuple[dict, str]:
@@ -219,8 +278,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
+    _warn_memory(spec, args.target)
     print(text, end="")
     return 0
+
+
+def _warn_memory(spec: AttentionSpec, target) -> None:
+    from .memory import device_memory_warning
+
+    if target is not None:
+        note = device_memory_warning(spec, target)
+        if note:
+            print(f"tilegen: {note}", file=sys.stderr)
 
 
 def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
@@ -271,11 +340,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     target = args.target
     generated = cached(
-        ("generate", spec, target_key(target), args.dq_strategy), lambda: _generate(spec, target, args.dq_strategy)
+        ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
+        lambda: _generate(spec, target, args.dq_strategy, args.tiles),
     )
+    _warn_memory(spec, target)
     names = write(generated, args.output)
-    print(f"tilegen generate  {describe(spec)}  target {target}")
     sched = generated.manifest["schedule"]
+    if args.json:
+        import json
+
+        print(json.dumps({"spec": spec.to_dict(), "target": target, "output": str(args.output), "schedule": sched, "files": names}, indent=2))
+        return 0
+    print(f"tilegen generate  {describe(spec)}  target {target}")
     for label in ("forward", "backward"):
         s = sched[label]
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
@@ -283,14 +359,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate(spec: AttentionSpec, target: str, dq_strategy: str):
+def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None):
     from .targets import load_target
 
     if load_target(target).kind == "gpu":
         from .backends import triton as backend
     else:
         from .backends import ascendc as backend
-    return backend.generate(spec, target, dq_strategy=dq_strategy)
+    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,9 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run a spec in the interpreter and check it against the float64 reference")
     _add_spec_args(run)
+    _add_override_args(run)
     run.add_argument("--seed", type=_nonnegative, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
+    run.add_argument("--json", action="store_true", help="print the result (comparisons, tile sizes, traffic) as JSON")
     run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")
     run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
     run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
@@ -321,6 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", help="the schedule on a target: tile sizes and why, footprints, traffic, FLOPs, time, loop nest"
     )
     _add_spec_args(inspect)
+    _add_override_args(inspect)
     inspect.add_argument("--target", metavar="T", help=f"a target ({', '.join(target_names())}) or a .toml file")
     inspect.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     inspect.add_argument("--program", choices=["fwd", "bwd", "all"], default="all", help="which programs (default all)")
@@ -335,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)
+    _add_override_args(gen)
+    gen.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes of both programs, e.g. 64x128")
+    gen.add_argument("--json", action="store_true", help="print the schedule and the files written as JSON")
     gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h200 (Triton); default ascend910b2")
     gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
     gen.add_argument(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .analysis import count, total
+from .memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
 from .errors import NoTileFits
 from .passes import pipeline
 from .printer import fmt_expr, format_program
@@ -162,24 +163,6 @@ def _compiled_report(label: str, compile_, target: Target | None, expressions: b
             ],
         }
     return _program_report(label, program, log, target, expressions)
-
-
-def format_bytes(n: float) -> str:
-    """``n`` bytes in binary units: "512 B", "1.50 KiB", ... "2.00 TiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
-def format_seconds(s: float) -> str:
-    """``s`` seconds as "12.34 us", "1.234 ms" or "1.234 s"."""
-    if s < 1e-3:
-        return f"{s * 1e6:.2f} us"
-    if s < 1:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s:.3f} s"
 
 
 def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True) -> str:
