@@ -213,3 +213,34 @@ def test_a_warning_when_the_tensors_exceed_device_memory(capsys):
     assert len(err) == 1 and "warning" in err[0] and "64.00 GiB" in err[0] and "memory_size" in err[0], err
     assert main(["inspect", "--spec", "llama3-8b", "--target", "ascend910b2", "--program", "fwd", "--no-nest"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_progress_bar_on_a_terminal_only():
+    import io
+
+    from tilegen.cli import progress_bar
+    from tilegen.runner import check_spec
+    from tilegen.spec import builtin_spec
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    with progress_bar(io.StringIO()) as p:
+        assert p is None  # not a terminal: no bar
+    calls = []
+    stream = Tty()
+    with progress_bar(stream, delay=0) as p:
+        assert p is not None
+
+        def spy(label, kernel, done, total):
+            calls.append((label, kernel, done, total))
+            p(label, kernel, done, total)
+
+        check_spec(builtin_spec("tiny-fp32"), backward="fused", progress=spy)
+    text = stream.getvalue()
+    assert "forward: fwd" in text and "backward fused (atomic): main" in text, text
+    last = {}
+    for label, kernel, done, total in calls:
+        last[(label, kernel)] = (done, total)
+    assert ("forward", "fwd") in last and all(d == t and t >= 1 for d, t in last.values()), last

@@ -164,10 +164,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tilegen run  {describe(spec)}")
         if data_note:
             print(data_note)
-    report = check_spec(
-        spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
-        twin_target=twin, asc_devkit=args.asc_devkit,
-    )
+    with progress_bar() as progress:
+        report = check_spec(
+            spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
+            twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
+        )
     if args.json:
         print(_run_json(spec, report, data_note))
         return 0 if report.ok else 1
@@ -187,6 +188,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(traffic_table(report))
     print("check: " + ("passed" if report.ok else "FAILED"))
     return 0 if report.ok else 1
+
+
+class progress_bar:
+    """A tqdm bar on ``stream`` (stderr) for the interpreter's trips, shown only when the stream is a
+    terminal and the run lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``,
+    ``p`` being None when there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
+
+    def __init__(self, stream=None, delay: float = 1.0):
+        self.stream = sys.stderr if stream is None else stream
+        self.delay = delay
+        self.bar = None
+        self.current = None
+
+    def __enter__(self):
+        isatty = getattr(self.stream, "isatty", None)
+        if not (isatty and isatty()):
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=1, file=self.stream, delay=self.delay, leave=False, unit="tile", dynamic_ncols=True)
+        return self.update
+
+    def update(self, label: str, kernel: str, done: int, total: int) -> None:
+        if self.current != (label, kernel):
+            self.current = (label, kernel)
+            self.bar.reset(total=total)
+            self.bar.set_description(f"{label}: {kernel}", refresh=False)
+        self.bar.n = done
+        self.bar.refresh() if done == total else self.bar.update(0)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        return False
 
 
 def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:

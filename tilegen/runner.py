@@ -111,6 +111,7 @@ def check_spec(
     data: dict[str, np.ndarray] | None = None,
     twin_target: str | None = None,
     asc_devkit: str | None = None,
+    progress=None,
 ) -> RunReport:
     """Run and check the forward and the backward of ``spec``.
 
@@ -123,6 +124,8 @@ def check_spec(
         asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
             snapshot over tilegen's CCE intrinsics; see tilegen/twin/cce/README.md); the comparisons
             are labelled ``O (real-API twin)``, ...
+        progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
+            interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
@@ -133,7 +136,7 @@ def check_spec(
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
 
     fwd = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
-    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]})
+    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]}, progress=_tagged(progress, "forward"))
     report.programs["forward"] = fwd
     report.measurements["forward"] = measured
     o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
@@ -152,7 +155,7 @@ def check_spec(
         program = pipeline.compile_backward(
             spec, fused=form == "fused", dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes
         )
-        grads, measured = interpret(program, feeds)
+        grads, measured = interpret(program, feeds, progress=_tagged(progress, label))
         report.programs[label] = program
         report.measurements[label] = measured
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
@@ -161,6 +164,10 @@ def check_spec(
     if twin_target is not None:
         _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit)
     return report
+
+
+def _tagged(progress, label: str):
+    return None if progress is None else (lambda kernel, done, total: progress(label, kernel, done, total))
 
 
 def _check_on_twin(
