@@ -244,3 +244,21 @@ def test_progress_bar_on_a_terminal_only():
     for label, kernel, done, total in calls:
         last[(label, kernel)] = (done, total)
     assert ("forward", "fwd") in last and all(d == t and t >= 1 for d, t in last.values()), last
+
+
+def test_python_api_generate_and_inspect(tmp_path):
+    import json
+
+    res = tilegen.generate("tiny", "ascend910b2", tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert res.schedule == manifest["schedule"] and res.target == "ascend910b2"
+    assert sorted(res.files) == sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert json.loads(res.to_json())["schedule"] == manifest["schedule"]
+    rep = tilegen.inspect(tilegen.builtin_spec("tiny"), "ascend910b2")
+    assert rep.tiles("forward") == {"Br": res.schedule["forward"]["Br"], "Bc": res.schedule["forward"]["Bc"]}
+    assert rep.predicted_s("backward") > 0
+    data = json.loads(rep.to_json())
+    assert data["target"]["name"] == "ascend910b2" and len(data["programs"]) == 2
+    assert "tile sizes: Br=" in str(rep)
+    with pytest.raises(tilegen.SpecError, match="spec = 'nope'"):
+        tilegen.inspect("nope", "ascend910b2")

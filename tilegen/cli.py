@@ -395,13 +395,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None):
-    from .targets import load_target
+    from .backends import generate
 
-    if load_target(target).kind == "gpu":
-        from .backends import triton as backend
-    else:
-        from .backends import ascendc as backend
-    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+    return generate(spec, target, dq_strategy, tile_sizes)
 
 
 def build_parser() -> argparse.ArgumentParser:
