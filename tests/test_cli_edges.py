@@ -262,3 +262,33 @@ def test_python_api_generate_and_inspect(tmp_path):
     assert "tile sizes: Br=" in str(rep)
     with pytest.raises(tilegen.SpecError, match="spec = 'nope'"):
         tilegen.inspect("nope", "ascend910b2")
+
+
+_BF16_PROBE = """
+import importlib.util, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+spec = importlib.util.spec_from_file_location("m", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, 2, 32, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+o = m.attention(q, k, v)
+o = o[0] if isinstance(o, tuple) else o
+ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+print(float((o.float() - ref).abs().max()))
+"""
+
+
+def test_a_generated_bf16_module_is_right_under_the_triton_interpreter(tmp_path):
+    """Without the tests' interpreter patch (a fresh process): the module widens bf16 tl.dot itself."""
+    pytest.importorskip("triton")
+    from tilegen.spec import AttentionSpec
+
+    spec = AttentionSpec(batch=1, heads_q=2, heads_kv=2, seq_q=32, seq_k=32, head_dim_qk=16, head_dim_v=16, dtype="bf16", name="bf")
+    res = tilegen.generate(spec, "h200", tmp_path)
+    (module,) = [f for f in res.files if f.endswith(".py")]
+    proc = subprocess.run([sys.executable, "-c", _BF16_PROBE, str(tmp_path / module)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    err = float(proc.stdout.strip().splitlines()[-1])
+    assert err < 3e-2, err  # bf16 rounding of O (|O| < 2: 2**-8 relative); garbage is ~1e8
