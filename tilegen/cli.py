@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from .errors import SpecError, TilegenError
+from .errors import ScheduleError, SpecError, TilegenError
 from .passes.strategies import DQ_STRATEGIES
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 from .targets import target_key, target_names
@@ -339,6 +339,9 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     report = inspect_report(
         spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
     )
+    if report["programs"] and all("error" in p for p in report["programs"]):
+        # nothing to show: the one-line error (a program that fits is shown beside one that does not)
+        raise ScheduleError(report["programs"][0]["error"])
     if args.json:
         return json.dumps(report, indent=2) + "\n"
     return f"tilegen inspect  {describe(spec)}\n" + format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest)
