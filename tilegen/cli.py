@@ -202,21 +202,29 @@ class progress_bar:
         self.current = None
 
     def __enter__(self):
+        import time
+
         isatty = getattr(self.stream, "isatty", None)
         if not (isatty and isatty()):
             return None
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=1, file=self.stream, delay=self.delay, leave=False, unit="tile", dynamic_ncols=True)
+        self.t0 = time.monotonic()
         return self.update
 
     def update(self, label: str, kernel: str, done: int, total: int) -> None:
+        if self.bar is None:
+            import time
+
+            if time.monotonic() - self.t0 < self.delay:
+                return
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=f"{label}: {kernel}", file=self.stream, leave=False, unit="trip", dynamic_ncols=True)
+            self.current = (label, kernel)
         if self.current != (label, kernel):
             self.current = (label, kernel)
             self.bar.reset(total=total)
             self.bar.set_description(f"{label}: {kernel}", refresh=False)
-        self.bar.n = done
-        self.bar.refresh() if done == total else self.bar.update(0)
+        self.bar.update(done - self.bar.n)
 
     def __exit__(self, *exc):
         if self.bar is not None:
