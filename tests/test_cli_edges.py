@@ -292,3 +292,25 @@ def test_a_generated_bf16_module_is_right_under_the_triton_interpreter(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     err = float(proc.stdout.strip().splitlines()[-1])
     assert err < 3e-2, err  # bf16 rounding of O (|O| < 2: 2**-8 relative); garbage is ~1e8
+
+
+def test_progress_bar_delay_counts_from_the_start_of_the_run():
+    """Many short kernels, the run longer than the delay: the bar shows (tqdm's own delay would restart
+    at each kernel and never show)."""
+    import io
+    import time
+
+    from tilegen.cli import progress_bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    with progress_bar(stream, delay=0.2) as p:
+        for n in range(6):
+            p("forward", f"k{n}", 1, 2)
+            time.sleep(0.05)
+            p("forward", f"k{n}", 2, 2)
+    text = stream.getvalue()
+    assert "forward: k5" in text and "forward: k0" not in text, text

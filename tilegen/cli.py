@@ -223,7 +223,7 @@ class progress_bar:
         if self.current != (label, kernel):
             self.current = (label, kernel)
             self.bar.reset(total=total)
-            self.bar.set_description(f"{label}: {kernel}", refresh=False)
+            self.bar.set_description(f"{label}: {kernel}")  # refreshes: each kernel shows up
         self.bar.update(done - self.bar.n)
 
     def __exit__(self, *exc):
