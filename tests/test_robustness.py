@@ -36,7 +36,7 @@ def one_line_error(capsys, argv, needle):
         ("batch = 1\nheads = 2\nseq = -8\nhead_dim = 8\n", "seq_q = -8 is invalid"),
         ("batch = 1\nheads_q = 6\nheads_kv = 4\nseq = 8\nhead_dim = 8\n", "heads_kv = 4 is invalid; accepted: a divisor of heads_q = 6"),
         ("batch = 1\nheads = 2\nseq = 8\nhead_dim = 8\nmask = 'window'\nwindow = [3, -5]\n", "window = (3, -5) is invalid"),
-        ("batch = 1\nheads = 2\nseq = 8\n", "head_dim_qk = None is invalid"),
+        ("batch = 1\nheads = 2\nseq = 8\n", "head_dim_qk is missing; accepted: an integer from 1 to 1024"),
         ("batch = [\n", "valid TOML"),
     ],
 )
@@ -79,7 +79,7 @@ def test_api_backward_arguments_are_named():
     assert e.value.field == "o.shape"
     with pytest.raises(SpecError) as e:
         tilegen.attention_backward(d["Q"], d["K"], d["V"], o, lse.astype(np.float64), d["dO"])
-    assert e.value.field == "lse"
+    assert e.value.field == "lse.dtype"
     with pytest.raises(SpecError) as e:
         tilegen.attention_backward(d["Q"], d["K"], d["V"], o, lse, d["dO"].astype(np.float32))
     assert e.value.field == "do.dtype"

@@ -4,6 +4,8 @@ Python API (NumPy in, NumPy out, interpreter-backed):
 
 - :func:`attention` (q, k, v, ...) -> (o, lse)
 - :func:`attention_backward` (q, k, v, o, lse, do, ...) -> (dq, dk, dv)
+- :func:`generate` (spec, target, out_dir) -> GenerateResult (files, schedule; ``.to_json()``)
+- :func:`inspect` (spec, target) -> InspectResult (tiles, candidates, footprints, prediction; ``.to_json()``)
 - :class:`AttentionSpec`, :func:`load_spec`, :func:`builtin_spec`
 
 See README.md for the CLI and DESIGN.md for the conventions.
@@ -23,12 +25,14 @@ __all__ = [
     "attention_backward",
     "builtin_spec",
     "builtin_specs",
+    "generate",
+    "inspect",
     "load_spec",
     "make_spec",
 ]
 __version__ = "0.1.0"
 
-_API = ("attention", "attention_backward", "make_spec")
+_API = ("attention", "attention_backward", "generate", "inspect", "make_spec")
 
 
 def __getattr__(name: str):

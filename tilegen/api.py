@@ -7,6 +7,8 @@ are for checking and for small problems; the generated kernels are what runs fas
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -171,9 +173,13 @@ def attention_backward(
             raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
         if _logical(x, layout).shape != expect_o:
             raise SpecError(f"{name}.shape", x.shape, f"{_physical_shape(expect_o, layout)} (layout {layout})")
-    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != expect_o[:3]:
-        shown = lse.shape if isinstance(lse, np.ndarray) else type(lse).__name__
-        raise SpecError("lse", shown, f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)")
+    accepted_lse = f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)"
+    if not isinstance(lse, np.ndarray):
+        raise SpecError("lse", type(lse).__name__, accepted_lse)
+    if lse.dtype != np.float32:
+        raise SpecError("lse.dtype", str(lse.dtype), accepted_lse)
+    if lse.shape != expect_o[:3]:
+        raise SpecError("lse.shape", lse.shape, accepted_lse)
     program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
     feeds = {
         "Q": _logical(q, layout),
@@ -189,3 +195,126 @@ def attention_backward(
 
 def _physical_shape(shape, layout):
     return shape if layout == "BNSD" else (shape[0], shape[2], shape[1], shape[3])
+
+
+# --- generate and inspect ------------------------------------------------------------------------------
+
+
+def _as_spec(spec) -> AttentionSpec:
+    """An :class:`AttentionSpec`, a built-in spec's name or a spec file's path, as a spec."""
+    from pathlib import Path
+
+    from .spec import builtin_spec, builtin_specs, load_spec
+
+    if isinstance(spec, AttentionSpec):
+        return spec
+    if isinstance(spec, (str, Path)):
+        if isinstance(spec, str) and spec in builtin_specs():
+            return builtin_spec(spec)
+        if Path(spec).suffix.lower() in (".toml", ".yaml", ".yml"):
+            return load_spec(spec)
+    raise SpecError("spec", spec, "an AttentionSpec, a built-in spec name (" + ", ".join(builtin_specs()) + ") or a .toml/.yaml file")
+
+
+@dataclass
+class GenerateResult:
+    """What :func:`generate` wrote.
+
+    Attributes:
+        spec, target: what was generated, for which target (its name).
+        out_dir: the folder written; files: the file names in it.
+        schedule: {"forward": {"Br", "Bc", "kernels"}, "backward": ...}, as in manifest.json.
+        manifest: the whole manifest (backend, dq strategy, SHA-256 of each file, ...).
+    """
+
+    spec: AttentionSpec
+    target: str
+    out_dir: Any
+    files: list
+    schedule: dict
+    manifest: dict
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"spec": self.spec.to_dict(), "target": self.target, "out_dir": str(self.out_dir), "files": self.files,
+             "schedule": self.schedule, "manifest": self.manifest},
+            indent=2,
+        )
+
+
+@dataclass
+class InspectResult:
+    """What :func:`inspect` found: ``report`` is the plain data ``tilegen inspect --json`` prints.
+
+    Attributes:
+        spec, target: the problem and the target's name (None: default tile sizes, no prediction).
+        programs: one dict per program (label, kernels, tiles, schedule candidates, footprints,
+            prediction with ``time_s`` in seconds, HBM bytes by tensor); a program without a fitting
+            tile has ``error`` and ``rejected`` instead.
+    """
+
+    spec: AttentionSpec
+    target: str | None
+    report: dict
+
+    @property
+    def programs(self) -> list:
+        return self.report["programs"]
+
+    def tiles(self, program: str = "forward") -> dict:
+        """{"Br", "Bc"} of the program whose label starts with ``program`` ("forward", "backward")."""
+        return self._program(program)["tiles"]
+
+    def predicted_s(self, program: str = "forward") -> float:
+        """The predicted time of a program in seconds (needs a target)."""
+        return self._program(program)["prediction"]["time_s"]
+
+    def _program(self, program: str) -> dict:
+        for p in self.programs:
+            if p["label"].startswith(program):
+                return p
+        raise SpecError("program", program, "one of " + ", ".join(p["label"] for p in self.programs))
+
+    def to_json(self) -> str:
+        return json.dumps(self.report, indent=2)
+
+    def __str__(self) -> str:
+        from .report import format_inspect
+
+        return format_inspect(self.report)
+
+
+def generate(spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: str = "atomic", tile_sizes=None) -> GenerateResult:
+    """Write the kernels, host code, build files and manifest of ``spec`` for ``target`` into
+    ``out_dir`` (created if needed), as ``tilegen generate`` does.
+
+    Args:
+        spec: an :class:`AttentionSpec`, a built-in spec's name or a spec file.
+        target: ``ascend910b1``..``b4`` (Ascend C) or ``h200`` (Triton), or a target file.
+        tile_sizes: (Br, Bc) to force for both programs.
+
+    Raises:
+        SpecError, TargetError, ScheduleError: a bad spec, target or output folder; no fitting tile.
+    """
+    from .backends import generate as generate_files, write
+
+    spec = _as_spec(spec)
+    if out_dir is None:
+        raise SpecError("out_dir", None, "a folder to write the files into")
+    generated = generate_files(spec, target, dq_strategy, tile_sizes)
+    names = write(generated, out_dir)
+    return GenerateResult(spec, generated.manifest["target"], out_dir, names, generated.manifest["schedule"], generated.manifest)
+
+
+def inspect(spec, target: str | None = None, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> InspectResult:
+    """The schedule of ``spec`` on ``target`` as ``tilegen inspect`` reports it (tile sizes and every
+    candidate, footprints against capacity, predicted traffic, FLOPs and time, the loop nest).
+
+    Raises:
+        SpecError, TargetError: a bad spec or target.
+    """
+    from .report import inspect_report
+
+    spec = _as_spec(spec)
+    report = inspect_report(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, programs=tuple(programs))
+    return InspectResult(spec, report["target"]["name"] if report["target"] else None, report)

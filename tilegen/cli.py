@@ -15,14 +15,16 @@ print one line and exit 2 (``--debug`` shows the traceback); a failed check exit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .errors import SpecError, TilegenError
+from .errors import ScheduleError, SpecError, TilegenError
 from .passes.strategies import DQ_STRATEGIES
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 from .targets import target_key, target_names
 
 DEFAULT_SPEC = "demo"
+DEFAULT_TWIN_TARGET = "ascend910b2"
 
 
 def _positive(text: str) -> int:
@@ -72,6 +74,25 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _window_arg(text: str) -> tuple[int, int]:
+    try:
+        left, right = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not L,R (two integers, -1 for unbounded; e.g. 4096,0)") from None
+    return left, right
+
+
+def _add_override_args(p: argparse.ArgumentParser) -> None:
+    """The overrides of run, inspect and generate beyond the sizes of :func:`_add_spec_args`."""
+    p.add_argument("--seq-q", type=_positive, metavar="N", help="override the query length")
+    p.add_argument("--seq-k", type=_positive, metavar="N", help="override the key/value length")
+    p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the dtype")
+    mask = p.add_mutually_exclusive_group()
+    mask.add_argument("--causal", action="store_true", help="override the mask: causal (window -1,0)")
+    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the mask: a window (left, right; -1 unbounded)")
+    mask.add_argument("--no-mask", action="store_true", help="override the mask: none")
+
+
 def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
     """The spec the arguments name (or ``base``), with the overrides applied (validated)."""
     if args.spec_file and args.spec:
@@ -90,7 +111,19 @@ def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) ->
     if args.batch is not None:
         changes["batch"] = args.batch
     if args.seq is not None:
+        for flag in ("seq_q", "seq_k"):
+            if getattr(args, flag, None) is not None:
+                raise SpecError("--" + flag.replace("_", "-"), getattr(args, flag), "absent when --seq sets both lengths")
         changes["seq_q"] = changes["seq_k"] = args.seq
+    for flag in ("seq_q", "seq_k", "dtype"):
+        if getattr(args, flag, None) is not None:
+            changes[flag] = getattr(args, flag)
+    if getattr(args, "causal", False):
+        changes["window"] = (-1, 0)
+    elif getattr(args, "no_mask", False):
+        changes["window"] = (-1, -1)
+    elif getattr(args, "window", None) is not None:
+        changes["window"] = args.window
     if args.heads is not None:
         if args.heads % spec.group:
             raise SpecError("--heads", args.heads, f"a multiple of the spec's group size {spec.group} (heads_q / heads_kv)")
@@ -120,21 +153,33 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
-    data = load_data(args.data, args.data_index) if args.data else None
-    twin = args.twin_target if args.twin or args.asc_devkit else None
+    data, data_note = load_data(args.data, args.data_index) if args.data else (None, None)
+    if args.twin_target is not None and not (args.twin or args.asc_devkit):
+        raise SpecError("--twin-target", args.twin_target, "only together with --twin (or --asc-devkit)")
+    twin = (args.twin_target or DEFAULT_TWIN_TARGET) if args.twin or args.asc_devkit else None
     validate_run(
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
     )
-    print(f"tilegen run  {describe(spec)}")
-    report = check_spec(
-        spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
-        twin_target=twin, asc_devkit=args.asc_devkit,
-    )
+    if not args.json:
+        print(f"tilegen run  {describe(spec)}")
+        if data_note:
+            print(data_note)
+    with progress_bar() as progress:
+        report = check_spec(
+            spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
+            twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
+        )
+    if args.json:
+        print(_run_json(spec, report, data_note))
+        return 0 if report.ok else 1
     for label, program in report.programs.items():
         env = program.env_map
         tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
         kernels = ", ".join(k.name for k in program.kernels)
         print(f"{label}: kernels {kernels}; {tiles}")
+    if report.twin_schedule is not None:
+        for label, s in report.twin_schedule.items():
+            print(f"{label} on the {twin} twin (Ascend C): kernels {', '.join(s['kernels'])}; Br={s['Br']}, Bc={s['Bc']}")
     print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/check.py):")
     for comp in report.comparisons:
         print("  " + comp.line())
@@ -145,8 +190,78 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def load_data(path: str, index: int) -> dict:
-    """Q, K, V, dO from an .npz file; arrays with one more leading axis than [B, H, S, D] are indexed."""
+class progress_bar:
+    """A tqdm bar on ``stream`` (stderr) for the interpreter's trips, shown only when the stream is a
+    terminal and the run lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``,
+    ``p`` being None when there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
+
+    def __init__(self, stream=None, delay: float = 1.0):
+        self.stream = sys.stderr if stream is None else stream
+        self.delay = delay
+        self.bar = None
+        self.current = None
+
+    def __enter__(self):
+        import time
+
+        isatty = getattr(self.stream, "isatty", None)
+        if not (isatty and isatty()):
+            return None
+        self.t0 = time.monotonic()
+        return self.update
+
+    def update(self, label: str, kernel: str, done: int, total: int) -> None:
+        if self.bar is None:
+            import time
+
+            if time.monotonic() - self.t0 < self.delay:
+                return
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=f"{label}: {kernel}", file=self.stream, leave=False, unit="trip", dynamic_ncols=True)
+            self.current = (label, kernel)
+        if self.current != (label, kernel):
+            self.current = (label, kernel)
+            self.bar.reset(total=total)
+            self.bar.set_description(f"{label}: {kernel}")  # refreshes: each kernel shows up
+        self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        return False
+
+
+def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
+    """``tilegen run --json``: the spec, each program's kernels and tile sizes, every comparison, the
+    measured HBM bytes per tensor and program, and the verdict."""
+    import dataclasses
+    import json
+
+    programs = {}
+    for label, program in report.programs.items():
+        env = {str(k): v for k, v in program.env_map.items() if str(k) in ("Br", "Bc")}
+        m = report.measurements[label]
+        names = sorted(set(m.bytes_read) | set(m.bytes_written))
+        programs[label] = {"kernels": [k.name for k in program.kernels], **env,
+                           "hbm_bytes": m.hbm_bytes, "hbm_bytes_by_tensor": {n: m.tensor_bytes(n) for n in names}}
+    out = {
+        "spec": spec.to_dict(),
+        "inputs": data_note or "random",
+        "programs": programs,
+        "twin_schedule": report.twin_schedule,
+        "comparisons": [{**dataclasses.asdict(c), "ok": c.ok} for c in report.comparisons],
+        "ok": report.ok,
+    }
+    return json.dumps(out, indent=2)
+
+
+def load_data(path: str, index: int) -> tuple[dict, str]:
+    """Q, K, V, dO from an .npz file; arrays with one more leading axis than [B, H, S, D] are indexed.
+
+    Returns:
+        (the arrays by name, a line saying which arrays and which entry of the leading axis were used).
+    """
     import numpy as np
 
     try:
@@ -157,15 +272,19 @@ def load_data(path: str, index: int) -> dict:
     except ValueError:
         raise SpecError("--data", path, "an .npz archive (numpy.savez) with arrays Q, K, V, dO; this file is not one") from None
     out = {}
+    used = []
     for name in ("Q", "K", "V", "dO"):
         if name in arrays:
             a = arrays[name]
             if a.ndim == 5:
                 if not 0 <= index < a.shape[0]:
                     raise SpecError("--data-index", index, f"0..{a.shape[0] - 1} (the leading axis of {name})")
+                used.append(f"{name}[{index}] of {a.shape[0]}")
                 a = a[index]
+            else:
+                used.append(name)
             out[name] = a
-    return out
+    return out, f"inputs from {path}: {', '.join(used) or 'none'}"
 
 
 def traffic_table(report) -> str:
@@ -212,6 +331,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
+    _warn_memory(spec, args.target)
     print(text, end="")
     if args.plot:
         _inspect_plot(spec, args)
@@ -228,6 +348,15 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
     print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
+def _warn_memory(spec: AttentionSpec, target) -> None:
+    from .memory import device_memory_warning
+
+    if target is not None:
+        note = device_memory_warning(spec, target)
+        if note:
+            print(f"tilegen: {note}", file=sys.stderr)
+
+
 def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     import json
 
@@ -240,6 +369,9 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     report = inspect_report(
         spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
     )
+    if report["programs"] and all("error" in p for p in report["programs"]):
+        # nothing to show: the one-line error (a program that fits is shown beside one that does not)
+        raise ScheduleError(report["programs"][0]["error"])
     if args.json:
         return json.dumps(report, indent=2) + "\n"
     return f"tilegen inspect  {describe(spec)}\n" + format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest)
@@ -276,11 +408,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     target = args.target
     generated = cached(
-        ("generate", spec, target_key(target), args.dq_strategy), lambda: _generate(spec, target, args.dq_strategy)
+        ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
+        lambda: _generate(spec, target, args.dq_strategy, args.tiles),
     )
+    _warn_memory(spec, target)
     names = write(generated, args.output)
-    print(f"tilegen generate  {describe(spec)}  target {target}")
     sched = generated.manifest["schedule"]
+    if args.json:
+        import json
+
+        print(json.dumps({"spec": spec.to_dict(), "target": target, "output": str(args.output), "schedule": sched, "files": names}, indent=2))
+        return 0
+    print(f"tilegen generate  {describe(spec)}  target {target}")
     for label in ("forward", "backward"):
         s = sched[label]
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
@@ -288,28 +427,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate(spec: AttentionSpec, target: str, dq_strategy: str):
-    from .targets import load_target
+def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None):
+    from .backends import generate
 
-    if load_target(target).kind == "gpu":
-        from .backends import triton as backend
-    else:
-        from .backends import ascendc as backend
-    return backend.generate(spec, target, dq_strategy=dq_strategy)
+    return generate(spec, target, dq_strategy, tile_sizes)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = _Parser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
+    parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True)
     run = sub.add_parser("run", help="run a spec in the interpreter and check it against the float64 reference")
     _add_spec_args(run)
+    _add_override_args(run)
     run.add_argument("--seed", type=_nonnegative, default=0, help="seed of the random inputs (default 0)")
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
+    run.add_argument("--json", action="store_true", help="print the result (comparisons, tile sizes, traffic) as JSON")
     run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")
     run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
     run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
-    run.add_argument("--twin-target", default="ascend910b2", metavar="T", help="the Ascend target for --twin (default ascend910b2)")
+    run.add_argument("--twin-target", metavar="T", help=f"the Ascend target for --twin (default {DEFAULT_TWIN_TARGET}; only with --twin)")
     run.add_argument(
         "--asc-devkit", metavar="DIR",
         help="run --twin on Huawei's Ascend C headers: DIR is an asc-devkit snapshot (include/, impl/); tilegen supplies "
@@ -323,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", help="the schedule on a target: tile sizes and why, footprints, traffic, FLOPs, time, loop nest"
     )
     _add_spec_args(inspect)
+    _add_override_args(inspect)
     inspect.add_argument("--target", metavar="T", help=f"a target ({', '.join(target_names())}) or a .toml file")
     inspect.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     inspect.add_argument("--program", choices=["fwd", "bwd", "all"], default="all", help="which programs (default all)")
@@ -340,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)
+    _add_override_args(gen)
+    gen.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes of both programs, e.g. 64x128")
+    gen.add_argument("--json", action="store_true", help="print the schedule and the files written as JSON")
     gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h200 (Triton); default ascend910b2")
     gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
     gen.add_argument(
@@ -361,11 +505,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # the reader went away (``tilegen run ... | head -1``): stop quietly, as ``yes | head`` does.
+        # stdout is pointed at /dev/null so that Python's final flush does not complain again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 128 + 13  # the shell's status for a process ended by SIGPIPE
     except TilegenError as exc:
         if getattr(args, "debug", False):
             raise
-        print(f"tilegen: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # several errors of one spec: one line each
+            print(f"tilegen: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tilegen: interrupted", file=sys.stderr)

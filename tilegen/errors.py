@@ -30,8 +30,43 @@ class SpecError(TilegenError, ValueError):
         super().__init__(f"{place}{field} = {value!r} is invalid; accepted: {accepted}")
 
 
+class MissingFieldError(SpecError):
+    """A required field of a spec is absent: ``batch is missing; accepted: ...``."""
+
+    def __init__(self, field: str, accepted: str, where: str | None = None):
+        super().__init__(field, None, accepted, where)
+        place = f"{where}: " if where else ""
+        self.args = (f"{place}{field} is missing; accepted: {accepted} (the field is required)",)
+
+
+class SpecErrors(SpecError):
+    """Several invalid fields of one spec, reported together; ``errors`` lists them (at least one), and
+    ``field``, ``value`` and ``accepted`` are those of the first. ``str()`` gives one line per error."""
+
+    def __init__(self, errors: list[SpecError]):
+        first = errors[0]
+        super().__init__(first.field, first.value, first.accepted, first.where)
+        self.errors = list(errors)
+        self.args = ("\n".join(str(e) for e in self.errors),)
+
+
 class ScheduleError(TilegenError):
     """No schedule satisfies the target's limits (names the limiting level), or a pass precondition fails."""
+
+
+class NoTileFits(ScheduleError):
+    """No tile-size candidate fits the target's on-chip levels.
+
+    Attributes:
+        candidates: every candidate tried (:class:`tilegen.passes.tiles.Candidate`, each with the levels
+            it overflows and by how many bytes).
+        capacities: (level, usable bytes) of the target.
+    """
+
+    def __init__(self, message: str, candidates: tuple = (), capacities: tuple = ()):
+        super().__init__(message)
+        self.candidates = tuple(candidates)
+        self.capacities = tuple(capacities)
 
 
 class VerifyError(TilegenError):

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .analysis import count, total
+from .memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
+from .errors import NoTileFits
 from .passes import pipeline
 from .printer import fmt_expr, format_program
 from .spec import AttentionSpec
@@ -133,32 +135,37 @@ def inspect_report(
             out["programs"].append(entry)
         return out
     if "fwd" in programs:
-        log = pipeline.PassLog()
-        program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log)
-        out["programs"].append(_program_report("forward", program, log, tgt, expressions))
+        out["programs"].append(
+            _compiled_report("forward", lambda log: pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log), tgt, expressions)
+        )
     if "bwd" in programs:
-        log = pipeline.PassLog()
-        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log)
-        out["programs"].append(_program_report(f"backward (fused, dq strategy {dq_strategy})", program, log, tgt, expressions))
+        out["programs"].append(
+            _compiled_report(
+                f"backward (fused, dq strategy {dq_strategy})",
+                lambda log: pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log),
+                tgt,
+                expressions,
+            )
+        )
     return out
 
 
-def format_bytes(n: float) -> str:
-    """``n`` bytes in binary units: "512 B", "1.50 KiB", ... "2.00 TiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
-def format_seconds(s: float) -> str:
-    """``s`` seconds as "12.34 us", "1.234 ms" or "1.234 s"."""
-    if s < 1e-3:
-        return f"{s * 1e6:.2f} us"
-    if s < 1:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s:.3f} s"
+def _compiled_report(label: str, compile_, target: Target | None, expressions: bool) -> dict:
+    """The report of one program; when no tile size fits, an entry with ``error`` and the table of
+    rejected candidates (``rejected``: Br, Bc, peak bytes and overflow per level) instead, so that the
+    other program is still reported."""
+    log = pipeline.PassLog()
+    try:
+        program = compile_(log)
+    except NoTileFits as exc:
+        return {
+            "label": label,
+            "error": str(exc),
+            "rejected": [
+                {"Br": c.Br, "Bc": c.Bc, "peak_bytes": dict(c.peaks), "overflow_bytes": dict(c.overflow)} for c in exc.candidates
+            ],
+        }
+    return _program_report(label, program, log, target, expressions)
 
 
 def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True) -> str:
@@ -170,6 +177,9 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
         lines.append(f"target {tgt['name']}: {tgt['description']}")
     for prog in report["programs"]:
         lines.append("")
+        if "error" in prog:
+            lines.extend(_format_no_fit(prog, list(tgt["levels"]) if tgt else []))
+            continue
         lines.append(f"== {prog['label']}: kernels {', '.join(prog['kernels'])}")
         sched = prog.get("schedule")
         tiles = prog["tiles"]
@@ -242,6 +252,22 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append("loop nest with placements:")
             lines.append(prog["loop_nest"].rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _format_no_fit(prog: dict, levels: list[str]) -> list[str]:
+    """A program without a schedule: the reason, then every rejected candidate's peak per level (a
+    level it overflows is marked ``+over``)."""
+    lines = [f"== {prog['label']}: no schedule", f"  {prog['error']}", "  rejected candidates (peak bytes per core; +N: over the usable capacity by N):"]
+    lines.append("  " + f"{'Br':>4} {'Bc':>4}  " + "  ".join(f"{lv:>22}" for lv in levels))
+    for c in prog["rejected"]:
+        cells = []
+        for lv in levels:
+            text = format_bytes(c["peak_bytes"].get(lv, 0))
+            if lv in c["overflow_bytes"]:
+                text += f" +{format_bytes(c['overflow_bytes'][lv])}"
+            cells.append(f"{text:>22}")
+        lines.append("  " + f"{c['Br']:>4} {c['Bc']:>4}  " + "  ".join(cells))
+    return lines
 
 
 # --- store P versus recompute -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ DESIGN §3's accuracy rule. The CLI's ``tilegen run`` prints what it returns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,11 +33,14 @@ class RunReport:
         measurements: interpreter measurements by program label (``forward``, ``backward unfused``,
             ``backward fused``...).
         programs: the programs that ran, by the same labels.
+        twin_schedule: with a twin run, the schedule of the Ascend C kernels it ran ({"forward":
+            {"Br", "Bc", "kernels"}, "backward": ...}, as in the generated manifest); else None.
     """
 
     spec: AttentionSpec
     comparisons: list[Comparison] = field(default_factory=list)
     measurements: dict[str, Measurement] = field(default_factory=dict)
+    twin_schedule: dict[str, Any] | None = None  # the manifest "schedule" of the kernels run on the twin
     programs: dict[str, Program] = field(default_factory=dict)
 
     @property
@@ -107,6 +111,7 @@ def check_spec(
     data: dict[str, np.ndarray] | None = None,
     twin_target: str | None = None,
     asc_devkit: str | None = None,
+    progress=None,
 ) -> RunReport:
     """Run and check the forward and the backward of ``spec``.
 
@@ -119,6 +124,8 @@ def check_spec(
         asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
             snapshot over tilegen's CCE intrinsics; see tilegen/twin/cce/README.md); the comparisons
             are labelled ``O (real-API twin)``, ...
+        progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
+            interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
@@ -129,7 +136,7 @@ def check_spec(
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
 
     fwd = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
-    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]})
+    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]}, progress=_tagged(progress, "forward"))
     report.programs["forward"] = fwd
     report.measurements["forward"] = measured
     o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
@@ -148,7 +155,7 @@ def check_spec(
         program = pipeline.compile_backward(
             spec, fused=form == "fused", dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes
         )
-        grads, measured = interpret(program, feeds)
+        grads, measured = interpret(program, feeds, progress=_tagged(progress, label))
         report.programs[label] = program
         report.measurements[label] = measured
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
@@ -159,6 +166,10 @@ def check_spec(
     return report
 
 
+def _tagged(progress, label: str):
+    return None if progress is None else (lambda kernel, done, total: progress(label, kernel, done, total))
+
+
 def _check_on_twin(
     report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs, asc_devkit=None
 ) -> None:
@@ -166,7 +177,9 @@ def _check_on_twin(
     and compare their outputs too."""
     from .backends import ascendc, twin
 
-    files = ascendc.generate(spec, target, dq_strategy=dq_strategy).files
+    generated = ascendc.generate(spec, target, dq_strategy=dq_strategy)
+    files = generated.files
+    report.twin_schedule = generated.manifest["schedule"]
     exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)
     tag = "real-API twin" if asc_devkit is not None else "twin"
     fwd, grads = twin.run_attention(exe, spec, data)

@@ -18,6 +18,7 @@ Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import sys
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .dtypes import DTYPES, itemsize
-from .errors import SpecError
+from .errors import MissingFieldError, SpecError, SpecErrors
 from .resources import specs_dir
 
 if sys.version_info >= (3, 11):
@@ -182,6 +183,48 @@ def visible_row_range(seq_q: int, seq_k: int, window: tuple[int, int], offset: i
     return first, max(first, stop)
 
 
+_INT_RANGES = {
+    "batch": (1, MAX_DIM), "heads_q": (1, MAX_DIM), "heads_kv": (1, MAX_DIM),
+    "seq_q": (1, MAX_SEQ), "seq_k": (1, MAX_SEQ),
+    "head_dim_qk": (1, MAX_HEAD_DIM), "head_dim_v": (1, MAX_HEAD_DIM),
+}
+_CHOICES = {"dtype": DTYPES, "alignment": ALIGNMENTS, "layout": LAYOUTS}
+_SCALE_ACCEPTED = "a positive finite number, or absent for 1/sqrt(head_dim_qk)"
+
+
+def _accepted(field: str) -> str:
+    """What ``field`` accepts, in words (for messages about a missing or invalid field)."""
+    if field in _INT_RANGES:
+        lo, hi = _INT_RANGES[field]
+        return f"an integer from {lo} to {hi}"
+    if field in _CHOICES:
+        return "one of " + ", ".join(repr(c) for c in _CHOICES[field])
+    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL"}.get(field, "a value")
+
+
+def _check_field(field: str, value: Any, where: str | None) -> None:
+    """The check of one field on its own (no cross-field rule); raises :class:`SpecError`."""
+    if field in _INT_RANGES:
+        _check_int(field, value, *_INT_RANGES[field], where)
+    elif field in _CHOICES:
+        _check_choice(field, value, _CHOICES[field], where)
+    elif field == "name":
+        if not isinstance(value, str) or not value or any(c in value for c in "/\\\0"):
+            raise SpecError("name", value, _accepted("name"), where)
+    elif field == "scale" and value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+            raise SpecError("scale", value, _SCALE_ACCEPTED, where)
+        if not (math.isfinite(float(value)) and float(value) > 0):
+            raise SpecError("scale", value, _SCALE_ACCEPTED, where)
+    elif field == "window":
+        if (
+            not isinstance(value, tuple)
+            or len(value) != 2
+            or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not -1 <= w <= MAX_WINDOW for w in value)
+        ):
+            raise SpecError("window", value, f"two integers (left, right), each from 0 to {MAX_WINDOW} or -1 for unbounded", where)
+
+
 def validate(spec: AttentionSpec, where: str | None = None) -> None:
     """Check every field of ``spec``; raise :class:`SpecError` naming the first bad field.
 
@@ -190,17 +233,12 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
     address; the error names ``batch`` (or ``heads_q`` when one batch is too large) with the range that
     fits the other fields.
     """
-    for field in ("batch", "heads_q", "heads_kv"):
-        _check_int(field, getattr(spec, field), 1, MAX_DIM, where)
-    for field in ("seq_q", "seq_k"):
-        _check_int(field, getattr(spec, field), 1, MAX_SEQ, where)
-    for field in ("head_dim_qk", "head_dim_v"):
-        _check_int(field, getattr(spec, field), 1, MAX_HEAD_DIM, where)
+    for field in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim_qk", "head_dim_v"):
+        _check_field(field, getattr(spec, field), where)
     if spec.heads_q % spec.heads_kv:
         raise SpecError("heads_kv", spec.heads_kv, f"a divisor of heads_q = {spec.heads_q}", where)
-    _check_choice("dtype", spec.dtype, DTYPES, where)
-    _check_choice("alignment", spec.alignment, ALIGNMENTS, where)
-    _check_choice("layout", spec.layout, LAYOUTS, where)
+    for field in ("dtype", "alignment", "layout"):
+        _check_field(field, getattr(spec, field), where)
     # bytes per (batch, head) of the query side (Q, O, dO, L, the fp32 dQ accumulator) and the K/V side,
     # in Python ints (NumPy integers would wrap)
     b, hq, hkv, sq, sk, dqk, dv = (int(getattr(spec, f)) for f in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim_qk", "head_dim_v"))
@@ -213,20 +251,9 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
         if per_batch <= MAX_TENSOR_BYTES:
             raise SpecError("batch", spec.batch, f"an integer from 1 to {MAX_TENSOR_BYTES // per_batch} for these heads, seq and head dims ({why})", where)
         raise SpecError("heads_q", spec.heads_q, f"an integer from 1 to {MAX_TENSOR_BYTES // max(per_q, per_kv)} at batch 1 for these seq and head dims ({why})", where)
-    if not isinstance(spec.name, str) or not spec.name or any(c in spec.name for c in "/\\\0"):
-        raise SpecError("name", spec.name, "a non-empty string without '/', '\\' or NUL", where)
-    if spec.scale is not None:
-        if isinstance(spec.scale, bool) or not isinstance(spec.scale, (int, float, np.floating)):
-            raise SpecError("scale", spec.scale, "a positive finite number, or absent for 1/sqrt(head_dim_qk)", where)
-        if not (math.isfinite(float(spec.scale)) and float(spec.scale) > 0):
-            raise SpecError("scale", spec.scale, "a positive finite number, or absent for 1/sqrt(head_dim_qk)", where)
+    for field in ("name", "scale", "window"):
+        _check_field(field, getattr(spec, field), where)
     window = spec.window
-    if (
-        not isinstance(window, tuple)
-        or len(window) != 2
-        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not -1 <= w <= MAX_WINDOW for w in window)
-    ):
-        raise SpecError("window", window, f"two integers (left, right), each from 0 to {MAX_WINDOW} or -1 for unbounded", where)
     first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
     if first >= stop:
         raise SpecError(
@@ -249,41 +276,69 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
     ``mask = "none" | "causal" | "window"`` (with ``window = [left, right]`` for ``"window"``).
 
     Raises:
-        SpecError: an unknown key, a missing field, a wrong type or an invalid value.
+        SpecError: an unknown key (with the closest known one), a missing field, a wrong type or an
+            invalid value. When several fields are wrong, a :class:`~tilegen.errors.SpecErrors` lists
+            every one (one line each); the rules across fields (heads_kv divides heads_q, the tensor
+            size, the mask leaving a row visible) are checked once every field is valid on its own.
     """
     if not isinstance(data, Mapping):
         raise SpecError("spec", type(data).__name__, "a table of fields (TOML table or YAML mapping)", where)
     data = dict(data)
+    errors: list[SpecError] = []
+    copies: set[str] = set()  # fields set from another one (a shorthand, heads_kv = heads_q): checked once
     allowed = (_FIELDS - {"window"}) | set(_SHORTHANDS) | {"mask", "window"}
-    for key in data:
+    for key in list(data):
         if key not in allowed:
-            raise SpecError(str(key), data[key], "a known field: " + ", ".join(sorted(allowed)), where)
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            errors.append(SpecError(str(key), data.pop(key), f"{hint}a known field: " + ", ".join(sorted(allowed)), where))
     for short, (a, b) in _SHORTHANDS.items():
         if short in data:
             for full in (a, b):
                 if full in data:
-                    raise SpecError(full, data[full], f"absent when the shorthand {short!r} is given", where)
+                    errors.append(SpecError(full, data.pop(full), f"absent when the shorthand {short!r} is given", where))
             data[a] = data[b] = data.pop(short)
+            copies.add(b)
     if "heads_q" in data and "heads_kv" not in data:
         data["heads_kv"] = data["heads_q"]
+        copies.add("heads_kv")
     if "head_dim_qk" in data and "head_dim_v" not in data:
         data["head_dim_v"] = data["head_dim_qk"]
+        copies.add("head_dim_v")
     mask = data.pop("mask", None)
     window = data.pop("window", None)
     if mask is None:
         mask = "window" if window is not None else "none"
-    _check_choice("mask", mask, MASK_KINDS, where)
-    if mask == "window":
-        if not isinstance(window, (list, tuple)) or len(window) != 2:
-            raise SpecError("window", window, "[left, right] (two integers, -1 for unbounded) when mask = 'window'", where)
-        data["window"] = tuple(window)
+    try:
+        _check_choice("mask", mask, MASK_KINDS, where)
+    except SpecError as exc:
+        errors.append(exc)
     else:
-        if window is not None:
-            raise SpecError("window", window, f"absent when mask = {mask!r}", where)
-        data["window"] = (-1, 0) if mask == "causal" else (-1, -1)
+        if mask == "window":
+            if not isinstance(window, (list, tuple)) or len(window) != 2:
+                errors.append(SpecError("window", window, "[left, right] (two integers, -1 for unbounded) when mask = 'window'", where))
+            else:
+                data["window"] = tuple(window)
+        elif window is not None:
+            errors.append(SpecError("window", window, f"absent when mask = {mask!r}", where))
+        else:
+            data["window"] = (-1, 0) if mask == "causal" else (-1, -1)
     for required in ("batch", "heads_q", "seq_q", "seq_k", "head_dim_qk"):
         if required not in data:
-            raise SpecError(required, None, "a value (the field is required)", where)
+            short = next(s for s, pair in _SHORTHANDS.items() if required in pair) if required != "batch" else None
+            also = f"; or {short!r} for both of the pair" if short else ""
+            errors.append(MissingFieldError(required, _accepted(required) + also, where))
+    for field, value in data.items():
+        if field in copies:
+            continue
+        try:
+            _check_field(field, value, where)
+        except SpecError as exc:
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
     try:
         return AttentionSpec(**data)
     except SpecError as exc:

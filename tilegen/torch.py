@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import SpecError
+from .errors import SpecError, TargetError
 from .spec import AttentionSpec
 
 __all__ = ["flash_attn_func", "scaled_dot_product_attention", "UnsupportedArgument"]
@@ -141,6 +141,10 @@ class _InterpreterAttention(torch.autograd.Function):
     def backward(ctx, do):
         from . import api
 
+        if torch.is_grad_enabled():  # backward(create_graph=True): a second derivative was asked for
+            raise UnsupportedArgument(
+                "create_graph", True, "False: tilegen's attention backward is not differentiable again (no double backward)"
+            )
         q, k, v, o, lse = ctx.saved_tensors
         grads = api.attention_backward(
             *(_to_numpy(x) for x in (q, k, v, o)), lse.numpy(), _to_numpy(do), dq_strategy=ctx.dq_strategy, **ctx.kw
@@ -151,7 +155,24 @@ class _InterpreterAttention(torch.autograd.Function):
 # --- dispatch ----------------------------------------------------------------------------------------
 
 
+def _check_gpu_target(target: str) -> None:
+    """``target`` names a GPU target (checked on every device, so a typo never passes on the CPU)."""
+    from .targets import load_target, target_names
+
+    gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
+    accepted = f"a GPU target: one of {', '.join(gpus)} or a path to a GPU target .toml file"
+    if not isinstance(target, str):
+        raise SpecError("target", target, accepted)
+    try:
+        kind = load_target(target).kind
+    except TargetError:
+        raise SpecError("target", target, accepted) from None
+    if kind != "gpu":
+        raise SpecError("target", target, accepted + f" ({target!r} is a {kind} target)")
+
+
 def _run(q, k, v, spec: AttentionSpec, dq_strategy: str | None, target: str):
+    _check_gpu_target(target)
     device = q.device.type
     if device == "cuda":
         from .backends import triton as triton_backend

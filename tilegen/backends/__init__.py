@@ -34,6 +34,18 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     return Generated(files, manifest)
 
 
+def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None) -> Generated:
+    """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
+    (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`)."""
+    from ..targets import load_target
+
+    if load_target(target).kind == "gpu":
+        from . import triton as backend
+    else:
+        from . import ascendc as backend
+    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+
+
 def write(generated: Generated, out_dir) -> list[str]:
     """Write a generated file set into ``out_dir`` (created if needed).
 

@@ -862,7 +862,11 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
         tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
-    kernels = [lower_kernel(program, k, target, spec, f"{base}_{k.name}", handoffs, uses) for k in program.kernels]
+    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
+    kernels = [
+        lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses)
+        for k in program.kernels
+    ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses)
 
@@ -899,28 +903,29 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     return tgt
 
 
-def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic"):
+def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None):
     """The loaded target and the plans of the forward and backward programs (each with its
     descriptor-field obligations in ``uses``), not yet proven. Raises as :func:`check_request`."""
     tgt = check_request(spec, target)
-    fwd = pipeline.compile_forward(spec, target=tgt, log=pipeline.PassLog())
-    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, log=pipeline.PassLog())
+    fwd = pipeline.compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog())
+    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog())
     return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
 
 
-def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic") -> Generated:
+def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None) -> Generated:
     """All files of the Ascend C kernel set of ``spec`` for ``target``.
 
     Every value written into a hardware descriptor is proven in range for the spec's sizes (see
     :data:`FIELDS`); those that depend on a run-time size become the host checks of ``tiling.h``
     (``TilegenRefusal``), which the torch binding and the twin harness apply before a launch.
+    ``tile_sizes`` (Br, Bc) forces the tile sizes of both programs (they must fit).
 
     Raises:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201).
         SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube), or a
             descriptor field does not fit for its sizes (names the field, the value and the range).
     """
-    tgt, plans = plan_programs(spec, target, dq_strategy)
+    tgt, plans = plan_programs(spec, target, dq_strategy, tile_sizes)
     guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)

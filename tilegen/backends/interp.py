@@ -95,8 +95,11 @@ class Interpreter:
         order_seed: when set, parallel grid axes that are not lanes run in a random order from this seed.
     """
 
-    def __init__(self, program: Program, pad_value: float = 1.0e4, order_seed: int | None = None):
+    def __init__(self, program: Program, pad_value: float = 1.0e4, order_seed: int | None = None, progress=None):
         self.program = program
+        self.progress = progress  # progress(kernel, done, total) after each trip of a kernel's outermost loops
+        self._top = False
+        self._kernel = ""
         self.pad_value = float(pad_value)
         self.rng = np.random.default_rng(order_seed) if order_seed is not None else None
         self.env_values = {str(k): v for k, v in program.env}
@@ -177,7 +180,9 @@ class Interpreter:
         self.handoff = {}
         touched: dict[str, int] = defaultdict(int)
         self._touched = set()
+        self._kernel, self._top = kernel.name, self.progress is not None
         self._exec(body, scope)
+        self._top = False
         for name in self._touched:
             buf = self.buffer_info[name]
             touched[buf.scope] += int(np.prod(self._shape(buf.shape))) * dtypes.itemsize(buf.dtype)
@@ -204,10 +209,14 @@ class Interpreter:
         if loop.kind == "parallel" and self.rng is not None and count > 1:
             offsets = self.rng.permutation(count).tolist()
         name = str(loop.var)
-        for t in offsets:
+        top, self._top = self._top, False  # only a kernel's outermost (non-lane) loops report progress
+        for i, t in enumerate(offsets):
             inner = dict(scope)
             inner[name] = start + t
             self._exec(loop.body, inner)
+            if top:
+                self.progress(self._kernel, i + 1, len(offsets))
+        self._top = top
 
     # -- buffers --------------------------------------------------------------------------------------
     def _buf(self, name: str) -> np.ndarray:
@@ -434,8 +443,12 @@ def interpret(
     *,
     pad_value: float = 1.0e4,
     order_seed: int | None = None,
+    progress=None,
 ) -> tuple[dict[str, np.ndarray], Measurement]:
     """Run ``program`` on ``inputs`` (logical BNSD arrays of the input tensors' dtypes).
+
+    ``progress``, when given, is called as ``progress(kernel name, trips done, trips in all)`` after
+    each trip of a kernel's outermost loops (those below its lane loops), for progress bars.
 
     Returns:
         (outputs by tensor name, in their dtypes; the measurement of the run).
@@ -443,6 +456,6 @@ def interpret(
     Raises:
         InterpreterError: a missing or mis-shaped input, an unbound size, an out-of-range access.
     """
-    interp = Interpreter(program, pad_value=pad_value, order_seed=order_seed)
+    interp = Interpreter(program, pad_value=pad_value, order_seed=order_seed, progress=progress)
     outputs = interp.run(inputs)
     return outputs, interp.measure

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..cost import Prediction, predict
-from ..errors import ScheduleError
+from ..errors import NoTileFits, ScheduleError
 from ..ir import Bc, Br, Program
 from ..targets import Target
 from .footprint import Footprint, footprints
@@ -84,8 +84,9 @@ def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | Non
         forced: (Br, Bc) to use instead of searching; it must still fit.
 
     Raises:
-        ScheduleError: no candidate fits (the message names the limiting level and the smallest
-            overflow), or the forced sizes overflow a level.
+        NoTileFits (a ScheduleError): no candidate fits (the message names the limiting level and the
+            smallest overflow; ``candidates`` holds every rejected one).
+        ScheduleError: the forced sizes overflow a level.
     """
     fps = footprints(program, target)
     sq = program.evaluate(sympy.Symbol("Sq", integer=True, positive=True))
@@ -110,10 +111,12 @@ def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | Non
         if not feasible:
             smallest = min(cands, key=lambda c: (c.Br * c.Bc, c.Br))
             level, over = max(smallest.overflow, key=lambda x: x[1])
-            raise ScheduleError(
+            raise NoTileFits(
                 f"no tile sizes fit target {target.name}: even the smallest candidate Br={smallest.Br}, Bc={smallest.Bc} "
                 f"overflows level {level} by {over} bytes (usable {dict(capacities)[level]}); the head dims are too large "
-                "for this target"
+                "for this target",
+                cands,
+                capacities,
             )
         best = min(feasible, key=lambda c: (c.time_s, -c.Br * c.Bc, -c.Br))
         schedule = Schedule(target.name, (best.Br, best.Bc), False, tuple(cands), tuple(fps), capacities)

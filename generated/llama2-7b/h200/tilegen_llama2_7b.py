@@ -40,6 +40,8 @@ Schedule (h200):
     dQ strategy: atomic.
 """
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -49,6 +51,33 @@ SHAPES = {"B": 1, "Hkv": 32, "Hq": 32, "Sk": 4096, "Sq": 4096}
 CONSTS = {"Dqk": 128, "Dqk_p": 128, "Dv": 128, "Dv_p": 128, "G": 1}
 LAYOUT = "BSND"
 DTYPE = torch.float16
+
+
+def _widen_bf16_dot_in_the_interpreter():
+    """Triton's interpreter (TRITON_INTERPRET=1; seen in Triton 3.6 to 3.9) multiplies bfloat16
+    ``tl.dot`` operands as their raw uint16 storage, which gives garbage; widen them to float32 first
+    (exact: a bf16 is the top half of an fp32). Compiled kernels on a GPU never take this path."""
+    import numpy as np
+    from triton.runtime import interpreter as ti
+
+    original = ti.InterpreterBuilder.create_dot
+    if getattr(original, "_widens_bf16", False):
+        return
+
+    def widen(handle):
+        if handle.dtype == tl.bfloat16:
+            return ti.TensorHandle((handle.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return handle
+
+    def create_dot(self, a, b, d, *rest):
+        return original(self, widen(a), widen(b), d, *rest)
+
+    create_dot._widens_bf16 = True
+    ti.InterpreterBuilder.create_dot = create_dot
+
+
+if os.environ.get("TRITON_INTERPRET") == "1" and DTYPE == torch.bfloat16:
+    _widen_bf16_dot_in_the_interpreter()
 
 
 @triton.jit
