@@ -49,16 +49,28 @@ def _shapes(layout, dims):
     return (b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, dv), (b, hq, sq, dv)
 
 
+DEVICES = [
+    pytest.param(("cpu", torch.float32), id="cpu-fp32"),
+    pytest.param(
+        ("cuda", torch.float16),
+        id="cuda-fp16",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout,dims,scale,window,alignment,dq", OP_CASES)
-def test_opcheck_forward_op(layout, dims, scale, window, alignment, dq):
-    q, k, v, _ = _tensors(_shapes(layout, dims), torch.float32, grad=True)
+def test_opcheck_forward_op(layout, dims, scale, window, alignment, dq, device):
+    q, k, v, _ = _tensors(_shapes(layout, dims), device[1], device[0], grad=True)
     args = (q, k, v, layout, scale, window[0], window[1], alignment, dq, "h200")
     torch.library.opcheck(torch.ops.tilegen.attention_fwd.default, args)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout,dims,scale,window,alignment,dq", OP_CASES)
-def test_opcheck_backward_op(layout, dims, scale, window, alignment, dq):
-    q, k, v, do = _tensors(_shapes(layout, dims), torch.float32)
+def test_opcheck_backward_op(layout, dims, scale, window, alignment, dq, device):
+    q, k, v, do = _tensors(_shapes(layout, dims), device[1], device[0])
     scalars = (layout, scale, window[0], window[1], alignment, dq, "h200")
     out, lse = torch.ops.tilegen.attention_fwd(q, k, v, *scalars)
     do = do.transpose(1, 2).contiguous().transpose(1, 2)  # a strided dout, as autograd may pass
