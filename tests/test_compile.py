@@ -212,3 +212,30 @@ def test_entry_point_errors_under_compile():
     with pytest.raises(SpecError, match=r"^k\.dtype = 'torch\.float64' is invalid; accepted: torch\.float16"):
         f(x, x.double())
     assert math.isfinite(float(f(x, x).sum()))
+
+
+def test_dynamic_shapes_compile_once():
+    """dynamic=True: no recompilation for a second sequence length (the fake implementations take symbolic
+    sizes); output and dq judged against torch float64 autograd with its SDPA math kernel."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda q, k, v: tt.flash_attn_func(q, k, v, causal=True), backend=counter, fullgraph=True, dynamic=True)
+    frames = []
+    for s in (8, 13):
+        q, k, v = _tensors([(1, s, 2, 16)] * 3, torch.float32, seed=s, grad=True)
+        out = f(q, k, v)
+        out.sum().backward()
+        frames.append(counter.frame_count)
+        results = {}
+        for dtype in (torch.float64, torch.float32):
+            xs = [x.detach().to(dtype).transpose(1, 2).requires_grad_(True) for x in (q, k, v)]
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                o = torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=True)
+            o.sum().backward()
+            results[dtype] = (o.detach().transpose(1, 2), xs[0].grad.transpose(1, 2))
+        for name, ours, ref, plain in zip(("out", "dq"), (out.detach(), q.grad), results[torch.float64], results[torch.float32]):
+            comp = compare(name, ours.double().numpy(), ref.numpy(), plain.double().numpy(), "fp32", terms=s)
+            assert comp.ok, comp.line()
+    assert frames[1] == frames[0], f"recompiled for the second length: {frames}"
