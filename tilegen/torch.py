@@ -39,7 +39,7 @@ import torch
 from .errors import SpecError
 from .spec import AttentionSpec
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "UnsupportedArgument"]
+__all__ = ["flash_attn_func", "scaled_dot_product_attention", "attention_fwd", "attention_bwd", "UnsupportedArgument"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -160,7 +160,9 @@ def _npu_refusal():
 # window_left, window_right (-1 unbounded); alignment "bottom_right" | "top_left"; dq_strategy (None:
 # the interpreter's "atomic", the GPU target's choice on CUDA); target (a GPU target name, CUDA only).
 
+
 def _interp_kw(scale, window_left, window_right, alignment, layout) -> dict:
+    """The keyword arguments of :func:`tilegen.api.attention` / ``attention_backward`` for the op's scalars."""
     return dict(softmax_scale=scale, window=(window_left, window_right), alignment=alignment, layout=layout)
 
 
