@@ -8,12 +8,19 @@
 Where it runs, by the tensors' device:
 
 - ``cuda``: the Triton module tilegen generates for the spec (:func:`tilegen.backends.triton.load`:
-  generated, written and imported once per spec in a process), through its ``autograd.Function``;
+  generated, written and imported once per spec in a process), its ``forward`` and ``backward``;
   schedules come from the ``h200`` target (``target=`` picks another GPU target file).
-- ``cpu``: tilegen's NumPy interpreter (:mod:`tilegen.api`), through an ``autograd.Function`` here. It is
-  exact to DESIGN §3 but runs tile by tile in Python: for checking and small problems.
+- ``cpu``: tilegen's NumPy interpreter (:mod:`tilegen.api`). It is exact to DESIGN §3 but runs tile by
+  tile in Python: for checking and small problems.
 - ``npu``: the Ascend C operator when ``torch_npu`` and a built tilegen op are present; until that op is
   wired here, a ``NotImplementedError`` says so.
+
+Both entry points check their arguments, then call two ``torch.library`` custom ops,
+``tilegen::attention_fwd`` (q, k, v → out, lse) and ``tilegen::attention_bwd`` (q, k, v, out, lse, dout →
+dq, dk, dv), with fake (meta) implementations and the backward registered as the forward's autograd
+formula. ``torch.compile`` therefore sees each call as one opaque node of known output shapes and
+strides and never traces the interpreter or the kernel loader (``fullgraph=True`` works). There is no
+second derivative: differentiating the backward raises :class:`NotImplementedError`.
 
 Semantics follow DESIGN §3: S = scale·QKᵀ (scale = 1/√D by default), softmax over visible keys, rows
 with no visible key give zeros, GQA/MQA when the query heads are a multiple of the KV heads.
@@ -32,7 +39,7 @@ import torch
 from .errors import SpecError, TargetError
 from .spec import AttentionSpec
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "UnsupportedArgument"]
+__all__ = ["flash_attn_func", "scaled_dot_product_attention", "attention_fwd", "attention_bwd", "UnsupportedArgument"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -62,8 +69,12 @@ def _window(causal: Any, window_size: Any, causal_name: str) -> tuple[int, int]:
     return left, right
 
 
-def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str) -> AttentionSpec:
-    """The spec of a call on these tensors (validated; errors name the argument)."""
+def _check(q, k, v, *, layout: str, scale, name: str) -> tuple:
+    """Check the tensors and the scale of a call; return the logical (BNSD) shapes of q, k and v.
+
+    Traceable by dynamo: it reads only shapes, dtypes and devices (sizes may be symbolic) and builds
+    no :class:`AttentionSpec` (whose checks want Python ints).
+    """
     for arg, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise SpecError(arg, type(x).__name__, "a torch.Tensor")
@@ -87,6 +98,15 @@ def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str) -> Atten
         raise SpecError("k.shape", tuple(k.shape), f"a head count that divides q's {hq} heads ({layout})")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0):
         raise SpecError("softmax_scale" if name == "flash_attn_func" else "scale", scale, "a positive finite number or None")
+    if q.device.type not in ("cuda", "cpu", "npu"):
+        raise SpecError("q.device", str(q.device), "a cuda, cpu or npu tensor")
+    return lq, lk, lv
+
+
+def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str) -> AttentionSpec:
+    """The spec of a call on these tensors (validated; errors name the argument)."""
+    lq, lk, lv = _check(q, k, v, layout=layout, scale=scale, name=name)
+    bsz, hq, sq, dqk = lq
     return AttentionSpec(
         batch=bsz,
         heads_q=hq,
@@ -123,33 +143,169 @@ def _from_numpy(a: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(a.copy()).to(like.device)
 
 
-class _InterpreterAttention(torch.autograd.Function):
-    """autograd over :func:`tilegen.api.attention` / :func:`tilegen.api.attention_backward`."""
+def _npu_refusal():
+    try:
+        import torch_npu  # noqa: F401
+    except ImportError:
+        raise NotImplementedError("tilegen.torch on an NPU needs torch_npu, which is not installed") from None
+    raise NotImplementedError(
+        "tilegen.torch on an NPU needs a built tilegen Ascend C operator; generate and build it for this spec "
+        "(tilegen generate --target ascend910b2), this entry point does not load it yet"
+    )
 
-    @staticmethod
-    def forward(ctx, q, k, v, spec, dq_strategy):
+
+# --- the custom ops: what torch.compile and autograd see ---------------------------------------------
+#
+# Arguments after the tensors (the same for both ops): layout "BNSD" | "BSND"; scale (None → 1/√D);
+# window_left, window_right (-1 unbounded); alignment "bottom_right" | "top_left"; dq_strategy (None:
+# the interpreter's "atomic", the GPU target's choice on CUDA); target (a GPU target name, CUDA only).
+
+
+def _interp_kw(scale, window_left, window_right, alignment, layout) -> dict:
+    """The keyword arguments of :func:`tilegen.api.attention` / ``attention_backward`` for the op's scalars."""
+    return dict(softmax_scale=scale, window=(window_left, window_right), alignment=alignment, layout=layout)
+
+
+@torch.library.custom_op("tilegen::attention_fwd", mutates_args=())
+def attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    layout: str,
+    scale: float | None,
+    window_left: int,
+    window_right: int,
+    alignment: str,
+    dq_strategy: str | None,
+    target: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward as a custom op: (out, lse).
+
+    Args:
+        q, k, v: as for :func:`flash_attn_func` (``layout="BSND"``) or :func:`scaled_dot_product_attention`
+            (``"BNSD"``); one dtype (float16, bfloat16, float32) and device; any strides.
+        layout, scale, window_left, window_right, alignment, dq_strategy, target: see above.
+
+    Returns:
+        out: contiguous, q's physical shape with v's head dim, q's dtype; lse: contiguous float32
+        [B, Hq, Sq], natural-log logsumexp of each row's visible scores (-inf for a row without one).
+
+    Raises:
+        SpecError (ValueError): a bad shape, dtype, device, window or scale, named.
+        NotImplementedError: NPU tensors (the Ascend C operator is not loaded here).
+    """
+    _check_gpu_target(target)
+    window = (window_left, window_right)
+    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_fwd")
+    device = q.device.type
+    if device == "cuda":
+        from .backends import triton as triton_backend
+
+        out, lse = triton_backend.load(spec, target, dq_strategy).forward(q, k, v)
+        return out.contiguous(), lse.contiguous()
+    if device == "cpu":
         from . import api
 
-        kw = dict(softmax_scale=spec.scale, window=spec.window, alignment=spec.alignment, layout=spec.layout)
-        o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), **kw)
-        out = _from_numpy(o, q)
-        ctx.save_for_backward(q, k, v, out, torch.from_numpy(lse))
-        ctx.kw, ctx.dq_strategy = kw, dq_strategy
-        return out
+        o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), **_interp_kw(scale, *window, alignment, layout))
+        return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32))
+    _npu_refusal()
 
-    @staticmethod
-    def backward(ctx, do):
+
+@attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target):
+    _check(q, k, v, layout=layout, scale=scale, name="attention_fwd")
+    lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if layout == "BSND" else (q.shape[0], q.shape[1], q.shape[2])
+    out = q.new_empty((*q.shape[:3], v.shape[3]))
+    return out, q.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("tilegen::attention_bwd", mutates_args=())
+def attention_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    layout: str,
+    scale: float | None,
+    window_left: int,
+    window_right: int,
+    alignment: str,
+    dq_strategy: str | None,
+    target: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward (recompute from lse) as a custom op: (dq, dk, dv).
+
+    Args:
+        q, k, v, and the scalars: as for :func:`attention_fwd`; out, lse: its outputs; dout: dLoss/dout,
+            out's shape and dtype, any strides.
+
+    Returns:
+        dq, dk, dv: contiguous, the shapes and dtype of q, k, v; dk and dv summed over each GQA group.
+
+    Raises:
+        as :func:`attention_fwd`.
+    """
+    _check_gpu_target(target)
+    window = (window_left, window_right)
+    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_bwd")
+    device = q.device.type
+    if device == "cuda":
+        from .backends import triton as triton_backend
+
+        grads = triton_backend.load(spec, target, dq_strategy).backward(q, k, v, out, lse, dout)
+        return tuple(g.contiguous() for g in grads)
+    if device == "cpu":
         from . import api
 
-        if torch.is_grad_enabled():  # backward(create_graph=True): a second derivative was asked for
-            raise UnsupportedArgument(
-                "create_graph", True, "False: tilegen's attention backward is not differentiable again (no double backward)"
-            )
-        q, k, v, o, lse = ctx.saved_tensors
         grads = api.attention_backward(
-            *(_to_numpy(x) for x in (q, k, v, o)), lse.numpy(), _to_numpy(do), dq_strategy=ctx.dq_strategy, **ctx.kw
+            *(_to_numpy(x) for x in (q, k, v, out)),
+            lse.detach().float().contiguous().numpy(),
+            _to_numpy(dout),
+            dq_strategy=dq_strategy or "atomic",
+            **_interp_kw(scale, *window, alignment, layout),
         )
-        return (*(_from_numpy(g, x) for g, x in zip(grads, (q, k, v))), None, None)
+        return tuple(_from_numpy(g, x) for g, x in zip(grads, (q, k, v)))
+    _npu_refusal()
+
+
+@attention_bwd.register_fake
+def _attention_bwd_fake(q, k, v, out, lse, dout, layout, scale, window_left, window_right, alignment, dq_strategy, target):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+_SCALARS = ("layout", "scale", "window_left", "window_right", "alignment", "dq_strategy", "target")
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    q, k, v, *scalars = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.scalars = scalars
+
+
+def _fwd_backward(ctx, dout, dlse):
+    """dq, dk, dv through :func:`attention_bwd`; lse is an auxiliary output and takes no gradient."""
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(q, k, v, out, lse, dout, *ctx.scalars)
+    return (dq, dk, dv, *(None for _ in _SCALARS))
+
+
+attention_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+NO_SECOND_DERIVATIVE = "tilegen attention has no second derivative: its backward (tilegen::attention_bwd) is not differentiable"
+
+
+def _bwd_setup_context(ctx, inputs, output):
+    pass
+
+
+def _bwd_backward(ctx, ddq, ddk, ddv):
+    raise NotImplementedError(NO_SECOND_DERIVATIVE)
+
+
+attention_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
 # --- dispatch ----------------------------------------------------------------------------------------
@@ -171,26 +327,9 @@ def _check_gpu_target(target: str) -> None:
         raise SpecError("target", target, accepted + f" ({target!r} is a {kind} target)")
 
 
-def _run(q, k, v, spec: AttentionSpec, dq_strategy: str | None, target: str):
-    _check_gpu_target(target)
-    device = q.device.type
-    if device == "cuda":
-        from .backends import triton as triton_backend
-
-        module = triton_backend.load(spec, target, dq_strategy)
-        return module.attention(q, k, v)
-    if device == "cpu":
-        return _InterpreterAttention.apply(q, k, v, spec, dq_strategy or "atomic")
-    if device == "npu":
-        try:
-            import torch_npu  # noqa: F401
-        except ImportError:
-            raise NotImplementedError("tilegen.torch on an NPU needs torch_npu, which is not installed") from None
-        raise NotImplementedError(
-            "tilegen.torch on an NPU needs a built tilegen Ascend C operator; generate and build it for this spec "
-            "(tilegen generate --target ascend910b2), this entry point does not load it yet"
-        )
-    raise SpecError("q.device", str(q.device), "a cuda, cpu or npu tensor")
+def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str):
+    """out of :func:`attention_fwd` (q, k, v checked by the caller)."""
+    return attention_fwd(q, k, v, layout, None if scale is None else float(scale), window[0], window[1], alignment, dq_strategy, target)[0]
 
 
 def flash_attn_func(
@@ -239,8 +378,8 @@ def flash_attn_func(
     if not isinstance(deterministic, bool):
         raise SpecError("deterministic", deterministic, "True or False")
     window = _window(causal, window_size, "causal")
-    spec = _spec(q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", name="flash_attn_func")
-    return _run(q, k, v, spec, "separate" if deterministic else None, target)
+    _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
+    return _run(q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", dq_strategy="separate" if deterministic else None, target=target)
 
 
 def scaled_dot_product_attention(
@@ -281,7 +420,7 @@ def scaled_dot_product_attention(
     if not isinstance(enable_gqa, bool):
         raise SpecError("enable_gqa", enable_gqa, "True or False")
     window = _window(is_causal, (-1, -1), "is_causal")
-    spec = _spec(query, key, value, layout="BNSD", scale=scale, window=window, alignment="top_left", name="scaled_dot_product_attention")
-    if spec.heads_kv != spec.heads_q and not enable_gqa:
-        raise SpecError("enable_gqa", enable_gqa, f"True when key/value have fewer heads ({spec.heads_kv}) than query ({spec.heads_q})")
-    return _run(query, key, value, spec, None, target)
+    lq, lk, _ = _check(query, key, value, layout="BNSD", scale=scale, name="scaled_dot_product_attention")
+    if lk[1] != lq[1] and not enable_gqa:
+        raise SpecError("enable_gqa", enable_gqa, f"True when key/value have fewer heads ({lk[1]}) than query ({lq[1]})")
+    return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment="top_left", dq_strategy=None, target=target)
