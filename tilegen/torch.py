@@ -294,7 +294,7 @@ def _fwd_backward(ctx, dout, dlse):
 
 attention_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
-NO_SECOND_DERIVATIVE = "tilegen attention has no second derivative: its backward (tilegen::attention_bwd) is not differentiable"
+NO_SECOND_DERIVATIVE = "tilegen attention has no second derivative (no double backward): its backward (tilegen::attention_bwd) is not differentiable"
 
 
 def _bwd_setup_context(ctx, inputs, output):
