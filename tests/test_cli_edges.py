@@ -314,3 +314,79 @@ def test_progress_bar_delay_counts_from_the_start_of_the_run():
             p("forward", f"k{n}", 2, 2)
     text = stream.getvalue()
     assert "forward: k5" in text and "forward: k0" not in text, text
+
+
+def _json_run(capsys, *argv: str) -> dict:
+    import json
+
+    assert main(["run", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _inspect_tiles(capsys, target: str) -> dict[str, tuple[int, int]]:
+    import json
+
+    assert main(["inspect", "--spec", "tiny", "--target", target, "--json"]) == 0
+    progs = json.loads(capsys.readouterr().out)["programs"]
+    return {p["label"].split(" ")[0]: (p["tiles"]["Br"], p["tiles"]["Bc"]) for p in progs}
+
+
+@pytest.mark.parametrize("target", ["h200", "ascend910b2"])
+def test_run_target_runs_the_tiles_inspect_shows(capsys, target):
+    """`run --target T` interprets the schedule T gets: the tile sizes `inspect --target T --json` shows
+    (which differ from the interpreter's defaults for this spec), and it says so."""
+    shown = _inspect_tiles(capsys, target)
+    default = _json_run(capsys, "--spec", "tiny")["programs"]["forward"]
+    assert (default["Br"], default["Bc"]) not in shown.values(), (default, shown)  # the test can tell them apart
+    data = _json_run(capsys, "--spec", "tiny", "--target", target)
+    assert data["ok"] and data["target"] == target
+    progs = data["programs"]
+    assert (progs["forward"]["Br"], progs["forward"]["Bc"]) == shown["forward"], (progs["forward"], shown)
+    fused = progs["backward fused (atomic)"]
+    assert (fused["Br"], fused["Bc"]) == shown["backward"], (fused, shown)
+    assert all(p["tiles_source"].startswith(f"{target}: ") for p in progs.values()), progs
+    assert main(["run", "--spec", "tiny", "--target", target]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    br, bc = shown["forward"]
+    assert lines[0].startswith("tilegen run  tiny: ") and lines[0].endswith(f"  target {target}"), lines[0]
+    assert lines[1].startswith(f"forward: kernels fwd; Br={br}, Bc={bc} ({target}: the cost model"), lines[1]
+
+
+def test_run_unknown_target_is_one_line(capsys):
+    assert main(["run", "--spec", "tiny", "--target", "h100"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "--target = 'h100' is invalid" in err[0] and "h200" in err[0] and "ascend910b2" in err[0], err
+    assert captured.out == ""
+
+
+def test_run_target_with_tiles_forces_them_checked_against_the_target(capsys):
+    data = _json_run(capsys, "--spec", "tiny", "--target", "ascend910b2", "--tiles", "16x32")
+    progs = data["programs"]
+    assert all((p["Br"], p["Bc"]) == (16, 32) for p in progs.values()), progs
+    assert "given by the caller, checked against ascend910b2" in progs["forward"]["tiles_source"], progs
+    assert main(["run", "--spec", "tiny", "--target", "h200", "--tiles", "4096x4096"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Br=4096, Bc=4096 do not fit target h200" in err[0], err
+
+
+def test_run_target_is_the_default_twin_target(capsys):
+    # ascend910 has no Ascend C backend: --twin refuses it, which it would not do with its own default
+    assert main(["run", "--spec", "tiny", "--target", "ascend910", "--twin"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "target = 'ascend910' is invalid for the Ascend C backend" in err[0], err
+    # --twin-target still wins
+    assert main(["run", "--spec", "tiny", "--target", "ascend910b2", "--twin", "--twin-target", "h200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "target = 'h200' is invalid for the Ascend C backend" in err[0], err
+
+
+def test_run_target_runs_the_twin_on_that_target(capsys):
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    assert main(["run", "--spec", "tiny", "--seq", "40", "--target", "ascend910b3", "--twin"]) == 0
+    out = capsys.readouterr().out
+    lines = [l for l in out.splitlines() if " twin (Ascend C)" in l]
+    assert len(lines) == 2 and all("on the ascend910b3 twin" in l for l in lines), out

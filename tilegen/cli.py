@@ -149,34 +149,36 @@ def describe(spec: AttentionSpec) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import check_spec, validate_run
+    from .runner import check_spec, compile_run, validate_run
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
     data, data_note = load_data(args.data, args.data_index) if args.data else (None, None)
     if args.twin_target is not None and not (args.twin or args.asc_devkit):
         raise SpecError("--twin-target", args.twin_target, "only together with --twin (or --asc-devkit)")
-    twin = (args.twin_target or DEFAULT_TWIN_TARGET) if args.twin or args.asc_devkit else None
+    target = _run_target(args.target)
+    twin = (args.twin_target or _default_twin_target(target)) if args.twin or args.asc_devkit else None
     validate_run(
-        spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit
+        spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit,
+        target=target,
     )
+    # compiled here for the header (the schedule and its sources); check_spec finds them in the compile cache
+    planned = compile_run(spec, target=target, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
     if not args.json:
-        print(f"tilegen run  {describe(spec)}")
+        print(f"tilegen run  {describe(spec)}" + (f"  target {target.name}" if target is not None else ""))
+        for label, (program, source) in planned.items():
+            source = source.replace("given by the caller", "given by --tiles")
+            print(f"{label}: kernels {', '.join(k.name for k in program.kernels)}; {_tiles_text(program)} ({source})")
         if data_note:
             print(data_note)
     with progress_bar() as progress:
         report = check_spec(
-            spec, seed=args.seed, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward, data=data,
-            twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
+            spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
+            data=data, twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
         )
     if args.json:
         print(_run_json(spec, report, data_note))
         return 0 if report.ok else 1
-    for label, program in report.programs.items():
-        env = program.env_map
-        tiles = ", ".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0])) if str(k) in ("Br", "Bc"))
-        kernels = ", ".join(k.name for k in program.kernels)
-        print(f"{label}: kernels {kernels}; {tiles}")
     if report.twin_schedule is not None:
         for label, s in report.twin_schedule.items():
             print(f"{label} on the {twin} twin (Ascend C): kernels {', '.join(s['kernels'])}; Br={s['Br']}, Bc={s['Bc']}")
@@ -188,6 +190,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(traffic_table(report))
     print("check: " + ("passed" if report.ok else "FAILED"))
     return 0 if report.ok else 1
+
+
+def _run_target(name: str | None):
+    """``run --target``: the loaded target, or None; an unknown one is a one-line error naming the flag."""
+    if name is None:
+        return None
+    from .errors import TargetError
+    from .targets import load_target
+
+    try:
+        return load_target(name)
+    except TargetError:
+        raise TargetError(
+            f"--target = {name!r} is invalid; accepted: one of {', '.join(target_names())} or a path to a .toml file"
+        ) from None
+
+
+def _default_twin_target(target) -> str:
+    """The twin's target when --twin-target is not given: ``run --target`` when it is an Ascend one."""
+    return target.name if target is not None and target.kind == "ascend" else DEFAULT_TWIN_TARGET
+
+
+def _tiles_text(program) -> str:
+    env = {str(k): v for k, v in program.env_map.items()}
+    return f"Br={env['Br']}, Bc={env['Bc']}"
 
 
 class progress_bar:
@@ -243,10 +270,11 @@ def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
         env = {str(k): v for k, v in program.env_map.items() if str(k) in ("Br", "Bc")}
         m = report.measurements[label]
         names = sorted(set(m.bytes_read) | set(m.bytes_written))
-        programs[label] = {"kernels": [k.name for k in program.kernels], **env,
+        programs[label] = {"kernels": [k.name for k in program.kernels], **env, "tiles_source": report.tiles_source.get(label),
                            "hbm_bytes": m.hbm_bytes, "hbm_bytes_by_tensor": {n: m.tensor_bytes(n) for n in names}}
     out = {
         "spec": spec.to_dict(),
+        "target": report.target,
         "inputs": data_note or "random",
         "programs": programs,
         "twin_schedule": report.twin_schedule,
@@ -443,7 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_args(run)
     _add_override_args(run)
     run.add_argument("--seed", type=_nonnegative, default=0, help="seed of the random inputs (default 0)")
-    run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
+    run.add_argument(
+        "--target", metavar="T",
+        help=f"run the schedule this target gets, as inspect shows and generate emits ({', '.join(target_names())} or a "
+        ".toml file); an Ascend one is also the --twin target",
+    )
+    run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128 (with --target: checked against it)")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
     run.add_argument("--json", action="store_true", help="print the result (comparisons, tile sizes, traffic) as JSON")
     run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")

@@ -35,6 +35,8 @@ class RunReport:
         programs: the programs that ran, by the same labels.
         twin_schedule: with a twin run, the schedule of the Ascend C kernels it ran ({"forward":
             {"Br", "Bc", "kernels"}, "backward": ...}, as in the generated manifest); else None.
+        target: the name of the target whose schedule the interpreter ran, or None (its defaults).
+        tiles_source: by program label, where its tile sizes come from (see :func:`compile_run`).
     """
 
     spec: AttentionSpec
@@ -42,6 +44,8 @@ class RunReport:
     measurements: dict[str, Measurement] = field(default_factory=dict)
     twin_schedule: dict[str, Any] | None = None  # the manifest "schedule" of the kernels run on the twin
     programs: dict[str, Program] = field(default_factory=dict)
+    target: str | None = None
+    tiles_source: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +73,7 @@ def validate_run(
     data: dict[str, np.ndarray] | None = None,
     twin_target: str | None = None,
     asc_devkit: str | None = None,
+    target=None,
 ) -> None:
     """Reject, before any work, every request :func:`check_spec` cannot run.
 
@@ -76,7 +81,8 @@ def validate_run(
         SpecError: the spec is too large for the dense reference, bad tile sizes or dQ strategy,
             ``data`` lacks a tensor or has a wrong shape (each named), or ``asc_devkit`` is not an
             asc-devkit snapshot.
-        TargetError: ``twin_target`` is not an Ascend 910B target.
+        TargetError: ``target`` is unknown (the message lists the known ones), or ``twin_target`` is
+            not an Ascend 910B target.
     """
     if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
         raise SpecError(
@@ -88,6 +94,10 @@ def validate_run(
         pipeline.parse_tile_sizes(tile_sizes)
     if dq_strategy not in pipeline.DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
+    if target is not None:
+        from .targets import load_target
+
+        load_target(target)
     if data is not None:
         cast_inputs(spec, data)
     if twin_target is not None:
@@ -98,6 +108,78 @@ def validate_run(
         from .backends import twin
 
         twin.check_devkit(asc_devkit)
+
+
+FORMS = {"both": ("fused", "unfused"), "fused": ("fused",), "unfused": ("unfused",), "none": ()}  # check_spec(backward=)
+
+
+def program_label(form: str, dq_strategy: str) -> str:
+    """``backward fused (atomic)`` or ``backward unfused``: the label of a backward program in a run."""
+    return f"backward {form}" + (f" ({dq_strategy})" if form == "fused" else "")
+
+
+def compile_run(
+    spec: AttentionSpec, *, target=None, tile_sizes=None, dq_strategy: str = "atomic", backward: str = "both"
+) -> dict[str, tuple[Program, str]]:
+    """The programs :func:`check_spec` runs, by label (``forward``, then ``backward fused (atomic)``
+    and/or ``backward unfused``), each with the source of its tile sizes.
+
+    Without a target: ``tile_sizes`` or the interpreter's defaults (:func:`pipeline.default_tiles`).
+    With one: the schedule that target gets from its backend, the one ``tilegen inspect`` shows and
+    ``tilegen generate`` emits: on a GPU target :func:`tilegen.backends.triton.schedule` (the target's
+    ``[[triton.schedule]]`` rows, else the cost model), on an Ascend target the pass pipeline's choice
+    for it (the cost model; what the Ascend C backend lowers). ``tile_sizes`` then forces both programs'
+    sizes, still checked against the target's on-chip capacities. No backend emits the unfused
+    backward: it runs with the fused backward's tile sizes, compiled for the target.
+
+    Raises:
+        TargetError: an unknown target. ScheduleError: forced tile sizes that do not fit the target,
+            or no tile sizes fit. SpecError: bad tile sizes or dq strategy.
+    """
+    forms = FORMS[backward]
+    if target is None:
+        source = "given by the caller" if tile_sizes is not None else (
+            "the interpreter's defaults: 128, shrunk to the sequence rounded up to 16"
+        )
+        out = {"forward": (pipeline.compile_forward(spec, tile_sizes=tile_sizes), source)}
+        for form in forms:
+            program = pipeline.compile_backward(spec, fused=form == "fused", dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+            out[program_label(form, dq_strategy)] = (program, source)
+        return out
+    from .targets import load_target
+
+    tgt = load_target(target)
+    checked = f"given by the caller, checked against {tgt.name}'s on-chip capacities"
+    if tgt.kind == "gpu":
+        from .backends import triton
+
+        fwd_s, bwd_s = triton.schedule(spec, tgt, dq_strategy, tile_sizes)
+        fwd = (fwd_s.program, checked if fwd_s.given else f"{tgt.name}: {fwd_s.tiles_source()}")
+        bwd = (bwd_s.program, checked if bwd_s.given else f"{tgt.name}: {bwd_s.tiles_source()}")
+    else:
+
+        def ascend(compile_) -> tuple[Program, str]:
+            log = pipeline.PassLog()
+            program = compile_(log)
+            if log.schedule.forced:
+                return program, checked
+            n = sum(c.feasible for c in log.schedule.candidates)
+            return program, f"{tgt.name}: the cost model: the fastest predicted of {n} feasible candidates"
+
+        fwd = ascend(lambda log: pipeline.compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=log))
+        bwd = ascend(
+            lambda log: pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=log)
+        )
+    out = {"forward": fwd}
+    for form in forms:
+        if form == "fused":
+            out[program_label(form, dq_strategy)] = bwd
+        else:
+            env = {str(k): v for k, v in bwd[0].env}
+            tiles = (env["Br"], env["Bc"])
+            program = pipeline.compile_backward(spec, fused=False, dq_strategy=dq_strategy, target=tgt, tile_sizes=tiles)
+            out[program_label(form, dq_strategy)] = (program, f"{tgt.name}: the fused backward's tile sizes; no backend emits this form")
+    return out
 
 
 def check_spec(
@@ -116,6 +198,8 @@ def check_spec(
     """Run and check the forward and the backward of ``spec``.
 
     Args:
+        target: run the schedule this target gets (see :func:`compile_run`); None: the interpreter's
+            default tile sizes (or ``tile_sizes``).
         backward: ``"both"`` (the fused backward with ``dq_strategy`` and the unfused one, both checked,
             so their traffic can be compared), ``"fused"``, ``"unfused"`` or ``"none"``.
         data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs.
@@ -129,13 +213,20 @@ def check_spec(
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
+        TargetError, ScheduleError: as :func:`compile_run`.
     """
-    validate_run(spec, tile_sizes=tile_sizes, dq_strategy=dq_strategy, data=data, twin_target=twin_target, asc_devkit=asc_devkit)
+    validate_run(
+        spec, tile_sizes=tile_sizes, dq_strategy=dq_strategy, data=data, twin_target=twin_target, asc_devkit=asc_devkit, target=target
+    )
+    if backward not in FORMS:
+        raise SpecError("backward", backward, "one of " + ", ".join(FORMS))
+    programs = compile_run(spec, target=target, tile_sizes=tile_sizes, dq_strategy=dq_strategy, backward=backward)
     data = random_inputs(spec, seed) if data is None else cast_inputs(spec, data)
-    report = RunReport(spec)
+    report = RunReport(spec, target=None if target is None else _target_name(target))
+    report.tiles_source = {label: source for label, (_, source) in programs.items()}
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
 
-    fwd = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    fwd = programs["forward"][0]
     outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]}, progress=_tagged(progress, "forward"))
     report.programs["forward"] = fwd
     report.measurements["forward"] = measured
@@ -149,12 +240,10 @@ def check_spec(
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": outputs["O"], "L": outputs["L"], "dO": data["dO"]}
     ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
     plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
-    forms = {"both": ("fused", "unfused"), "fused": ("fused",), "unfused": ("unfused",)}[backward]
+    forms = FORMS[backward]
     for form in forms:
-        label = f"backward {form}" + (f" ({dq_strategy})" if form == "fused" else "")
-        program = pipeline.compile_backward(
-            spec, fused=form == "fused", dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes
-        )
+        label = program_label(form, dq_strategy)
+        program = programs[label][0]
         grads, measured = interpret(program, feeds, progress=_tagged(progress, label))
         report.programs[label] = program
         report.measurements[label] = measured
@@ -164,6 +253,12 @@ def check_spec(
     if twin_target is not None:
         _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit)
     return report
+
+
+def _target_name(target) -> str:
+    from .targets import load_target
+
+    return load_target(target).name
 
 
 def _tagged(progress, label: str):
