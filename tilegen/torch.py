@@ -315,16 +315,18 @@ def _check_gpu_target(target: str) -> None:
     """``target`` names a GPU target (checked on every device, so a typo never passes on the CPU)."""
     from .targets import load_target, target_names
 
-    gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
-    accepted = f"a GPU target: one of {', '.join(gpus)} or a path to a GPU target .toml file"
+    def accepted() -> str:  # built only for the error: it reads every target file
+        gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
+        return f"a GPU target: one of {', '.join(gpus)} or a path to a GPU target .toml file"
+
     if not isinstance(target, str):
-        raise SpecError("target", target, accepted)
+        raise SpecError("target", target, accepted())
     try:
         kind = load_target(target).kind
     except TargetError:
-        raise SpecError("target", target, accepted) from None
+        raise SpecError("target", target, accepted()) from None
     if kind != "gpu":
-        raise SpecError("target", target, accepted + f" ({target!r} is a {kind} target)")
+        raise SpecError("target", target, accepted() + f" ({target!r} is a {kind} target)")
 
 
 def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str):

@@ -59,8 +59,7 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
     for header in sorted(TWIN_INCLUDE.rglob("*.h")):
         digest.update(header.read_bytes())
     key = digest.hexdigest()[:16]
-    root = Path(cache_dir or os.environ.get("TILEGEN_TWIN_CACHE", Path(tempfile.gettempdir()) / "tilegen-twin"))
-    out = root / key
+    out = _cache_root(cache_dir) / key
     exe = out / "twin_main"
     cmd = [cxx, "-std=c++17", "-O1", "-pthread", f"-I{TWIN_INCLUDE}", f"-I{out}", str(out / "twin_main.cpp"), "-o", str(exe) + ".tmp"]
     # A build is reused only for the very request it was made for (full digest, compiler and flags),
