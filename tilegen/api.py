@@ -58,7 +58,9 @@ def _window(causal: Any, window: Any) -> tuple[int, int]:
     return left, right
 
 
-def make_spec(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD") -> AttentionSpec:
+def make_spec(
+    q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None
+) -> AttentionSpec:
     """The spec of an attention call on these arrays (validated; errors name the argument).
 
     Args:
@@ -67,8 +69,21 @@ def make_spec(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
 
     Raises:
         SpecError (a ValueError): wrong type, dtype, rank or shape, mismatched dtypes, heads not
-            divisible, a bad window, scale, alignment or layout.
+            divisible, a bad window, scale, alignment or layout; an invalid mod
+            (:class:`tilegen.mods.ModError`).
     """
+    spec, _ = make_spec_and_params(
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
+    )
+    return spec
+
+
+def make_spec_and_params(
+    q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None
+) -> tuple[AttentionSpec, dict]:
+    """:func:`make_spec` and the parameter arrays the mods read, by name (checked against the spec's
+    declarations: shapes, dtype kinds)."""
+    from .mods import check_param_arrays, mods_from_api, _intersect
     if layout not in LAYOUTS:
         raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
     if alignment not in ALIGNMENTS:
@@ -92,7 +107,8 @@ def make_spec(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
         isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
     ):
         raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
-    return AttentionSpec(
+    score_text, mask_text, decls, mod_window, arrays = mods_from_api(score_mod, mask_mod)
+    spec = AttentionSpec(
         batch=bsz,
         heads_q=hq,
         heads_kv=lk.shape[1],
@@ -102,14 +118,23 @@ def make_spec(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
         head_dim_v=lv.shape[3],
         dtype=dtypes.name_of(q.dtype),
         scale=None if softmax_scale is None else float(softmax_scale),
-        window=_window(causal, window),
+        window=_intersect(_window(causal, window), mod_window),
         alignment=alignment,
         layout=layout,
         name="api",
+        score_mod=score_text,
+        mask_mod=mask_text,
+        params=decls,
     )
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    params = check_param_arrays(spec.mods, arrays, sizes) if spec.has_mods else {}
+    return spec, params
 
 
-def attention(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", target=None, tile_sizes=None):
+def attention(
+    q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", target=None, tile_sizes=None,
+    score_mod=None, mask_mod=None,
+):
     """FlashAttention forward in the interpreter.
 
     Args:
@@ -120,6 +145,9 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
         alignment: ``"bottom_right"`` (FlashAttention >= 2.1) or ``"top_left"``.
         target: a target name whose schedule to use (None: default tile sizes).
         tile_sizes: (Br, Bc) or {"Br": .., "Bc": ..} to force the tile sizes.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` or a :mod:`tilegen.mods` built-in
+            (DESIGN §3: applied to the scaled score where the mask holds).
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx)`` or a built-in, and-ed with causal/window.
 
     Returns:
         (o in the input dtype and layout, lse float32 [B, Hq, Sq], natural log; -inf on empty rows).
@@ -127,9 +155,11 @@ def attention(q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), ali
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
-    spec = make_spec(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout)
+    spec, params = make_spec_and_params(
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
+    )
     program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
-    outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout)})
+    outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout), **params})
     return _physical(outputs["O"], layout), outputs["L"]
 
 
@@ -149,6 +179,8 @@ def attention_backward(
     dq_strategy="atomic",
     target=None,
     tile_sizes=None,
+    score_mod=None,
+    mask_mod=None,
 ):
     """FlashAttention recompute backward in the interpreter (the fused program).
 
@@ -158,14 +190,20 @@ def attention_backward(
         dq_strategy: ``"atomic"`` (fp32 workspace, atomic adds) or ``"separate"`` (a second nest over Q
             tiles, deterministic); see ``tilegen.passes.pipeline.DQ_STRATEGIES``.
 
+        score_mod, mask_mod: as for :func:`attention` (the same mods the forward ran with).
+
     Returns:
         (dq like q, dk like k, dv like v), in the input dtype and layout; dk and dv are summed over each
-        GQA group.
+        GQA group. When a mod reads floating-point parameter arrays: (dq, dk, dv, dparams) with
+        dparams a dict by parameter name of float32 arrays of the parameters' shapes, reduced from
+        per-tile partials in a fixed order (deterministic).
 
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
-    spec = make_spec(q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout)
+    spec, params = make_spec_and_params(
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
+    )
     expect_o = spec.logical_shapes["O"]
     for name, x in (("o", o), ("do", do)):
         _check_array(name, x, 4)
@@ -188,9 +226,16 @@ def attention_backward(
         "O": _logical(o, layout),
         "L": lse,
         "dO": _logical(do, layout),
+        **params,
     }
     grads, _ = interpret(program, feeds)
-    return tuple(_physical(grads[n], layout) for n in ("dQ", "dK", "dV"))
+    out = tuple(_physical(grads[n], layout) for n in ("dQ", "dK", "dV"))
+    mods = program.mods
+    if mods is not None and mods.grads:
+        from .mods import param_grads
+
+        return out + (param_grads(program, grads),)
+    return out
 
 
 def _physical_shape(shape, layout):

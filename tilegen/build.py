@@ -42,6 +42,7 @@ from .ir import (
     Mask,
     MaskInfo,
     MatMul,
+    ModOp,
     Program,
     RowReduce,
     Sk,
@@ -147,6 +148,67 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
     return tuple(out)
 
 
+BLOCKS = "BM"  # the block-class tensor of a program with a mask mod
+
+
+def _param_tensors(mods) -> tuple[Tensor, ...]:
+    if mods is None:
+        return ()
+    return tuple(Tensor(p.name, tuple(sympy.sympify(d) for d in p.shape), p.dtype, "input") for p in mods.params)
+
+
+def _reads(expr) -> tuple[str, ...]:
+    if expr is None:
+        return ()
+    return tuple(sorted({str(x.base.label) for x in expr.atoms(sympy.Indexed)}))
+
+
+def _block_tensor(mods) -> Tensor:
+    """[Bm, Hm, nQ, nK] fp32 block classes (0 empty, 1 partial, 2 full); Bm = B (Hm = Hq) only when the
+    mask reads b (h). Its size is one entry per tile pair (kind ``tiles``), not per element."""
+    dep_b, dep_h = mods.mask_depends()
+    return Tensor(BLOCKS, (B if dep_b else sympy.Integer(1), Hq if dep_h else sympy.Integer(1), q_tiles(), kv_tiles()), "fp32", "tiles")
+
+
+def _block_index(mods) -> tuple[sympy.Expr, sympy.Expr]:
+    dep_b, dep_h = mods.mask_depends()
+    return (b if dep_b else sympy.Integer(0), hq if dep_h else sympy.Integer(0))
+
+
+def classify_kernel(spec: AttentionSpec, mods) -> Kernel:
+    """The block-classification pre-kernel: one program per (Bm, Hm, Q tile, K/V tile) writes the tile's
+    class to :data:`BLOCKS` (Flex's BlockMask, computed from the mask expression and the parameters at
+    run time; for a mask of indices alone the table depends on the sizes only)."""
+    t = _block_tensor(mods)
+    bi, hi = (b, hq)
+    body = (
+        ModOp("cls", "classify", (), i * Br, j * Bc, tensors=_reads(mods.mask)),
+        Store(Access(BLOCKS, (bi, hi, i, j), (sympy.Integer(1),)), "cls"),
+    )
+    grid = _grid([(b, t.shape[0], "batch"), (hq, t.shape[1], "head"), (i, q_tiles(), "q_tile"), (j, kv_tiles(), "kv_tile")], body)
+    return Kernel("classify", "classify", (Buffer("cls", (sympy.Integer(1),), "fp32"),), grid)
+
+
+def _score_op(mods) -> tuple:
+    """The ``ModOp`` applying the mods to the fresh score tile S, or nothing."""
+    if mods is None:
+        return ()
+    reads = tuple(sorted(set(_reads(mods.score)) | set(_reads(mods.mask))))
+    return (ModOp("S", "score", ("S",), i * Br, j * Bc, blocks=BLOCKS if mods.mask is not None else "", tensors=reads),)
+
+
+def grad_partial_tensors(spec: AttentionSpec, mods) -> tuple[Tensor, ...]:
+    """One [B, Hq, nQ, nK, W] fp32 tensor of per-tile partial windows per parameter-gradient term
+    (``gpart{k}``; W = the window's size, :func:`tilegen.mods.grad_window`)."""
+    from .mods import grad_window
+
+    out = []
+    for k, term in enumerate(mods.grads if mods is not None else ()):
+        widths, _ = grad_window(term, mods.param(term.param), Br, Bc)
+        out.append(Tensor(f"gpart{k}", (B, Hq, q_tiles(), kv_tiles(), sympy.Mul(*widths)), "fp32", "partial"))
+    return tuple(out)
+
+
 def _grid(vars_extents_roles, body, note: str = "") -> tuple[Loop, ...]:
     """Nest parallel loops (outermost first) around ``body``."""
     for var, extent, role in reversed(vars_extents_roles):
@@ -178,6 +240,8 @@ def build_forward(spec: AttentionSpec) -> Program:
     """
     dt = spec.dtype
     mask = mask_info(spec)
+    mods = spec.mods
+    blocks = BLOCKS if mods is not None and mods.mask is not None else ""
     kv_head = sympy.floor(hq / G)
     bufs = (
         Buffer("Qi", (Br, Dqk), dt),
@@ -201,6 +265,7 @@ def build_forward(spec: AttentionSpec) -> Program:
         Load("Kj", _kv_rows("K", kv_head, Dqk)),
         Load("Vj", _kv_rows("V", kv_head, Dv), pad=0.0),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=spec.softmax_scale),
+        *_score_op(mods),
         Mask("S", "S", i * Br, j * Bc),
         RowReduce("m_new", "S", "max"),
         Elementwise("m_new", "max", ("m_new", "m")),
@@ -223,7 +288,7 @@ def build_forward(spec: AttentionSpec) -> Program:
         Fill("m", NEG_INF),
         Fill("l", 0.0),
         Fill("acc", 0.0),
-        Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE),
+        Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE, blocks=blocks),
         Elementwise("acc", "safe_div", ("acc", "l")),
         Elementwise("Oc", "cast", ("acc",)),
         Store(_q_rows("O", hq, Dv), "Oc"),
@@ -234,19 +299,25 @@ def build_forward(spec: AttentionSpec) -> Program:
     grid = _grid([(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")], body)
     kernel = Kernel("fwd", "fwd", bufs, grid)
     tensors = _tensors(spec, ("Q", "input"), ("K", "input"), ("V", "input"), ("O", "output"), ("L", "output"))
+    kernels: tuple[Kernel, ...] = (kernel,)
+    tensors += _param_tensors(mods)
+    if blocks:
+        kernels = (classify_kernel(spec, mods),) + kernels
+        tensors += (_block_tensor(mods),)
     return Program(
         name=f"{spec.name}.fwd",
         tensors=tensors,
-        kernels=(kernel,),
+        kernels=kernels,
         mask=mask,
         scale=spec.softmax_scale,
         env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
         attrs=(("form", "forward"),),
+        mods=mods,
     )
 
 
-def _q_tile_loop(start, stop, body) -> Loop:
-    return Loop(i, start, stop, tuple(body), role="q_tile", note="visible Q tiles of K/V tile j", domain=VISIBLE)
+def _q_tile_loop(start, stop, body, blocks: str = "") -> Loop:
+    return Loop(i, start, stop, tuple(body), role="q_tile", note="visible Q tiles of K/V tile j", domain=VISIBLE, blocks=blocks)
 
 
 def _group_loop(body) -> Loop:
@@ -259,6 +330,11 @@ def build_backward(spec: AttentionSpec) -> Program:
     dt = spec.dtype
     mask = mask_info(spec)
     scale = spec.softmax_scale
+    mods = spec.mods
+    blocks = BLOCKS if mods is not None and mods.mask is not None else ""
+    raw = mods is not None and mods.score is not None and mods.grad_needs_score
+    grads = mods.grads if mods is not None else ()
+    dscore_one = mods is None or mods.score is None or sympy.sympify(mods.dscore) == 1
 
     pre = Kernel(
         "pre",
@@ -294,6 +370,8 @@ def build_backward(spec: AttentionSpec) -> Program:
         Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
         Load("Li", _q_rows("L", hq, None), pad=0.0),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=scale),
+        *((Elementwise("S_raw", "copy", ("S",)), Store(_score_tile("Sraw"), "S_raw")) if raw else ()),
+        *_score_op(mods),
         Mask("S", "S", i * Br, j * Bc),
         Elementwise("L_use", "zero_if_neginf", ("Li",)),
         Elementwise("S", "sub", ("S", "L_use")),
@@ -312,6 +390,7 @@ def build_backward(spec: AttentionSpec) -> Program:
             Buffer("Li", (Br,), "fp32"),
             Buffer("L_use", (Br,), "fp32"),
             Buffer("S", (Br, Bc), "fp32"),
+            *((Buffer("S_raw", (Br, Bc), "fp32"),) if raw else ()),
             Buffer("Pc", (Br, Bc), dt),
             Buffer("dV_acc", (Bc, Dv), "fp32"),
             Buffer("dVc", (Bc, Dv), dt),
@@ -321,7 +400,7 @@ def build_backward(spec: AttentionSpec) -> Program:
             (
                 Load("Kj", _kv_rows("K", hkv, Dqk)),
                 Fill("dV_acc", 0.0),
-                _group_loop((_q_tile_loop(i_start, i_stop, dv_inner),)),
+                _group_loop((_q_tile_loop(i_start, i_stop, dv_inner, blocks),)),
                 Elementwise("dVc", "cast", ("dV_acc",)),
                 Store(_kv_rows("dV", hkv, Dv), "dVc"),
             ),
@@ -336,6 +415,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         MatMul("dP", "dOi", "Vj", trans_b=True),
         Elementwise("dP", "sub", ("dP", "Di")),
         Elementwise("dP", "mul", ("Pi", "dP")),
+        *_grad_ops(mods, raw, grads, dscore_one),
         Elementwise("dSc", "cast", ("dP",)),
         Store(_score_tile("dS"), "dSc"),
     )
@@ -349,13 +429,15 @@ def build_backward(spec: AttentionSpec) -> Program:
             Buffer("Pi", (Br, Bc), "fp32"),
             Buffer("dP", (Br, Bc), "fp32"),
             Buffer("dSc", (Br, Bc), dt),
+            *((Buffer("Sraw_i", (Br, Bc), "fp32"),) if raw else ()),
+            *_grad_buffers(mods, grads),
         ),
         _grid(
             [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
             (
                 Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
                 Load("Di", _q_rows("D", hq, None), pad=0.0),
-                Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE),
+                Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE, blocks=blocks),
             ),
         ),
     )
@@ -384,7 +466,7 @@ def build_backward(spec: AttentionSpec) -> Program:
             (
                 Load("Kj", _kv_rows("K", hkv, Dqk), pad=0.0),
                 Fill("dK_acc", 0.0),
-                _group_loop((_q_tile_loop(i_start, i_stop, dqdk_inner),)),
+                _group_loop((_q_tile_loop(i_start, i_stop, dqdk_inner, blocks),)),
                 Elementwise("dK_acc", "mul", ("dK_acc", scale)),
                 Elementwise("dKc", "cast", ("dK_acc",)),
                 Store(_kv_rows("dK", hkv, Dqk), "dKc"),
@@ -422,12 +504,48 @@ def build_backward(spec: AttentionSpec) -> Program:
         ("dK", "output"),
         ("dV", "output"),
     )
+    kernels: tuple[Kernel, ...] = (pre, dv, ds, dqdk, post)
+    tensors += _param_tensors(mods)
+    if raw:
+        tensors += (Tensor("Sraw", (B, Hq, Sq, Sk), "fp32", "workspace"),)
+    tensors += grad_partial_tensors(spec, mods)
+    if blocks:
+        kernels = (classify_kernel(spec, mods),) + kernels
+        tensors += (_block_tensor(mods),)
     return Program(
         name=f"{spec.name}.bwd",
         tensors=tensors,
-        kernels=(pre, dv, ds, dqdk, post),
+        kernels=kernels,
         mask=mask,
         scale=scale,
         env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
         attrs=(("form", "unfused"),),
+        mods=mods,
     )
+
+
+def _grad_buffers(mods, grads) -> tuple[Buffer, ...]:
+    from .mods import grad_window
+
+    out = []
+    for k, term in enumerate(grads):
+        widths, _ = grad_window(term, mods.param(term.param), Br, Bc)
+        out.append(Buffer(f"gp{k}", (sympy.Mul(*widths),), "fp32"))
+    return tuple(out)
+
+
+def _grad_ops(mods, raw: bool, grads, dscore_one: bool) -> tuple:
+    """After dS′ = P∘(dP − D) (in buffer dP): each parameter's per-tile partial, then dS = dS′·∂score′/∂score."""
+    if mods is None:
+        return ()
+    out: list = []
+    extra = ("Sraw_i",) if raw else ()
+    if raw:
+        out.append(Load("Sraw_i", _score_tile("Sraw"), pad=0.0))
+    reads = _reads(mods.score)
+    for k, term in enumerate(grads):
+        out.append(ModOp(f"gp{k}", "pgrad", ("dP",) + extra, i * Br, j * Bc, term=k, tensors=reads))
+        out.append(Store(Access(f"gpart{k}", (b, hq, i, j, sympy.Integer(0)), (sympy.Mul(*_grad_buffers(mods, grads)[k].shape),)), f"gp{k}"))
+    if not dscore_one:
+        out.append(ModOp("dP", "dscore", ("dP",) + extra, i * Br, j * Bc, tensors=reads))
+    return tuple(out)

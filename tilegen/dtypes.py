@@ -14,16 +14,18 @@ import numpy as np
 DTYPES = ("fp16", "bf16", "fp32")
 
 _NUMPY = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16), "fp32": np.dtype(np.float32)}
+# int32: only for parameter arrays of score/mask mods (document ids, lengths), never an attention operand
+_NUMPY_ALL = {**_NUMPY, "int32": np.dtype(np.int32)}
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of ``name`` (one of :data:`DTYPES`)."""
-    return _NUMPY[name]
+    """The NumPy dtype of ``name`` (one of :data:`DTYPES`, or ``int32`` for a mod's index parameter)."""
+    return _NUMPY_ALL[name]
 
 
 def itemsize(name: str) -> int:
     """Bytes per element of ``name``."""
-    return _NUMPY[name].itemsize
+    return _NUMPY_ALL[name].itemsize
 
 
 def eps(name: str) -> float:

@@ -13,7 +13,12 @@ instance, and their bounds may depend on outer loop variables) and tile ops:
 ``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles
 ``RowReduce``   dst[R] <- max or sum over the columns of src[R, C]
 ``Mask``        dst <- src with -inf where DESIGN §3's window hides a key or a row/column is padding
+``ModOp``       a score/mask mod of ``Program.mods`` at a tile: the modified score, its derivative,
+                a parameter's per-tile gradient partial, or a tile's block class (see :class:`ModOp`)
 ==============  ===========================================================================
+
+A tile ``Loop`` with ``blocks`` set visits only the tiles the block-class tensor of that name marks
+non-empty (block sparsity, DESIGN §3).
 
 Sizes are sympy expressions of the shape symbols (``B, Hq, Hkv, G, Sq, Sk, Dqk, Dv``) and the tile
 sizes (``Br, Bc``) until a schedule binds them in ``Program.env``. Scopes: ``HBM`` for tensors,
@@ -274,6 +279,47 @@ class Mask(Stmt):
         return (self.row0, self.col0)
 
 
+MOD_OPS = ("score", "dscore", "pgrad", "classify")
+BLOCK_EMPTY, BLOCK_PARTIAL, BLOCK_FULL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ModOp(Stmt):
+    """One use of the program's mods (:class:`tilegen.mods.ModSet`) on the tile whose element (r, c) is
+    the pair (query row0 + r, key col0 + c) of batch ``b`` and query head ``hq``:
+
+    - ``score``:    dst <- score_mod(args[0]) where mask_mod holds, −inf elsewhere; when ``blocks`` names
+      the block-class tensor and the tile's class is full, the mask is not evaluated.
+    - ``dscore``:   dst <- args[0] · ∂score′/∂score evaluated at the unmodified score args[1]
+      (args[1] absent when the derivative does not read the score); 0 where args[0] is 0.
+    - ``pgrad``:    dst [W] <- the tile's partial of term ``term`` of ``ModSet.grads``:
+      Σ over the tile of args[0] · coef, binned by the parameter index relative to the tile's window
+      origin (:func:`tilegen.mods.grad_window`); args[1] the unmodified score when coef reads it.
+    - ``classify``: dst [1] <- the tile's block class: 0 empty (no visible pair), 2 full (every pair
+      inside the extents and visible under the window and mask_mod), 1 partial.
+
+    ``tensors`` names the parameter tensors (HBM) the op reads.
+    """
+
+    dst: str
+    op: str
+    args: tuple[str, ...]
+    row0: Expr
+    col0: Expr
+    term: int = -1
+    blocks: str = ""
+    tensors: tuple[str, ...] = ()
+
+    def buffers_read(self):
+        return self.args
+
+    def buffers_written(self):
+        return (self.dst,)
+
+    def exprs(self):
+        return (self.row0, self.col0)
+
+
 @dataclass(frozen=True)
 class Loop(Stmt):
     """``for var in [start, stop)``.
@@ -286,6 +332,8 @@ class Loop(Stmt):
         domain: the name of the set of (Q tile, K/V tile) pairs a tile loop belongs to: loops built from
             the same mask rule share it (``"visible"``), whichever tile index is outer, so a pass can
             tell that two nests iterate the same pairs.
+        blocks: for a tile loop, the name of the block-class tensor [Bm, Hm, nQ, nK] (fp32 0/1/2) whose
+            empty tiles the loop skips; "" for a dense loop.
     """
 
     var: sympy.Symbol
@@ -296,6 +344,7 @@ class Loop(Stmt):
     role: str = ""
     note: str = ""
     domain: str = ""
+    blocks: str = ""
 
     def exprs(self):
         return (self.start, self.stop)
@@ -337,6 +386,7 @@ class Program:
     scale: float
     env: tuple[tuple[sympy.Symbol, int], ...] = ()
     attrs: tuple[tuple[str, object], ...] = ()
+    mods: object = None  # tilegen.mods.ModSet or None
 
     def tensor(self, name: str) -> Tensor:
         for t in self.tensors:
@@ -420,7 +470,7 @@ def substitute(stmt: Stmt, mapping: Mapping) -> Stmt:
         return dataclasses.replace(stmt, src=sub_access(stmt.src))
     if isinstance(stmt, Store):
         return dataclasses.replace(stmt, dst=sub_access(stmt.dst))
-    if isinstance(stmt, Mask):
+    if isinstance(stmt, (Mask, ModOp)):
         return dataclasses.replace(stmt, row0=sub(stmt.row0), col0=sub(stmt.col0))
     if isinstance(stmt, Loop):
         return dataclasses.replace(
@@ -447,6 +497,8 @@ def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
         return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))
     if isinstance(stmt, (RowReduce, Mask)):
         return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src))
+    if isinstance(stmt, ModOp):
+        return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))
     if isinstance(stmt, Loop):
         return dataclasses.replace(stmt, body=tuple(rename_buffers(s, names) for s in stmt.body))
     return stmt

@@ -17,6 +17,7 @@ from .ir import (
     Load,
     Loop,
     Mask,
+    ModOp,
     MatMul,
     Program,
     RowReduce,
@@ -82,6 +83,11 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
         return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)})"
     if isinstance(stmt, Mask):
         return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+)"
+    if isinstance(stmt, ModOp):
+        args = ", ".join(r(a) for a in stmt.args)
+        extra = f", term {stmt.term}" if stmt.term >= 0 else ""
+        skip = f", full tiles of {stmt.blocks} unmasked" if stmt.blocks else ""
+        return f"{r(stmt.dst)} = mod_{stmt.op}({args}{', ' if args else ''}rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+{extra}{skip})"
     raise TypeError(type(stmt))
 
 
@@ -91,6 +97,8 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
     for stmt in body:
         if isinstance(stmt, Loop):
             note = f"   # {stmt.note}" if stmt.note else ""
+            if stmt.blocks:
+                note += f" (skipping tiles {stmt.blocks} marks empty)"
             word = "parallel" if stmt.kind == "parallel" else "for"
             lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
             lines.extend(_body_lines(stmt.body, kernel, depth + 1))

@@ -11,8 +11,12 @@ the schedule. Semantics follow DESIGN.md §3:
   2.1, Ascend sparse mode 3) and ``off = 0`` for ``"top_left"`` (Ascend sparse mode 2). ``causal`` is the
   window (-1, 0).
 
+- ``score_mod`` / ``mask_mod``: expressions of the mod language (:mod:`tilegen.mods`) over ``score, b,
+  h, q_idx, kv_idx`` and the parameter arrays of ``params``; the mask mod is and-ed with the window.
+
 Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the shorthands ``heads``,
-``seq`` and ``head_dim`` that set both of a pair, and ``mask = "none" | "causal" | "window"``).
+``seq`` and ``head_dim`` that set both of a pair, ``mask = "none" | "causal" | "window"``, and a
+``[params.NAME]`` table per parameter array: ``shape``, ``dtype``, optional ``values``).
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class AttentionSpec:
         alignment: ``"bottom_right"`` or ``"top_left"`` (where the causal diagonal sits when Sq != Sk).
         layout: ``"BNSD"`` or ``"BSND"``.
         name: a label for reports and file names.
+        score_mod: the score modification as mod-language text (``""``: none), DESIGN §3.
+        mask_mod: the mask modification as mod-language text (``""``: none), and-ed with the window.
+        params: the parameter arrays the mods read (:class:`tilegen.mods.ParamDecl`), sorted by name.
     """
 
     batch: int
@@ -79,6 +86,9 @@ class AttentionSpec:
     alignment: str = "bottom_right"
     layout: str = "BNSD"
     name: str = "custom"
+    score_mod: str = ""
+    mask_mod: str = ""
+    params: tuple = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -144,19 +154,50 @@ class AttentionSpec:
             out["window"] = list(self.window)
         if self.scale is not None:
             out["scale"] = self.scale
+        if self.score_mod:
+            out["score_mod"] = self.score_mod
+        if self.mask_mod:
+            out["mask_mod"] = self.mask_mod
+        if self.params:
+            out["params"] = {p.name: p.to_dict() for p in self.params}
         return out
+
+    @property
+    def has_mods(self) -> bool:
+        """Whether a score or mask mod is present."""
+        return bool(self.score_mod or self.mask_mod)
+
+    @property
+    def mods(self):
+        """The parsed :class:`tilegen.mods.ModSet`, or None without mods."""
+        from .mods import modset_from_spec
+
+        return modset_from_spec(self)
 
     def to_toml(self) -> str:
         """The spec as TOML text, loadable by :func:`load_spec`."""
         lines = []
+        tables = []
         for key, value in self.to_dict().items():
+            if key == "params":
+                for name, decl in value.items():
+                    tables.append(f"\n[params.{name}]")
+                    tables.append("shape = [" + ", ".join(repr(d) if isinstance(d, int) else f'"{d}"' for d in decl["shape"]) + "]")
+                    tables.append(f'dtype = "{decl["dtype"]}"')
+                    if "values" in decl:
+                        tables.append("values = [" + ", ".join(repr(v) for v in decl["values"]) + "]")
+                continue
             if isinstance(value, str):
-                lines.append(f'{key} = "{value}"')
+                lines.append(f'{key} = {_toml_str(value)}')
             elif isinstance(value, list):
                 lines.append(f"{key} = [{', '.join(str(v) for v in value)}]")
             else:
                 lines.append(f"{key} = {value!r}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + tables) + "\n"
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _check_int(field: str, value: Any, lo: int, hi: int, where: str | None) -> None:
@@ -253,6 +294,7 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
         raise SpecError("heads_q", spec.heads_q, f"an integer from 1 to {MAX_TENSOR_BYTES // max(per_q, per_kv)} at batch 1 for these seq and head dims ({why})", where)
     for field in ("name", "scale", "window"):
         _check_field(field, getattr(spec, field), where)
+    _check_mods(spec, where)
     window = spec.window
     first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
     if first >= stop:
@@ -263,6 +305,38 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
             f"seq_k={spec.seq_k}, alignment={spec.alignment!r} leave every row empty)",
             where,
         )
+
+
+def _check_mods(spec: AttentionSpec, where: str | None) -> None:
+    """Parse the mods against the declared params (a ModError names the construct); check each
+    parameter's values against its shape."""
+    from .mods import ModError, ParamDecl, parse
+
+    for field in ("score_mod", "mask_mod"):
+        if not isinstance(getattr(spec, field), str):
+            raise SpecError(field, getattr(spec, field), "an expression string of the mod language, or absent", where)
+    if not isinstance(spec.params, tuple) or not all(isinstance(p, ParamDecl) for p in spec.params):
+        raise SpecError("params", spec.params, "a tuple of tilegen.mods.ParamDecl", where)
+    params = {p.name: p for p in spec.params}
+    if len(params) != len(spec.params):
+        raise SpecError("params", [p.name for p in spec.params], "distinct parameter names", where)
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    for p in spec.params:
+        try:
+            shape = p.concrete_shape(sizes)
+        except (TypeError, ValueError):
+            raise SpecError(f"params.{p.name}.shape", list(map(str, p.shape)), "sizes that are positive for this spec", where) from None
+        if any(d <= 0 for d in shape):
+            raise SpecError(f"params.{p.name}.shape", list(map(str, p.shape)), f"sizes that are positive for this spec (got {shape})", where)
+        if p.values is not None and len(p.values) != int(np.prod(shape)):
+            raise SpecError(f"params.{p.name}.values", f"{len(p.values)} values", f"{int(np.prod(shape))} values (shape {list(shape)})", where)
+    for field, kind in (("score_mod", "score"), ("mask_mod", "mask")):
+        text = getattr(spec, field)
+        if text:
+            try:
+                parse(text, kind, params)
+            except ModError as exc:
+                raise SpecError(exc.field, exc.value, exc.accepted, where) from None
 
 
 _FIELDS = {f.name for f in dataclasses.fields(AttentionSpec)}
@@ -287,6 +361,14 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
     errors: list[SpecError] = []
     copies: set[str] = set()  # fields set from another one (a shorthand, heads_kv = heads_q): checked once
     allowed = (_FIELDS - {"window"}) | set(_SHORTHANDS) | {"mask", "window"}
+    if "params" in data:
+        from .mods import parse_param_decls
+
+        try:
+            data["params"] = parse_param_decls(data["params"], where)
+        except SpecError as exc:
+            errors.append(exc)
+            data.pop("params")
     for key in list(data):
         if key not in allowed:
             close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
@@ -329,7 +411,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
             also = f"; or {short!r} for both of the pair" if short else ""
             errors.append(MissingFieldError(required, _accepted(required) + also, where))
     for field, value in data.items():
-        if field in copies:
+        if field in copies or field in ("score_mod", "mask_mod", "params"):
             continue
         try:
             _check_field(field, value, where)

@@ -30,13 +30,19 @@ import numpy as np
 from .. import dtypes
 from ..exprs import UnboundSymbol, evaluate
 from ..ir import (
+    BLOCK_EMPTY,
+    BLOCK_FULL,
+    BLOCK_PARTIAL,
     Access,
+    Bc,
+    Br,
     Elementwise,
     Fill,
     Kernel,
     Load,
     Loop,
     Mask,
+    ModOp,
     MatMul,
     Program,
     RowReduce,
@@ -111,6 +117,7 @@ class Interpreter:
         self.sq = program.evaluate(Sq) if Sq in program.env_map else None
         self.sk = program.evaluate(Sk) if Sk in program.env_map else None
         self.offset = program.evaluate(program.mask.offset)
+        self.size_values = {n: self.env_values[n] for n in ("B", "Hq", "Hkv", "Sq", "Sk") if n in self.env_values}
 
     # -- setup ----------------------------------------------------------------------------------------
     def _eval(self, expr, scope):
@@ -154,7 +161,7 @@ class Interpreter:
         with np.errstate(all="ignore"):
             for kernel in self.program.kernels:
                 self._run_kernel(kernel)
-        return {t.name: self.tensors[t.name] for t in self.program.tensors if t.kind == "output"}
+        return {t.name: self.tensors[t.name] for t in self.program.tensors if t.kind in ("output", "partial")}
 
     def _run_kernel(self, kernel: Kernel) -> None:
         body = kernel.body
@@ -206,6 +213,8 @@ class Interpreter:
         else:
             count = stop - start
         offsets = range(max(count, 0))
+        if loop.blocks:
+            offsets = [t for t in offsets if self._tile_class(loop, start + t, scope) != BLOCK_EMPTY]
         if loop.kind == "parallel" and self.rng is not None and count > 1:
             offsets = self.rng.permutation(count).tolist()
         name = str(loop.var)
@@ -413,6 +422,117 @@ class Interpreter:
             visible &= cols <= rows + self.offset + self.mask.right
         self._write(stmt.dst, np.where(visible, src, np.float32(-np.inf)), fresh=True)
 
+    # -- mods ---------------------------------------------------------------------------------------------
+    def _tile_class(self, loop: Loop, value: int, scope) -> int:
+        """The block class of the tile the loop would visit at ``value``, over every lane: empty only if
+        empty in all, full only if full in all, else partial."""
+        inner = dict(scope)
+        inner[str(loop.var)] = value
+        return self._class_at(loop.blocks, inner)
+
+    def _class_at(self, blocks: str, scope) -> int:
+        table = self.tensors[blocks]
+        idx = []
+        for axis, var in ((0, "b"), (1, "hq")):
+            if table.shape[axis] == 1:
+                idx.append(np.int64(0))
+            else:
+                idx.append(np.asarray(scope[var], dtype=np.int64))
+        ii, jj = int(scope["i"]), int(scope["j"])
+        cls = np.asarray(table[idx[0], idx[1], ii, jj])
+        if np.isnan(cls).any():
+            raise InterpreterError(f"block table {blocks} read before the classify kernel wrote it")
+        if (cls == BLOCK_EMPTY).all():
+            return BLOCK_EMPTY
+        if (cls == BLOCK_FULL).all():
+            return BLOCK_FULL
+        return BLOCK_PARTIAL
+
+    def _mod_env(self, stmt: ModOp, scope, nr: int, nc: int):
+        r0 = self._eval(stmt.row0, scope)
+        c0 = self._eval(stmt.col0, scope)
+        lane_nd = len(self.lane_shape)
+
+        def lane(name):
+            v = np.asarray(scope.get(name, 0), dtype=np.int64)
+            return v.reshape(v.shape + (1, 1)) if v.ndim else v
+
+        rows = (r0 + np.arange(nr, dtype=np.int64))[:, None]
+        cols = (c0 + np.arange(nc, dtype=np.int64))[None, :]
+        valid = np.broadcast_to((rows < self.sq) & (cols < self.sk), self.lane_shape + (nr, nc))
+        env = dict(b=lane("b"), h=lane("hq"), q_idx=rows, kv_idx=cols, sizes=self.size_values,
+                   params={t: self.tensors[t] for t in stmt.tensors}, valid=valid)
+        return env, rows, cols, r0, c0, lane_nd
+
+    def _modop(self, stmt: ModOp, scope) -> None:
+        from .. import mods as M
+
+        mods = self.program.mods
+        if stmt.op == "classify":
+            nr, nc = self._shape((Br, Bc))
+        else:
+            nr, nc = self._buf(stmt.args[0]).shape[-2:]
+        env, rows, cols, r0, c0, lane_nd = self._mod_env(stmt, scope, nr, nc)
+        shape = self.lane_shape + (nr, nc)
+        self.measure.flops["vector"] += self.lanes * nr * nc
+        if stmt.op == "classify":
+            vis = env["valid"] & self._window_visible(rows, cols)
+            if mods.mask is not None:
+                vis = vis & np.broadcast_to(M.evaluate(mods.mask, **env), shape)
+            any_vis = vis.reshape(self.lane_shape + (-1,)).any(axis=-1)
+            all_vis = vis.reshape(self.lane_shape + (-1,)).all(axis=-1)
+            cls = np.where(any_vis, np.where(all_vis, BLOCK_FULL, BLOCK_PARTIAL), BLOCK_EMPTY).astype(np.float32)
+            self._write(stmt.dst, cls[..., None], fresh=True)
+            return
+        src = self._buf(stmt.args[0])
+        if stmt.op == "score":
+            out = src.astype(np.float64)
+            if mods.score is not None:
+                out = np.broadcast_to(M.evaluate(mods.score, score=out, **env), shape)
+            full = bool(stmt.blocks) and self._class_at(stmt.blocks, scope) == BLOCK_FULL
+            if mods.mask is not None and not full:
+                vis = np.broadcast_to(M.evaluate(mods.mask, **env), shape)
+                out = np.where(vis, out, -np.inf)
+            self._write(stmt.dst, np.asarray(out, dtype=np.float32), fresh=True)
+            return
+        raw = self._buf(stmt.args[1]).astype(np.float64) if len(stmt.args) > 1 else None
+        g = src.astype(np.float64)
+        if stmt.op == "dscore":
+            d = np.broadcast_to(M.evaluate(mods.dscore, score=raw, **env), shape)
+            self._write(stmt.dst, np.where(g == 0, 0.0, g * d).astype(np.float32), fresh=True)
+            return
+        if stmt.op == "pgrad":
+            term = mods.grads[stmt.term]
+            decl = mods.param(term.param)
+            coef = np.broadcast_to(M.evaluate(term.coef, score=raw, **env), shape)
+            contrib = np.where(g == 0, 0.0, g * coef)
+            widths, origins = M.grad_window(term, decl, nr, nc)
+            sizes = {**{k: v for k, v in self.size_values.items()}}
+            wint = [int(M.evaluate(w, sizes=sizes, params={})) for w in widths]
+            flat = np.zeros(shape, dtype=np.int64)
+            for d, (e, o, w) in enumerate(zip(term.index, origins, wint)):
+                local = np.broadcast_to(M.evaluate(e, **env) - M.evaluate(o, **{**env, "q_idx": r0, "kv_idx": c0}), shape)
+                local = np.asarray(local, dtype=np.int64)
+                inside = (local >= 0) & (local < w)
+                if np.any(~inside & (contrib != 0)):
+                    raise InterpreterError(f"parameter {decl.name}: an index leaves the tile's gradient window")
+                flat = flat * w + np.clip(local, 0, w - 1)
+            total = int(np.prod(wint))
+            lanes = contrib.reshape(-1, nr * nc)
+            flat = flat.reshape(-1, nr * nc)
+            out = np.stack([np.bincount(flat[n], weights=lanes[n], minlength=total) for n in range(len(lanes))])
+            self._write(stmt.dst, out.reshape(self.lane_shape + (total,)).astype(np.float32), fresh=True)
+            return
+        raise InterpreterError(f"unknown mod op {stmt.op}")
+
+    def _window_visible(self, rows, cols):
+        visible = np.ones(np.broadcast_shapes(rows.shape, cols.shape), dtype=bool)
+        if self.mask.left >= 0:
+            visible &= cols >= rows + self.offset - self.mask.left
+        if self.mask.right >= 0:
+            visible &= cols <= rows + self.offset + self.mask.right
+        return visible
+
     def _tile_fully_visible(self, r0: int, c0: int, nr: int, nc: int) -> bool:
         """Whether every (row, key) of the tile is inside the extents and the window (the window's
         bounds are monotone in the row, so the corners decide)."""
@@ -434,6 +554,7 @@ _HANDLERS = {
     Elementwise: Interpreter._elementwise,
     RowReduce: Interpreter._row_reduce,
     Mask: Interpreter._mask,
+    ModOp: Interpreter._modop,
 }
 
 

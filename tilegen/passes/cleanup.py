@@ -33,6 +33,7 @@ from ..ir import (
     Load,
     Loop,
     Mask,
+    ModOp,
     MatMul,
     Program,
     RowReduce,
@@ -89,6 +90,10 @@ def _transfer(stmt: Stmt, facts: dict[str, str], kernel: Kernel) -> str | None:
         return ZERO if stmt.value == 0 else (NEGINF if stmt.value == float("-inf") else FINITE)
     if isinstance(stmt, Mask):
         return NEGINF
+    if isinstance(stmt, ModOp):
+        if stmt.op == "dscore":  # 0 where dS′ is 0
+            return ZERO if get(stmt.args[0]) == ZERO else UNKNOWN
+        return FINITE if stmt.op == "classify" else UNKNOWN
     if isinstance(stmt, MatMul):
         a, b = get(stmt.a), get(stmt.b)
         new = ZERO if a == b == ZERO else (FINITE if {a, b} <= {ZERO, FINITE} else UNKNOWN)
@@ -394,8 +399,8 @@ def drop_stores(program: Program, kernels: set[str], tensors: set[str]) -> Progr
 def eliminate_dead(program: Program) -> Program:
     """Remove what reaches no output: dead statements, stores to tensors no later statement reads
     (workspaces only), empty serial loops, unused buffers, tensors and empty kernels."""
-    keep_tensors = {t.name for t in program.tensors if t.kind in ("input", "output")}
-    needed_tensors = {t.name for t in program.tensors if t.kind == "output"}
+    keep_tensors = {t.name for t in program.tensors if t.kind in ("input", "output", "partial", "tiles")}
+    needed_tensors = {t.name for t in program.tensors if t.kind in ("output", "partial", "tiles")}
     new_kernels: list[Kernel] = []
     for kernel in reversed(program.kernels):
         stmts = [s for s, _ in walk(kernel.body) if not isinstance(s, Loop)]

@@ -38,6 +38,7 @@ from ..ir import (
     Load,
     Loop,
     Mask,
+    ModOp,
     MatMul,
     Program,
     RowReduce,
@@ -52,7 +53,7 @@ from ..targets import Target
 def _op_unit(stmt: Stmt) -> str | None:
     if isinstance(stmt, MatMul):
         return "cube"
-    if isinstance(stmt, (Elementwise, RowReduce, Mask)):
+    if isinstance(stmt, (Elementwise, RowReduce, Mask, ModOp)):
         return "vector"
     return None  # Fill, Load, Store: decided by the buffer's other accesses
 

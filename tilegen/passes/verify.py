@@ -32,6 +32,8 @@ from ..ir import (
     Load,
     Loop,
     Mask,
+    ModOp,
+    MOD_OPS,
     MatMul,
     Program,
     RowReduce,
@@ -73,6 +75,8 @@ class _Checker:
             self.fail(None, f"duplicate tensor names in {names}")
         if self.program.attr("form") == "fused":
             for t in self.program.tensors:
+                if t.kind in ("tiles", "partial"):
+                    continue  # one entry (or one parameter window) per tile pair, DESIGN §2
                 if grows_with_seq_product(t.numel):
                     self.fail(
                         None,
@@ -188,6 +192,19 @@ class _Checker:
             s, d = buf[stmt.src], buf[stmt.dst]
             if len(s.shape) != 2 or s.shape != d.shape or s.dtype != "fp32" or d.dtype != "fp32":
                 self.fail(k, f"`{_fmt(stmt)}`: mask works on fp32 tiles of one shape")
+        elif isinstance(stmt, ModOp):
+            d = buf[stmt.dst]
+            if stmt.op not in MOD_OPS:
+                self.fail(k, f"`{_fmt(stmt)}`: unknown mod op {stmt.op!r}")
+            if self.program.mods is None:
+                self.fail(k, f"`{_fmt(stmt)}`: the program has no mods")
+            if d.dtype != "fp32" or any(buf[a].dtype != "fp32" for a in stmt.args):
+                self.fail(k, f"`{_fmt(stmt)}`: mod ops work on fp32 tiles")
+            if stmt.op in ("score", "dscore") and any(buf[a].shape != d.shape for a in stmt.args):
+                self.fail(k, f"`{_fmt(stmt)}`: score and dscore work on tiles of one shape")
+            for t in stmt.tensors:
+                if t not in self.tensors:
+                    self.fail(k, f"`{_fmt(stmt)}`: reads the unknown parameter tensor {t}")
         elif isinstance(stmt, Fill):
             pass
 
