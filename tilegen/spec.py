@@ -310,11 +310,13 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
 def _check_mods(spec: AttentionSpec, where: str | None) -> None:
     """Parse the mods against the declared params (a ModError names the construct); check each
     parameter's values against its shape."""
-    from .mods import ModError, ParamDecl, parse
-
     for field in ("score_mod", "mask_mod"):
         if not isinstance(getattr(spec, field), str):
             raise SpecError(field, getattr(spec, field), "an expression string of the mod language, or absent", where)
+    if spec.params == () and not spec.score_mod and not spec.mask_mod:
+        return  # no mods: the mod language (sympy) is not imported
+    from .mods import ModError, ParamDecl, parse
+
     if not isinstance(spec.params, tuple) or not all(isinstance(p, ParamDecl) for p in spec.params):
         raise SpecError("params", spec.params, "a tuple of tilegen.mods.ParamDecl", where)
     params = {p.name: p for p in spec.params}
