@@ -98,8 +98,11 @@ class Tensor:
         name: unique in the program.
         shape: sizes, logical BNSD order for the attention operands.
         dtype: ``fp16``/``bf16``/``fp32``.
-        kind: ``input``, ``output``, ``workspace`` (program-internal) or ``handoff`` (a per-core GM slot
-            through which the cube and the vector units pass a tile; its size does not depend on N).
+        kind: ``input``, ``output``, ``workspace`` (program-internal), ``handoff`` (a per-core GM slot
+            through which the cube and the vector units pass a tile; its size does not depend on N),
+            ``tiles`` (one entry per tile pair: the block-class table) or ``partial`` (one parameter
+            window per tile pair: gradient partials, zero-filled by the launcher, read by the host's
+            fixed-order reduction).
         layout: for 4-d operands, the memory order the user's arrays have (``BNSD`` or ``BSND``).
     """
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -149,6 +150,8 @@ class Param:
         self.base = sympy.IndexedBase(name)
 
     def __getitem__(self, index) -> "Traced":
+        if _TRACING is not None:
+            _TRACING.append(self)
         idx = index if isinstance(index, tuple) else (index,)
         if len(idx) != len(self.decl.shape):
             raise ModError(self.name, f"{len(idx)} indices", f"{len(self.decl.shape)} indices (its shape is {list(self.decl.shape)})")
@@ -335,6 +338,8 @@ class Mod:
     window: tuple[int, int] = (-1, -1)
 
     def __call__(self, *args):
+        if _TRACING is not None:
+            _TRACING.extend(self.params)
         if self.kind == "score":
             names = (SCORE,) + INDEX_SYMBOLS
         else:
@@ -385,6 +390,9 @@ def window_expr(window: tuple[int, int]):
     return sympy.And(*conds)
 
 
+_TRACING: list | None = None  # the Params read while a function is traced
+
+
 def _collect_params(expr, known: Mapping[str, Param]) -> tuple:
     names = {str(x.base.label) for x in expr.atoms(sympy.Indexed)}
     return tuple(known[n] for n in sorted(names))
@@ -406,16 +414,25 @@ def trace(fn: Any, kind: str) -> Mod:
     if not callable(fn):
         raise ModError(field, type(fn).__name__, f"a function {_SIGNATURE[kind]} or a tilegen.mods built-in")
     args = ((Traced(SCORE),) if kind == "score" else ()) + tuple(Traced(s) for s in INDEX_SYMBOLS)
+    global _TRACING
     params: dict[str, Param] = {}
-    for cell in _closure_params(fn):
-        params[cell.name] = cell
+    read: list = []
+    _TRACING = read
+    name = getattr(fn, "__name__", "function")
     try:
         out = fn(*args)
     except ModError as exc:
-        name = getattr(fn, "__name__", "function")
         raise ModError(field, name, f"{exc.accepted} (at {exc.value})") from None
+    except (IndexError, KeyError) as exc:
+        raise ModError(field, name, f"parameter reads through tilegen.mods.param(name, array)[...], not NumPy/torch indexing with a traced value ({exc})") from None
     except TypeError as exc:
-        raise ModError(field, getattr(fn, "__name__", "function"), f"a function {_SIGNATURE[kind]} built from tilegen.mods helpers ({exc})") from None
+        raise ModError(field, name, f"a function {_SIGNATURE[kind]} built from tilegen.mods helpers ({exc})") from None
+    finally:
+        _TRACING = None
+    for p in read + _closure_params(fn):
+        if p.name in params and params[p.name] is not p:
+            raise ModError("param", p.name, "distinct names for distinct parameter arrays")
+        params[p.name] = p
     expr = _sym(out, f"the result of {field}")
     if kind == "mask" and not _is_bool(expr):
         raise ModError(field, str(expr), "a boolean result (comparisons combined with &, |, ~)")
@@ -847,7 +864,7 @@ def _gather_fn(name: str, array: np.ndarray, valid_ref: list):
             if valid is not None:
                 bad = bad & valid
             if np.any(bad):
-                v = int(np.asarray(xi)[np.nonzero(bad)][0]) if np.ndim(bad) else int(xi)
+                v = int(np.broadcast_to(xi, np.shape(bad))[np.nonzero(bad)][0]) if np.ndim(bad) else int(xi)
                 raise ModError(name, f"index {v} in dimension {d}", f"indices 0..{array.shape[d] - 1} (its shape is {list(array.shape)}) at every visible (query, key) pair")
             out_idx.append(clipped)
         return array[tuple(out_idx)]
@@ -861,9 +878,18 @@ def _lambdified(expr):
     reads = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
     fns = {n: sympy.Function(f"_g_{n}") for n in reads}
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
+    # and/or/not elementwise with broadcasting (lambdify's logical_or.reduce needs equal shapes)
+    for cls, name in ((sympy.And, "_AND"), (sympy.Or, "_OR"), (sympy.Not, "_NOT")):
+        f = sympy.Function(name)
+        replaced = replaced.replace(lambda e, cls=cls: isinstance(e, cls), lambda e, f=f: f(*e.args))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, "numpy"]
+    logic = {
+        "_AND": lambda *a: functools.reduce(np.logical_and, a),
+        "_OR": lambda *a: functools.reduce(np.logical_or, a),
+        "_NOT": np.logical_not,
+    }
+    modules = [{**logic, **{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}}, "numpy"]
     return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
 
 

@@ -152,6 +152,10 @@ class Interpreter:
                 self.tensors[tensor.name] = array
             elif tensor.kind == "handoff":
                 continue  # per program instance; allocated by each kernel
+            elif tensor.kind == "partial":
+                # per-tile gradient partials start at zero (the launcher zero-fills them): tiles a loop
+                # skips contribute nothing to the fixed-order reduction
+                self.tensors[tensor.name] = np.zeros(shape, dtype=np_dtype)
             else:
                 self.tensors[tensor.name] = np.full(shape, np.nan, dtype=np_dtype)
 
