@@ -88,9 +88,9 @@ def _add_override_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-k", type=_positive, metavar="N", help="override the key/value length")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the dtype")
     mask = p.add_mutually_exclusive_group()
-    mask.add_argument("--causal", action="store_true", help="override the mask: causal (window -1,0)")
-    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the mask: a window (left, right; -1 unbounded)")
-    mask.add_argument("--no-mask", action="store_true", help="override the mask: none")
+    mask.add_argument("--causal", action="store_true", help="override the window: causal (-1,0); a mask_mod stays, and-ed with it")
+    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the window (left, right; -1 unbounded); a mask_mod stays, and-ed with it")
+    mask.add_argument("--no-mask", action="store_true", help="override the window: none (a mask_mod stays)")
 
 
 def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
@@ -145,11 +145,22 @@ def describe(spec: AttentionSpec) -> str:
     return (
         f"{spec.name}: B={spec.batch}, Hq={spec.heads_q}, Hkv={spec.heads_kv}, Sq={spec.seq_q}, Sk={spec.seq_k}, "
         f"{dims}, {spec.dtype}, {mask}, {spec.layout}, scale={spec.softmax_scale:.6g}"
+        + (", with mods" if spec.has_mods else "")
     )
 
 
+def describe_mods(spec: AttentionSpec) -> str:
+    """``mods: score_mod ...; mask_mod ... (and-ed with the window)`` for a spec with mods."""
+    parts = []
+    if spec.score_mod:
+        parts.append(f"score_mod {spec.score_mod}")
+    if spec.mask_mod:
+        parts.append(f"mask_mod {spec.mask_mod} (and-ed with the window)")
+    return "mods: " + "; ".join(parts)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import check_spec, compile_run, validate_run
+    from .runner import check_spec, compile_run, mod_params, validate_run
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
@@ -171,6 +182,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{label}: kernels {', '.join(k.name for k in program.kernels)}; {_tiles_text(program)} ({source})")
         if data_note:
             print(data_note)
+        if spec.has_mods:
+            print(describe_mods(spec))
+            note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1]
+            if note:
+                print(note)
+            print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
+                  "dQ, dK, dV and the parameters' gradients by torch autograd)")
     with progress_bar() as progress:
         report = check_spec(
             spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
@@ -276,6 +294,7 @@ def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
         "spec": spec.to_dict(),
         "target": report.target,
         "inputs": data_note or "random",
+        "params": report.params_note,
         "programs": programs,
         "twin_schedule": report.twin_schedule,
         "comparisons": [{**dataclasses.asdict(c), "ok": c.ok} for c in report.comparisons],
@@ -312,6 +331,9 @@ def load_data(path: str, index: int) -> tuple[dict, str]:
             else:
                 used.append(name)
             out[name] = a
+    for name in sorted(set(arrays) - {"Q", "K", "V", "dO"}):  # parameter arrays of the mods, by name
+        out[name] = arrays[name]
+        used.append(name)
     return out, f"inputs from {path}: {', '.join(used) or 'none'}"
 
 

@@ -187,7 +187,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
 
 
 def _is_bool(e) -> bool:
-    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))
+    # not sympy.logic.boolalg.Boolean: every sympy Symbol (score, Hq, ...) is one
+    return isinstance(e, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom, sympy.core.relational.Relational))
 
 
 class Traced:
@@ -863,11 +864,32 @@ def _lambdified(expr):
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, "numpy"]
+    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, _BROADCAST_LOGIC, "numpy"]
     return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}
+
+
+class _Reduce:
+    """``logical_and`` / ``logical_or`` for lambdify's NumPy code, which prints And/Or as
+    ``logical_or.reduce((a, b, ...))``: NumPy's reduce stacks its operands and fails on ones of
+    different shapes ([Br, 1] and [1, Bc]); this one broadcasts them pairwise."""
+
+    def __init__(self, ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, *args):
+        return self.ufunc(*args)
+
+    def reduce(self, args):
+        out = args[0]
+        for a in args[1:]:
+            out = self.ufunc(out, a)
+        return out
+
+
+_BROADCAST_LOGIC = {"logical_and": _Reduce(np.logical_and), "logical_or": _Reduce(np.logical_or)}
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):
