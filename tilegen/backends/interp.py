@@ -474,7 +474,11 @@ class Interpreter:
             nr, nc = self._buf(stmt.args[0]).shape[-2:]
         env, rows, cols, r0, c0, lane_nd = self._mod_env(stmt, scope, nr, nc)
         shape = self.lane_shape + (nr, nc)
-        self.measure.flops["vector"] += self.lanes * nr * nc
+        passes = 1
+        if stmt.op == "score":  # the score mod on every tile, the mask on the partial ones (DESIGN §2)
+            full = bool(stmt.blocks) and self._class_at(stmt.blocks, scope) == BLOCK_FULL
+            passes = (mods.score is not None) + (mods.mask is not None and not full)
+        self.measure.flops["vector"] += self.lanes * nr * nc * passes
         if stmt.op == "classify":
             vis = env["valid"] & self._window_visible(rows, cols)
             if mods.mask is not None:
