@@ -82,6 +82,14 @@ def _window_arg(text: str) -> tuple[int, int]:
     return left, right
 
 
+def _pair(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not B,H (two integers, e.g. 0,3)") from None
+    return a, b
+
+
 def _add_override_args(p: argparse.ArgumentParser) -> None:
     """The overrides of run, inspect and generate beyond the sizes of :func:`_add_spec_args`."""
     p.add_argument("--seq-q", type=_positive, metavar="N", help="override the query length")
@@ -378,6 +386,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise SpecError("--plot", args.plot, "a picture of the schedule, without --compare")
         check_path(args.plot)
         require_matplotlib()
+    if args.tiles_map:
+        from .plot import check_path, require_matplotlib
+
+        check_path(args.tiles_map, "--tiles-map")
+        require_matplotlib()
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
@@ -385,7 +398,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(text, end="")
     if args.plot:
         _inspect_plot(spec, args)
+    if args.tiles_map:
+        _inspect_tiles_map(spec, args)
     return 0
+
+
+def _inspect_tiles_map(spec: AttentionSpec, args: argparse.Namespace) -> None:
+    from .plot import plot_tiles_map
+    from .report import tiles_map_data
+
+    maps = tiles_map_data(spec, args.target, at=args.tiles_at, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+    where = f"on {args.target}" if args.target else "(no target: default tile sizes)"
+    path = plot_tiles_map(maps, args.tiles_map, f"tilegen inspect --tiles-map: {describe(spec)} {where}")
+    print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
@@ -533,6 +558,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--plot", metavar="FILE", help="also draw the schedule to FILE (.png or .svg): tile pairs, footprints, traffic (needs matplotlib)"
     )
+    inspect.add_argument(
+        "--tiles-map", metavar="FILE", help="draw the block classes (empty / partial / full tile pairs) of one (b, h) to FILE (.png or .svg)"
+    )
+    inspect.add_argument("--tiles-at", type=_pair, default=(0, 0), metavar="B,H", help="the batch and query head --tiles-map draws (default 0,0)")
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)
