@@ -10,7 +10,8 @@ in order, or in a seeded random order for the parallel ones (``order_seed``), to
 result does not depend on the order in which independent programs run.
 
 Sanitizing, as JAX Pallas' interpret mode does: output and workspace tensors and every on-chip buffer
-start as NaN, so a read of anything nothing wrote poisons the result; rows past a tensor's extent are
+start as NaN (per-tile gradient partials, kind ``partial``, at zero: the host allocates them
+zeroed and every tile's entry is summed), so a read of anything nothing wrote poisons the result; rows past a tensor's extent are
 loaded as ``pad_value`` (a large finite number), so padding that leaks into a result shows.
 
 It measures what it executes: bytes read and written per HBM tensor (only the elements inside the
@@ -152,6 +153,10 @@ class Interpreter:
                 self.tensors[tensor.name] = array
             elif tensor.kind == "handoff":
                 continue  # per program instance; allocated by each kernel
+            elif tensor.kind == "partial":
+                # per-tile gradient partials are reduced over every tile: the host allocates them zeroed,
+                # so a tile the loops skip (outside the window, or empty) contributes nothing
+                self.tensors[tensor.name] = np.zeros(shape, dtype=np_dtype)
             else:
                 self.tensors[tensor.name] = np.full(shape, np.nan, dtype=np_dtype)
 
