@@ -492,14 +492,42 @@ def program_block_classes(program: Program, params=None) -> BlockClasses | None:
 _CLASS_CACHE: dict = {}
 
 
+BASE_TILE = 16  # tile sizes that are multiples of it are classified from one table of BASE_TILE tiles
+BASE_LIMIT = 1 << 22  # the most entries of that table
+
+
+def aggregate_classes(base: np.ndarray, fr: int, fc: int) -> np.ndarray:
+    """The classes of tiles ``fr`` × ``fc`` times larger from a table of small tiles ([..., nq, nk]):
+    small tiles past the table are padding (empty); a large tile is empty iff all its small tiles
+    are, full iff all are full, partial otherwise. Exact, since a tile's class depends only on which
+    of its pairs are visible."""
+    *lead, nq, nk = base.shape
+    NQ, NK = -(-nq // fr), -(-nk // fc)
+    pad = np.zeros((*lead, NQ * fr, NK * fc), dtype=np.uint8)
+    pad[..., :nq, :nk] = base
+    blocks = pad.reshape(*lead, NQ, fr, NK, fc)
+    lo, hi = blocks.min(axis=(-3, -1)), blocks.max(axis=(-3, -1))
+    return np.where(hi == 0, 0, np.where(lo == 2, 2, 1)).astype(np.uint8)
+
+
 def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
     """block_classes memoised on its arguments (parameter arrays by content): the schedule pass asks for
-    the same classes once per candidate and program."""
+    the classes once per candidate and program. Tile sizes that are multiples of :data:`BASE_TILE`
+    come from one table of BASE_TILE tiles (:func:`aggregate_classes`), evaluated once per mask."""
     pkey = None if params is None else tuple((n, np.asarray(a).tobytes()) for n, a in sorted(params.items()))
     key = (mods.mask, sizes, window, offset, br, bc, pkey)
     hit = _CLASS_CACHE.get(key)
     if hit is None:
         if len(_CLASS_CACHE) > 64:
             _CLASS_CACHE.clear()
-        hit = _CLASS_CACHE[key] = block_classes(mods, sizes=dict(sizes), window=window, offset=offset, br=br, bc=bc, params=params, source=source)
+        env = dict(sizes)
+        g = BASE_TILE
+        base_tiles = -(-env["Sq"] // g) * -(-env["Sk"] // g)
+        if (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
+            base = _cached_classes(mods, sizes, window, offset, g, g, params, source)
+            if base.known:
+                hit = BlockClasses(aggregate_classes(base.table, br // g, bc // g), base.source, base.scale)
+        if hit is None:
+            hit = block_classes(mods, sizes=env, window=window, offset=offset, br=br, bc=bc, params=params, source=source)
+        _CLASS_CACHE[key] = hit
     return hit
