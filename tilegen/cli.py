@@ -419,7 +419,15 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
 
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
-    path = plot_inspect(report, args.plot)
+    maps = None
+    if spec.mask_mod:  # draw the mask's block classes where they are known before the run
+        from .report import tiles_map_data
+
+        try:
+            maps = tiles_map_data(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
+        except SpecError:
+            maps = None
+    path = plot_inspect(report, args.plot, block_maps=maps)
     print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 

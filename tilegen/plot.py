@@ -235,8 +235,12 @@ def _matplotlib():
     return plt
 
 
-def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path:
+def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_maps: list[dict] | None = None) -> Path:
     """Draw ``report`` (:func:`tilegen.report.inspect_report`'s dict) to ``path`` (.png or .svg).
+
+    ``block_maps`` (one per program, :func:`tilegen.report.tiles_map_data`) replaces the window's tile
+    classes by a mask mod's block classes of one (b, h): full drawn as visited, partial as masked,
+    empty as skipped.
 
     Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
     """
@@ -250,8 +254,16 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
     window = _window(spec)
     for k, prog in enumerate(progs):
         tiles = prog["tiles"]
-        classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
-        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, prog["label"])
+        if block_maps is not None:
+            m = block_maps[k]
+            cells, re, ce = downsample_classes(m["cells"], max_cells)
+            counts = {"visited": m["counts"]["full"], "masked": m["counts"]["partial"], "skipped": m["counts"]["empty"]}
+            classes = TileGrid(cells, re, ce, counts, *m["cells"].shape)
+            label = f"{prog['label']}, block classes of {m['label'].rsplit(' (', 1)[1][:-1]}"
+        else:
+            classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
+            label = prog["label"]
+        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, label)
     bottom = grid[1, :].subgridspec(1, 2)
     _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
     _draw_traffic(fig.add_subplot(bottom[0, 1]), report, bool(tgt) and not gpu)
