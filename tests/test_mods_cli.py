@@ -365,5 +365,22 @@ def test_run_data_npz_may_carry_parameter_arrays(tmp_path, capsys):
     rc, out, _ = _cli(capsys, "run", "--spec", "alibi", "--data", str(path), "--unfused")
     assert rc == 0 and "slopes [4] given" in out and "check: passed" in out
     np.savez(path, **data, slopes=np.zeros(3, dtype=np.float32))
-    rc, _, err = _cli(capsys, "run", "--spec", "alibi", "--data", str(path))
-    assert rc == 2 and "slopes" in _one_line_error(err)
+    rc, out, err = _cli(capsys, "run", "--spec", "alibi", "--data", str(path))
+    assert rc == 2 and "slopes" in _one_line_error(err) and out == ""  # refused before any work
+
+
+@pytest.mark.parametrize("name", MOD_SPECS)
+def test_mod_specs_round_trip_through_toml(name, tmp_path, capsys):
+    spec = builtin_spec(name)
+    rc, out, _ = _cli(capsys, "spec", "--spec", name)
+    path = _write(tmp_path, out, f"{name}.toml")
+    assert rc == 0 and load_spec(path) == spec
+
+
+def test_alibi_slopes_follow_the_power_of_two_formula():
+    spec = builtin_spec("alibi")
+    (slopes,) = spec.params
+    h, n = np.arange(spec.heads_q), spec.heads_q
+    np.testing.assert_array_equal(np.asarray(slopes.values), 2.0 ** (-8 * (h + 1) / n))
+    doc = builtin_spec("document").params[0]
+    assert list(doc.values) == DOC and len(set(doc.values)) == 3

@@ -13,6 +13,14 @@ sums: full tiles, the partial ones as an arithmetic series, then zeros); an oute
 enumerated as NumPy rows in chunks of :data:`CHUNK`. Time is linear in the outer tile count and memory
 is bounded: a 2^23-token causal program at 32×64 tiles (1.7·10^10 tile pairs) is counted in about
 0.1 s.
+
+A program with a mask mod skips the empty tiles of its block-class table (DESIGN §3):
+:func:`block_classes` computes the table (at compile time for a mask of indices alone, from the
+parameters' values otherwise), and the tile loop that reads it is enumerated over its non-empty tiles,
+each weighted by the (b, h) for which it is non-empty. A ``ModOp`` costs one vector operation per
+element and pass: ``score`` one for the score mod on every visited tile plus one for the mask on the
+partial ones, ``classify`` one per tile element, ``dscore`` and ``pgrad`` one. These are the
+interpreter's counts too whenever the table does not depend on b or h (its lanes then agree).
 """
 
 from __future__ import annotations

@@ -181,6 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit,
         target=target,
     )
+    # the mods' parameter arrays are checked (and their source named) before any work
+    params_note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1] if spec.has_mods else None
     # compiled here for the header (the schedule and its sources); check_spec finds them in the compile cache
     planned = compile_run(spec, target=target, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
     if not args.json:
@@ -192,9 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(data_note)
         if spec.has_mods:
             print(describe_mods(spec))
-            note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1]
-            if note:
-                print(note)
+            if params_note:
+                print(params_note)
             print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
                   "dQ, dK, dV and the parameters' gradients by torch autograd)")
     with progress_bar() as progress:

@@ -21,6 +21,11 @@ classified by the same rule over the block's elements, so a cell is *visited* or
 every tile in it is, and a mixed cell is drawn as *masked*. A 2^23-token spec is drawn without the tile
 grid ever being allocated.
 
+With a mask mod, :func:`plot_inspect` draws the block classes of one (b, h) instead (when known before
+the run), and :func:`plot_tiles_map` (``tilegen inspect --tiles-map FILE``) draws them alone, one
+panel per program, in tile indices (Q tile, K/V tile), as :func:`tilegen.analysis.block_classes`
+computes them.
+
 matplotlib is the ``plot`` extra (``pip install tilegen[plot]``); it is imported only when drawing, on
 the Agg backend.
 """
