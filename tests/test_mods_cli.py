@@ -191,7 +191,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("sizes", [(70, 70), (45, 83), (96, 64)])
+@pytest.mark.parametrize("sizes", [(70, 70), (45, 83)])
 @pytest.mark.parametrize("tiles", [(16, 16), (32, 16), (16, 48)])
 def test_block_counts_match_the_brute_force(case, sizes, tiles, tmp_path, capsys):
     name, fields, window, mask = case
@@ -204,6 +204,15 @@ def test_block_counts_match_the_brute_force(case, sizes, tiles, tmp_path, capsys
     assert blk["source"].startswith("compile time")
     assert _counts(blk) == _brute_counts(sq, sk, *tiles, window, sk - sq, lambda q, k: mask(q, k, sq, sk))
     assert blk["visited"] == blk["partial"] + blk["full"] and blk["total"] == sum(_counts(blk).values())
+
+
+@pytest.mark.parametrize("tiles", [(32, 16), (16, 48), (48, 32), (24, 40)])
+def test_document_block_counts_from_small_tiles_match_the_brute_force(tiles, capsys):
+    """Classes of a mask of parameters at multiples of 16 are aggregated from one 16 x 16 table; other
+    sizes are evaluated directly: both against the brute force."""
+    rc, out, _ = _cli(capsys, "inspect", "--spec", "document", "--tiles", f"{tiles[0]}x{tiles[1]}", "--program", "fwd", "--json")
+    blk = json.loads(out)["programs"][0]["block_classes"]
+    assert rc == 0 and _counts(blk) == _brute_counts(80, 80, *tiles, (-1, 0), 0, lambda q, k: np.asarray(DOC)[q] == np.asarray(DOC)[k])
 
 
 def test_block_classes_per_head_and_top_left(tmp_path):

@@ -520,8 +520,11 @@ def aggregate_classes(base: np.ndarray, fr: int, fc: int) -> np.ndarray:
 
 def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
     """block_classes memoised on its arguments (parameter arrays by content): the schedule pass asks for
-    the classes once per candidate and program. Tile sizes that are multiples of :data:`BASE_TILE`
-    come from one table of BASE_TILE tiles (:func:`aggregate_classes`), evaluated once per mask."""
+    the classes once per candidate and program. For a mask of parameters (evaluated element by
+    element), tile sizes that are multiples of :data:`BASE_TILE` come from one table of BASE_TILE
+    tiles (:func:`aggregate_classes`), evaluated once per mask and values."""
+    import sympy
+
     pkey = None if params is None else tuple((n, np.asarray(a).tobytes()) for n, a in sorted(params.items()))
     key = (mods.mask, sizes, window, offset, br, bc, pkey)
     hit = _CLASS_CACHE.get(key)
@@ -531,7 +534,8 @@ def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
         env = dict(sizes)
         g = BASE_TILE
         base_tiles = -(-env["Sq"] // g) * -(-env["Sk"] // g)
-        if (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
+        reads_params = bool(mods.mask.atoms(sympy.Indexed))  # index masks are decided per tile, fast at any size
+        if reads_params and (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
             base = _cached_classes(mods, sizes, window, offset, g, g, params, source)
             if base.known:
                 hit = BlockClasses(aggregate_classes(base.table, br // g, bc // g), base.source, base.scale)

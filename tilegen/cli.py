@@ -199,10 +199,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
                   "dQ, dK, dV and the parameters' gradients by torch autograd)")
     with progress_bar() as progress:
-        report = check_spec(
+        run = lambda: check_spec(  # noqa: E731
             spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
             data=data, twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
         )
+        report = _backend_guard(spec, args, f"--twin ({twin})", run) if twin is not None else run()
     if args.json:
         print(_run_json(spec, report, data_note))
         return 0 if report.ok else 1
@@ -491,24 +492,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     target = args.target
-    try:
-        generated = cached(
+    generated = _backend_guard(
+        spec, args, f"--target = {target!r}",
+        lambda: cached(
             ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
             lambda: _generate(spec, target, args.dq_strategy, args.tiles),
-        )
-    except (TilegenError, BrokenPipeError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        # A backend that meets a construct of the mods it has no lowering for, without refusing it by
-        # name yet: one line that says so (--debug shows where).
-        if not spec.has_mods or args.debug:
-            raise
-        from .errors import TargetError
-
-        raise TargetError(
-            f"--target = {target!r}: its backend cannot emit this spec's mods ({_mods_constructs(spec)}): "
-            f"{type(exc).__name__}: {exc}".replace("\n", " ")
-        ) from None
+        ),
+    )
     _warn_memory(spec, target)
     names = write(generated, args.output)
     sched = generated.manifest["schedule"]
@@ -523,6 +513,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0
+
+
+def _backend_guard(spec: AttentionSpec, args: argparse.Namespace, what: str, fn):
+    """``fn()``; a backend that meets a construct of the spec's mods it has no lowering for, without
+    refusing it by name (a TilegenError) yet, becomes one line naming the mods (--debug: the traceback)."""
+    try:
+        return fn()
+    except (TilegenError, BrokenPipeError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if not spec.has_mods or args.debug:
+            raise
+        from .errors import TargetError
+
+        raise TargetError(
+            f"{what}: its backend cannot emit this spec's mods ({_mods_constructs(spec)}): {type(exc).__name__}: {exc}".replace("\n", " ")
+        ) from None
 
 
 def _mods_constructs(spec: AttentionSpec) -> str:
