@@ -393,3 +393,16 @@ def test_alibi_slopes_follow_the_power_of_two_formula():
     np.testing.assert_array_equal(np.asarray(slopes.values), 2.0 ** (-8 * (h + 1) / n))
     doc = builtin_spec("document").params[0]
     assert list(doc.values) == DOC and len(set(doc.values)) == 3
+
+
+def test_mod_language_sizes_are_not_booleans_and_or_broadcasts():
+    """Two faults of the mod language that spec files met: a size name alone (a parameter shape
+    ``["Hq"]``) was taken for a boolean, since every sympy Symbol is one; ``|`` of relations over
+    [rows, 1] and [1, cols] index grids failed in the NumPy evaluation (lambdify's logical_or.reduce
+    stacks its operands)."""
+    from tilegen import mods as M
+
+    assert M.parse("Hq", "score", {}) == M.SIZE_SYMBOLS["Hq"]
+    expr = M.parse("(kv_idx < 2) | (kv_idx <= q_idx)", "mask", {})
+    q, k = np.arange(3)[:, None], np.arange(4)[None, :]
+    np.testing.assert_array_equal(M.evaluate(expr, q_idx=q, kv_idx=k, sizes={}, params={}), (k < 2) | (k <= q))
