@@ -406,3 +406,22 @@ def test_mod_language_sizes_are_not_booleans_and_or_broadcasts():
     expr = M.parse("(kv_idx < 2) | (kv_idx <= q_idx)", "mask", {})
     q, k = np.arange(3)[:, None], np.arange(4)[None, :]
     np.testing.assert_array_equal(M.evaluate(expr, q_idx=q, kv_idx=k, sizes={}, params={}), (k < 2) | (k <= q))
+
+
+def test_static_counts_of_a_per_batch_mask_sum_each_batch_rows_tiles(tmp_path):
+    """A document mask per batch row (doc [B, Sk]): the table has a B axis and the analysis counts, per
+    b, only that row's non-empty tiles (the hardware's programs; the interpreter's lanes run the union)."""
+    text = COMBINED.replace('[params.doc]\nshape = ["B", "Sk"]\ndtype = "int32"\n', "")
+    ids = np.array([[0] * 20 + [1] * 36, [0] * 50 + [1] * 6])
+    text += '[params.doc]\nshape = ["B", "Sk"]\ndtype = "int32"\nvalues = ' + str(ids.reshape(-1).tolist()) + "\n"
+    spec = load_spec(_write(tmp_path, text))
+    program = pipeline.compile_forward(spec, tile_sizes=(16, 16))
+    classes = analysis.program_block_classes(program)
+    assert classes.table.shape == (2, 1, 4, 4) and classes.scale == spec.heads_q
+    visited = 0
+    for b in range(2):
+        n = _brute_counts(56, 56, 16, 16, spec.window, 0, lambda q, k: ids[b][q] == ids[b][k])
+        assert dict(zip(("empty", "partial", "full"), np.bincount(classes.table[b, 0].reshape(-1), minlength=3).tolist())) == n
+        visited += n["partial"] + n["full"]
+    flops = total(count(program)).flops["matmul"]
+    assert flops == visited * spec.heads_q * 2 * 16 * 16 * (spec.head_dim_qk + spec.head_dim_v)

@@ -317,7 +317,7 @@ def total(counts: dict[str, Counts]) -> Counts:
 
 CLASS_NAMES = ("empty", "partial", "full")  # indices BLOCK_EMPTY, BLOCK_PARTIAL, BLOCK_FULL
 DENSE_CHUNK = 1 << 24  # elements of undecided tiles evaluated at once
-DENSE_LIMIT = 1 << 33  # elements of undecided tiles past which the classes are not computed
+DENSE_LIMIT = 1 << 31  # elements of undecided tiles past which the classes are not computed
 
 
 @dataclass(frozen=True)
@@ -520,9 +520,10 @@ def aggregate_classes(base: np.ndarray, fr: int, fc: int) -> np.ndarray:
 
 def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
     """block_classes memoised on its arguments (parameter arrays by content): the schedule pass asks for
-    the classes once per candidate and program. For a mask of parameters (evaluated element by
-    element), tile sizes that are multiples of :data:`BASE_TILE` come from one table of BASE_TILE
-    tiles (:func:`aggregate_classes`), evaluated once per mask and values."""
+    the classes once per candidate and program. For a mask evaluated element by element (one that
+    reads parameters, or non-affine index functions: floor, %, abs, min, max, where), tile sizes that
+    are multiples of :data:`BASE_TILE` come from one table of BASE_TILE tiles
+    (:func:`aggregate_classes`), evaluated once per mask and values."""
     import sympy
 
     pkey = None if params is None else tuple((n, np.asarray(a).tobytes()) for n, a in sorted(params.items()))
@@ -534,8 +535,10 @@ def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
         env = dict(sizes)
         g = BASE_TILE
         base_tiles = -(-env["Sq"] // g) * -(-env["Sk"] // g)
-        reads_params = bool(mods.mask.atoms(sympy.Indexed))  # index masks are decided per tile, fast at any size
-        if reads_params and (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
+        # affine index masks are decided per tile from its corners, fast at any size; the others are
+        # evaluated element by element, once, on the base table
+        dense = bool(mods.mask.has(sympy.Indexed, sympy.floor, sympy.ceiling, sympy.Mod, sympy.Abs, sympy.Min, sympy.Max, sympy.Piecewise))
+        if dense and (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
             base = _cached_classes(mods, sizes, window, offset, g, g, params, source)
             if base.known:
                 hit = BlockClasses(aggregate_classes(base.table, br // g, bc // g), base.source, base.scale)
