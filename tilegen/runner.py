@@ -256,7 +256,9 @@ def check_spec(
             default tile sizes (or ``tile_sizes``).
         backward: ``"both"`` (the fused backward with ``dq_strategy`` and the unfused one, both checked,
             so their traffic can be compared), ``"fused"``, ``"unfused"`` or ``"none"``.
-        data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs.
+        data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs;
+            with mods, also parameter arrays by name (else the spec's values, else generated:
+            :func:`mod_params`).
         twin_target: also generate the Ascend C kernels for this target and run them on the CPU twin;
             their outputs join the comparisons as ``O (twin)``, ``dQ (twin)``, ...
         asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
@@ -265,8 +267,14 @@ def check_spec(
         progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
             interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
+    With mods the truth is :func:`tilegen.reference.mod_attention` (float64 torch, autograd) and the
+    plain one :func:`tilegen.reference.plain_mod_attention`; the gradient of every fp32 parameter
+    (reduced from the backward's per-tile partials, :func:`tilegen.mods.param_grads`) joins the
+    comparisons as ``d<name>`` with n = Sq·Sk terms.
+
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
+        ModError: a parameter array of the wrong shape or dtype kind.
         TargetError, ScheduleError: as :func:`compile_run`.
     """
     validate_run(
