@@ -82,15 +82,23 @@ def _window_arg(text: str) -> tuple[int, int]:
     return left, right
 
 
+def _pair(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not B,H (two integers, e.g. 0,3)") from None
+    return a, b
+
+
 def _add_override_args(p: argparse.ArgumentParser) -> None:
     """The overrides of run, inspect and generate beyond the sizes of :func:`_add_spec_args`."""
     p.add_argument("--seq-q", type=_positive, metavar="N", help="override the query length")
     p.add_argument("--seq-k", type=_positive, metavar="N", help="override the key/value length")
     p.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the dtype")
     mask = p.add_mutually_exclusive_group()
-    mask.add_argument("--causal", action="store_true", help="override the mask: causal (window -1,0)")
-    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the mask: a window (left, right; -1 unbounded)")
-    mask.add_argument("--no-mask", action="store_true", help="override the mask: none")
+    mask.add_argument("--causal", action="store_true", help="override the window: causal (-1,0); a mask_mod stays, and-ed with it")
+    mask.add_argument("--window", type=_window_arg, metavar="L,R", help="override the window (left, right; -1 unbounded); a mask_mod stays, and-ed with it")
+    mask.add_argument("--no-mask", action="store_true", help="override the window: none (a mask_mod stays)")
 
 
 def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
@@ -145,11 +153,22 @@ def describe(spec: AttentionSpec) -> str:
     return (
         f"{spec.name}: B={spec.batch}, Hq={spec.heads_q}, Hkv={spec.heads_kv}, Sq={spec.seq_q}, Sk={spec.seq_k}, "
         f"{dims}, {spec.dtype}, {mask}, {spec.layout}, scale={spec.softmax_scale:.6g}"
+        + (", with mods" if spec.has_mods else "")
     )
 
 
+def describe_mods(spec: AttentionSpec) -> str:
+    """``mods: score_mod ...; mask_mod ... (and-ed with the window)`` for a spec with mods."""
+    parts = []
+    if spec.score_mod:
+        parts.append(f"score_mod {spec.score_mod}")
+    if spec.mask_mod:
+        parts.append(f"mask_mod {spec.mask_mod} (and-ed with the window)")
+    return "mods: " + "; ".join(parts)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import check_spec, compile_run, validate_run
+    from .runner import check_spec, compile_run, mod_params, validate_run
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
@@ -162,6 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit,
         target=target,
     )
+    # the mods' parameter arrays are checked (and their source named) before any work
+    params_note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1] if spec.has_mods else None
     # compiled here for the header (the schedule and its sources); check_spec finds them in the compile cache
     planned = compile_run(spec, target=target, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
     if not args.json:
@@ -171,11 +192,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{label}: kernels {', '.join(k.name for k in program.kernels)}; {_tiles_text(program)} ({source})")
         if data_note:
             print(data_note)
+        if spec.has_mods:
+            print(describe_mods(spec))
+            if params_note:
+                print(params_note)
+            print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
+                  "dQ, dK, dV and the parameters' gradients by torch autograd)")
     with progress_bar() as progress:
-        report = check_spec(
+        run = lambda: check_spec(  # noqa: E731
             spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
             data=data, twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
         )
+        report = _backend_guard(spec, args, f"--twin ({twin})", run) if twin is not None else run()
     if args.json:
         print(_run_json(spec, report, data_note))
         return 0 if report.ok else 1
@@ -276,6 +304,7 @@ def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
         "spec": spec.to_dict(),
         "target": report.target,
         "inputs": data_note or "random",
+        "params": report.params_note,
         "programs": programs,
         "twin_schedule": report.twin_schedule,
         "comparisons": [{**dataclasses.asdict(c), "ok": c.ok} for c in report.comparisons],
@@ -312,6 +341,9 @@ def load_data(path: str, index: int) -> tuple[dict, str]:
             else:
                 used.append(name)
             out[name] = a
+    for name in sorted(set(arrays) - {"Q", "K", "V", "dO"}):  # parameter arrays of the mods, by name
+        out[name] = arrays[name]
+        used.append(name)
     return out, f"inputs from {path}: {', '.join(used) or 'none'}"
 
 
@@ -356,6 +388,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise SpecError("--plot", args.plot, "a picture of the schedule, without --compare")
         check_path(args.plot)
         require_matplotlib()
+    if args.tiles_map:
+        from .plot import check_path, require_matplotlib
+
+        check_path(args.tiles_map, "--tiles-map")
+        require_matplotlib()
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
@@ -363,7 +400,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(text, end="")
     if args.plot:
         _inspect_plot(spec, args)
+    if args.tiles_map:
+        _inspect_tiles_map(spec, args)
     return 0
+
+
+def _inspect_tiles_map(spec: AttentionSpec, args: argparse.Namespace) -> None:
+    from .plot import plot_tiles_map
+    from .report import tiles_map_data
+
+    maps = tiles_map_data(spec, args.target, at=args.tiles_at, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+    where = f"on {args.target}" if args.target else "(no target: default tile sizes)"
+    path = plot_tiles_map(maps, args.tiles_map, f"tilegen inspect --tiles-map: {describe(spec)} {where}")
+    print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
 def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
@@ -372,7 +421,15 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
 
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
-    path = plot_inspect(report, args.plot)
+    maps = None
+    if spec.mask_mod:  # draw the mask's block classes where they are known before the run
+        from .report import tiles_map_data
+
+        try:
+            maps = tiles_map_data(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
+        except SpecError:
+            maps = None
+    path = plot_inspect(report, args.plot, block_maps=maps)
     print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
 
 
@@ -435,9 +492,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     target = args.target
-    generated = cached(
-        ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
-        lambda: _generate(spec, target, args.dq_strategy, args.tiles),
+    generated = _backend_guard(
+        spec, args, f"--target = {target!r}",
+        lambda: cached(
+            ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
+            lambda: _generate(spec, target, args.dq_strategy, args.tiles),
+        ),
     )
     _warn_memory(spec, target)
     names = write(generated, args.output)
@@ -453,6 +513,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0
+
+
+def _backend_guard(spec: AttentionSpec, args: argparse.Namespace, what: str, fn):
+    """``fn()``; a backend that meets a construct of the spec's mods it has no lowering for, without
+    refusing it by name (a TilegenError) yet, becomes one line naming the mods (--debug: the traceback)."""
+    try:
+        return fn()
+    except (TilegenError, BrokenPipeError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if not spec.has_mods or args.debug:
+            raise
+        from .errors import TargetError
+
+        raise TargetError(
+            f"{what}: its backend cannot emit this spec's mods ({_mods_constructs(spec)}): {type(exc).__name__}: {exc}".replace("\n", " ")
+        ) from None
+
+
+def _mods_constructs(spec: AttentionSpec) -> str:
+    parts = [f"score_mod {spec.score_mod}"] if spec.score_mod else []
+    if spec.mask_mod:
+        parts.append(f"mask_mod {spec.mask_mod}")
+    return "; ".join(parts)
 
 
 def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None):
@@ -511,6 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--plot", metavar="FILE", help="also draw the schedule to FILE (.png or .svg): tile pairs, footprints, traffic (needs matplotlib)"
     )
+    inspect.add_argument(
+        "--tiles-map", metavar="FILE", help="draw the block classes (empty / partial / full tile pairs) of one (b, h) to FILE (.png or .svg)"
+    )
+    inspect.add_argument("--tiles-at", type=_pair, default=(0, 0), metavar="B,H", help="the batch and query head --tiles-map draws (default 0,0)")
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)

@@ -13,6 +13,11 @@ interpreter measures):
   (causal masks) is ignored; both make the prediction a lower bound.
 
 Utilization = matmul FLOPs / (time · peak matmul rate).
+
+With a mask mod the counts cover the non-empty tile pairs only (empty ones are skipped), the partial
+ones carrying the mask's vector work (:func:`tilegen.analysis.count`); when the classes are known only
+at run time (a mask of parameters without values) every tile in the window's bounds counts as visited
+and partial, an upper bound.
 """
 
 from __future__ import annotations

@@ -190,7 +190,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
 
 
 def _is_bool(e) -> bool:
-    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))
+    # not sympy.logic.boolalg.Boolean: every sympy Symbol (score, Hq, ...) is one
+    return isinstance(e, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom, sympy.core.relational.Relational))
 
 
 class Traced:

@@ -21,6 +21,11 @@ classified by the same rule over the block's elements, so a cell is *visited* or
 every tile in it is, and a mixed cell is drawn as *masked*. A 2^23-token spec is drawn without the tile
 grid ever being allocated.
 
+With a mask mod, :func:`plot_inspect` draws the block classes of one (b, h) instead (when known before
+the run), and :func:`plot_tiles_map` (``tilegen inspect --tiles-map FILE``) draws them alone, one
+panel per program, in tile indices (Q tile, K/V tile), as :func:`tilegen.analysis.block_classes`
+computes them.
+
 matplotlib is the ``plot`` extra (``pip install tilegen[plot]``); it is imported only when drawing, on
 the Agg backend.
 """
@@ -206,15 +211,15 @@ def _draw_traffic(ax, report: dict, ascend: bool) -> None:
     ax.legend(fontsize=8, loc="lower right")
 
 
-def check_path(path: str) -> Path:
+def check_path(path: str, flag: str = "--plot") -> Path:
     """The output path, if its extension is one matplotlib is asked to write here.
 
     Raises:
-        SpecError: another extension (names the value and what is accepted).
+        SpecError: another extension (names ``flag``, the value and what is accepted).
     """
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
-        raise SpecError("--plot", path, "a file name ending in .png or .svg")
+        raise SpecError(flag, path, "a file name ending in .png or .svg")
     return p
 
 
@@ -235,8 +240,12 @@ def _matplotlib():
     return plt
 
 
-def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path:
+def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_maps: list[dict] | None = None) -> Path:
     """Draw ``report`` (:func:`tilegen.report.inspect_report`'s dict) to ``path`` (.png or .svg).
+
+    ``block_maps`` (one per program, :func:`tilegen.report.tiles_map_data`) replaces the window's tile
+    classes by a mask mod's block classes of one (b, h): full drawn as visited, partial as masked,
+    empty as skipped.
 
     Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
     """
@@ -250,8 +259,16 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
     window = _window(spec)
     for k, prog in enumerate(progs):
         tiles = prog["tiles"]
-        classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
-        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, prog["label"])
+        if block_maps is not None:
+            m = block_maps[k]
+            cells, re, ce = downsample_classes(m["cells"], max_cells)
+            counts = {"visited": m["counts"]["full"], "masked": m["counts"]["partial"], "skipped": m["counts"]["empty"]}
+            classes = TileGrid(cells, re, ce, counts, *m["cells"].shape)
+            label = f"{prog['label']}, block classes of {m['label'].rsplit(' (', 1)[1][:-1]}"
+        else:
+            classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
+            label = prog["label"]
+        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, label)
     bottom = grid[1, :].subgridspec(1, 2)
     _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
     _draw_traffic(fig.add_subplot(bottom[0, 1]), report, bool(tgt) and not gpu)
@@ -263,6 +280,71 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS) -> Path
         f"{mask} {spec['alignment']}",
         fontsize=12,
     )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
+    plt.close(fig)
+    return out
+
+
+# --- the block classes of a mask mod: ``tilegen inspect --tiles-map FILE`` ------------------------------
+
+BLOCK_COLORS = {0: COLORS[SKIPPED], 1: COLORS[MASKED], 2: COLORS[VISITED]}  # empty, partial, full
+BLOCK_LABELS = {0: "empty: skipped", 1: "partial: mask applied", 2: "full: no mask arithmetic"}
+
+
+def downsample_classes(cells: np.ndarray, max_cells: int = MAX_CELLS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(drawn cells, row edges, column edges) of a [nQ, nK] class grid (0 empty, 1 partial, 2 full):
+    at most ``max_cells`` per side, a cell of several tiles being empty (full) only when all its tiles
+    are, else partial; edges are tile indices."""
+    nq, nk = cells.shape
+    re, ce = _edges(nq, max_cells), _edges(nk, max_cells)
+    if len(re) - 1 == nq and len(ce) - 1 == nk:
+        return cells, re, ce
+    lo = np.minimum.reduceat(np.minimum.reduceat(cells, re[:-1], axis=0), ce[:-1], axis=1)
+    hi = np.maximum.reduceat(np.maximum.reduceat(cells, re[:-1], axis=0), ce[:-1], axis=1)
+    return np.where(lo == hi, lo, 1).astype(np.uint8), re, ce
+
+
+def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--tiles-map", max_cells: int = MAX_CELLS) -> Path:
+    """Draw the block classes of one (b, h) per program to ``path`` (.png or .svg), one panel each.
+
+    ``maps``: dicts with ``label``, ``cells`` (uint8 [nQ, nK]: 0 empty, 1 partial, 2 full), ``Br``,
+    ``Bc``, ``counts`` (by class name, over the drawn (b, h)) and ``source`` (where the classes come
+    from). Axes: Q tile (rows, 0 at the top) and K/V tile (columns), in tile indices.
+
+    Raises:
+        SpecError: another extension. TilegenError: matplotlib is not installed.
+    """
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    out = check_path(path, flag)
+    plt = _matplotlib()
+    fig, axes = plt.subplots(1, len(maps), figsize=(6.2 * len(maps), 6.4), layout="constrained", squeeze=False)
+    cmap = ListedColormap([BLOCK_COLORS[0], BLOCK_COLORS[1], BLOCK_COLORS[2]])
+    norm = BoundaryNorm([-0.5, 0.5, 1.5, 2.5], 3)
+    for ax, m in zip(axes[0], maps):
+        cells, re, ce = downsample_classes(np.asarray(m["cells"], dtype=np.uint8), max_cells)
+        few = max(cells.shape) <= 40
+        ax.pcolormesh(ce, re, cells, cmap=cmap, norm=norm, edgecolors="white" if few else "face", linewidth=0.5 if few else 0)
+        nq, nk = m["cells"].shape
+        ax.set_xlim(0, nk)
+        ax.set_ylim(nq, 0)  # Q tile 0 at the top, as the score matrix is written
+        ax.set_aspect("equal" if 0.25 <= nq / max(nk, 1) <= 4 else "auto")
+        ax.set_xlabel(f"K/V tile (Bc = {m['Bc']} keys each)")
+        ax.set_ylabel(f"Q tile (Br = {m['Br']} queries each)")
+        sub = f"{m['label']}\n{nq:,} x {nk:,} tile pairs, classes: {m['source']}"
+        if cells.shape != (nq, nk):
+            sub += f"\ndrawn as {cells.shape[0]} x {cells.shape[1]} cells (a cell of mixed tiles is partial)"
+        ax.set_title(sub, fontsize=9)
+        total = max(nq * nk, 1)
+        names = {0: "empty", 1: "partial", 2: "full"}
+        handles = [
+            Patch(facecolor=BLOCK_COLORS[c], edgecolor="#999999", label=f"{BLOCK_LABELS[c]}: {m['counts'][names[c]]:,} ({_share(m['counts'][names[c]], total)})")
+            for c in (2, 1, 0)
+        ]
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
     plt.close(fig)

@@ -130,3 +130,179 @@ def plain_backward(q, k, v, do, *, scale: float, window=(-1, -1), alignment="bot
     dq = dtypes.round_to(np.float32(scale) * _mm(ds, ke, "bhqk,bhkd->bhqd", "fp32"), dtype)
     dk = np.float32(scale) * _mm(ds, q, "bhqk,bhqd->bhkd", "fp32")
     return dq, dtypes.round_to(_reduce(dk, hkv), dtype), dtypes.round_to(_reduce(dv, hkv), dtype)
+
+
+# --- score and mask mods (DESIGN §3): score′ materialised, torch autograd for every gradient ----------
+#
+# The mods are the spec's own expressions (the text of ``score_mod``/``mask_mod``, parsed by the mod
+# language's parser), turned into torch functions here by ``sympy.lambdify``; parameter reads are
+# gathers written in this module. Neither tilegen.mods' NumPy evaluation nor its symbolic derivatives
+# are used: every gradient (dQ, dK, dV, dS through score′, the parameters') is torch autograd.
+
+
+def _torch_mods(spec, params: dict):
+    """(score_fn(S, tensors) or None, mask_fn(tensors) or None) for ``spec``'s mods, over torch tensors
+    broadcast as [B, Hq, Sq, Sk] (b, h, q_idx, kv_idx int64 index grids); ``tensors`` maps each
+    parameter name to a torch tensor."""
+    import sympy
+    import torch
+    from sympy.printing.pytorch import TorchPrinter
+
+    from .mods import INDEX_SYMBOLS, SCORE, SIZE_SYMBOLS, parse
+
+    decls = {p.name: p for p in spec.params}
+    sizes = {SIZE_SYMBOLS["B"]: spec.batch, SIZE_SYMBOLS["Hq"]: spec.heads_q, SIZE_SYMBOLS["Hkv"]: spec.heads_kv,
+             SIZE_SYMBOLS["Sq"]: spec.seq_q, SIZE_SYMBOLS["Sk"]: spec.seq_k}
+
+    def gather_fn(name):
+        def gather(*idx):
+            arr = gather.tensors[name]
+            out = []
+            for d, x in enumerate(idx):
+                x = torch.as_tensor(x)
+                x = torch.floor(x).long() if x.is_floating_point() else x.long()
+                out.append(x.clamp(0, arr.shape[d] - 1))  # masked-off pairs may index past an array
+            return arr[tuple(out)]
+
+        return gather
+
+    def compile_(text, kind):
+        if not text:
+            return None
+        expr = parse(text, kind, decls).xreplace({k: sympy.Integer(v) for k, v in sizes.items()})
+        names = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
+        fns = {n: sympy.Function(f"_ref_{n}") for n in names}
+        expr = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
+        gathers = {f"_ref_{n}": gather_fn(n) for n in names}
+        fn = sympy.lambdify(
+            [SCORE, *INDEX_SYMBOLS], expr, modules=[{**gathers, "floor": torch.floor}, "torch"], printer=TorchPrinter({"strict": False})
+        )
+
+        def call(score, tensors, grids):
+            for g in gathers.values():
+                g.tensors = tensors
+            out = fn(score, *grids)
+            return torch.as_tensor(out)
+
+        return call
+
+    return compile_(spec.score_mod, "score"), compile_(spec.mask_mod, "mask")
+
+
+def _grids(spec):
+    import torch
+
+    b = torch.arange(spec.batch).view(-1, 1, 1, 1)
+    h = torch.arange(spec.heads_q).view(1, -1, 1, 1)
+    r = torch.arange(spec.seq_q).view(1, 1, -1, 1)
+    c = torch.arange(spec.seq_k).view(1, 1, 1, -1)
+    return b, h, r, c
+
+
+def _mod_visible(spec, mask_fn, tensors):
+    import torch
+
+    shape = (spec.batch, spec.heads_q, spec.seq_q, spec.seq_k)
+    ok = torch.as_tensor(visible(spec.seq_q, spec.seq_k, spec.window, spec.alignment)).expand(shape)
+    if mask_fn is not None:
+        ok = ok & torch.broadcast_to(mask_fn(None, tensors, _grids(spec)).bool(), shape)
+    return ok
+
+
+def _torch_softmax(s, ok):
+    import torch
+
+    s = torch.where(ok, s, torch.full_like(s, -torch.inf))
+    m = s.amax(dim=-1, keepdim=True).detach()
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(s - m_safe)
+    total = e.sum(dim=-1, keepdim=True)
+    nonzero = total > 0
+    p = e / torch.where(nonzero, total, torch.ones_like(total))
+    lse = torch.where(nonzero, torch.log(torch.where(nonzero, total, torch.ones_like(total))) + m_safe, torch.full_like(total, -torch.inf))
+    return p, lse[..., 0]
+
+
+def mod_attention(spec, q, k, v, do, params: dict) -> dict:
+    """float64 truth of ``spec`` with its score and mask mods (DESIGN §3): score′ = score_mod(scale·QKᵀ)
+    where mask_mod ∧ window holds, −inf elsewhere; P = softmax(score′), L = logsumexp(score′) (rows
+    with no visible key: P = 0, L = −inf). Arrays in logical BNSD order (see the module docstring);
+    ``params`` the parameter arrays by name.
+
+    Returns a dict: ``O`` [B, Hq, Sq, Dv], ``L`` [B, Hq, Sq], ``dQ``, ``dK``, ``dV`` (gradients of
+    sum(O∘dO); None when ``do`` is None) and ``dparams`` (by name, the float parameters' gradients),
+    float64 NumPy arrays, all from torch autograd on the CPU in float64.
+    """
+    import torch
+
+    score_fn, mask_fn = _torch_mods(spec, params)
+    t = {n: torch.tensor(np.asarray(a, dtype=np.float64 if np.asarray(a).dtype.kind == "f" else np.int64)) for n, a in params.items()}
+    floats = [n for n, a in t.items() if a.is_floating_point()]
+    for n in floats:
+        t[n].requires_grad_(True)
+    qt, kt, vt = (torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True) for x in (q, k, v))
+    group = spec.heads_q // spec.heads_kv
+    ke, ve = kt.repeat_interleave(group, dim=1), vt.repeat_interleave(group, dim=1)
+    s = spec.softmax_scale * qt @ ke.transpose(-1, -2)
+    ok = _mod_visible(spec, mask_fn, t)
+    if score_fn is not None:
+        s = torch.broadcast_to(score_fn(s, t, _grids(spec)), s.shape)
+    p, lse = _torch_softmax(s, ok)
+    o = p @ ve
+    out = {"O": o.detach().numpy(), "L": lse.detach().numpy(), "dQ": None, "dK": None, "dV": None, "dparams": {}}
+    if do is None:
+        return out
+    wrt = [qt, kt, vt] + [t[n] for n in floats]
+    grads = torch.autograd.grad((o * torch.tensor(np.asarray(do, dtype=np.float64))).sum(), wrt, allow_unused=True)
+    grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+    out.update(dQ=grads[0].numpy(), dK=grads[1].numpy(), dV=grads[2].numpy())
+    out["dparams"] = {n: g.numpy() for n, g in zip(floats, grads[3:])}
+    return out
+
+
+def plain_mod_attention(spec, q, k, v, do, params: dict) -> dict:
+    """The same-precision textbook form of :func:`mod_attention` (as :func:`plain_forward` and
+    :func:`plain_backward`: S rounded to the dtype, score′ and the softmax in fp32, P and dS rounded
+    where they feed a matmul, dS′ = P∘(dP − D) from the fp32 P); dS = dS′·∂score′/∂score and the
+    parameter gradients by torch autograd in fp32 through score′ alone. Same dict as :func:`mod_attention`
+    (float32 arrays holding dtype values)."""
+    import torch
+
+    dtype = spec.dtype
+    score_fn, mask_fn = _torch_mods(spec, params)
+    t = {n: torch.tensor(np.asarray(a, dtype=np.float32 if np.asarray(a).dtype.kind == "f" else np.int64)) for n, a in params.items()}
+    floats = [n for n, a in t.items() if a.is_floating_point()]
+    hq, hkv = spec.heads_q, spec.heads_kv
+    q, k, v = (dtypes.round_to(np.asarray(x, dtype=np.float32), dtype) for x in (q, k, v))
+    ke, ve = _expand(k, hq), _expand(v, hq)
+    s = dtypes.round_to(np.float32(spec.softmax_scale) * _mm(q, ke, "bhqd,bhkd->bhqk", "fp32"), dtype)
+    ok = _mod_visible(spec, mask_fn, t)
+    st = torch.tensor(np.asarray(s, dtype=np.float32), requires_grad=True)
+    for n in floats:
+        t[n].requires_grad_(True)
+    sp = torch.broadcast_to(score_fn(st, t, _grids(spec)), st.shape) if score_fn is not None else st
+    with torch.no_grad():
+        p32, lse = _torch_softmax(sp.detach(), ok)
+    p32 = p32.numpy().astype(np.float32)
+    p = dtypes.round_to(p32, dtype)
+    o = _mm(p, ve, "bhqk,bhkd->bhqd", dtype)
+    out = {"O": o, "L": lse.numpy().astype(np.float32), "dQ": None, "dK": None, "dV": None, "dparams": {}}
+    if do is None:
+        return out
+    do = dtypes.round_to(np.asarray(do, dtype=np.float32), dtype)
+    dv = _mm(p, do, "bhqk,bhqd->bhkd", "fp32")
+    dp = _mm(do, ve, "bhqd,bhkd->bhqk", dtype)
+    d = (do * o).sum(axis=-1, keepdims=True, dtype=np.float32)
+    ds_prime = torch.tensor((p32 * (dp - d)).astype(np.float32))
+    if score_fn is not None:
+        wrt = [st] + [t[n] for n in floats]
+        grads = torch.autograd.grad(sp, wrt, grad_outputs=ds_prime, allow_unused=True)
+        grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
+        ds32, dparams = grads[0].numpy(), {n: g.numpy() for n, g in zip(floats, grads[1:])}
+    else:
+        ds32, dparams = ds_prime.numpy(), {}
+    ds = dtypes.round_to(ds32.astype(np.float32), dtype)
+    dq = dtypes.round_to(np.float32(spec.softmax_scale) * _mm(ds, ke, "bhqk,bhkd->bhqd", "fp32"), dtype)
+    dk = np.float32(spec.softmax_scale) * _mm(ds, q, "bhqk,bhqd->bhkd", "fp32")
+    out.update(dQ=dq, dK=dtypes.round_to(_reduce(dk, hkv), dtype), dV=dtypes.round_to(_reduce(dv, hkv), dtype), dparams=dparams)
+    return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 
 from . import dtypes
 from .analysis import count, total
@@ -30,6 +31,30 @@ from .targets import Target, load_target
 
 MIB = 1 << 20
 INT32_MAX = 2**31 - 1
+
+
+def block_report(program) -> dict | None:
+    """The block classes of a program with a mask mod, as plain data (None without one): ``source``
+    (compile time, the spec's parameter values, or run-time only), ``table_shape`` [Bm, Hm, nQ, nK],
+    ``per`` (the (b, h) the counts cover), the counts ``empty``, ``partial``, ``full``, ``total`` (None
+    when the classes are known only at run time) and ``visited`` (tile pairs the loops run: every
+    non-empty one, or the window's upper bound)."""
+    from .analysis import program_block_classes
+
+    classes = program_block_classes(program)
+    if classes is None:
+        return None
+    env = {str(k): int(v) for k, v in program.env}
+    nq, nk = -(-env["Sq"] // env["Br"]), -(-env["Sk"] // env["Bc"])
+    dep_b, dep_h = program.mods.mask_depends()
+    shape = [env["B"] if dep_b else 1, env["Hq"] if dep_h else 1, nq, nk]
+    per = "each (b, h)" if not (dep_b or dep_h) else ("all (b, h)" if dep_b and dep_h else ("each h, all b" if dep_b else "each b, all h"))
+    out = {"source": classes.source, "table_shape": shape, "per": per, "empty": None, "partial": None, "full": None, "total": nq * nk * shape[0] * shape[1]}
+    counts = classes.counts()
+    if counts is not None:
+        out.update(counts)
+        out["visited"] = counts["partial"] + counts["full"]
+    return out
 
 
 def _program_report(label: str, program, log: pipeline.PassLog, target: Target | None, expressions: bool) -> dict:
@@ -49,6 +74,9 @@ def _program_report(label: str, program, log: pipeline.PassLog, target: Target |
         "flops": dict(tot.flops),
         "loop_nest": format_program(program),
     }
+    if program.mods is not None:
+        entry["mods"] = program.mods.describe()
+        entry["block_classes"] = block_report(program)
     sched = log.schedule
     if target is not None and sched is not None:
         entry["schedule"] = {
@@ -242,6 +270,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']} (defaults; give --target to choose them for hardware)")
             flops = prog["flops"]
             lines.append("work: " + ", ".join(f"{k} {v:.3e}" for k, v in sorted(flops.items())))
+        lines.extend(_format_blocks(prog))
         for w in prog.get("offsets_past_int32", []):
             lines.append(
                 f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
@@ -252,6 +281,33 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append("loop nest with placements:")
             lines.append(prog["loop_nest"].rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _format_blocks(prog: dict) -> list[str]:
+    """The lines on a program's mods and block classes (none without mods)."""
+    if "mods" not in prog:
+        return []
+    m = prog["mods"]
+    lines = []
+    if "score_mod" in m:
+        lines.append(f"score_mod: {m['score_mod']}   (d score'/d score = {m['dscore']})")
+    if "mask_mod" in m:
+        lines.append(f"mask_mod: {m['mask_mod']}   (and-ed with the window)")
+    blk = prog.get("block_classes")
+    if blk is None:
+        lines.append("tile pairs: no mask mod: the window's loop bounds decide which tiles run")
+        return lines
+    shape = "x".join(map(str, blk["table_shape"]))
+    if blk["empty"] is None:
+        lines.append(f"tile pairs ({blk['total']:,} in the block table [{shape}]): classes {blk['source']}: a classify pre-kernel "
+                     "computes them; counts and prediction assume every tile in the window's bounds is visited and partial")
+        return lines
+    total = max(blk["total"], 1)
+    lines.append(
+        f"tile pairs ({blk['source']}; {blk['per']}, table [{shape}]): {blk['empty']:,} empty ({blk['empty'] / total:.1%}, skipped), "
+        f"{blk['partial']:,} partial (masked), {blk['full']:,} full (mask skipped) of {blk['total']:,}"
+    )
+    return lines
 
 
 def _format_no_fit(prog: dict, levels: list[str]) -> list[str]:
@@ -392,3 +448,44 @@ def format_tradeoff(r: dict) -> str:
         f"{sp[model]['time_s'] / max(rc[model]['time_s'], 1e-30):.2f}x faster than storing P."
     )
     return "\n".join(lines) + "\n"
+
+
+def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, int] = (0, 0), dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> list[dict]:
+    """Per program (the schedule ``target`` gets, as :func:`tilegen.runner.compile_run`), the block
+    classes of batch ``at[0]``, query head ``at[1]``, for :func:`tilegen.plot.plot_tiles_map`. Without
+    a mask mod the classes are those of the window alone.
+
+    Raises:
+        SpecError: ``at`` outside the spec's batch or heads, or classes known at run time only (a mask
+            of parameters that the spec gives no values for).
+    """
+    import sympy
+
+    from .analysis import CLASS_NAMES, BlockClasses, _cached_classes, program_block_classes
+    from .errors import SpecError
+    from .mods import ModSet
+    from .runner import compile_run
+
+    bi, hi = at
+    if not (0 <= bi < spec.batch and 0 <= hi < spec.heads_q):
+        raise SpecError("--tiles-at", f"{bi},{hi}", f"B,H with 0 <= B < {spec.batch} and 0 <= H < {spec.heads_q}")
+    planned = compile_run(spec, target=target, tile_sizes=tile_sizes, dq_strategy=dq_strategy, backward="fused")
+    out = []
+    for label, (program, _) in planned.items():
+        if ("fwd" if label == "forward" else "bwd") not in programs:
+            continue
+        classes = program_block_classes(program)
+        if classes is None:  # no mask mod: the window's classes
+            env = {str(k): int(v) for k, v in program.env}
+            sizes = tuple(sorted((k, env[k]) for k in ("B", "Hq", "Hkv", "Sq", "Sk")))
+            offset = spec.offset
+            classes = _cached_classes(ModSet(mask=sympy.true), sizes, spec.window, offset, env["Br"], env["Bc"], None, "compile time (the window alone)")
+        if not classes.known:
+            raise SpecError("--tiles-map", label, f"a mask whose classes are known before the run: {classes.source}; give the values in the spec's [params]")
+        t = classes.table
+        cells = t[bi if t.shape[0] > 1 else 0, hi if t.shape[1] > 1 else 0]
+        n = np.bincount(cells.reshape(-1), minlength=3)
+        env = {str(k): int(v) for k, v in program.env}
+        out.append({"label": f"{label} (b={bi}, h={hi})", "cells": cells, "Br": env["Br"], "Bc": env["Bc"],
+                    "counts": {CLASS_NAMES[c]: int(n[c]) for c in range(3)}, "source": classes.source})
+    return out

@@ -37,6 +37,7 @@ class RunReport:
             {"Br", "Bc", "kernels"}, "backward": ...}, as in the generated manifest); else None.
         target: the name of the target whose schedule the interpreter ran, or None (its defaults).
         tiles_source: by program label, where its tile sizes come from (see :func:`compile_run`).
+        params_note: with mods, where each parameter array came from (:func:`mod_params`), else None.
     """
 
     spec: AttentionSpec
@@ -46,6 +47,7 @@ class RunReport:
     programs: dict[str, Program] = field(default_factory=dict)
     target: str | None = None
     tiles_source: dict[str, str] = field(default_factory=dict)
+    params_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,58 @@ def random_inputs(spec: AttentionSpec, seed: int) -> dict[str, np.ndarray]:
     nd = dtypes.numpy_dtype(spec.dtype)
     shapes = spec.logical_shapes
     return {name: rng.standard_normal(shapes[name], dtype=np.float32).astype(nd) for name in INPUTS}
+
+
+PARAM_SCALE = 0.1  # standard deviation of generated fp32 parameter values
+MAX_DOCS = 4  # generated document ids: 1..MAX_DOCS documents per row
+
+
+def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], str | None]:
+    """The parameter arrays of ``spec``'s mods for a run, and a line saying where each came from.
+
+    Each array is ``given`` (by name), else the spec's ``values``, else generated from ``seed``: fp32
+    parameters N(0, PARAM_SCALE²); int32 parameters whose last axis is a sequence (Sq or Sk long)
+    sorted document ids, 1..MAX_DOCS documents per row with random boundaries; other int32
+    parameters uniform integers in [0, min(Sq, Sk)). ({}, None) without mods.
+
+    Raises:
+        ModError: a given array of the wrong shape or dtype kind, or a name no mod reads.
+    """
+    from .mods import check_param_arrays
+
+    mods = spec.mods
+    if mods is None or not mods.params:
+        return {}, None
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    given = dict(given or {})
+    rng = np.random.default_rng([seed, 1])
+    arrays, notes = {}, []
+    for p in mods.params:
+        shape = p.concrete_shape(sizes)
+        if p.name in given:
+            arrays[p.name] = given.pop(p.name)
+            notes.append(f"{p.name} {list(shape)} given")
+        elif p.values is not None:
+            notes.append(f"{p.name} {list(shape)} from the spec's values")
+        elif p.dtype == "fp32":
+            arrays[p.name] = (PARAM_SCALE * rng.standard_normal(shape)).astype(np.float32)
+            notes.append(f"{p.name} {list(shape)} random N(0, {PARAM_SCALE}^2)")
+        elif shape[-1] in (spec.seq_q, spec.seq_k):
+            rows = int(np.prod(shape[:-1], dtype=np.int64))
+            ids = np.zeros((rows, shape[-1]), dtype=np.int32)
+            docs = []
+            for r in range(rows):
+                n = int(rng.integers(1, MAX_DOCS + 1))
+                cuts = np.sort(rng.choice(np.arange(1, shape[-1]), size=min(n - 1, shape[-1] - 1), replace=False))
+                ids[r] = np.searchsorted(cuts, np.arange(shape[-1]), side="right")
+                docs.append(len(cuts) + 1)
+            arrays[p.name] = ids.reshape(shape)
+            notes.append(f"{p.name} {list(shape)} random sorted document ids ({', '.join(map(str, docs))} documents)")
+        else:
+            arrays[p.name] = rng.integers(0, min(spec.seq_q, spec.seq_k), size=shape).astype(np.int32)
+            notes.append(f"{p.name} {list(shape)} random integers in [0, {min(spec.seq_q, spec.seq_k)})")
+    arrays = check_param_arrays(mods, {**arrays, **given}, sizes)
+    return arrays, f"parameters (seed {seed}): " + "; ".join(notes)
 
 
 def reference_bytes(spec: AttentionSpec) -> int:
@@ -202,7 +256,9 @@ def check_spec(
             default tile sizes (or ``tile_sizes``).
         backward: ``"both"`` (the fused backward with ``dq_strategy`` and the unfused one, both checked,
             so their traffic can be compared), ``"fused"``, ``"unfused"`` or ``"none"``.
-        data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs.
+        data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs;
+            with mods, also parameter arrays by name (else the spec's values, else generated:
+            :func:`mod_params`).
         twin_target: also generate the Ascend C kernels for this target and run them on the CPU twin;
             their outputs join the comparisons as ``O (twin)``, ``dQ (twin)``, ...
         asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
@@ -211,8 +267,14 @@ def check_spec(
         progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
             interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
+    With mods the truth is :func:`tilegen.reference.mod_attention` (float64 torch, autograd) and the
+    plain one :func:`tilegen.reference.plain_mod_attention`; the gradient of every fp32 parameter
+    (reduced from the backward's per-tile partials, :func:`tilegen.mods.param_grads`) joins the
+    comparisons as ``d<name>`` with n = Sq·Sk terms.
+
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
+        ModError: a parameter array of the wrong shape or dtype kind.
         TargetError, ScheduleError: as :func:`compile_run`.
     """
     validate_run(
@@ -221,25 +283,37 @@ def check_spec(
     if backward not in FORMS:
         raise SpecError("backward", backward, "one of " + ", ".join(FORMS))
     programs = compile_run(spec, target=target, tile_sizes=tile_sizes, dq_strategy=dq_strategy, backward=backward)
+    given = {k: v for k, v in (data or {}).items() if k not in INPUTS}
     data = random_inputs(spec, seed) if data is None else cast_inputs(spec, data)
+    params, report_params = mod_params(spec, seed, given)
     report = RunReport(spec, target=None if target is None else _target_name(target))
+    report.params_note = report_params
     report.tiles_source = {label: source for label, (_, source) in programs.items()}
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
 
     fwd = programs["forward"][0]
-    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"]}, progress=_tagged(progress, "forward"))
+    outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"], **params}, progress=_tagged(progress, "forward"))
     report.programs["forward"] = fwd
     report.measurements["forward"] = measured
-    o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
-    o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
+    if spec.has_mods:
+        mod_ref = reference.mod_attention(spec, data["Q"], data["K"], data["V"], None if backward == "none" else data["dO"], params)
+        mod_pl = reference.plain_mod_attention(spec, data["Q"], data["K"], data["V"], None if backward == "none" else data["dO"], params)
+        o_ref, l_ref, o_pl, l_pl = mod_ref["O"], mod_ref["L"], mod_pl["O"], mod_pl["L"]
+    else:
+        o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
+        o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
     report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
     report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
     if backward == "none":
         return report
 
-    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": outputs["O"], "L": outputs["L"], "dO": data["dO"]}
-    ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
-    plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": outputs["O"], "L": outputs["L"], "dO": data["dO"], **params}
+    if spec.has_mods:
+        ref = (mod_ref["dQ"], mod_ref["dK"], mod_ref["dV"])
+        plain = (mod_pl["dQ"], mod_pl["dK"], mod_pl["dV"])
+    else:
+        ref = reference.backward(data["Q"], data["K"], data["V"], data["dO"], **kw)
+        plain = reference.plain_backward(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
     forms = FORMS[backward]
     for form in forms:
         label = program_label(form, dq_strategy)
@@ -250,6 +324,17 @@ def check_spec(
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
             report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"]), terms=longest_sum(spec)))
+        if spec.has_mods and program.mods.grads:
+            from .mods import param_grads
+
+            dparams = param_grads(program, grads)
+            for name in sorted(dparams):
+                tag = f"d{name}" + ("" if len(forms) == 1 or form == "fused" else "*")
+                # a sum over every (query, key) pair: n = Sq·Sk terms
+                report.comparisons.append(compare(
+                    tag, dparams[name], mod_ref["dparams"][name], mod_pl["dparams"][name], spec.dtype,
+                    rel_floor=lse_rel_floor(outputs["L"]), terms=spec.seq_q * spec.seq_k,
+                ))
     if twin_target is not None:
         _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit)
     return report

@@ -10,7 +10,8 @@ in order, or in a seeded random order for the parallel ones (``order_seed``), to
 result does not depend on the order in which independent programs run.
 
 Sanitizing, as JAX Pallas' interpret mode does: output and workspace tensors and every on-chip buffer
-start as NaN, so a read of anything nothing wrote poisons the result; rows past a tensor's extent are
+start as NaN (per-tile gradient partials, kind ``partial``, at zero: the host allocates them
+zeroed and every tile's entry is summed), so a read of anything nothing wrote poisons the result; rows past a tensor's extent are
 loaded as ``pad_value`` (a large finite number), so padding that leaks into a result shows.
 
 It measures what it executes: bytes read and written per HBM tensor (only the elements inside the
@@ -478,7 +479,11 @@ class Interpreter:
             nr, nc = self._buf(stmt.args[0]).shape[-2:]
         env, rows, cols, r0, c0, lane_nd = self._mod_env(stmt, scope, nr, nc)
         shape = self.lane_shape + (nr, nc)
-        self.measure.flops["vector"] += self.lanes * nr * nc
+        passes = 1
+        if stmt.op == "score":  # the score mod on every tile, the mask on the partial ones (DESIGN §2)
+            full = bool(stmt.blocks) and self._class_at(stmt.blocks, scope) == BLOCK_FULL
+            passes = (mods.score is not None) + (mods.mask is not None and not full)
+        self.measure.flops["vector"] += self.lanes * nr * nc * passes
         if stmt.op == "classify":
             vis = env["valid"] & self._window_visible(rows, cols)
             if mods.mask is not None:
