@@ -1402,7 +1402,7 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
         dims = list(decl.concrete_shape(sizes))
         widths, origins = M.grad_window(term, decl, Br, Bc)
         wint = [program.evaluate(w) for w in widths]
-        tile = {M.Q_IDX: I_TILE * br, M.KV_IDX: J_TILE * bc}
+        tile = {M.Q_IDX: I_TILE * br, M.KV_IDX: J_TILE * bc, Br: br, Bc: bc}
         texts, reads = [], set()
         for o in origins:
             o = sympy.sympify(o).xreplace(tile)
