@@ -187,7 +187,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
 
 
 def _is_bool(e) -> bool:
-    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))
+    # not sympy's Boolean: every Symbol is one (a bare size such as "Sk" or "score" is a number here)
+    return isinstance(e, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom, sympy.core.relational.Relational))
 
 
 class Traced:
