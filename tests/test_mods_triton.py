@@ -250,3 +250,15 @@ def test_missing_parameter_is_named(tb):
         module.forward(x, x, x)
     with pytest.raises(ValueError, match=r"params\['slopes'\] is invalid; accepted: the parameters alibi_slopes"):
         module.forward(x, x, x, params={"alibi_slopes": torch.ones(2), "slopes": torch.ones(2)})
+
+
+def test_a_parameter_shape_of_one_size_parses():
+    """``shape = ["Sk"]`` in a spec file (tilegen/specs/softcap-doc.toml): a bare size is a number, not a
+    boolean (every sympy Symbol is a sympy Boolean)."""
+    from tilegen.ir import Sk
+    from tilegen.spec import builtin_spec
+
+    (decl,) = M.parse_param_decls({"doc": {"shape": ["Sk"], "dtype": "int32"}})
+    assert decl.shape == (Sk,)
+    spec = builtin_spec("softcap-doc")
+    assert spec.mods.index_only_mask is False and spec.params[0].concrete_shape({"Sk": spec.seq_k}) == (spec.seq_k,)
