@@ -24,7 +24,25 @@ serial ``Loop``     ``for var in range(start, stop)`` with the bounds printed fr
 ``RowReduce``       ``tl.max`` / ``tl.sum`` over the tile's columns
 ``Mask``            ``tl.where(visible, x, -inf)`` with DESIGN §3's rule: key c visible to query r iff
                     r + off − left ≤ c ≤ r + off + right, and r < Sq, c < Sk
+``ModOp`` score     score′ printed from the sympy expression (:class:`ModPrinter`: ``tl.where``, ``_tanh``,
+                    ``tl.load`` of a parameter at its clamped index), then ``tl.where(mask_mod, ·, -inf)``
+                    unless the tile's class is full (``if cls != 2``)
+``ModOp`` dscore    ``tl.where(dS′ == 0, 0, dS′ · ∂score′/∂score)`` at the raw score
+``ModOp`` pgrad     the tile's partial window [W]: dS′·coef binned by parameter index − window origin;
+                    a bin of neither index → ``tl.sum``; of the query only → row sums, then a one-hot
+                    [Br, W] sum; of the key only → column sums likewise; of both → a one-hot sum, a chunk
+                    of bins at a time
+``ModOp`` classify  visible count over the tile under extents ∧ window ∧ mask_mod → 0 / 1 / 2
+``Loop.blocks``     a walk of the outer tile's list of non-empty tiles (:func:`block_list_tensors`):
+                    ``for t in range(n): j = tl.load(list + t)``, the tile's class read beside it
 ==================  ========================================================================================
+
+A program with mods also gets host code (``templates/triton/mods_host.py.jinja``): the parameter
+checks, the lists from the class table (torch ops: a sort of distinct keys, deterministic), and per
+parameter-gradient term a reduction kernel in which each program owns a block of parameter entries and
+adds the tiles' windows in tile order (after summing, with torch, over the tile axes the window origin
+does not read): deterministic, no float atomics. More than three grid axes (the classify kernel's
+Bm × Hm × nQ × nK) share launch axis 2.
 
 GPU-specific lowering steps (each a function below; none changes what a kernel computes):
 
@@ -33,10 +51,12 @@ GPU-specific lowering steps (each a function below; none changes what a kernel c
   straight from registers as the left operand of ``tl.dot``; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
 - :func:`mask_segments`: a tile loop whose body masks is split into up to three loops: tiles the mask
   cuts (masked), tiles it leaves whole (no ``tl.where``), tiles it cuts again; the bounds come from the
-  same sympy rule as the interpreter's "tile fully visible" test.
+  same sympy rule as the interpreter's "tile fully visible" test. Not with a mask mod: there the
+  block classes say which tiles are whole.
 - :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
   the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
-  elsewhere (L = m + log l) is converted back with ln 2.
+  elsewhere (L = m + log l) is converted back with ln 2. A score mod is not linear: the factor is
+  applied to its result, its argument stays in natural units.
 - :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
   from the last tile down, so the longest programs start first.
 - :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
