@@ -107,7 +107,7 @@ def _doc_ids(lengths):
 
 
 def test_softcap_causal_bf16(tb):
-    spec, arrays = _spec(M.softcap(30.0), M.causal(), dtype="bf16", seq_q=40, seq_k=56)
+    spec, arrays = _spec(M.softcap(30.0), M.causal(), dtype="bf16", seq_q=40, seq_k=48)
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 32))
     _check(spec, data, arrays, o, lse, out, score_fn=_softcap)
     src = open(module.__file__, encoding="utf-8").read()  # the text tb.render gives (tb.load writes it)
@@ -116,25 +116,33 @@ def test_softcap_causal_bf16(tb):
 
 
 def test_alibi_slopes_gradient_gqa_fp32(tb):
-    slopes = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
-    spec, arrays = _spec(M.alibi(slopes), M.causal(), dtype="fp32", heads_q=4, heads_kv=2, seq_q=48, seq_k=48)
+    slopes = np.array([0.5, 0.25], dtype=np.float32)
+    spec, arrays = _spec(M.alibi(slopes), M.causal(), dtype="fp32", heads_q=2, heads_kv=1, seq_q=48, seq_k=48)
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 32))
     sq, sk = spec.seq_q, spec.seq_k
     _check(spec, data, arrays, o, lse, out, score_fn=lambda s, b, h, qi, ki, **p: _alibi(s, b, h, qi, ki, p["alibi_slopes"], sq, sk))
 
 
-def test_relative_bias_table_gradient_is_deterministic(tb):
+def test_relative_bias_and_bucketed_bias_gradients_are_deterministic(tb):
+    """score + rel_bias[h, q − kv + Sk − 1] + bucket[h, (q − kv) // 8 + 7] with Sq != Sk: two tables
+    whose bins read both indices (the one-hot reduction), the second through a floor division of a
+    negative numerator (Triton's // truncates; the kernel must floor)."""
     rng = np.random.default_rng(1)
-    spec0 = make_spec(seq_q=40, seq_k=56)
-    table = (0.5 * rng.standard_normal((2, spec0.seq_q + spec0.seq_k - 1))).astype(np.float32)
-    spec, arrays = _spec(M.relative_bias(table), None, dtype="fp32", seq_q=40, seq_k=56)
+    table = M.param("rel_bias", (0.5 * rng.standard_normal((2, 40 + 56 - 1))).astype(np.float32))
+    bucket = M.param("bucket", (0.5 * rng.standard_normal((2, 12))).astype(np.float32))
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return M.relative_bias(table)(score, b, h, q_idx, kv_idx) + bucket[h, (q_idx - kv_idx) // 8 + 7]
+
+    spec, arrays = _spec(score_mod, None, dtype="fp32", seq_q=40, seq_k=56)
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 16))
     sk = spec.seq_k
-    _check(spec, data, arrays, o, lse, out, score_fn=lambda s, b, h, qi, ki, rel_bias: s + rel_bias[h, qi - ki + sk - 1])
+    _check(spec, data, arrays, o, lse, out, score_fn=lambda s, b, h, qi, ki, rel_bias, bucket: s + rel_bias[h, qi - ki + sk - 1] + bucket[h, (qi - ki) // 8 + 7])
     q, k, v, do = (_to_torch(data[n]) for n in ("Q", "K", "V", "dO"))
     again = module.backward(q, k, v, torch.from_numpy(o), torch.from_numpy(lse), do, params=params)
-    first, second = out[3]["rel_bias"].numpy(), again[3]["rel_bias"].numpy()
-    assert first.tobytes() == second.tobytes()  # bitwise, run after run
+    for name in ("rel_bias", "bucket"):
+        assert out[3][name].numpy().tobytes() == again[3][name].numpy().tobytes()  # bitwise, run after run
+    assert "_floor_div(" in open(module.__file__, encoding="utf-8").read()
 
 
 def test_document_causal_skips_empty_tiles_fp16(tb):
