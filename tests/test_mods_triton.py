@@ -128,13 +128,13 @@ def test_relative_bias_and_bucketed_bias_gradients_are_deterministic(tb):
     whose bins read both indices (the one-hot reduction), the second through a floor division of a
     negative numerator (Triton's // truncates; the kernel must floor)."""
     rng = np.random.default_rng(1)
-    table = M.param("rel_bias", (0.5 * rng.standard_normal((2, 40 + 56 - 1))).astype(np.float32))
+    table = M.param("rel_bias", (0.5 * rng.standard_normal((2, 24 + 40 - 1))).astype(np.float32))
     bucket = M.param("bucket", (0.5 * rng.standard_normal((2, 12))).astype(np.float32))
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return M.relative_bias(table)(score, b, h, q_idx, kv_idx) + bucket[h, (q_idx - kv_idx) // 8 + 7]
 
-    spec, arrays = _spec(score_mod, None, dtype="fp32", seq_q=40, seq_k=56)
+    spec, arrays = _spec(score_mod, None, dtype="fp32", seq_q=24, seq_k=40)
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 16))
     sk = spec.seq_k
     _check(spec, data, arrays, o, lse, out, score_fn=lambda s, b, h, qi, ki, rel_bias, bucket: s + rel_bias[h, qi - ki + sk - 1] + bucket[h, (qi - ki) // 8 + 7])
@@ -192,11 +192,20 @@ def test_kernels_walk_the_lists(tb, monkeypatch):
     assert (o_full.float() != 0).any()
 
 
-def test_prefix_lm_index_only_mask_bf16(tb):
-    spec, arrays = _spec(None, M.prefix_lm(10), dtype="bf16", seq_q=40, seq_k=40, heads_q=2, heads_kv=1)
+def test_prefix_lm_index_only_mask_and_printed_constructs_bf16(tb):
+    """Prefix-LM (a mask of indices alone) with a score mod that goes through the printer's other
+    constructs: where, %, a square root (and its derivative's negative power), abs and min of indices."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score * M.where(q_idx % 3 == 0, 0.5, 1.0) + 0.1 * M.sqrt(1 + score * score) - 0.01 * M.minimum(abs(q_idx - kv_idx), 16)
+
+    def ref_score(s, b, h, qi, ki):
+        return s * torch.where(qi % 3 == 0, 0.5, 1.0) + 0.1 * torch.sqrt(1 + s * s) - 0.01 * torch.clamp((qi - ki).abs(), max=16)
+
+    spec, arrays = _spec(score_mod, M.prefix_lm(10), dtype="bf16", seq_q=40, seq_k=40, heads_q=2, heads_kv=1)
     assert spec.mods.index_only_mask
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 16))
-    _check(spec, data, arrays, o, lse, out, mask_fn=lambda b, h, qi, ki: (ki < 10) | (ki <= qi))
+    _check(spec, data, arrays, o, lse, out, score_fn=ref_score, mask_fn=lambda b, h, qi, ki: (ki < 10) | (ki <= qi))
     # a mask of indices alone: the table and lists are computed once per device and reused
     assert module.block_lists("fwd", _to_torch(data["Q"]))["BM"] is module.block_lists("fwd", _to_torch(data["Q"]))["BM"]
 
@@ -205,9 +214,9 @@ def test_user_mod_bias_document_window_fp16_both_strategies(tb):
     """score + bias[h, kv_idx] + rowb[q_idx]·(q_idx − kv_idx)/16 (a K/V-only and a Q-only gradient window) under a
     document mask and a sliding window (16, 0)."""
     rng = np.random.default_rng(2)
-    bias = M.param("bias", (0.3 * rng.standard_normal((2, 48))).astype(np.float32))
-    rowb = M.param("rowb", (0.3 * rng.standard_normal(48)).astype(np.float32))
-    doc = M.param("doc", _doc_ids([12, 26, 10]))
+    bias = M.param("bias", (0.3 * rng.standard_normal((2, 40))).astype(np.float32))
+    rowb = M.param("rowb", (0.3 * rng.standard_normal(40)).astype(np.float32))
+    doc = M.param("doc", _doc_ids([12, 18, 10]))
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + bias[h, kv_idx] + rowb[q_idx] * (q_idx - kv_idx) / 16
@@ -215,7 +224,7 @@ def test_user_mod_bias_document_window_fp16_both_strategies(tb):
     def mask_mod(b, h, q_idx, kv_idx):
         return (doc[q_idx] == doc[kv_idx]) & M.sliding_window(16, 0)(b, h, q_idx, kv_idx)
 
-    spec, arrays = _spec(score_mod, mask_mod, dtype="fp16", seq_q=48, seq_k=48)
+    spec, arrays = _spec(score_mod, mask_mod, dtype="fp16", seq_q=40, seq_k=40)
 
     def ref_score(s, b, h, qi, ki, bias, rowb, doc):
         return s + bias[h, ki] + rowb[qi] * (qi - ki) / 16

@@ -675,6 +675,12 @@ class _Converter:
         name = node.func.id
         if node.keywords:
             self.fail(f"keyword arguments to {name}", "positional arguments")
+        if name == "Piecewise":  # to_text's spelling of where(): its arguments are (value, cond) tuples
+            pairs = []
+            for a in node.args:
+                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
+                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
+            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         args = [self.visit(a) for a in node.args]
         if name == "where":
             if len(args) != 3:
@@ -683,12 +689,6 @@ class _Converter:
                 return _where(*args)
             except ModError as exc:
                 self.fail(exc.value, exc.accepted)
-        if name == "Piecewise":
-            pairs = []
-            for a in node.args:
-                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
-                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
-            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         if name not in FUNCTIONS:
             self.fail(f"the unknown function {name!r}", "the functions where, " + ", ".join(sorted(FUNCTIONS)))
         try:
