@@ -194,13 +194,16 @@ def test_kernels_walk_the_lists(tb, monkeypatch):
 
 def test_prefix_lm_index_only_mask_and_printed_constructs_bf16(tb):
     """Prefix-LM (a mask of indices alone) with a score mod that goes through the printer's other
-    constructs: where, %, a square root (and its derivative's negative power), abs and min of indices."""
+    constructs: where, %, a square root (and its derivative's negative power), abs and min of indices,
+    exp of an integer expression, a number to the power of an index."""
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return score * M.where(q_idx % 3 == 0, 0.5, 1.0) + 0.1 * M.sqrt(1 + score * score) - 0.01 * M.minimum(abs(q_idx - kv_idx), 16)
+        decay = M.exp(-(abs(q_idx - kv_idx) // 4)) * 2 ** (-h)  # exp of an integer; a number to an index power
+        return score * M.where(q_idx % 3 == 0, 0.5, 1.0) + 0.1 * M.sqrt(1 + score * score) - 0.01 * M.minimum(abs(q_idx - kv_idx), 16) + decay
 
     def ref_score(s, b, h, qi, ki):
-        return s * torch.where(qi % 3 == 0, 0.5, 1.0) + 0.1 * torch.sqrt(1 + s * s) - 0.01 * torch.clamp((qi - ki).abs(), max=16)
+        decay = torch.exp(-((qi - ki).abs() // 4).double()) * 2.0 ** (-h.double())
+        return s * torch.where(qi % 3 == 0, 0.5, 1.0) + 0.1 * torch.sqrt(1 + s * s) - 0.01 * torch.clamp((qi - ki).abs(), max=16) + decay.to(s.dtype)
 
     spec, arrays = _spec(score_mod, M.prefix_lm(10), dtype="bf16", seq_q=40, seq_k=40, heads_q=2, heads_kv=1)
     assert spec.mods.index_only_mask

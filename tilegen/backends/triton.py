@@ -566,7 +566,7 @@ class ModPrinter:
             return f"(({self.p(a)}) - ({self.p(m)}) * tl.floor(({self.p(a)}) / ({self.p(m)})))"
         for fn, text in self.FUNCS.items():
             if isinstance(e, fn):
-                return f"{text}({self.p(e.args[0])})"
+                return f"{text}({self._real(e.args[0]) if fn is not sympy.Abs else self.p(e.args[0])})"
         if isinstance(e, (sympy.Min, sympy.Max)):
             fn = "tl.minimum" if isinstance(e, sympy.Min) else "tl.maximum"
             args = sorted(e.args, key=sympy.default_sort_key)
@@ -611,11 +611,23 @@ class ModPrinter:
             if ex.is_Integer and ex > 0:
                 return "(" + " * ".join([self._factor(base)] * int(ex)) + ")"
             if ex == sympy.Rational(1, 2):
-                return f"tl.sqrt({self.p(base)})"
+                return f"tl.sqrt({self._real(base)})"
             if ex.is_Number and ex < 0:
                 return f"(1.0 / {self._factor(base ** (-ex))})"
-            return f"tl.exp(({self.p(ex)}) * tl.log({self.p(base)}))"
+            if base.is_Number and base > 0:  # c ** x = exp(x · ln c), ln c folded
+                return f"tl.exp({self._real(ex)} * {math.log(float(base))!r})"
+            return f"tl.exp({self._real(ex)} * tl.log({self._real(base)}))"
         raise ScheduleError(f"mod expression {e} ({type(e).__name__}) has no Triton spelling")
+
+    def _real(self, e) -> str:
+        """``e`` as floating-point code: an integer expression is converted (Triton's exp, log, sqrt
+        take floats only), a number printed as a float literal."""
+        e = sympy.sympify(e)
+        if e.is_Number:
+            return repr(float(e))
+        if e.is_integer:
+            return f"tl.cast({self.p(e)}, tl.float32)"  # a Python int in the interpreter has no .to
+        return self.p(e)
 
     def _factor(self, f) -> str:
         text = self.p(f)
