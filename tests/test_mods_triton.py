@@ -193,7 +193,9 @@ def test_kernels_walk_the_lists(tb, monkeypatch):
 
 
 def test_prefix_lm_index_only_mask_and_printed_constructs_bf16(tb):
-    """Prefix-LM (a mask of indices alone) with a score mod that goes through the printer's other
+    """Prefix-LM with a prefix per query head, 10 + 12·h (a mask of indices alone whose tile classes
+    differ between the two query heads of the one KV head: GQA with a per-head table), with a score mod
+    that goes through the printer's other
     constructs: where, %, a square root (and its derivative's negative power), abs and min of indices,
     exp of an integer expression, a number to the power of an index."""
 
@@ -205,10 +207,15 @@ def test_prefix_lm_index_only_mask_and_printed_constructs_bf16(tb):
         decay = torch.exp(-((qi - ki).abs() // 4).double()) * 2.0 ** (-h.double())
         return s * torch.where(qi % 3 == 0, 0.5, 1.0) + 0.1 * torch.sqrt(1 + s * s) - 0.01 * torch.clamp((qi - ki).abs(), max=16) + decay.to(s.dtype)
 
-    spec, arrays = _spec(score_mod, M.prefix_lm(10), dtype="bf16", seq_q=40, seq_k=40, heads_q=2, heads_kv=1)
-    assert spec.mods.index_only_mask
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx < 10 + 12 * h) | (kv_idx <= q_idx)
+
+    spec, arrays = _spec(score_mod, mask_mod, dtype="bf16", seq_q=40, seq_k=40, heads_q=2, heads_kv=1)
+    assert spec.mods.index_only_mask and spec.mods.mask_depends() == (False, True)
     module, data, params, o, lse, out = _run(tb, spec, arrays, (16, 16))
-    _check(spec, data, arrays, o, lse, out, score_fn=ref_score, mask_fn=lambda b, h, qi, ki: (ki < 10) | (ki <= qi))
+    _check(spec, data, arrays, o, lse, out, score_fn=ref_score, mask_fn=lambda b, h, qi, ki: (ki < 10 + 12 * h) | (ki <= qi))
+    bm = module.block_lists("bwd", _to_torch(data["Q"]))["BM"]
+    assert bm.shape[1] == 2 and bm[0, 0, 0, 1] == 0 and bm[0, 1, 0, 1] == 1  # head 0 skips tile (0, 1), head 1 visits it
     # a mask of indices alone: the table and lists are computed once per device and reused
     assert module.block_lists("fwd", _to_torch(data["Q"]))["BM"] is module.block_lists("fwd", _to_torch(data["Q"]))["BM"]
 
