@@ -289,3 +289,15 @@ def test_a_parameter_shape_of_one_size_parses():
     assert decl.shape == (Sk,)
     spec = builtin_spec("softcap-doc")
     assert spec.mods.index_only_mask is False and spec.params[0].concrete_shape({"Sk": spec.seq_k}) == (spec.seq_k,)
+
+
+def test_interpreter_evaluates_an_or_mask():
+    """The NumPy API (interpreter) with prefix-LM, an Or of comparisons of a row and a column index:
+    mods.evaluate broadcasts its operands first (lambdify's logical_or.reduce stacks them)."""
+    import tilegen
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 24, 16)).astype(np.float32) for _ in range(3))
+    o, _ = tilegen.attention(q, k, v, mask_mod=M.prefix_lm(4))
+    ref, _, _ = mod_reference.dense(q, k, v, scale=0.25, mask_fn=lambda b, h, qi, ki: (ki < 4) | (ki <= qi))
+    assert np.abs(o - ref).max() < 1e-5

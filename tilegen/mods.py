@@ -887,8 +887,11 @@ def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[st
             raise ModError(n, None, "an array for every parameter the mods read")
         _CURRENT[n] = _gather_fn(n, np.asarray(params[n]), valid_ref)
     size_vals = [int(sizes.get(k, 1)) for k in SIZE_SYMBOLS]
+    # one common shape: lambdify spells And/Or as logical_and/or.reduce over a tuple of its operands,
+    # which needs them the same shape (a row vector and a column vector do not stack)
+    score, b, h, q_idx, kv_idx = np.broadcast_arrays(0.0 if score is None else score, b, h, q_idx, kv_idx)
     with np.errstate(all="ignore"):
-        out = fn(0.0 if score is None else score, b, h, q_idx, kv_idx, *size_vals)
+        out = fn(score, b, h, q_idx, kv_idx, *size_vals)
     return out
 
 
