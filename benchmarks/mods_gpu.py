@@ -27,6 +27,7 @@ Usage (on the GPU machine, from the repository root; torch 2.11, triton 3.6):
     PYTHONPATH=. python benchmarks/mods_gpu.py                         # every row
     PYTHONPATH=. python benchmarks/mods_gpu.py --mods doc4 doc16 --dims 128
     PYTHONPATH=. python benchmarks/mods_gpu.py --list                  # the rows and tilegen's schedules (CPU)
+    PYTHONPATH=. python benchmarks/mods_gpu.py --compile-only --dims 64  # compile every kernel for sm_90 (CPU: ptxas)
 """
 
 from __future__ import annotations
@@ -386,6 +387,46 @@ def write_results(args, rows):
     return md
 
 
+def compile_only(row, log):
+    """Compile every kernel of ``row``'s generated module for sm_90 with the installed Triton (ptxas; no
+    GPU needed): a generated construct the compiler rejects shows here before the GPU run."""
+    import importlib.util
+    import os
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from tilegen.backends import triton as tb
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("--compile-only needs TRITON_INTERPRET unset (the interpreter compiles nothing)")
+    pointer = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32", "int32": "*i32"}
+    folder = Path(tempfile.mkdtemp(prefix="tilegen-mods-compile-"))
+    path = folder / f"{tb.module_name(row.spec)}.py"
+    path.write_text(tb.render(row.spec, "h200"))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    target = GPUTarget("cuda", 90, 32)
+    for sched in tb.schedule(row.spec, "h200"):
+        ctx = tb._program_context(sched)
+        for k in ctx["kernels"]:
+            sig = {f"{t['name']}_ptr": pointer[t["dtype"]] for t in k["tensors"]}
+            sig.update({f"{t['name']}_s{d}": "i32" for t in k["tensors"] for d in range(t["ndim"])})
+            sig.update({s: "i32" for s in tb.RUNTIME_SHAPES})
+            const = {"Br": ctx["tiles"]["Br"], "Bc": ctx["tiles"]["Bc"], **mod.CONSTS}
+            sig.update({c: "constexpr" for c in const})
+            t0 = time.time()
+            fn = getattr(mod, f"{k['name']}_kernel")
+            triton.compile(triton.compiler.ASTSource(fn, sig, const), target=target, options={"num_warps": k["num_warps"], "num_stages": k["num_stages"]})
+            log(f"  {row.spec.name}: {k['name']} compiled ({time.time() - t0:.1f} s)")
+    for name in sorted(n for n in dir(mod) if n.startswith("_reduce_gpart") and n.endswith("_kernel")):
+        sig = {"part_ptr": "*fp32", "origin_ptr": "*i32", "out_ptr": "*fp32", "T": "i32", "BLOCK": "constexpr"}
+        triton.compile(triton.compiler.ASTSource(getattr(mod, name), sig, {"BLOCK": 128}), target=target, options={"num_warps": 4})
+        log(f"  {row.spec.name}: {name} compiled")
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(HERE / "results"), help="folder for mods_gpu.json/.md")
@@ -396,6 +437,7 @@ def parse_args(argv=None):
     parser.add_argument("--rep", type=int, default=100)
     parser.add_argument("--no-check", action="store_true", help="skip the dense fp32 check")
     parser.add_argument("--list", action="store_true", help="print the rows and tilegen's schedules, run nothing (no GPU needed)")
+    parser.add_argument("--compile-only", action="store_true", help="compile every generated kernel for sm_90, run nothing (no GPU needed)")
     parser.add_argument("--debug", action="store_true")
     return parser.parse_args(argv)
 
@@ -407,6 +449,10 @@ def main(argv=None):
         print(msg, flush=True)
 
     rows = [Row(mod, d, args.n) for d in args.dims for mod in args.mods]
+    if args.compile_only:
+        for row in rows:
+            compile_only(row, log)
+        return 0
     if args.list:
         from tilegen.backends import triton as tb
 
