@@ -692,6 +692,12 @@ class _Converter:
         name = node.func.id
         if node.keywords:
             self.fail(f"keyword arguments to {name}", "positional arguments")
+        if name == "Piecewise":  # to_text's spelling of where(): its arguments are (value, cond) tuples
+            pairs = []
+            for a in node.args:
+                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
+                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
+            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         args = [self.visit(a) for a in node.args]
         if name == "where":
             if len(args) != 3:
@@ -700,12 +706,6 @@ class _Converter:
                 return _where(*args)
             except ModError as exc:
                 self.fail(exc.value, exc.accepted)
-        if name == "Piecewise":
-            pairs = []
-            for a in node.args:
-                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
-                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
-            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         if name not in FUNCTIONS:
             self.fail(f"the unknown function {name!r}", "the functions where, " + ", ".join(sorted(FUNCTIONS)))
         try:
@@ -913,8 +913,11 @@ def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[st
             raise ModError(n, None, "an array for every parameter the mods read")
         _CURRENT[n] = _gather_fn(n, np.asarray(params[n]), valid_ref)
     size_vals = [int(sizes.get(k, 1)) for k in SIZE_SYMBOLS]
+    # one common shape: lambdify spells And/Or as logical_and/or.reduce over a tuple of its operands,
+    # which needs them the same shape (a row vector and a column vector do not stack)
+    score, b, h, q_idx, kv_idx = np.broadcast_arrays(0.0 if score is None else score, b, h, q_idx, kv_idx)
     with np.errstate(all="ignore"):
-        out = fn(0.0 if score is None else score, b, h, q_idx, kv_idx, *size_vals)
+        out = fn(score, b, h, q_idx, kv_idx, *size_vals)
     return out
 
 

@@ -24,7 +24,25 @@ serial ``Loop``     ``for var in range(start, stop)`` with the bounds printed fr
 ``RowReduce``       ``tl.max`` / ``tl.sum`` over the tile's columns
 ``Mask``            ``tl.where(visible, x, -inf)`` with DESIGN §3's rule: key c visible to query r iff
                     r + off − left ≤ c ≤ r + off + right, and r < Sq, c < Sk
+``ModOp`` score     score′ printed from the sympy expression (:class:`ModPrinter`: ``tl.where``, ``_tanh``,
+                    ``tl.load`` of a parameter at its clamped index), then ``tl.where(mask_mod, ·, -inf)``
+                    unless the tile's class is full (``if cls != 2``)
+``ModOp`` dscore    ``tl.where(dS′ == 0, 0, dS′ · ∂score′/∂score)`` at the raw score
+``ModOp`` pgrad     the tile's partial window [W]: dS′·coef binned by parameter index − window origin;
+                    a bin of neither index → ``tl.sum``; of the query only → row sums, then a one-hot
+                    [Br, W] sum; of the key only → column sums likewise; of both → a one-hot sum, a chunk
+                    of bins at a time
+``ModOp`` classify  visible count over the tile under extents ∧ window ∧ mask_mod → 0 / 1 / 2
+``Loop.blocks``     a walk of the outer tile's list of non-empty tiles (:func:`block_list_tensors`):
+                    ``for t in range(n): j = tl.load(list + t)``, the tile's class read beside it
 ==================  ========================================================================================
+
+A program with mods also gets host code (``templates/triton/mods_host.py.jinja``): the parameter
+checks, the lists from the class table (torch ops: a sort of distinct keys, deterministic), and per
+parameter-gradient term a reduction kernel in which each program owns a block of parameter entries and
+adds the tiles' windows in tile order (after summing, with torch, over the tile axes the window origin
+does not read): deterministic, no float atomics. More than three grid axes (the classify kernel's
+Bm × Hm × nQ × nK) share launch axis 2.
 
 GPU-specific lowering steps (each a function below; none changes what a kernel computes):
 
@@ -33,10 +51,12 @@ GPU-specific lowering steps (each a function below; none changes what a kernel c
   straight from registers as the left operand of ``tl.dot``; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
 - :func:`mask_segments`: a tile loop whose body masks is split into up to three loops: tiles the mask
   cuts (masked), tiles it leaves whole (no ``tl.where``), tiles it cuts again; the bounds come from the
-  same sympy rule as the interpreter's "tile fully visible" test.
+  same sympy rule as the interpreter's "tile fully visible" test. Not with a mask mod: there the
+  block classes say which tiles are whole.
 - :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
   the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
-  elsewhere (L = m + log l) is converted back with ln 2.
+  elsewhere (L = m + log l) is converted back with ln 2. A score mod is not linear: the factor is
+  applied to its result, its argument stays in natural units.
 - :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
   from the last tile down, so the longest programs start first.
 - :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
@@ -77,15 +97,19 @@ from ..ir import (
     Loop,
     Mask,
     MatMul,
+    ModOp,
     Program,
     RowReduce,
     Sk,
     Sq,
     Stmt,
     Store,
+    Tensor,
     grid_loops,
     walk,
 )
+from ..ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+from ..ir import i as I_TILE, j as J_TILE
 from ..passes import pipeline
 from ..exprs import next_pow2
 from ..resources import data_dir
@@ -98,7 +122,7 @@ DEFAULT_TARGET = "h200"
 PROGRAMS = ("fwd", "bwd-atomic", "bwd-separate")
 RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value); the rest are constexpr
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
-TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32"}
+TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
 
 
@@ -473,6 +497,143 @@ TRITON_EXPR = ExprPrinter("triton")
 PYTHON_EXPR = ExprPrinter("python")
 
 
+class ModPrinter:
+    """Triton code for an expression of the mod language (:mod:`tilegen.mods`) inside a kernel.
+
+    ``names`` maps the language's symbols (``score``, ``b``, ``h``, ``q_idx``, ``kv_idx``) to code; the
+    sizes ``B, Hq, Hkv, Sq, Sk`` are kernel arguments of the same names. A parameter read ``p[i, ...]``
+    becomes ``tl.load(p_ptr + i' * p_s0 + ...)`` with each index clamped into [0, extent − 1], so every
+    address is inside the array (pairs whose index leaves it are masked by the caller). Integer floor
+    division goes through ``_floor_div`` unless sympy proves the numerator non-negative (Triton's ``//``
+    truncates towards zero), ``Mod`` through the same floor; ``tanh`` through the module's ``_tanh``.
+
+    Raises:
+        ScheduleError: a construct with no Triton spelling (named in the message).
+    """
+
+    FUNCS = {sympy.exp: "tl.exp", sympy.log: "tl.log", sympy.tanh: "_tanh", sympy.Abs: "tl.abs"}
+
+    def __init__(self, names: dict, params: dict):
+        self.names = names
+        self.params = params  # name -> ParamDecl
+
+    def __call__(self, e) -> str:
+        return self.p(sympy.sympify(e))
+
+    def load(self, e: sympy.Indexed) -> str:
+        name = str(e.base.label)
+        decl = self.params[name]
+        terms = []
+        for d, (idx, size) in enumerate(zip(e.indices, decl.shape)):
+            idx, size = sympy.sympify(idx), sympy.sympify(size)
+            if not idx.free_symbols and size.is_Integer:
+                text = str(min(max(int(idx), 0), int(size) - 1))
+            else:
+                text = f"tl.minimum(tl.maximum({self.p(idx)}, 0), {TRITON_EXPR(size - 1)})"
+            terms.append(f"({text}) * {name}_s{d}")
+        return f"tl.load({name}_ptr + {' + '.join(terms)})"
+
+    def _int_floor(self, arg: sympy.Expr) -> str:
+        num, den = sympy.fraction(sympy.together(arg))
+        num = sympy.expand(num)
+        if den == 1:
+            return self.p(num)
+        if not (den.is_positive and num.is_integer and den.is_integer):
+            return f"tl.floor({self.p(arg)})"
+        if _nonneg(num):
+            return f"(({self.p(num)}) // ({self.p(den)}))"
+        return f"_floor_div({self.p(num)}, {self.p(den)})"
+
+    def p(self, e) -> str:
+        if e is sympy.true:
+            return "True"
+        if e is sympy.false:
+            return "False"
+        if isinstance(e, sympy.Integer):
+            return str(int(e))
+        if isinstance(e, (sympy.Rational, sympy.Float)) or e.is_Number:
+            return repr(float(e))
+        if isinstance(e, sympy.Symbol):
+            return self.names.get(e, e.name)
+        if isinstance(e, sympy.Indexed):
+            return self.load(e)
+        if isinstance(e, sympy.floor):
+            return self._int_floor(e.args[0])
+        if isinstance(e, sympy.Mod):
+            a, m = e.args
+            if a.is_integer and m.is_integer and m.is_positive:
+                return f"(({self.p(a)}) - ({self.p(m)}) * {self._int_floor(a / m)})"
+            return f"(({self.p(a)}) - ({self.p(m)}) * tl.floor(({self.p(a)}) / ({self.p(m)})))"
+        for fn, text in self.FUNCS.items():
+            if isinstance(e, fn):
+                return f"{text}({self._real(e.args[0]) if fn is not sympy.Abs else self.p(e.args[0])})"
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            fn = "tl.minimum" if isinstance(e, sympy.Min) else "tl.maximum"
+            args = sorted(e.args, key=sympy.default_sort_key)
+            text = self.p(args[0])
+            for a in args[1:]:
+                text = f"{fn}({text}, {self.p(a)})"
+            return text
+        if isinstance(e, sympy.Piecewise):
+            (val, cond), rest = e.args[0], e.args[1:]
+            if cond is sympy.true or not rest:
+                return self.p(val)
+            return f"tl.where({self.p(cond)}, {self.p(val)}, {self.p(sympy.Piecewise(*rest))})"
+        if isinstance(e, sympy.Not):
+            return f"~({self.p(e.args[0])})"
+        if isinstance(e, (sympy.And, sympy.Or)):
+            word = " & " if isinstance(e, sympy.And) else " | "
+            return "(" + word.join(f"({self.p(a)})" for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
+        if isinstance(e, sympy.core.relational.Relational):
+            return f"(({self.p(e.lhs)}) {e.rel_op} ({self.p(e.rhs)}))"
+        if isinstance(e, sympy.Add):
+            terms = e.as_ordered_terms()
+            text = self.p(terms[0])
+            for t in terms[1:]:
+                coeff, _ = t.as_coeff_Mul()
+                text += f" - {self._factor(-t)}" if coeff < 0 else f" + {self._factor(t)}"
+            return f"({text})"
+        if isinstance(e, sympy.Mul):
+            num, den = [], []
+            for f in sympy.Mul.make_args(e):
+                if isinstance(f, sympy.Pow) and f.exp.is_Number and f.exp < 0:
+                    den.append(f.base ** (-f.exp))
+                elif isinstance(f, sympy.Rational) and not isinstance(f, sympy.Integer) and f.p == 1:
+                    den.append(sympy.Integer(f.q))
+                else:
+                    num.append(f)
+            text = " * ".join(self._factor(f) for f in num) if num else "1.0"
+            for d in den:
+                text = f"{text} / {self._factor(d) if not d.is_Integer else repr(float(d))}"
+            return f"({text})"
+        if isinstance(e, sympy.Pow):
+            base, ex = e.args
+            if ex.is_Integer and ex > 0:
+                return "(" + " * ".join([self._factor(base)] * int(ex)) + ")"
+            if ex == sympy.Rational(1, 2):
+                return f"tl.sqrt({self._real(base)})"
+            if ex.is_Number and ex < 0:
+                return f"(1.0 / {self._factor(base ** (-ex))})"
+            if base.is_Number and base > 0:  # c ** x = exp(x · ln c), ln c folded
+                return f"tl.exp({self._real(ex)} * {math.log(float(base))!r})"
+            return f"tl.exp({self._real(ex)} * tl.log({self._real(base)}))"
+        raise ScheduleError(f"mod expression {e} ({type(e).__name__}) has no Triton spelling")
+
+    def _real(self, e) -> str:
+        """``e`` as floating-point code: an integer expression is converted (Triton's exp, log, sqrt
+        take floats only), a number printed as a float literal."""
+        e = sympy.sympify(e)
+        if e.is_Number:
+            return repr(float(e))
+        if e.is_integer:
+            return f"tl.cast({self.p(e)}, tl.float32)"  # a Python int in the interpreter has no .to
+        return self.p(e)
+
+    def _factor(self, f) -> str:
+        text = self.p(f)
+        return text if isinstance(f, (sympy.Symbol, sympy.Integer)) else f"({text})"
+
+
 # --- lowering steps ----------------------------------------------------------------------------------
 
 
@@ -555,7 +716,8 @@ _LINEAR = ("copy", "add", "sub", "max", "zero_if_neginf")
 def fold_log2(kernel: Kernel) -> frozenset[int]:
     """The statements (by id) whose result is kept multiplied by log2(e): every definition that reaches
     an ``exp`` through linear, scale-commuting ops (copy, add, sub, max, zero_if_neginf, row max, mask,
-    a scaled matmul, a load, a fill). Empty when any such definition is of another kind (then the kernel
+    a scaled matmul, a load, a fill). A ``ModOp`` score is a leaf: score′ = score_mod(S) is not linear
+    in S, so its result is multiplied by log2(e) after the mod and its argument stays in natural units. Empty when any such definition is of another kind (then the kernel
     keeps natural exponentials)."""
     uses, stmts = _reaching(kernel)
     scaled: set[int] = set()
@@ -582,6 +744,8 @@ def fold_log2(kernel: Kernel) -> frozenset[int]:
                 return frozenset()
         elif isinstance(s, (Load, Fill)):
             pass
+        elif isinstance(s, ModOp) and s.op == "score":
+            pass  # score′ is not linear in its argument: its output is multiplied by log2(e), its input is not
         else:
             return frozenset()
         # every use that sees this definition must see only scaled definitions
@@ -599,8 +763,11 @@ def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, boo
     A tile [r0, r0 + R) × [c0, c0 + C) needs no mask iff r0 + R ≤ Sq and c0 + C ≤ Sk (when the spec has
     tails there) and, for a bounded window, c0 ≥ r0 + R − 1 + off − left and c0 + C − 1 ≤ r0 + off + right.
     Each condition is linear in the loop variable, with a positive or negative coefficient, and gives a
-    lower (ceiling) or upper (floor) bound on it; conditions without it form a guard.
+    lower (ceiling) or upper (floor) bound on it; conditions without it form a guard. With a mask mod
+    (``Program.mods.mask``) any tile may be cut, so there is no split (None): the block classes decide.
     """
+    if program.mods is not None and program.mods.mask is not None:
+        return None
     v = loop.var
     rows, cols = shape
     m = program.mask
@@ -646,6 +813,35 @@ def heavy_last(program: Program, loop: Loop) -> bool:
     return loop.role == "q_tile" and program.mask.right >= 0 and program.mask.left < 0
 
 
+# --- block sparsity ----------------------------------------------------------------------------------
+
+LIST_NAMES = {"kv_tile": lambda bm: (f"{bm}_kvn", f"{bm}_kvi"), "q_tile": lambda bm: (f"{bm}_qn", f"{bm}_qi")}
+
+
+def block_list_tensors(program: Program) -> tuple[Tensor, ...]:
+    """The per-row tile lists the module derives from each block-class table ``BM`` [Bm, Hm, nQ, nK]
+    of ``program`` (the IR's kind ``tiles``; Flex's kv_num_blocks / kv_indices idea): int32
+    ``BM_kvn`` [Bm, Hm, nQ] (how many K/V tiles of each Q tile are non-empty), ``BM_kvi`` [Bm, Hm, nQ,
+    nK] (their indices, ascending, the rest padding), and ``BM_qn`` [Bm, Hm, nK], ``BM_qi`` [Bm, Hm,
+    nK, nQ] the same for the Q tiles of each K/V tile (the backward's inner loop). A tile loop with
+    ``blocks`` walks these lists instead of its [start, stop) (the table's empty tiles include every
+    tile outside the window's range, so the two visit the same non-empty tiles, in the same order)."""
+    out: list[Tensor] = []
+    for t in program.tensors:
+        if t.kind != "tiles":
+            continue
+        bm, hm, nq, nk = t.shape
+        kvn, kvi = LIST_NAMES["kv_tile"](t.name)
+        qn, qi = LIST_NAMES["q_tile"](t.name)
+        out += [
+            Tensor(kvn, (bm, hm, nq), "int32", "tiles"),
+            Tensor(kvi, (bm, hm, nq, nk), "int32", "tiles"),
+            Tensor(qn, (bm, hm, nk), "int32", "tiles"),
+            Tensor(qi, (bm, hm, nk, nq), "int32", "tiles"),
+        ]
+    return tuple(out)
+
+
 # --- kernel lowering ---------------------------------------------------------------------------------
 
 
@@ -671,9 +867,11 @@ class KernelLowering:
         self.scaled = fold_log2(kernel)
         self.uses, self.stmts = _reaching(kernel)
         self.wide = any(self._numel(t) > INT32_MAX for t in program.tensors)
-        self.tensors = [t for t in program.tensors if t.name in self._tensors_used()]
+        used = self._tensors_used()
+        self.tensors = [t for t in program.tensors if t.name in used] + [t for t in block_list_tensors(program) if t.name in used]
         self.lines: list[Line] = []
         self.param_names = {t.name for t in program.tensors}
+        self.classes: list[str] = []  # the block-class variable of each enclosing sparse tile loop
 
     # helpers ------------------------------------------------------------------------------------------
     def _numel(self, t) -> int:
@@ -686,6 +884,11 @@ class KernelLowering:
                 out.add(s.src.tensor)
             if isinstance(s, Store):
                 out.add(s.dst.tensor)
+            if isinstance(s, ModOp):
+                out.update(s.tensors)
+            if isinstance(s, Loop) and s.blocks:
+                out.add(s.blocks)
+                out.update(LIST_NAMES[s.role](s.blocks))
         return out
 
     def value(self, e) -> int:
@@ -700,11 +903,17 @@ class KernelLowering:
             return "Dv_p"
         if dim in (Br, Bc):
             return dim.name
+        if not dim.free_symbols - {Br, Bc, Sq, Sk}:  # a vector of mod data (a gradient window, a class)
+            return str(next_pow2(self.value(dim), 1))
         raise ScheduleError(f"kernel {self.kernel.name}: tile extent {dim} is not Br, Bc, Dqk or Dv")
 
     def padded(self, dim) -> bool:
         dim = sympy.sympify(dim)
-        return dim in (Dqk, Dv) and _pow2(self.value(dim)) != self.value(dim)
+        if dim in (Dqk, Dv):
+            return _pow2(self.value(dim)) != self.value(dim)
+        if dim in (Br, Bc):
+            return False
+        return next_pow2(self.value(dim), 1) != self.value(dim)
 
     def shape(self, name: str) -> list[str]:
         buf = self.bufs[name]
@@ -786,6 +995,9 @@ class KernelLowering:
     def loop(self, loop: Loop, indent: int) -> None:
         if loop.kind == "parallel":
             raise ScheduleError(f"kernel {self.kernel.name}: parallel loop {loop.var} inside a serial one")
+        if loop.blocks:
+            self.sparse_loop(loop, indent)
+            return
         masks = [s for s in loop.body if isinstance(s, Mask)]
         note = loop.note
         if len(masks) == 1:
@@ -804,6 +1016,153 @@ class KernelLowering:
                 return
         self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(loop.start), "stop": TRITON_EXPR(loop.stop), "note": note}))
         self.emit(loop.body, indent + 1)
+
+    def _block_point(self, name: str, *index: str) -> str:
+        """``name_ptr + ...``: the element of a block table / list at (Bm, Hm, ...) index ``index``."""
+        terms = [f"{x} * {name}_s{d}" for d, x in enumerate(index) if x != "0"]
+        return f"{name}_ptr + " + " + ".join(terms)
+
+    def _block_head(self, blocks: str) -> tuple[str, str]:
+        shape = self.program.tensor(blocks).shape
+        return ("b" if sympy.sympify(shape[0]) != 1 else "0", "hq" if sympy.sympify(shape[1]) != 1 else "0")
+
+    def sparse_loop(self, loop: Loop, indent: int) -> None:
+        """A tile loop with ``blocks``: walk the ascending list of the non-empty tiles of the outer tile
+        (:func:`block_list_tensors`), reading each visited tile's class for the mask's skip."""
+        if loop.role not in LIST_NAMES:
+            raise ScheduleError(f"kernel {self.kernel.name}: sparse loop {loop.var} walks {loop.role!r} tiles; accepted: q_tile, kv_tile")
+        count, items = LIST_NAMES[loop.role](loop.blocks)
+        var = str(loop.var)
+        outer = str(J_TILE if loop.var == I_TILE else I_TILE)
+        bi, hi = self._block_head(loop.blocks)
+        n, t, cls = f"n_{var}", f"t_{var}", f"cls_{var}"
+        self.lines.append(Line(indent, "assign", {"dst": n, "value": f"tl.load({self._block_point(count, bi, hi, outer)})"}))
+        self.lines.append(Line(indent, "for", {"var": t, "start": "0", "stop": n, "note": f"{loop.note}: the non-empty ones, from {items}"}))
+        self.lines.append(Line(indent + 1, "assign", {"dst": var, "value": f"tl.load({self._block_point(items, bi, hi, outer, t)})"}))
+        self.lines.append(Line(indent + 1, "assign", {"dst": cls, "value": f"tl.load({self._block_point(loop.blocks, bi, hi, str(I_TILE), str(J_TILE))})"}))
+        self.classes.append(cls)
+        self.emit(loop.body, indent + 1)
+        self.classes.pop()
+
+    def _mod_names(self, row0, col0, shape, transposed: bool, indent: int, score: str | None = None, flat: bool = False) -> dict:
+        """Assign the tile's query rows and key columns (``q_idx``, ``kv_idx``: broadcast to the tile's
+        orientation; ``q_idx1``, ``kv_idx1``: 1-d) and map the mod language's symbols to code."""
+        from .. import mods as M
+
+        rows = f"({TRITON_EXPR(row0)} + tl.arange(0, {self.width(shape[0])}))"
+        cols = f"({TRITON_EXPR(col0)} + tl.arange(0, {self.width(shape[1])}))"
+        self.lines.append(Line(indent, "assign", {"dst": "q_idx", "value": rows + ("[None, :]" if transposed else "[:, None]")}))
+        self.lines.append(Line(indent, "assign", {"dst": "kv_idx", "value": cols + ("[:, None]" if transposed else "[None, :]")}))
+        if flat:
+            self.lines.append(Line(indent, "assign", {"dst": "q_idx1", "value": rows}))
+            self.lines.append(Line(indent, "assign", {"dst": "kv_idx1", "value": cols}))
+        names = {M.B_IDX: "b", M.H_IDX: "hq", M.Q_IDX: "q_idx", M.KV_IDX: "kv_idx"}
+        if score is not None:
+            names[M.SCORE] = score
+        return names
+
+    def _printer(self, names: dict) -> "ModPrinter":
+        return ModPrinter(names, {p.name: p for p in self.program.mods.params})
+
+    def _mod_src(self, name: str, sid: int) -> str:
+        """A buffer a mod reads, in natural units (converted back when it is kept scaled by log2 e)."""
+        return f"({name} * {LN2!r})" if self._all_scaled(sid, name) else name
+
+    def _window_conds(self, r: str, c: str, shape, always_bounds: bool = False) -> list[str]:
+        """DESIGN §3's visibility of key c to query r: extents (where the spec has tails, or always) and
+        the window."""
+        m = self.program.mask
+        off = TRITON_EXPR(m.offset)
+        off_text = "" if off == "0" else f" + {off}" if not off.startswith("-") else f" - {off[1:]}"
+        conds = []
+        if always_bounds or self.value(Sq) % self.value(shape[0]) != 0:
+            conds.append(f"({r} < Sq)")
+        if always_bounds or self.value(Sk) % self.value(shape[1]) != 0:
+            conds.append(f"({c} < Sk)")
+        if m.left >= 0:
+            conds.append(f"({c} >= {r}{off_text}{f' - {m.left}' if m.left else ''})")
+        if m.right >= 0:
+            conds.append(f"({c} <= {r}{off_text}{f' + {m.right}' if m.right else ''})")
+        return conds
+
+    def modop(self, s: ModOp, indent: int, unmasked: bool) -> None:
+        from .. import mods as M
+
+        mods = self.program.mods
+        sid = id(s)
+        if s.op == "classify":
+            names = self._mod_names(s.row0, s.col0, (Br, Bc), False, indent)
+            conds = self._window_conds("q_idx", "kv_idx", (Br, Bc), always_bounds=True)
+            if mods.mask is not None:
+                conds.append(f"({self._printer(names)(mods.mask)})")
+            self.lines.append(Line(indent, "assign", {"dst": "n_vis", "value": f"tl.sum(({' & '.join(conds)}).to(tl.int32))"}))
+            self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.where(n_vis == 0, {float(BLOCK_EMPTY)!r}, tl.where(n_vis == Br * Bc, {float(BLOCK_FULL)!r}, {float(BLOCK_PARTIAL)!r}))"}))
+            return
+        src = s.args[0]
+        shape = tuple(self.bufs[src].shape)
+        t = src in self.transposed
+        raw = self._mod_src(s.args[1], sid) if len(s.args) > 1 else None
+        if s.op == "score":
+            names = self._mod_names(s.row0, s.col0, shape, t, indent, score=self._mod_src(src, sid))
+            pr = self._printer(names)
+            value = pr(mods.score) if mods.score is not None else names[M.SCORE]
+            if sid in self.scaled:
+                value = f"({value}) * {LOG2E!r}"
+            self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": value}))
+            if mods.mask is not None:
+                inner = indent
+                if s.blocks and self.classes:
+                    self.lines.append(Line(indent, "if", {"cond": f"{self.classes[-1]} != {float(BLOCK_FULL)!r}", "note": "a full tile needs no mask"}))
+                    inner = indent + 1
+                self.lines.append(Line(inner, "mask", {"dst": s.dst, "src": s.dst, "cond": pr(mods.mask)}))
+            return
+        names = self._mod_names(s.row0, s.col0, shape, t, indent, score=raw, flat=s.op == "pgrad")
+        pr = self._printer(names)
+        g = self._mod_src(src, sid)
+        if s.op == "dscore":
+            self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.where({g} == 0, 0.0, {g} * ({pr(mods.dscore)}))"}))
+            return
+        if s.op != "pgrad":
+            raise ScheduleError(f"kernel {self.kernel.name}: unknown mod op {s.op}")
+        self._pgrad(s, indent, shape, t, names, pr, g)
+
+    def _pgrad(self, s: ModOp, indent: int, shape, t: bool, names: dict, pr: "ModPrinter", g: str) -> None:
+        """gp [W] = the tile's partial of gradient term ``s.term``: Σ of dS′·coef binned by the
+        parameter index minus the window's origin (row-major over the window's widths)."""
+        from .. import mods as M
+
+        mods = self.program.mods
+        term = mods.grads[s.term]
+        decl = mods.param(term.param)
+        widths, origins = M.grad_window(term, decl, shape[0], shape[1])
+        wint = [self.value(w) for w in widths]
+        total = math.prod(wint)
+        wp = next_pow2(total, 1)
+        corner = {M.Q_IDX: s.row0, M.KV_IDX: s.col0}
+        flat = sympy.Integer(0)
+        for e, o, w in zip(term.index, origins, wint):
+            flat = flat * w + (sympy.sympify(e) - sympy.sympify(o).xreplace(corner))
+        flat = sympy.expand(flat)
+        dq, dk = M.Q_IDX in flat.free_symbols, M.KV_IDX in flat.free_symbols
+        self.lines.append(Line(indent, "assign", {"dst": "contrib", "value": f"tl.where({g} == 0, 0.0, {g} * ({pr(term.coef)}))"}))
+        slots = f"tl.arange(0, {wp})"
+        row_axis, col_axis = (1, 0) if t else (0, 1)
+        if not dq and not dk:
+            self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.where({slots} == ({pr(flat)}), tl.sum(contrib), 0.0)"}))
+        elif dq != dk:
+            axis, sym, one = (col_axis, M.Q_IDX, "q_idx1") if dq else (row_axis, M.KV_IDX, "kv_idx1")
+            pr1 = self._printer({**names, sym: one})
+            self.lines.append(Line(indent, "assign", {"dst": "contrib1", "value": f"tl.sum(contrib, axis={axis})"}))
+            self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.sum(tl.where(({pr1(flat)})[:, None] == {slots}[None, :], contrib1[:, None], 0.0), axis=0)"}))
+        else:  # the bin reads both indices: a one-hot reduction, a chunk of CH bins at a time
+            n = self.value(shape[0]) * self.value(shape[1])
+            ch = max(1, min(wp, 8192 // next_pow2(n, 1)))
+            chunk = f"(w0 + tl.arange(0, {ch}))"
+            self.lines.append(Line(indent, "assign", {"dst": "bins", "value": pr(flat)}))
+            self.lines.append(Line(indent, "fill", {"dst": s.dst, "shape": [str(wp)], "value": "0.0", "dtype": "tl.float32"}))
+            self.lines.append(Line(indent, "for", {"var": "w0", "start": "0", "stop": f"{wp}, {ch}", "note": f"{ch} bins at a time"}))
+            self.lines.append(Line(indent + 1, "assign", {"dst": "part", "value": f"tl.sum(tl.sum(tl.where(bins[:, :, None] == {chunk}[None, None, :], contrib[:, :, None], 0.0), axis=0), axis=0)"}))
+            self.lines.append(Line(indent + 1, "assign", {"dst": s.dst, "value": f"{s.dst} + tl.sum(tl.where({slots}[None, :] == {chunk}[:, None], part[:, None], 0.0), axis=0)"}))
 
     def load(self, s: Load, indent: int, unmasked: bool) -> None:
         t = self.tile(s.src, s.dst in self.transposed)
@@ -887,29 +1246,38 @@ class KernelLowering:
         cols = f"({TRITON_EXPR(s.col0)} + tl.arange(0, {self.width(shape[1])}))"
         r = rows + ("[None, :]" if t else "[:, None]")
         c = cols + ("[:, None]" if t else "[None, :]")
-        m = self.program.mask
-        off = TRITON_EXPR(m.offset)
-        off_text = "" if off == "0" else f" + {off}" if not off.startswith("-") else f" - {off[1:]}"
-        conds = []
-        if self.value(Sq) % self.value(shape[0]) != 0:
-            conds.append(f"({r} < Sq)")
-        if self.value(Sk) % self.value(shape[1]) != 0:
-            conds.append(f"({c} < Sk)")
-        if m.left >= 0:
-            conds.append(f"({c} >= {r}{off_text}{f' - {m.left}' if m.left else ''})")
-        if m.right >= 0:
-            conds.append(f"({c} <= {r}{off_text}{f' + {m.right}' if m.right else ''})")
+        conds = self._window_conds(r, c, shape)
         if not conds:
             if s.dst != s.src:
                 self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": "copy", "args": [s.src], "cast": None}))
+            return
+        if self.classes:  # a sparse loop: the tile's class says whether the window and extents cut it
+            if s.dst != s.src:
+                self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": "copy", "args": [s.src], "cast": None}))
+            last = self.lines[-2:]
+            if (
+                s.dst == s.src
+                and len(last) == 2
+                and last[0].kind == "if"
+                and last[0].f["cond"] == f"{self.classes[-1]} != {float(BLOCK_FULL)!r}"
+                and last[1].kind == "mask"
+                and last[1].f["dst"] == s.dst
+            ):  # the mask mod's where just before: one where for both
+                last[1].f["cond"] = f"{last[1].f['cond']} & {' & '.join(conds)}"
+                return
+            self.lines.append(Line(indent, "if", {"cond": f"{self.classes[-1]} != {float(BLOCK_FULL)!r}", "note": "a full tile needs no mask"}))
+            self.lines.append(Line(indent + 1, "mask", {"dst": s.dst, "src": s.dst, "cond": " & ".join(conds)}))
             return
         self.lines.append(Line(indent, "mask", {"dst": s.dst, "src": s.src, "cond": " & ".join(conds)}))
 
     # the whole kernel ---------------------------------------------------------------------------------
     def lower(self) -> dict:
         grid = grid_loops(self.kernel)
-        if len(grid) > 3:
-            raise ScheduleError(f"kernel {self.kernel.name}: {len(grid)} grid axes; Triton launches at most 3")
+        merged = []
+        if len(grid) > 3:  # the outer axes share launch axis 2: pid = ((outer0 · n1) + outer1) ...
+            if any(sympy.sympify(lp.start) != 0 for lp in grid[: len(grid) - 2]):
+                raise ScheduleError(f"kernel {self.kernel.name}: {len(grid)} grid axes and an outer one does not start at 0")
+            merged, grid = list(grid[: len(grid) - 2]), list(grid[len(grid) - 2 :])
         axes = []
         for axis, loop in enumerate(reversed(grid)):
             start = TRITON_EXPR(loop.start)
@@ -921,9 +1289,23 @@ class KernelLowering:
             size = self.program.evaluate(loop.stop - loop.start)
             if axis > 0 and size > 65535:
                 raise ScheduleError(f"kernel {self.kernel.name}: grid axis {axis} ({loop.var}) has {size} programs; CUDA allows 65535")
+        decode = []
+        if merged:
+            extents = [lp.stop for lp in merged]
+            size = sympy.Mul(*extents)
+            if self.program.evaluate(size) > 65535:
+                raise ScheduleError(f"kernel {self.kernel.name}: grid axis 2 ({', '.join(str(lp.var) for lp in merged)}) has {self.program.evaluate(size)} programs; CUDA allows 65535")
+            axes.append({"var": ", ".join(str(lp.var) for lp in merged), "value": "tl.program_id(2)", "size": PYTHON_EXPR(size), "role": "merged"})
+            for n, lp in enumerate(merged):
+                inner = sympy.Mul(*extents[n + 1 :])
+                value = "tl.program_id(2)" if inner == 1 else f"(tl.program_id(2) // ({TRITON_EXPR(inner)}))"
+                decode.append({"dst": str(lp.var), "value": value if n == 0 else f"({value} % ({TRITON_EXPR(lp.stop)}))"})
         body = grid[-1].body if grid else self.kernel.body
+        for d in decode:
+            self.lines.append(Line(1, "assign", d))
         for a in reversed(axes):
-            self.lines.append(Line(1, "assign", {"dst": a["var"], "value": a["value"]}))
+            if a["role"] != "merged":
+                self.lines.append(Line(1, "assign", {"dst": a["var"], "value": a["value"]}))
         self.emit(body, 1)
         return {
             "name": self.kernel.name,
@@ -964,6 +1346,9 @@ def _program_context(sched: Scheduled) -> dict:
     program = sched.program
     env = {str(k): v for k, v in program.env}
     kernels = [KernelLowering(program, k, sched.knobs[k.phase]).lower() for k in program.kernels]
+    for k in kernels:  # both programs have one; the forward's and the backward's tile sizes may differ
+        if k["phase"] == "classify":
+            k["name"] = f"{sched.kind.split('-')[0]}_classify"
     tensors = [
         {"name": t.name, "kind": t.kind, "dtype": t.dtype, "torch_dtype": TORCH_DTYPES[t.dtype], "ndim": len(t.shape), "layout": t.layout if len(t.shape) == 4 else "", "shape": [PYTHON_EXPR(d) for d in t.shape]}
         for t in program.tensors
@@ -1014,8 +1399,75 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "layout": spec.layout,
         "dtype": spec.dtype,
         "torch_dtype": TORCH_DTYPES[spec.dtype],
+        "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
     }
     return _environment().get_template("module.py.jinja").render(**context)
+
+
+def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
+    """What the module's host code needs of the mods: the parameters (shapes, dtypes, values), whether
+    the mask reads indices alone, the block tables' shapes, and per gradient term of the backward its
+    window (widths, origins as Python code of the tile indices b, h, i, j) for the fixed-order reduction."""
+    from .. import mods as M
+
+    mods = spec.mods
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    params = [
+        {
+            "name": p.name,
+            "shape": [str(d) for d in p.concrete_shape(sizes)],
+            "torch_dtype": TORCH_DTYPES[p.dtype],
+            "data": None if p.values is None else list(p.values),
+        }
+        for p in mods.params
+    ]
+    block_shapes = {}
+    for sched in (fwd, bwd):
+        for t in sched.program.tensors:
+            if t.kind == "tiles":
+                block_shapes[sched.kind.split("-")[0]] = [sched.program.evaluate(d) for d in t.shape]
+    program = bwd.program
+    br, bc = program.evaluate(Br), program.evaluate(Bc)
+    grads = []
+    for k, term in enumerate(mods.grads):
+        decl = mods.param(term.param)
+        dims = list(decl.concrete_shape(sizes))
+        widths, origins = M.grad_window(term, decl, Br, Bc)
+        wint = [program.evaluate(w) for w in widths]
+        tile = {M.Q_IDX: I_TILE * br, M.KV_IDX: J_TILE * bc, Br: br, Bc: bc}
+        texts, reads = [], set()
+        for o in origins:
+            o = sympy.sympify(o).xreplace(tile)
+            reads |= {str(x) for x in o.free_symbols}
+            try:
+                texts.append(PYTHON_EXPR(o))
+            except ScheduleError:
+                raise ScheduleError(f"the window origin {o} of {term.param}'s gradient has no host spelling") from None
+        presum = [axis for axis, name in enumerate(("b", "h", "i", "j")) if name not in reads]
+        strides = [math.prod(dims[d + 1 :]) for d in range(len(dims))]
+        grads.append(
+            {
+                "k": k,
+                "param": term.param,
+                "ndim": len(dims),
+                "dims": dims,
+                "strides": strides,
+                "numel": math.prod(dims),
+                "widths": wint,
+                "W": math.prod(wint),
+                "origins": texts,
+                "presum": presum,
+            }
+        )
+    return {
+        "score_text": M.to_text(mods.score) if mods.score is not None else "",
+        "mask_text": M.to_text(mods.mask) if mods.mask is not None else "",
+        "params": params,
+        "param_names": [p.name for p in mods.params],
+        "index_only": bool(mods.index_only_mask),
+        "block_shapes": block_shapes,
+        "grads": grads,
+    }
 
 
 def module_name(spec: AttentionSpec) -> str:
