@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -861,13 +862,18 @@ def _lambdified(expr):
     reads = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
     fns = {n: sympy.Function(f"_g_{n}") for n in reads}
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
+    # and/or of arrays of different broadcast shapes: lambdify's logical_and.reduce((a, b)) stacks them
+    # (and fails); reduce pairwise with broadcasting instead
+    logic = {sympy.And: sympy.Function("_and_"), sympy.Or: sympy.Function("_or_")}
+    replaced = replaced.replace(lambda e: type(e) in logic, lambda e: logic[type(e)](*e.args))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, "numpy"]
+    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, _LOGIC, "numpy"]
     return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}
+_LOGIC = {"_and_": lambda *a: functools.reduce(np.logical_and, a), "_or_": lambda *a: functools.reduce(np.logical_or, a)}
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):
