@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,6 +46,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import sympy
+from sympy.printing.numpy import NumPyPrinter
 
 from .errors import SpecError
 from .ir import B, Hkv, Hq, Sk, Sq
@@ -188,7 +188,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
 
 
 def _is_bool(e) -> bool:
-    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))
+    # a sympy Symbol is a Boolean too: a bare size (B, Hq, ...) is a number here
+    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational)) and not isinstance(e, sympy.Symbol)
 
 
 class Traced:
@@ -862,18 +863,26 @@ def _lambdified(expr):
     reads = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
     fns = {n: sympy.Function(f"_g_{n}") for n in reads}
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
-    # and/or of arrays of different broadcast shapes: lambdify's logical_and.reduce((a, b)) stacks them
-    # (and fails); reduce pairwise with broadcasting instead
-    logic = {sympy.And: sympy.Function("_and_"), sympy.Or: sympy.Function("_or_")}
-    replaced = replaced.replace(lambda e: type(e) in logic, lambda e: logic[type(e)](*e.args))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, _LOGIC, "numpy"]
-    return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
+    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, "numpy"]
+    printer = _BroadcastPrinter({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                                 "user_functions": {f"_g_{n}": f"_g_{n}" for n in reads}})
+    return reads, sympy.lambdify(args, replaced, modules=modules, printer=printer), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}
-_LOGIC = {"_and_": lambda *a: functools.reduce(np.logical_and, a), "_or_": lambda *a: functools.reduce(np.logical_or, a)}
+
+
+class _BroadcastPrinter(NumPyPrinter):
+    """NumPy code whose and/or broadcast their operands (NumPyPrinter's ``logical_and.reduce((a, b))``
+    stacks them, which fails for a mask like ``kv_idx < n | kv_idx <= q_idx``: [1, Sk] and [Sq, Sk])."""
+
+    def _print_And(self, expr):
+        return "(" + " & ".join(f"({self._print(a)})" for a in expr.args) + ")"
+
+    def _print_Or(self, expr):
+        return "(" + " | ".join(f"({self._print(a)})" for a in expr.args) + ")"
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):

@@ -1156,7 +1156,8 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     Raises:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201); the
             message lists the targets that are.
-        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
+        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube, a score
+            or mask mod outside the forms of :mod:`tilegen.backends.ascendc_mods`; names the construct).
     """
     from ..targets import target_names
 
@@ -1169,6 +1170,8 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
         )
     if spec.dtype not in ("fp16", "bf16"):
         raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
+    if spec.mods is not None:
+        AM.recognise(spec.mods)  # a construct the AIV lowering does not emit is refused here, before compiling
     return tgt
 
 
