@@ -288,6 +288,8 @@ _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16
 
 
 def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
+    if t.kind == "partial":  # tiles the kernels skip contribute 0
+        return f"at::zeros({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
     like = {"O": "Q", "dQ": "Q", "dK": "K", "dV": "V"}.get(t.name)
     if like and t.name != "O":
         return f"at::empty_like({like})"
@@ -309,6 +311,8 @@ class ProgramPlan:
     tiles: dict[str, int]
     program: Program
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
+    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
+    partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -1081,7 +1085,10 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         if k.phase != "classify"
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses)
+    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
+    extras = [t.name for t in tensors if t.kind in ("input", "tiles") and t.name not in base_inputs]
+    partials = [t.name for t in tensors if t.kind == "partial"]
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials)
 
 
 def _host_numel(t, consts: dict) -> str:
