@@ -909,6 +909,7 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
                 p = lo.tensors[str(key.base.label)]
                 kdim = list(key.indices).index(M.KV_IDX)
                 index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
+                lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
                 tile.append({
                     "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
                     "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), lo.consts),

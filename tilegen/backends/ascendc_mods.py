@@ -235,10 +235,6 @@ def rowmajor(index, shape) -> sympy.Expr:
     return off
 
 
-def mods_need_rows(plan: Plan) -> bool:
-    return plan.mask is not None or plan.terms or plan.cap is not None
-
-
 def mask_depth(node) -> int:
     """Rows of 0/1 scratch the mask tree needs (a register stack)."""
     if node is None:
