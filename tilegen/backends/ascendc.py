@@ -42,18 +42,21 @@ from ..ir import (
     Loop,
     Mask,
     MatMul,
+    ModOp,
     Program,
     RowReduce,
     Store,
     grid_loops,
 )
+from . import ascendc_mods as AM
+from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
 
-CTYPE = {"fp16": "half", "bf16": "bfloat16_t", "fp32": "float"}
+CTYPE = {"fp16": "half", "bf16": "bfloat16_t", "fp32": "float", "int32": "int32_t"}
 SHAPE_NAMES = ("B", "Hq", "Hkv", "G", "Sq", "Sk")
 
 
@@ -285,6 +288,8 @@ _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16
 
 
 def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
+    if t.kind == "partial":  # tiles the kernels skip contribute 0
+        return f"at::zeros({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
     like = {"O": "Q", "dQ": "Q", "dK": "K", "dV": "V"}.get(t.name)
     if like and t.name != "O":
         return f"at::empty_like({like})"
@@ -306,6 +311,8 @@ class ProgramPlan:
     tiles: dict[str, int]
     program: Program
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
+    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
+    partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -325,6 +332,8 @@ class _Lower:
         self.handoffs = handoffs
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
+        self.modplan = AM.recognise(program.mods) if program.mods is not None else None
+        self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
 
     # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
     def need(self, field_name: str, value, what: str) -> None:
@@ -388,12 +397,20 @@ class _Lower:
                 tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
                 scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                mod_scratch = self.mod_scratch(cols)
                 offset = -(-peak // 32) * 32
-                for name, ctype, elems in scratch:
-                    size = -(-elems * (4 if ctype == "float" else 1) // 32) * 32
+                for name, ctype, elems in scratch + mod_scratch:
+                    size = -(-elems * (1 if ctype == "uint8_t" else 4) // 32) * 32
                     side.views.append(View(name, ctype, pool, elems, [offset]))
                     offset += size
-                if offset - peak > extra:
+                if mod_scratch:  # the mods' rows may use the UB the planned buffers leave free
+                    if offset > level.usable:
+                        raise TargetError(
+                            f"the score/mask mods of {self.kernel.name} need {offset - peak} bytes of UB scratch beside "
+                            f"{peak} bytes of tiles, over the {level.usable} usable; choose smaller tile sizes"
+                        )
+                    side.pools[-1] = (pool, position, max(peak + extra, offset))
+                elif offset - peak > extra:
                     raise TargetError(f"vector scratch needs {offset - peak} bytes, the target reserves {extra}")
         if unit == "cube":
             for role, position in (("left", "TPosition::A2"), ("right", "TPosition::B2")):
@@ -402,6 +419,39 @@ class _Lower:
                 if need:
                     side.pools.append((f"pool_{level.name.lower()}", position, need))
         return side
+
+    def mod_scratch(self, cols: int) -> list[tuple[str, str, int]]:
+        """The AIV scratch rows of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 rows,
+        a float row per key-side parameter read with its int32 staging row, the gradient window."""
+        ops = [s for s in _stmts(self.kernel.body) if isinstance(s, ModOp) and s.op != "classify"]
+        if not ops:
+            return []
+        plan = self.modplan
+        out = [("sm_a", "float", cols)]
+        out += [(f"sm_v{n}", "float", cols) for n in range(AM.mask_depth(plan.mask))]
+        keys = AM.key_reads(plan)
+        out += [(f"sm_k{n}", "float", cols) for n in range(len(keys))]
+        if keys:
+            out.append(("sm_ki", "int32_t", cols))
+        widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"]
+        if widths:
+            out.append(("sm_g", "float", max(widths + [8])))
+        return out
+
+    def grad_width(self, term: int) -> int:
+        """Entries of parameter-gradient term ``term``'s per-tile window (tilegen.mods.grad_window)."""
+        from ..mods import grad_window
+
+        g = self.program.mods.grads[term]
+        widths, _ = grad_window(g, self.program.mods.param(g.param), ir.Br, ir.Bc)
+        return int(evaluate(sympy.Mul(*widths), {**self.env, **_sizes(self.spec)}))
+
+    def block_offset(self, blocks: str) -> str:
+        """C++ offset of the current (b, hq, i, j) tile's entry in the block-class table ``blocks``
+        [Bm, Hm, nQ, nK] (Bm = B, Hm = Hq only when the mask reads b, h)."""
+        dep_b, dep_h = self.program.mods.mask_depends()
+        index = (ir.b if dep_b else 0, ir.hq if dep_h else 0, ir.i, ir.j)
+        return cexpr(AM.rowmajor(index, self.tensors[blocks].shape), self.consts)
 
     def _staging_bytes(self, role: str) -> int:
         level = self.target.level(self.target.placement[role])
@@ -530,16 +580,18 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
         if isinstance(stmt, Loop):
             inner = _lower_body(lo, stmt.body, unit, counters)
             if inner:
-                ops.append(
-                    {
-                        "kind": "loop",
-                        "var": str(stmt.var),
-                        "start": cexpr(stmt.start, lo.consts),
-                        "stop": cexpr(stmt.stop, lo.consts),
-                        "note": stmt.note,
-                        "body": inner,
-                    }
-                )
+                op = {
+                    "kind": "loop",
+                    "var": str(stmt.var),
+                    "start": cexpr(stmt.start, lo.consts),
+                    "stop": cexpr(stmt.stop, lo.consts),
+                    "note": stmt.note,
+                    "body": inner,
+                    "skip": "",
+                }
+                if stmt.blocks:  # both units skip the same empty tiles (the host's block table)
+                    op["skip"] = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f"
+                ops.append(op)
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
@@ -686,6 +738,10 @@ def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: b
 
 def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     bufs = lo.buffers
+    if isinstance(stmt, ModOp):
+        return _mod_op(lo, stmt)
+    if isinstance(stmt, Store) and stmt.src in lo.pgrad_bufs:
+        return _pgrad_store(lo, stmt)
     if isinstance(stmt, (Load, Store)):
         name = stmt.dst if isinstance(stmt, Load) else stmt.src
         access = stmt.src if isinstance(stmt, Load) else stmt.dst
@@ -775,6 +831,166 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     raise TargetError(f"no vector lowering for {type(stmt).__name__}")
 
 
+def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
+    """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc_mods.py): per-tile reads and
+    rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
+    follows the rows (``post``). Every instruction is one runtime call the template renders."""
+    mods, plan = lo.program.mods, lo.modplan
+    if stmt.op == "classify":
+        raise TargetError("block classes are computed by the host on Ascend (host_block_table), not by a kernel")
+    buf = lo.buffers[stmt.args[0]]
+    rows, cols, cpad = lo.half(buf), lo.dims(buf)[1], lo.cpad(buf)
+    what = f"the {stmt.op} mod of {buf.name}"
+    lo.need("VectorOp_count", cpad, what)
+    for size in (ir.Sq, ir.Sk):
+        lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
+    tile: list[dict] = []
+    body: list[dict] = []
+    post: list[dict] = []
+    reads: dict = {}
+    nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
+
+    def scalar(read, ctype: str) -> str:
+        """The C++ name of a scalar parameter read, declared per tile (or per row when it reads q_idx)."""
+        if read not in reads:
+            name = f"mp{len(reads)}"
+            reads[read] = name
+            t = lo.tensors[str(read.base.label)]
+            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), lo.consts)
+            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
+            (body if M.Q_IDX in sympy.sympify(read).free_symbols else tile).append(line)
+        return reads[read]
+
+    def cint(expr) -> str:
+        """An integer expression of q_idx, b, h, the sizes and integer reads as C++ float."""
+        expr = sympy.sympify(expr)
+        subs = {ix: sympy.Symbol(scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
+        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), lo.consts)})"
+
+    def columns():
+        if not any(t["i"] == "cols" for t in tile):
+            tile.insert(0, {"i": "cols", "cpad": cpad})
+
+    def term_scale(t) -> str:
+        k = cfloat(t.k)
+        return f"({k} * {scalar(t.read, 'float')})" if t.read is not None and t.kind == "distance" else k
+
+    def table(t):
+        p = lo.tensors[str(t.read.base.label)]
+        shape = p.shape
+        dim = t.dim if t.dim >= 0 else len(shape) - 1
+        index = list(t.read.indices)
+        stride = sympy.Mul(*[sympy.sympify(d) for d in shape[dim + 1:]]) if t.dim >= 0 else sympy.Integer(0)
+        if t.dim >= 0:
+            index[t.dim] = 0
+        e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K if t.dim >= 0 else sympy.Integer(0)
+        return {
+            "gm": f"g_{p.name}",
+            "base": cexpr(AM.to_c(AM.rowmajor(index, shape)), lo.consts),
+            "stride": cexpr(stride, lo.consts),
+            "e0": cexpr(AM.to_c(e0), lo.consts),
+            "step": t.d,
+            "len": cexpr(shape[dim], lo.consts),
+        }
+
+    if stmt.op == "score":
+        if plan.cap is not None:
+            body.append({"i": "softcap", "cap": cfloat(plan.cap), "cpad": cpad})
+        for t in plan.terms:
+            if t.kind == "distance":
+                columns()
+                body.append({"i": "distance", "center": cint(M.Q_IDX + t.K), "scale": term_scale(t), "cpad": cpad})
+            else:
+                body.append({"i": "table", "scale": cfloat(t.k), "n": nvalid, **table(t)})
+        if plan.mask is not None:
+            AM.check_cpad(cpad, what)
+            columns()
+            for n, key in enumerate(AM.key_reads(plan)):
+                p = lo.tensors[str(key.base.label)]
+                kdim = list(key.indices).index(M.KV_IDX)
+                index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
+                lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
+                tile.append({
+                    "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
+                    "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), lo.consts),
+                    "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
+                    "cpad": cpad,
+                })
+                reads[("key", key)] = f"sm_k{n}"
+            if stmt.blocks:
+                tile.append({"i": "full", "cond": f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"})
+                body.append({"i": "open", "cond": "!mfull"})
+            body.extend(_mask_instrs(plan.mask, 0, reads, cint, cpad))
+            body.append({"i": "hide", "cpad": cpad})
+            if stmt.blocks:
+                body.append({"i": "close"})
+    elif stmt.op == "dscore":
+        if plan.cap is None or len(stmt.args) < 2:
+            raise TargetError(f"dscore of {mods.describe().get('score_mod')}: only a softcap has a derivative other than 1")
+        body.append({"i": "dsoftcap", "raw": stmt.args[1], "cap": cfloat(plan.cap), "cpad": cpad})
+    elif stmt.op == "pgrad":
+        t = AM.grad_term(plan, mods, stmt.term)
+        width = lo.grad_width(stmt.term)
+        if t.kind == "distance":
+            columns()
+            lo.need("VectorOp_count", cols, what)
+            tile.append({"i": "acc"})
+            body.append({"i": "distance_dot", "center": cint(M.Q_IDX + t.K), "cols": cols, "cpad": cpad})
+            post.append({"i": "acc_out", "scale": cfloat(t.k)})
+        else:
+            from ..mods import grad_window
+
+            g = mods.grads[stmt.term]
+            _, origins = grad_window(g, mods.param(g.param), ir.Br, ir.Bc)
+            origin = origins[t.dim].xreplace({M.Q_IDX: ir.i * ir.Br, M.KV_IDX: ir.j * ir.Bc}) if t.dim >= 0 else 0
+            e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K - origin if t.dim >= 0 else sympy.Integer(0)
+            lo.need("VectorOp_count", width, what)
+            tile.append({"i": "zero", "n": width})
+            body.append({"i": "table_grad", "t0": cexpr(AM.to_c(e0), lo.consts), "step": t.d, "scale": cfloat(t.k),
+                         "n": nvalid, "width": width})
+            post.append({"i": "to_store"})
+    else:
+        raise TargetError(f"no Ascend C lowering for mod op {stmt.op}")
+    return {
+        "kind": "mod",
+        "note": f"{stmt.op} mod of {buf.name}",
+        "buf": buf.name,
+        "rows": rows,
+        "cpad": cpad,
+        "row0": f"({cexpr(stmt.row0, lo.consts)} + {rows}LL * sub)",
+        "col0": cexpr(stmt.col0, lo.consts),
+        "tile": tile,
+        "body": body,
+        "post": post,
+    }
+
+
+def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[dict]:
+    """Instructions leaving the 0/1 visibility of ``node`` in row sm_v{depth} (a register stack)."""
+    kind = node[0]
+    if kind == "cmp":
+        _, mode, vec, x = node
+        src = reads[("key", vec)] if vec is not None else "sc_col"
+        return [{"i": "cmp", "dst": f"sm_v{depth}", "src": src, "x": cint(x), "mode": mode, "cpad": cpad}]
+    if kind == "not":
+        return _mask_instrs(node[1], depth, reads, cint, cpad) + [{"i": "not", "dst": f"sm_v{depth}", "cpad": cpad}]
+    out = _mask_instrs(node[1][0], depth, reads, cint, cpad)
+    for child in node[1][1:]:
+        out += _mask_instrs(child, depth + 1, reads, cint, cpad)
+        out.append({"i": "and" if kind == "and" else "or", "dst": f"sm_v{depth}", "src": f"sm_v{depth + 1}", "cpad": cpad})
+    return out
+
+
+def _pgrad_store(lo: _Lower, stmt: Store) -> dict:
+    """The store of a tile's gradient window: each AIV writes its own half ([..., 2, W] on Ascend)."""
+    t = lo.tensors[stmt.dst.tensor]
+    term = next(s.term for s in _stmts(lo.kernel.body) if isinstance(s, ModOp) and s.dst == stmt.src)
+    width = lo.grad_width(term)
+    tile = cexpr(AM.rowmajor(stmt.dst.index[:4], t.shape[:4]), lo.consts)
+    lo.need("DataCopyExtParams_blockLen", width * 4, f"the store of {stmt.src}")
+    return {"kind": "mod_store", "gm": f"g_{t.name}", "offset": f"(({tile}) * 2LL + sub) * {width}LL", "n": width}
+
+
 def _count(lo: _Lower, buf: Buffer) -> int:
     dims = lo.dims(buf)
     return lo.half(buf) * lo.cpad(buf) if len(dims) == 2 else lo.half(buf)
@@ -858,17 +1074,78 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     for t in program.tensors:
         if t.kind == "handoff":
             continue
-        numel = cexpr(t.numel, consts)
-        alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
+        numel = _host_numel(t, consts)
+        alloc = _aten_alloc(t, numel, spec) if t.kind not in ("input", "tiles") else ""
         tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
-    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
+    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd);
+    # the block classes are the host's (host_block_table): no classify kernel on Ascend
     kernels = [
         lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses)
         for k in program.kernels
+        if k.phase != "classify"
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses)
+    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
+    extras = [t.name for t in tensors if t.kind in ("input", "tiles") and t.name not in base_inputs]
+    partials = [t.name for t in tensors if t.kind == "partial"]
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials)
+
+
+def _host_numel(t, consts: dict) -> str:
+    """A tensor's element count as C++ of the sizes that host code can evaluate too (no device helpers):
+    a tile count ceil(S / T) as (S + T - 1) / T; a gradient partial has one window per AIV (x 2)."""
+    if t.kind not in ("tiles", "partial"):
+        return cexpr(t.numel, consts)
+    dims = []
+    for d in t.shape:
+        d = sympy.sympify(d)
+        d = d.subs({x: consts[str(x)] for x in d.free_symbols if str(x) in consts})
+        if isinstance(d, sympy.ceiling):
+            n, q = sympy.fraction(sympy.together(d.args[0]))
+            dims.append(f"(({_c(n)} + {_c(q - 1)}) / {_c(q)})")
+        else:
+            dims.append(cexpr(d, {}))
+    text = "(" + " * ".join(dims) + ")"
+    return f"(2LL * {text})" if t.kind == "partial" else text
+
+
+def host_block_table(program: Program, params: dict) -> "np.ndarray":
+    """The block-class table ``BM`` [Bm, Hm, nQ, nK] (fp32: 0 empty, 1 partial, 2 full) of a compiled
+    program with a mask mod, computed on the host from the parameter arrays before a launch (the
+    Ascend C kernels read it; DESIGN §3). It runs the program's ``classify`` kernel in the interpreter,
+    so it is the table the interpreter's own runs use.
+
+    Args:
+        params: the parameter arrays by name (NumPy, the declared shapes; int32 / fp32).
+
+    Raises:
+        InterpreterError: a missing parameter array, a wrong shape or dtype.
+    """
+    import dataclasses
+
+    from .interp import Interpreter
+
+    kernel = [k for k in program.kernels if k.phase == "classify"]
+    names = {t for s in _stmts(kernel[0].body) if isinstance(s, ModOp) for t in s.tensors}
+    sub = dataclasses.replace(
+        program, kernels=tuple(kernel), tensors=tuple(t for t in program.tensors if t.name in names or t.kind == "tiles")
+    )
+    run = Interpreter(sub)
+    run.run({n: params[n] for n in names})
+    return run.tensors[[t.name for t in program.tensors if t.kind == "tiles"][0]]
+
+
+def reduce_partials(program: Program, partials: dict) -> dict:
+    """The parameter gradients of a compiled backward program from the Ascend kernels' partials
+    ``gpart{k}`` [B, Hq, nQ, nK, 2, W] (one window per AIV): the two halves added in float64, then the
+    tiles reduced in fixed order (:func:`tilegen.mods.param_grads`); deterministic."""
+    import numpy as np
+
+    from ..mods import param_grads
+
+    halves = {k: np.asarray(v, dtype=np.float64) for k, v in partials.items()}
+    return param_grads(program, {k: v[..., 0, :] + v[..., 1, :] for k, v in halves.items()})
 
 
 def _env() -> jinja2.Environment:
@@ -887,7 +1164,8 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     Raises:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201); the
             message lists the targets that are.
-        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube).
+        SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube, a score
+            or mask mod outside the forms of :mod:`tilegen.backends.ascendc_mods`; names the construct).
     """
     from ..targets import target_names
 
@@ -900,6 +1178,8 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
         )
     if spec.dtype not in ("fp16", "bf16"):
         raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
+    if spec.mods is not None:
+        AM.recognise(spec.mods)  # a construct the AIV lowering does not emit is refused here, before compiling
     return tgt
 
 
@@ -941,6 +1221,7 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
         "k_step": int(tgt.placement["k_step"].value),
         "fields": [FIELDS[n] for n in sorted(FIELDS) if FIELDS[n].ctype != "float"],
         "guards": guards,
+        "mods": spec.mods is not None,
     }
     files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
     for plan_ in plans:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import SpecError, TilegenError
+from ..exprs import evaluate
 from ..spec import AttentionSpec
 
 TWIN_INCLUDE = Path(__file__).resolve().parent.parent / "twin" / "include"
@@ -247,32 +248,61 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
 
 
 def run_attention(
-    exe: Path, spec: AttentionSpec, data: dict[str, np.ndarray], blocks: int = 4, timeout: float = 600.0
+    exe: Path, spec: AttentionSpec, data: dict[str, np.ndarray], blocks: int = 4, timeout: float = 600.0,
+    params: dict[str, np.ndarray] | None = None, programs=None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run a twin build's forward, then its backward on the forward's O and L.
 
     Args:
         spec: the sizes to run (head dims, dtype, mask and layout as the build's spec).
         data: logical BNSD Q, K, V, dO in the spec's dtype.
+        params: for a spec with mods, its parameter arrays by name (spec values where absent).
+        programs: for a spec with mods, the compiled (forward, backward) programs the build was
+            generated from (``ascendc.plan_programs``; compiled here when None): the host computes the
+            block table from them and reduces the parameter-gradient partials.
 
     Returns:
         ({"O", "L"}, {"dQ", "dK", "dV"}): logical BNSD arrays (O and the gradients in the spec's
-        dtype, L float32).
+        dtype, L float32); with mods, the backward's dict has ``dparams`` (name → fp32 gradient of
+        each float parameter, reduced on the host in fixed order).
 
     Raises:
         TwinError: a run failed; the message is the twin's failure line.
     """
     shapes = spec.logical_shapes
     layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
+    mods = spec.mods
+    extra: list[dict] = [{}, {}]
+    partials: dict = {}
+    if mods is not None:
+        from . import ascendc
+        from ..mods import check_param_arrays
+
+        if programs is None:
+            programs = [p.program for p in ascendc.plan_programs(spec)[1]]
+        arrays = check_param_arrays(mods, params or {}, {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv,
+                                                         "Sq": spec.seq_q, "Sk": spec.seq_k})
+        for n, prog in enumerate(programs):
+            extra[n] = {t.name: arrays[t.name] for t in prog.tensors if t.name in arrays}
+            if any(t.kind == "tiles" for t in prog.tensors):
+                extra[n]["BM"] = ascendc.host_block_table(prog, arrays)
+        env = {str(k): int(v) for k, v in programs[1].env}
+        nq, nk = -(-spec.seq_q // env["Br"]), -(-spec.seq_k // env["Bc"])
+        for t in programs[1].tensors:
+            if t.kind == "partial":
+                width = int(evaluate(t.shape[-1], env))
+                partials[t.name] = ((spec.batch, spec.heads_q, nq, nk, 2, width), "fp32")
     fwd = run_program(
-        exe, spec, "fwd", {n: data[n] for n in "QKV"},
+        exe, spec, "fwd", {**{n: data[n] for n in "QKV"}, **extra[0]},
         {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32")}, layouts, blocks=blocks, timeout=timeout,
     )
-    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"], **extra[1]}
     bwd = run_program(
-        exe, spec, "bwd", feeds, {n: (shapes[n], spec.dtype) for n in ("dQ", "dK", "dV")}, layouts,
+        exe, spec, "bwd", feeds, {**{n: (shapes[n], spec.dtype) for n in ("dQ", "dK", "dV")}, **partials}, layouts,
         blocks=blocks, timeout=timeout,
     )
+    if partials:
+        bwd["dparams"] = ascendc.reduce_partials(programs[1], {n: bwd[n] for n in partials})
     return fwd, bwd
 
 

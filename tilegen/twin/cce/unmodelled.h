@@ -162,11 +162,9 @@ template <typename... A> inline void vconv_s162f16f(A&&...) { cce_rt::Fail("vcon
 template <typename... A> inline void vconv_s162f16r(A&&...) { cce_rt::Fail("vconv_s162f16r", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s162f16z(A&&...) { cce_rt::Fail("vconv_s162f16z", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s162f32(A&&...) { cce_rt::Fail("vconv_s162f32", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_s322f32(A&&...) { cce_rt::Fail("vconv_s322f32", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322f32a(A&&...) { cce_rt::Fail("vconv_s322f32a", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322f32c(A&&...) { cce_rt::Fail("vconv_s322f32c", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322f32f(A&&...) { cce_rt::Fail("vconv_s322f32f", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_s322f32r(A&&...) { cce_rt::Fail("vconv_s322f32r", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322f32z(A&&...) { cce_rt::Fail("vconv_s322f32z", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322s16(A&&...) { cce_rt::Fail("vconv_s322s16", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_s322s64(A&&...) { cce_rt::Fail("vconv_s322s64", "CCE intrinsic not modelled by the tilegen twin"); }

@@ -273,6 +273,9 @@ TILEGEN_CCE_CONV(vconv_f322f16f, half, float, return cce_rt::RoundTo<half>(x, 'f
 TILEGEN_CCE_CONV(vconv_f322f16c, half, float, return cce_rt::RoundTo<half>(x, 'c'))
 TILEGEN_CCE_CONV(vconv_f322f16z, half, float, return cce_rt::RoundTo<half>(x, 'z'))
 TILEGEN_CCE_CONV(vconv_f322f16o, half, float, return cce_rt::RoundTo<half>(x, 'o'))
+// int32 -> float, CAST_NONE and CAST_RINT: round to nearest even (exact up to 2^24; the host's default mode)
+TILEGEN_CCE_CONV(vconv_s322f32, float, int32_t, return static_cast<float>(x))
+TILEGEN_CCE_CONV(vconv_s322f32r, float, int32_t, return static_cast<float>(x))
 #undef TILEGEN_CCE_CONV
 
 // float -> bf16 in a rounding mode (bits: the top half of the float).
