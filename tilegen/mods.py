@@ -187,7 +187,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
 
 
 def _is_bool(e) -> bool:
-    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational))
+    # sympy's Symbol (an Expr) also derives from Boolean: a size or index symbol is a number here.
+    return isinstance(e, (sympy.logic.boolalg.Boolean, sympy.core.relational.Relational)) and not isinstance(e, sympy.Expr)
 
 
 class Traced:
@@ -463,7 +464,17 @@ _BUILTINS = {"score": "softcap, alibi, relative_bias", "mask": "document, prefix
 
 
 def _as_param(name: str, array: Any, shapes: tuple[str, ...]) -> Param:
-    p = array if isinstance(array, Param) else Param(name, array)
+    """``array`` as the parameter ``name`` of a built-in, declared with the built-in's shape ``shapes``
+    (expressions of the sizes; a leading ``B`` for the per-batch form of one more dimension), so that an
+    array of the wrong size is refused against the problem's sizes (:func:`check_param_arrays`) rather
+    than read out of range. A :class:`Param` passed in keeps its own declaration."""
+    if isinstance(array, Param):
+        return array
+    p = Param(name, array)
+    extra = len(p.decl.shape) - len(shapes)
+    if extra in (0, 1):
+        dims = ("B",) * extra + tuple(shapes)
+        p.decl = dataclasses.replace(p.decl, shape=tuple(sympy.sympify(d, locals=SIZE_SYMBOLS) for d in dims))
     return p
 
 
@@ -674,6 +685,11 @@ class _Converter:
         name = node.func.id
         if node.keywords:
             self.fail(f"keyword arguments to {name}", "positional arguments")
+        if name == "Piecewise":  # to_text's form of where(); its (value, cond) pairs are not expressions
+            for a in node.args:
+                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
+                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
+            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         args = [self.visit(a) for a in node.args]
         if name == "where":
             if len(args) != 3:
@@ -682,12 +698,6 @@ class _Converter:
                 return _where(*args)
             except ModError as exc:
                 self.fail(exc.value, exc.accepted)
-        if name == "Piecewise":
-            pairs = []
-            for a in node.args:
-                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
-                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
-            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
         if name not in FUNCTIONS:
             self.fail(f"the unknown function {name!r}", "the functions where, " + ", ".join(sorted(FUNCTIONS)))
         try:
@@ -863,11 +873,31 @@ def _lambdified(expr):
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}, "numpy"]
+    modules = [{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads} | _LOGICAL, "numpy"]
     return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}
+
+
+class _Reducing:
+    """A NumPy logical ufunc whose ``reduce`` over a tuple broadcasts its operands (lambdify prints
+    ``And``/``Or`` as ``logical_and.reduce((a, b))``, which fails for operands of different shapes)."""
+
+    def __init__(self, ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, *args):
+        return self.ufunc(*args)
+
+    def reduce(self, args):
+        out = args[0]
+        for a in args[1:]:
+            out = self.ufunc(out, a)
+        return out
+
+
+_LOGICAL = {"logical_and": _Reducing(np.logical_and), "logical_or": _Reducing(np.logical_or)}
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):
