@@ -182,13 +182,22 @@ def _flash_mod(softcap: float, alibi_ndim: int):
     dimensions, 0 for none): score′ = softcap·tanh(score/softcap) − slope·|q_idx + Sk − Sq − kv_idx|,
     FlashAttention 2's order (``flash_fwd_kernel.h``: ``apply_softcap`` before the ALiBi mask). Its
     parameter is ``alibi_slopes`` (declared [Hq] or [B, Hq]; the caller's tensor is bound at run time)."""
+    hit = _FLASH_MODS.get((softcap, alibi_ndim))
+    if hit is not None:
+        return hit
     from . import mods
 
     cap = mods.softcap(softcap) if softcap else None
     bias = mods.alibi(np.zeros((1,) * alibi_ndim, dtype=np.float32)) if alibi_ndim else None
     if cap is not None and bias is not None:
-        return mods.trace(lambda s, b, h, i, j: bias(cap(s, b, h, i, j), b, h, i, j), "score")
-    return cap if cap is not None else bias
+        out = mods.trace(lambda s, b, h, i, j: bias(cap(s, b, h, i, j), b, h, i, j), "score")
+    else:
+        out = cap if cap is not None else bias
+    _FLASH_MODS[(softcap, alibi_ndim)] = out  # one Mod per value: _mod_texts caches by object
+    return out
+
+
+_FLASH_MODS: dict[tuple[float, int], Any] = {}
 
 
 def _mod_params(fn) -> list:
