@@ -10,6 +10,9 @@ models' own attention code in the installed transformers, on tiny random models 
 - Bloom and MPT: a tiny model's first attention layer recomputed with the layer's own projections and
   tilegen running the from-hf spec (slopes from the spec's values) against the layer's eager output
   (captured by a forward hook during the model's forward).
+- T5: the bucket expression against ``T5Attention._relative_position_bucket`` at every distance, for
+  several bucket counts and distances, both directions; the encoder's and the decoder's first
+  self-attention layer recomputed with the from-hf spec and the layer's learned bucket table.
 
 The spec runs are ``pipeline.compile_forward`` + ``interpret`` with the parameter values the spec
 carries, as ``tilegen run`` executes a spec.
@@ -36,11 +39,11 @@ except ImportError:  # pragma: no cover
     import tomli as tomllib
 
 
-def _run_spec(spec, q, k, v):
-    """O [B, Hq, S, Dv] (float64) of ``spec`` in the interpreter on BNSD float32 tensors, with the
-    parameter values the spec carries."""
+def _run_spec(spec, q, k, v, **arrays):
+    """O [B, Hq, S, Dv] of ``spec`` in the interpreter on BNSD float32 tensors, with the parameter
+    values the spec carries (or ``arrays`` for those without)."""
     sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
-    params = check_param_arrays(spec.mods, {}, sizes) if spec.has_mods else {}
+    params = check_param_arrays(spec.mods, arrays, sizes) if spec.has_mods else {}
     feeds = {"Q": q.detach().numpy(), "K": k.detach().numpy(), "V": v.detach().numpy(), **params}
     out, _ = interpret(pipeline.compile_forward(spec), feeds)
     return torch.from_numpy(np.asarray(out["O"], dtype=np.float32))
@@ -205,3 +208,45 @@ def test_alibi_configs_that_are_ambiguous_are_named():
         with pytest.raises(SpecError) as info:
             spec_from_hf_config({**mpt, **extra})
         assert info.value.field == field and "\n" not in str(info.value), str(info.value)
+
+
+# --- T5 --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buckets,max_distance", [(32, 128), (8, 20), (16, 12), (64, 256), (32, 33)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_bucket_expression_matches_transformers(buckets, max_distance, bidirectional):
+    from tilegen import mods
+    from tilegen.hf import t5_bucket_text
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    expr = mods.parse(t5_bucket_text(buckets, max_distance, bidirectional), "score", {})
+    d = np.arange(-700, 701)
+    ours = mods.evaluate(expr, q_idx=700 + 0 * d, kv_idx=700 + d, sizes={}, params={})
+    theirs = T5Attention._relative_position_bucket(torch.tensor(d), bidirectional=bidirectional, num_buckets=buckets, max_distance=max_distance)
+    np.testing.assert_array_equal(np.asarray(ours).astype(np.int64), theirs.numpy())
+
+
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_t5_self_attention_with_spec_buckets_matches_eager(part):
+    config = transformers.T5Config(
+        vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_heads=4, num_layers=1, num_decoder_layers=1,
+        relative_attention_num_buckets=8, relative_attention_max_distance=12, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.T5Model(config).eval()
+    b, s = 2, 20
+    spec = spec_from_hf_config(_config_dict(config), seq=s, batch=b, part=part)
+    assert spec.scale == 1.0 and spec.window == ((-1, -1) if part == "encoder" else (-1, 0))
+    stack = model.encoder if part == "encoder" else model.decoder
+    attn = stack.block[0].layer[0].SelfAttention
+    seen = _capture(attn)
+    ids = torch.randint(3, 97, (b, s), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        model(input_ids=ids, decoder_input_ids=ids)
+        (args, kwargs, out), = seen
+        hidden = args[0] if args else kwargs["hidden_states"]
+        q, k, v = (proj(hidden).view(b, s, 4, 8).transpose(1, 2).contiguous() for proj in (attn.q, attn.k, attn.v))
+        o = _run_spec(spec, q, k, v, rel_bias=attn.relative_attention_bias.weight.T.numpy())
+        ours = attn.o(o.transpose(1, 2).reshape(b, s, -1))
+    assert torch.allclose(ours, out[0], rtol=1e-5, atol=1e-5)

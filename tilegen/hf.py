@@ -74,11 +74,17 @@ Score mods (DESIGN §3; the spec's ``score_mod`` text and ``[params]`` with valu
   (``modeling_mpt.py`` line 320), so an MPT config with ``attn_config.alibi: false`` or another
   ``alibi_bias_max`` is refused as ambiguous.
 
+- T5 (``model_type`` t5, mt5; encoder-decoders, so ``part="encoder"`` or ``"decoder"`` picks the
+  self-attention): scale 1 (``T5Attention`` does not scale q·kᵀ), ``head_dim = d_kv``, the encoder
+  bidirectional and the decoder causal, and score′ = score + rel_bias[h, bucket] with the bucket of
+  ``_relative_position_bucket`` written as integer index arithmetic (:func:`t5_bucket_text`: a count
+  of distance thresholds, no logarithm in the kernel) and ``rel_bias`` fp32 [Hq,
+  relative_attention_num_buckets], the transpose of the learned ``relative_attention_bias.weight``
+  (no values in the spec: they are weights, not config). The CLI has no ``part`` yet.
+
 Refused (each names its key): other score biases (Falcon's ``alibi``, whose slopes are rounded to
 bfloat16, ``position_embedding_type`` = ``alibi``/``relative_key``/``relative_key_query``, DeBERTa,
-T5-style ``relative_attention_num_buckets``: the bucket is ⌊log(distance)…⌋, a float logarithm
-truncated, which the mod language's integer index arithmetic does not express; a bucket table
-indexed by distance would need a parameter read inside another's index), chunked attention
+``relative_attention_num_buckets`` outside T5), chunked attention
 (``attention_chunk_size``), bidirectional windows (``use_bidirectional_attention``, ModernBERT's
 ``local_attention``, GPT-Neo's ``attention_types``), encoder-decoder and cross-attention models
 (``is_encoder_decoder``, ``add_cross_attention``), layer kinds other than full and sliding attention,
@@ -216,9 +222,20 @@ def _select(data: dict[str, Any], where: str | None) -> _Config:
     )
 
 
-def _reject_unsupported(cfg: _Config) -> None:
+T5_TYPES = ("t5", "mt5")
+
+
+def _reject_unsupported(cfg: _Config, part: str | None = None) -> None:
     """Refuse attention kinds tilegen cannot express (every check names its key)."""
     model_type = cfg.get("model_type")
+    if model_type in T5_TYPES and cfg.truthy("is_encoder_decoder") and part is None:
+        raise cfg.error(
+            "is_encoder_decoder", True, "false, or part='encoder' / part='decoder' for the self-attention of T5's encoder or decoder"
+        )
+    if part is not None and model_type not in T5_TYPES:
+        raise SpecError("part", part, f"None (part= picks a T5 encoder's or decoder's self-attention; model_type is {model_type!r})")
+    if model_type in T5_TYPES:
+        return
     if cfg.truthy("is_encoder_decoder"):
         raise cfg.error(
             "is_encoder_decoder",
@@ -427,6 +444,56 @@ def _score_mod(cfg: _Config, heads_q: int, causal: bool) -> tuple[str, tuple]:
     return text, tuple(dataclasses.replace(d, values=values.get(d.name)) for d in decls)
 
 
+def _t5_bucket(n: int, buckets: int, max_exact: int, max_distance: int) -> int:
+    """T5's bucket of a distance n >= max_exact, in float32 as ``_relative_position_bucket`` computes
+    it (``models/t5/modeling_t5.py`` lines 253–260: log, divide, multiply, truncate, cap)."""
+    x = np.float32(np.log(np.float32(n) / np.float32(max_exact)))
+    x = np.float32(x / np.float32(math.log(max_distance / max_exact)))
+    x = np.float32(x * np.float32(buckets - max_exact))
+    return min(max_exact + int(x), buckets - 1)
+
+
+def t5_bucket_text(num_buckets: int, max_distance: int, bidirectional: bool) -> str:
+    """T5's relative-position bucket of (q_idx, kv_idx) as an integer expression of the mod language.
+
+    ``_relative_position_bucket`` (transformers ``models/t5/modeling_t5.py`` lines 218–263) maps the
+    distance n (|kv_idx − q_idx| when bidirectional, with the upper half of the buckets for keys after
+    the query; max(q_idx − kv_idx, 0) otherwise) to n below max_exact = buckets/2, else to max_exact +
+    ⌊log(n/max_exact)/log(max_distance/max_exact)·(buckets − max_exact)⌋ capped at buckets − 1. The
+    logarithmic part is monotone in n, so it equals a count of thresholds: bucket = min(n, max_exact) +
+    Σ_k [n ≥ t_k], t_k the least n whose bucket reaches max_exact + k (found here with the model's
+    float32 arithmetic). No logarithm is evaluated in the kernel, so no rounding can move a boundary.
+    """
+    buckets = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = buckets // 2
+    thresholds, n, reached = [], max_exact, max_exact
+    while reached < buckets - 1:
+        n += 1
+        b = _t5_bucket(n, buckets, max_exact, max_distance)
+        thresholds += [n] * (b - reached)
+        reached = max(reached, b)
+    dist = "Abs(kv_idx - q_idx)" if bidirectional else "Max(q_idx - kv_idx, 0)"
+    head = f"where(kv_idx > q_idx, {buckets}, 0) + " if bidirectional else ""
+    return head + f"Min({dist}, {max_exact})" + "".join(f" + where({dist} >= {t}, 1, 0)" for t in thresholds)
+
+
+def _t5_score_mod(cfg: _Config, part: str) -> tuple[str, tuple]:
+    """score + rel_bias[h, bucket(q_idx, kv_idx)] with ``rel_bias`` fp32 [Hq, num_buckets] (the
+    transpose of ``relative_attention_bias.weight``, learned: no values in the spec)."""
+    from .mods import SIZE_SYMBOLS, ParamDecl
+
+    buckets = cfg.integer("relative_attention_num_buckets", cfg.get("relative_attention_num_buckets", 32), lo=2)
+    max_distance = cfg.integer("relative_attention_max_distance", cfg.get("relative_attention_max_distance", 128), lo=1)
+    bidirectional = part == "encoder"
+    max_exact = (buckets // 2 if bidirectional else buckets) // 2
+    if max_exact < 1:
+        raise cfg.error("relative_attention_num_buckets", buckets, "at least 4 (an encoder) or 2 (a decoder)")
+    if max_distance <= max_exact:
+        raise cfg.error("relative_attention_max_distance", max_distance, f"more than {max_exact}, the distances with a bucket each")
+    text = f"score + rel_bias[h, {t5_bucket_text(buckets, max_distance, bidirectional)}]"
+    return text, (ParamDecl("rel_bias", (SIZE_SYMBOLS["Hq"], buckets), "fp32"),)
+
+
 def specs_from_hf_config(config: Mapping[str, Any] | str | Path, **kwargs: Any) -> list[tuple[tuple[int, ...], AttentionSpec]]:
     """One spec per distinct layer of a model, with the layers (0-based) that share it, in the order
     of their first layer: Gemma 2 gives two (sliding at the even layers, full at the odd ones, both
@@ -442,6 +509,8 @@ def specs_from_hf_config(config: Mapping[str, Any] | str | Path, **kwargs: Any) 
     data, where = load_hf_config(config)
     cfg = _select(data, where)
     layers_at = cfg.find("num_hidden_layers")
+    if cfg.get("model_type") in T5_TYPES and kwargs.get("part") == "decoder" and cfg.get("num_decoder_layers") is not None:
+        layers_at = ("num_decoder_layers", cfg.get("num_decoder_layers"))
     if layers_at is None:
         return [((), spec_from_hf_config(config, **kwargs))]
     groups: dict[AttentionSpec, list[int]] = {}
@@ -458,6 +527,7 @@ def spec_from_hf_config(
     name: str | None = None,
     dtype: str | None = None,
     layer: int | None = None,
+    part: str | None = None,
 ) -> AttentionSpec:
     """The attention spec of one self-attention layer of a HuggingFace model.
 
@@ -472,6 +542,8 @@ def spec_from_hf_config(
         layer: which layer (0-based) to describe; needed only when layers differ (Gemma 2/3, Qwen2
             with ``use_sliding_window``, explicit mixed ``layer_types``) or the scale depends on the
             layer (GPT-2's ``scale_attn_by_inverse_layer_idx``).
+        part: for T5 (``model_type`` t5, mt5, which are encoder-decoders): ``"encoder"`` (bidirectional,
+            bidirectional buckets) or ``"decoder"`` (causal, one-sided buckets) self-attention.
 
     Returns:
         A validated :class:`AttentionSpec` in BNSD layout, bottom-right alignment (Sq = Sk, so the
@@ -484,7 +556,9 @@ def spec_from_hf_config(
     """
     data, where = load_hf_config(config)
     cfg = _select(data, where)
-    _reject_unsupported(cfg)
+    if part is not None and part not in ("encoder", "decoder"):
+        raise SpecError("part", part, "None, 'encoder' or 'decoder' (T5)")
+    _reject_unsupported(cfg, part)
 
     heads_at = cfg.find("num_attention_heads")
     if heads_at is None:
@@ -514,6 +588,9 @@ def spec_from_hf_config(
         heads_kv = heads_q  # K and V are decompressed to one head per query head
         dim_key = "qk_nope_head_dim"
         scale = _mla_scale(cfg, head_dim_qk)
+    elif cfg.get("model_type") in T5_TYPES and cfg.get("d_kv") is not None:
+        head_dim_qk = head_dim_v = cfg.integer("d_kv", cfg.get("d_kv"))
+        dim_key = "d_kv"
     elif cfg.get("head_dim") is not None:
         head_dim_qk = head_dim_v = cfg.integer("head_dim", cfg.get("head_dim"))
     else:
@@ -533,8 +610,8 @@ def spec_from_hf_config(
     attn_config = cfg.get("attn_config")
     if isinstance(attn_config, dict) and attn_config.get("softmax_scale") is not None:
         scale = cfg.number("attn_config.softmax_scale", attn_config["softmax_scale"])
-    if cfg.get("scale_attn_weights") is False:
-        scale = 1.0
+    if cfg.get("scale_attn_weights") is False or cfg.get("model_type") in T5_TYPES:
+        scale = 1.0  # T5Attention: scores = q·kᵀ, unscaled (models/t5/modeling_t5.py)
 
     # Which layer kind: full or sliding.
     raw_window = cfg.get("sliding_window")
@@ -575,7 +652,7 @@ def spec_from_hf_config(
             raise SpecError("seq", seq, "an integer >= 1")
         seq_len, seq_field = seq, "seq"
 
-    causal = _causal(cfg)
+    causal = part == "decoder" if cfg.get("model_type") in T5_TYPES else _causal(cfg)
     if not causal and kind == "sliding_attention":
         raise cfg.error("sliding_window", sliding_window, "null for a bidirectional model (bidirectional windows are not supported)")
     if kind == "sliding_attention" and sliding_window < seq_len:
@@ -583,7 +660,7 @@ def spec_from_hf_config(
     else:
         window = (-1, 0) if causal else (-1, -1)
 
-    score_mod, params = _score_mod(cfg, heads_q, causal)
+    score_mod, params = _t5_score_mod(cfg, part) if cfg.get("model_type") in T5_TYPES else _score_mod(cfg, heads_q, causal)
     fields = dict(
         batch=batch,
         heads_q=heads_q,
