@@ -284,3 +284,21 @@ def test_flash_argument_errors_are_named():
     with pytest.raises(SpecError) as info:
         tt.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)), mask_mod=mods.document(torch.zeros(4)))
     assert info.value.field == "doc"
+
+
+# --- the mod language pieces these entry points rely on ----------------------------------------------
+
+
+def test_mod_text_round_trips_where_and_size_symbols():
+    """to_text writes where() as Piecewise((a, c), (b, True)), which parses back; a size symbol alone is
+    a number, not a boolean (sympy's Symbol also derives from Boolean); And/Or of differently shaped
+    index grids evaluate by broadcasting (prefix-LM's mask)."""
+    w = mods.param("w", np.ones(2, dtype=np.float32))
+    traced = mods.trace(lambda s, b, h, i, j: mods.where(i >= j, s + w[h], s), "score")
+    text = mods.to_text(traced.expr)
+    assert text.startswith("Piecewise(") and mods.parse(text, "score", {"w": w.decl}) == traced.expr
+    assert mods.parse("Hq", "score", {}) == mods.SIZE_SYMBOLS["Hq"]
+    mask = mods.prefix_lm(2).expr
+    got = mods.evaluate(mask, q_idx=np.arange(4)[:, None], kv_idx=np.arange(4)[None, :], sizes={"Sq": 4, "Sk": 4}, params={})
+    i, j = np.meshgrid(np.arange(4), np.arange(4), indexing="ij")
+    np.testing.assert_array_equal(got, (j < 2) | (j <= i))

@@ -233,9 +233,9 @@ def _mods_of_call(score_mod, mask_mod, q, bound: dict) -> tuple:
 
 def _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params) -> tuple:
     """(score text, mask text, declarations in the tensors' order) of an op call, and the parameter
-    tensors, checked against the
-    declarations: one per declaration, the declared shape for this problem, a float tensor for an
-    ``fp32`` parameter and an integer (or bool) one for ``int32``, on q's device.
+    tensors, checked against the declarations: one per declaration, the declared shape for this
+    problem, a float tensor for an ``fp32`` parameter and an integer (or bool) one for ``int32``, on
+    q's device.
 
     Raises:
         ModError (a SpecError): a parameter of the wrong shape, dtype or device, named.
