@@ -63,7 +63,7 @@ DEVICES = [
 @pytest.mark.parametrize("layout,dims,scale,window,alignment,dq", OP_CASES)
 def test_opcheck_forward_op(layout, dims, scale, window, alignment, dq, device):
     q, k, v, _ = _tensors(_shapes(layout, dims), device[1], device[0], grad=True)
-    args = (q, k, v, layout, scale, window[0], window[1], alignment, dq, "h200")
+    args = (q, k, v, layout, scale, window[0], window[1], alignment, dq, "h200", "", "", "", [])
     torch.library.opcheck(torch.ops.tilegen.attention_fwd.default, args)
 
 
@@ -71,7 +71,7 @@ def test_opcheck_forward_op(layout, dims, scale, window, alignment, dq, device):
 @pytest.mark.parametrize("layout,dims,scale,window,alignment,dq", OP_CASES)
 def test_opcheck_backward_op(layout, dims, scale, window, alignment, dq, device):
     q, k, v, do = _tensors(_shapes(layout, dims), device[1], device[0])
-    scalars = (layout, scale, window[0], window[1], alignment, dq, "h200")
+    scalars = (layout, scale, window[0], window[1], alignment, dq, "h200", "", "", "", [])
     out, lse = torch.ops.tilegen.attention_fwd(q, k, v, *scalars)
     do = do.transpose(1, 2).contiguous().transpose(1, 2)  # a strided dout, as autograd may pass
     torch.library.opcheck(torch.ops.tilegen.attention_bwd.default, (q, k, v, out, lse, do, *scalars))

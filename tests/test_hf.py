@@ -182,13 +182,15 @@ def test_other_families():
 # ------------------------------------------------------------------------------------------------
 
 REFUSED = [
-    ({**LLAMA, "model_type": "gemma2", "attn_logit_softcapping": 50.0, "layer_types": ["full_attention"] * 4}, "attn_logit_softcapping", "soft-capping"),
+    ({**LLAMA, "model_type": "gemma2", "attn_logit_softcapping": -1.0, "layer_types": ["full_attention"] * 4}, "attn_logit_softcapping", "positive"),
     ({**LLAMA, "model_type": "falcon", "alibi": True}, "alibi", "ALiBi"),
-    ({**LLAMA, "model_type": "bloom"}, "model_type", "ALiBi"),
-    ({**LLAMA, "model_type": "mpt", "attn_config": {}}, "attn_config.alibi", "ALiBi"),
+    ({**LLAMA, "model_type": "bloom", "is_causal": False}, "is_causal", "ALiBi"),
+    ({**LLAMA, "model_type": "mpt", "attn_config": {"alibi": False}}, "attn_config.alibi", "MptModel adds ALiBi"),
+    ({**LLAMA, "model_type": "llama", "attn_config": {"alibi": True}}, "attn_config.alibi", "Bloom and MPT only"),
     ({"model_type": "bert", "num_attention_heads": 12, "hidden_size": 768, "max_position_embeddings": 512, "position_embedding_type": "relative_key"}, "position_embedding_type", "relative_key"),
     ({"model_type": "deberta-v2", "num_attention_heads": 12, "hidden_size": 768}, "model_type", "relative-position"),
-    ({"model_type": "t5", "num_heads": 8, "d_model": 512, "is_encoder_decoder": True, "relative_attention_num_buckets": 32}, "is_encoder_decoder", "encoder-decoder"),
+    ({"model_type": "t5", "num_heads": 8, "d_model": 512, "is_encoder_decoder": True, "relative_attention_num_buckets": 32}, "is_encoder_decoder", "part='encoder'"),
+    ({"model_type": "bart", "num_heads": 8, "d_model": 512, "is_encoder_decoder": True}, "is_encoder_decoder", "encoder-decoder"),
     ({"model_type": "bert", "num_attention_heads": 12, "hidden_size": 768, "is_decoder": True, "add_cross_attention": True}, "add_cross_attention", "cross-attention"),
     ({**LLAMA, "model_type": "llama4_text", "attention_chunk_size": 8192}, "attention_chunk_size", "chunked"),
     ({"model_type": "modernbert", "num_attention_heads": 12, "hidden_size": 768, "local_attention": 128, "global_attn_every_n_layers": 3}, "local_attention", "local/global"),

@@ -54,9 +54,37 @@ Mapping (transformers 5.24.0 is the reference; paths are inside its ``src/transf
   when an architecture ends in ``ForCausalLM``/``LMHeadModel``, bidirectional when one ends in
   ``ForMaskedLM``, and refused otherwise.
 
-Refused (each names its key): ALiBi and other score biases (``alibi``, ``position_embedding_type`` =
-``alibi``/``relative_key``/``relative_key_query``, Bloom, MPT with ALiBi, DeBERTa, T5-style
-``relative_attention_num_buckets``), ``attn_logit_softcapping``, chunked attention
+Score mods (DESIGN §3; the spec's ``score_mod`` text and ``[params]`` with values):
+
+- ``attn_logit_softcapping`` (Gemma 2, and Gemma 3 when set) → ``softcap``: score′ = c·tanh(score/c)
+  on the scaled score, as ``eager_attention_forward`` in ``models/gemma2/modeling_gemma2.py`` (lines
+  193–198: divide by ``softcap``, ``tanh``, multiply, before the mask). Gemma 2's layers alternate
+  sliding (even) and full (odd); each layer's spec comes with ``layer=`` (the CLI's ``--layer``), and
+  :func:`specs_from_hf_config` gives one spec per distinct layer kind with the layers that use it.
+- ALiBi (Bloom; MPT) → the ``alibi`` built-in, score′ = score − slope[h]·|q_idx + Sk − Sq − kv_idx|, with
+  the model's slopes as the parameter ``alibi_slopes`` [Hq] and its values in the spec. Bloom:
+  ``_get_alibi_slopes`` (``models/bloom/modeling_bloom.py`` lines 46–59: 2^(−8i/n) for i = 1..n, n
+  the largest power of two ≤ heads, then the odd powers of 2^(−4/n) for the rest). MPT:
+  ``build_mpt_alibi_tensor`` (``models/mpt/modeling_mpt.py`` lines 43–63: 2^(−8i/m), i = 1..m, m the
+  smallest power of two ≥ heads, interleaved odd-then-even when m ≠ heads). The models add
+  +slope·(key position) (Bloom: ``build_alibi_tensor``, lines 62–90; MPT: ``arange(1 − S, 1)``·slope),
+  which differs from the built-in by slope·(query position), a constant per query row on the causal
+  mask, so softmax gives the same P; hence ALiBi is mapped for causal layers only. transformers'
+  ``MptModel`` builds the bias with the default ``alibi_bias_max`` = 8 whatever ``attn_config`` says
+  (``modeling_mpt.py`` line 320), so an MPT config with ``attn_config.alibi: false`` or another
+  ``alibi_bias_max`` is refused as ambiguous.
+
+- T5 (``model_type`` t5, mt5; encoder-decoders, so ``part="encoder"`` or ``"decoder"`` picks the
+  self-attention): scale 1 (``T5Attention`` does not scale q·kᵀ), ``head_dim = d_kv``, the encoder
+  bidirectional and the decoder causal, and score′ = score + rel_bias[h, bucket] with the bucket of
+  ``_relative_position_bucket`` written as integer index arithmetic (:func:`t5_bucket_text`: a count
+  of distance thresholds, no logarithm in the kernel) and ``rel_bias`` fp32 [Hq,
+  relative_attention_num_buckets], the transpose of the learned ``relative_attention_bias.weight``
+  (no values in the spec: they are weights, not config). The CLI has no ``part`` yet.
+
+Refused (each names its key): other score biases (Falcon's ``alibi``, whose slopes are rounded to
+bfloat16, ``position_embedding_type`` = ``alibi``/``relative_key``/``relative_key_query``, DeBERTa,
+``relative_attention_num_buckets`` outside T5), chunked attention
 (``attention_chunk_size``), bidirectional windows (``use_bidirectional_attention``, ModernBERT's
 ``local_attention``, GPT-Neo's ``attention_types``), encoder-decoder and cross-attention models
 (``is_encoder_decoder``, ``add_cross_attention``), layer kinds other than full and sliding attention,
@@ -67,10 +95,13 @@ spec. Padding masks are per batch, not per model, and are not part of a spec.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from .errors import SpecError
 from .spec import AttentionSpec
@@ -95,7 +126,7 @@ ENCODER_TYPES = frozenset(
 )  # fmt: skip
 DECODER_TYPES = frozenset(
     {
-        "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3",
+        "bloom", "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3",
         "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "granite", "llama", "mistral", "mixtral",
         "mpt", "olmo", "olmo2", "opt", "persimmon", "phi", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
         "stablelm", "starcoder2",
@@ -191,9 +222,20 @@ def _select(data: dict[str, Any], where: str | None) -> _Config:
     )
 
 
-def _reject_unsupported(cfg: _Config) -> None:
+T5_TYPES = ("t5", "mt5")
+
+
+def _reject_unsupported(cfg: _Config, part: str | None = None) -> None:
     """Refuse attention kinds tilegen cannot express (every check names its key)."""
     model_type = cfg.get("model_type")
+    if model_type in T5_TYPES and cfg.truthy("is_encoder_decoder") and part is None:
+        raise cfg.error(
+            "is_encoder_decoder", True, "false, or part='encoder' / part='decoder' for the self-attention of T5's encoder or decoder"
+        )
+    if part is not None and model_type not in T5_TYPES:
+        raise SpecError("part", part, f"None (part= picks a T5 encoder's or decoder's self-attention; model_type is {model_type!r})")
+    if model_type in T5_TYPES:
+        return
     if cfg.truthy("is_encoder_decoder"):
         raise cfg.error(
             "is_encoder_decoder",
@@ -204,14 +246,19 @@ def _reject_unsupported(cfg: _Config) -> None:
         raise cfg.error("add_cross_attention", cfg.get("add_cross_attention"), "false: cross-attention layers are not described by a self-attention spec")
     if cfg.truthy("alibi") or cfg.truthy("use_alibi"):
         key = "alibi" if cfg.truthy("alibi") else "use_alibi"
-        raise cfg.error(key, cfg.get(key), "false: ALiBi adds a position bias to the scores, which tilegen does not support")
-    if model_type == "bloom":
-        raise cfg.error("model_type", model_type, "a model without ALiBi (Bloom always adds ALiBi biases to the scores)")
+        raise cfg.error(key, cfg.get(key), "false: ALiBi is mapped for Bloom and MPT only (their slope formulas)")
     attn_config = cfg.get("attn_config")
-    if model_type == "mpt" or isinstance(attn_config, dict):
+    if model_type == "mpt":
         attn_config = attn_config if isinstance(attn_config, dict) else {}
-        if attn_config.get("alibi", model_type == "mpt"):
-            raise cfg.error("attn_config.alibi", attn_config.get("alibi", True), "false: ALiBi adds a position bias to the scores, which tilegen does not support")
+        if attn_config.get("alibi", True) is not True:
+            raise cfg.error("attn_config.alibi", attn_config.get("alibi"), "true (transformers' MptModel adds ALiBi whatever this says)")
+        if attn_config.get("alibi_bias_max", 8) != 8:
+            raise cfg.error("attn_config.alibi_bias_max", attn_config.get("alibi_bias_max"), "8 (transformers' MptModel builds its ALiBi slopes with 8)")
+        for key in ("prefix_lm", "attn_uses_sequence_id"):
+            if attn_config.get(key):
+                raise cfg.error(f"attn_config.{key}", attn_config[key], "false (a per-input prefix or sequence-id mask is not part of a model's spec)")
+    elif isinstance(attn_config, dict) and attn_config.get("alibi"):
+        raise cfg.error("attn_config.alibi", attn_config.get("alibi"), "false: ALiBi is mapped for Bloom and MPT only (their slope formulas)")
     pet = cfg.get("position_embedding_type")
     if pet not in (None, "absolute", "rope", "rotary"):
         raise cfg.error(
@@ -227,12 +274,6 @@ def _reject_unsupported(cfg: _Config) -> None:
             "relative_attention_num_buckets",
             cfg.get("relative_attention_num_buckets"),
             "absent: a learned relative-position bias is added to the scores",
-        )
-    if cfg.get("attn_logit_softcapping") is not None:
-        raise cfg.error(
-            "attn_logit_softcapping",
-            cfg.get("attn_logit_softcapping"),
-            "null: soft-capping (cap·tanh(S/cap)) of the scores is not supported",
         )
     if cfg.get("attention_chunk_size") is not None:
         raise cfg.error(
@@ -348,6 +389,136 @@ def _name(cfg: _Config, name: str | None) -> str:
     return "hf"
 
 
+def bloom_alibi_slopes(heads: int) -> list[float]:
+    """Bloom's ALiBi slope of each head (transformers ``models/bloom/modeling_bloom.py``
+    ``_get_alibi_slopes``, lines 46–59): with n the largest power of two <= heads, 2^(−8i/n) for
+    i = 1..n, then 2^(−4j/n) for the odd j = 1, 3, … of the heads beyond n; the powers of the
+    float32-rounded base taken in float32, as the model does."""
+    n = 2 ** math.floor(math.log2(heads))
+    base = np.float32(2 ** (-(2 ** -(math.log2(n) - 3))))  # float32 powers, as the model computes them
+    slopes = np.power(base, np.arange(1, n + 1, dtype=np.float32))
+    if n != heads:
+        extra = np.float32(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
+        slopes = np.concatenate([slopes, np.power(extra, np.arange(1, 1 + 2 * min(n, heads - n), 2, dtype=np.float32))])
+    return [float(x) for x in slopes]
+
+
+def mpt_alibi_slopes(heads: int, alibi_bias_max: int = 8) -> list[float]:
+    """MPT's ALiBi slope of each head (transformers ``models/mpt/modeling_mpt.py``
+    ``build_mpt_alibi_tensor``, lines 43–63): with m the smallest power of two >= heads, 2^(−i·max/m)
+    for i = 1..m; when m != heads the odd positions first, then the even ones, cut to ``heads``.
+    Rounded to float32."""
+    m = 2 ** math.ceil(math.log2(heads))
+    slopes = [float(np.float32(1.0 / np.float32(2.0) ** np.float32(i * (alibi_bias_max / m)))) for i in range(1, m + 1)]
+    if m != heads:
+        slopes = (slopes[1::2] + slopes[::2])[:heads]
+    return slopes
+
+
+def _score_mod(cfg: _Config, heads_q: int, causal: bool) -> tuple[str, tuple]:
+    """(score_mod text, params) of the model's score modification (softcap, then ALiBi), or ("", ())."""
+    cap = cfg.get("attn_logit_softcapping")
+    model_type = cfg.get("model_type")
+    slopes = None
+    if model_type == "bloom":
+        slopes = bloom_alibi_slopes(heads_q)
+    elif model_type == "mpt":
+        slopes = mpt_alibi_slopes(heads_q, 8)
+    if cap is None and slopes is None:
+        return "", ()
+    from . import mods
+
+    parts = []
+    if cap is not None:
+        parts.append(mods.softcap(cfg.number("attn_logit_softcapping", cap)))
+    if slopes is not None:
+        if not causal:
+            raise cfg.error("is_causal", False, "true for an ALiBi model (the slopes are mapped through the causal mask's softmax invariance)")
+        parts.append(mods.alibi(np.asarray(slopes, dtype=np.float32)))
+    score = parts[0]
+    if len(parts) == 2:
+        first, second = parts
+        score = mods.trace(lambda x, b, h, i, j: second(first(x, b, h, i, j), b, h, i, j), "score")
+    text, _, decls, _, _ = mods.mods_from_api(score, None)
+    values = {"alibi_slopes": tuple(slopes)} if slopes is not None else {}
+    return text, tuple(dataclasses.replace(d, values=values.get(d.name)) for d in decls)
+
+
+def _t5_bucket(n: int, buckets: int, max_exact: int, max_distance: int) -> int:
+    """T5's bucket of a distance n >= max_exact, in float32 as ``_relative_position_bucket`` computes
+    it (``models/t5/modeling_t5.py`` lines 253–260: log, divide, multiply, truncate, cap)."""
+    x = np.float32(np.log(np.float32(n) / np.float32(max_exact)))
+    x = np.float32(x / np.float32(math.log(max_distance / max_exact)))
+    x = np.float32(x * np.float32(buckets - max_exact))
+    return min(max_exact + int(x), buckets - 1)
+
+
+def t5_bucket_text(num_buckets: int, max_distance: int, bidirectional: bool) -> str:
+    """T5's relative-position bucket of (q_idx, kv_idx) as an integer expression of the mod language.
+
+    ``_relative_position_bucket`` (transformers ``models/t5/modeling_t5.py`` lines 218–263) maps the
+    distance n (|kv_idx − q_idx| when bidirectional, with the upper half of the buckets for keys after
+    the query; max(q_idx − kv_idx, 0) otherwise) to n below max_exact = buckets/2, else to max_exact +
+    ⌊log(n/max_exact)/log(max_distance/max_exact)·(buckets − max_exact)⌋ capped at buckets − 1. The
+    logarithmic part is monotone in n, so it equals a count of thresholds: bucket = min(n, max_exact) +
+    Σ_k [n ≥ t_k], t_k the least n whose bucket reaches max_exact + k (found here with the model's
+    float32 arithmetic). No logarithm is evaluated in the kernel, so no rounding can move a boundary.
+    """
+    buckets = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = buckets // 2
+    thresholds, n, reached = [], max_exact, max_exact
+    while reached < buckets - 1:
+        n += 1
+        b = _t5_bucket(n, buckets, max_exact, max_distance)
+        thresholds += [n] * (b - reached)
+        reached = max(reached, b)
+    dist = "Abs(kv_idx - q_idx)" if bidirectional else "Max(q_idx - kv_idx, 0)"
+    head = f"where(kv_idx > q_idx, {buckets}, 0) + " if bidirectional else ""
+    return head + f"Min({dist}, {max_exact})" + "".join(f" + where({dist} >= {t}, 1, 0)" for t in thresholds)
+
+
+def _t5_score_mod(cfg: _Config, part: str) -> tuple[str, tuple]:
+    """score + rel_bias[h, bucket(q_idx, kv_idx)] with ``rel_bias`` fp32 [Hq, num_buckets] (the
+    transpose of ``relative_attention_bias.weight``, learned: no values in the spec)."""
+    from .mods import SIZE_SYMBOLS, ParamDecl
+
+    buckets = cfg.integer("relative_attention_num_buckets", cfg.get("relative_attention_num_buckets", 32), lo=2)
+    max_distance = cfg.integer("relative_attention_max_distance", cfg.get("relative_attention_max_distance", 128), lo=1)
+    bidirectional = part == "encoder"
+    max_exact = (buckets // 2 if bidirectional else buckets) // 2
+    if max_exact < 1:
+        raise cfg.error("relative_attention_num_buckets", buckets, "at least 4 (an encoder) or 2 (a decoder)")
+    if max_distance <= max_exact:
+        raise cfg.error("relative_attention_max_distance", max_distance, f"more than {max_exact}, the distances with a bucket each")
+    text = f"score + rel_bias[h, {t5_bucket_text(buckets, max_distance, bidirectional)}]"
+    return text, (ParamDecl("rel_bias", (SIZE_SYMBOLS["Hq"], buckets), "fp32"),)
+
+
+def specs_from_hf_config(config: Mapping[str, Any] | str | Path, **kwargs: Any) -> list[tuple[tuple[int, ...], AttentionSpec]]:
+    """One spec per distinct layer of a model, with the layers (0-based) that share it, in the order
+    of their first layer: Gemma 2 gives two (sliding at the even layers, full at the odd ones, both
+    soft-capped), a model whose layers are all alike one. Keyword arguments as for
+    :func:`spec_from_hf_config` (without ``layer``); a config without ``num_hidden_layers`` gives one
+    spec for layers ``()``.
+
+    Raises:
+        SpecError: as :func:`spec_from_hf_config`.
+    """
+    if "layer" in kwargs:
+        raise SpecError("layer", kwargs["layer"], "no layer= (every layer is described)")
+    data, where = load_hf_config(config)
+    cfg = _select(data, where)
+    layers_at = cfg.find("num_hidden_layers")
+    if cfg.get("model_type") in T5_TYPES and kwargs.get("part") == "decoder" and cfg.get("num_decoder_layers") is not None:
+        layers_at = ("num_decoder_layers", cfg.get("num_decoder_layers"))
+    if layers_at is None:
+        return [((), spec_from_hf_config(config, **kwargs))]
+    groups: dict[AttentionSpec, list[int]] = {}
+    for i in range(cfg.integer(*layers_at)):
+        groups.setdefault(spec_from_hf_config(config, layer=i, **kwargs), []).append(i)
+    return [(tuple(idx), spec) for spec, idx in groups.items()]
+
+
 def spec_from_hf_config(
     config: Mapping[str, Any] | str | Path,
     *,
@@ -356,6 +527,7 @@ def spec_from_hf_config(
     name: str | None = None,
     dtype: str | None = None,
     layer: int | None = None,
+    part: str | None = None,
 ) -> AttentionSpec:
     """The attention spec of one self-attention layer of a HuggingFace model.
 
@@ -370,6 +542,8 @@ def spec_from_hf_config(
         layer: which layer (0-based) to describe; needed only when layers differ (Gemma 2/3, Qwen2
             with ``use_sliding_window``, explicit mixed ``layer_types``) or the scale depends on the
             layer (GPT-2's ``scale_attn_by_inverse_layer_idx``).
+        part: for T5 (``model_type`` t5, mt5, which are encoder-decoders): ``"encoder"`` (bidirectional,
+            bidirectional buckets) or ``"decoder"`` (causal, one-sided buckets) self-attention.
 
     Returns:
         A validated :class:`AttentionSpec` in BNSD layout, bottom-right alignment (Sq = Sk, so the
@@ -382,7 +556,9 @@ def spec_from_hf_config(
     """
     data, where = load_hf_config(config)
     cfg = _select(data, where)
-    _reject_unsupported(cfg)
+    if part is not None and part not in ("encoder", "decoder"):
+        raise SpecError("part", part, "None, 'encoder' or 'decoder' (T5)")
+    _reject_unsupported(cfg, part)
 
     heads_at = cfg.find("num_attention_heads")
     if heads_at is None:
@@ -412,6 +588,9 @@ def spec_from_hf_config(
         heads_kv = heads_q  # K and V are decompressed to one head per query head
         dim_key = "qk_nope_head_dim"
         scale = _mla_scale(cfg, head_dim_qk)
+    elif cfg.get("model_type") in T5_TYPES and cfg.get("d_kv") is not None:
+        head_dim_qk = head_dim_v = cfg.integer("d_kv", cfg.get("d_kv"))
+        dim_key = "d_kv"
     elif cfg.get("head_dim") is not None:
         head_dim_qk = head_dim_v = cfg.integer("head_dim", cfg.get("head_dim"))
     else:
@@ -431,8 +610,8 @@ def spec_from_hf_config(
     attn_config = cfg.get("attn_config")
     if isinstance(attn_config, dict) and attn_config.get("softmax_scale") is not None:
         scale = cfg.number("attn_config.softmax_scale", attn_config["softmax_scale"])
-    if cfg.get("scale_attn_weights") is False:
-        scale = 1.0
+    if cfg.get("scale_attn_weights") is False or cfg.get("model_type") in T5_TYPES:
+        scale = 1.0  # T5Attention: scores = q·kᵀ, unscaled (models/t5/modeling_t5.py)
 
     # Which layer kind: full or sliding.
     raw_window = cfg.get("sliding_window")
@@ -452,7 +631,7 @@ def spec_from_hf_config(
         elif len(set(kinds)) == 1:
             kind = kinds[0]
         else:
-            raise cfg.error("layer_types", _summary(kinds), "layers that all share one attention kind, or layer=<index> to pick one")
+            raise cfg.error("layer_types", _summary(kinds), "layers that all share one attention kind, or layer=<index> (the CLI's --layer) to pick one")
         if kind not in LAYER_KINDS:
             raise cfg.error("layer_types", kind, "layers of kind " + " or ".join(LAYER_KINDS))
         if kind == "sliding_attention" and sliding_window is None:
@@ -473,7 +652,7 @@ def spec_from_hf_config(
             raise SpecError("seq", seq, "an integer >= 1")
         seq_len, seq_field = seq, "seq"
 
-    causal = _causal(cfg)
+    causal = part == "decoder" if cfg.get("model_type") in T5_TYPES else _causal(cfg)
     if not causal and kind == "sliding_attention":
         raise cfg.error("sliding_window", sliding_window, "null for a bidirectional model (bidirectional windows are not supported)")
     if kind == "sliding_attention" and sliding_window < seq_len:
@@ -481,6 +660,7 @@ def spec_from_hf_config(
     else:
         window = (-1, 0) if causal else (-1, -1)
 
+    score_mod, params = _t5_score_mod(cfg, part) if cfg.get("model_type") in T5_TYPES else _score_mod(cfg, heads_q, causal)
     fields = dict(
         batch=batch,
         heads_q=heads_q,
@@ -493,6 +673,8 @@ def spec_from_hf_config(
         scale=scale,
         window=window,
         name=_name(cfg, name),
+        score_mod=score_mod,
+        params=params,
     )
     renames = {
         "heads_q": cfg.key(heads_key),

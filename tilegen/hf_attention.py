@@ -18,6 +18,9 @@ reference; paths are inside its ``src/transformers``):
   materialised mask (padding included). Without this registration transformers passes no mask at all
   to an implementation it does not know (``_preprocess_mask_arguments``), and padding would be lost.
 
+Gemma 2's ``softcap`` (``attn_logit_softcapping``) is passed on as ``flash_attn_func``'s ``softcap``,
+the :func:`tilegen.mods.softcap` score mod.
+
 The kernels run through :func:`tilegen.torch.flash_attn_func`, so the device picks the backend: the
 NumPy interpreter on CPU, the generated Triton module on CUDA, the Ascend C operator on NPU (which
 :mod:`tilegen.torch` refuses, naming what is missing, until that op is wired there).
@@ -43,7 +46,7 @@ refused. With ``attention_mask=None`` the layer is causal when ``is_causal`` (th
 
 Refused with :class:`tilegen.torch.UnsupportedArgument` (a ``NotImplementedError`` naming the argument,
 its value and what is accepted): ``dropout`` > 0 (a model in training mode with attention dropout;
-``model.eval()`` still gives gradients), ``softcap`` (Gemma 2), ``s_aux``/``sinks`` (attention sinks),
+``model.eval()`` still gives gradients), ``s_aux``/``sinks`` (attention sinks),
 ``position_bias`` (T5-style biases), ``head_mask``, ``output_attentions=True`` (the probabilities are never
 formed), and masks outside the form above.
 """
@@ -174,7 +177,9 @@ def attention_forward(
         scaling: the score scale; None → 1/√D.
         sliding_window: informational; the mask carries the window (with no mask, a causal layer uses
             (sliding_window − 1, 0), as ``masking_utils.sliding_window_overlay``).
-        softcap: must be None or 0.
+        softcap: None or 0 (none), or > 0: score′ = softcap·tanh(score/softcap) on the scaled score
+            before the mask (Gemma 2's ``attn_logit_softcapping``, as its ``eager_attention_forward``),
+            through :func:`tilegen.mods.softcap`.
         is_causal: overrides ``module.is_causal`` when the mask is None.
         target: the GPU target file for CUDA tensors.
 
@@ -186,8 +191,8 @@ def attention_forward(
     """
     if dropout:
         raise UnsupportedArgument("dropout", dropout, "0.0 (tilegen's kernels have no dropout; call model.eval())")
-    if softcap:
-        raise UnsupportedArgument("softcap", softcap, "None or 0 (no score softcapping)")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0):
+        raise UnsupportedArgument("softcap", softcap, "None, 0 or a number > 0 (score′ = softcap·tanh(score/softcap))")
     for name, accepted in _REFUSED_KWARGS.items():
         if kwargs.get(name) is not None:
             raise UnsupportedArgument(name, type(kwargs[name]).__name__, accepted)
@@ -198,7 +203,7 @@ def attention_forward(
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # BSND views
 
     def run(qq, kk, vv, left, right):
-        return flash_attn_func(qq, kk, vv, softmax_scale=scaling, causal=False, window_size=(left, right), target=target)
+        return flash_attn_func(qq, kk, vv, softmax_scale=scaling, causal=False, window_size=(left, right), softcap=float(softcap or 0.0), target=target)
 
     if attention_mask is None:
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)

@@ -481,7 +481,17 @@ _BUILTINS = {"score": "softcap, alibi, relative_bias", "mask": "document, prefix
 
 
 def _as_param(name: str, array: Any, shapes: tuple[str, ...]) -> Param:
-    p = array if isinstance(array, Param) else Param(name, array)
+    """``array`` as the parameter ``name`` of a built-in, declared with the built-in's shape ``shapes``
+    (expressions of the sizes; a leading ``B`` for the per-batch form of one more dimension), so that an
+    array of the wrong size is refused against the problem's sizes (:func:`check_param_arrays`) rather
+    than read out of range. A :class:`Param` passed in keeps its own declaration."""
+    if isinstance(array, Param):
+        return array
+    p = Param(name, array)
+    extra = len(p.decl.shape) - len(shapes)
+    if extra in (0, 1):
+        dims = ("B",) * extra + tuple(shapes)
+        p.decl = dataclasses.replace(p.decl, shape=tuple(sympy.sympify(d, locals=SIZE_SYMBOLS) for d in dims))
     return p
 
 
@@ -895,6 +905,8 @@ def _lambdified(expr):
 
 
 _CURRENT: dict[str, Callable] = {}
+
+
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):

@@ -16,20 +16,36 @@ Where it runs, by the tensors' device:
   wired here, a ``NotImplementedError`` says so.
 
 Both entry points check their arguments, then call two ``torch.library`` custom ops,
-``tilegen::attention_fwd`` (q, k, v → out, lse) and ``tilegen::attention_bwd`` (q, k, v, out, lse, dout →
-dq, dk, dv), with fake (meta) implementations and the backward registered as the forward's autograd
-formula. ``torch.compile`` therefore sees each call as one opaque node of known output shapes and
-strides and never traces the interpreter or the kernel loader (``fullgraph=True`` works). There is no
-second derivative: differentiating the backward raises :class:`NotImplementedError`.
+``tilegen::attention_fwd`` (q, k, v, params → out, lse) and ``tilegen::attention_bwd`` (q, k, v, out,
+lse, dout, params → dq, dk, dv, dparams), with fake (meta) implementations and the backward registered
+as the forward's autograd formula. ``torch.compile`` therefore sees each call as one opaque node of
+known output shapes and strides and never traces the interpreter or the kernel loader
+(``fullgraph=True`` works). There is no second derivative: differentiating the backward raises
+:class:`NotImplementedError`.
+
+Score and mask mods (DESIGN §3): ``score_mod=`` and ``mask_mod=`` take a :mod:`tilegen.mods` built-in
+or a Python function ``score_mod(score, b, h, q_idx, kv_idx)`` / ``mask_mod(b, h, q_idx, kv_idx)``
+written with its helpers. The mods reach the ops as text (the mod language), a JSON of the parameter
+declarations and a ``Tensor[]`` of the parameter arrays (``tilegen.mods.param(name, tensor)`` or a
+built-in's array; NumPy arrays are moved to q's device). Float parameters get gradients through
+autograd (reduced deterministically, DESIGN §3); integer ones (document ids, prefix lengths) none. A
+function is traced once per function object (its Python closure is read then, its parameter
+tensors at every call). Under ``torch.compile`` the tracing runs at compile time
+(``torch.compiler.assume_constant_result``), so build the mods and their ``param`` wrappers outside the
+compiled region (in ``__init__``, at module level); the parameter tensors are graph inputs.
+FlashAttention's own ``softcap`` and ``alibi_slopes`` arguments are the built-ins
+:func:`tilegen.mods.softcap` and :func:`tilegen.mods.alibi` (softcap first, then the bias, as
+FlashAttention 2 applies them).
 
 Semantics follow DESIGN §3: S = scale·QKᵀ (scale = 1/√D by default), softmax over visible keys, rows
 with no visible key give zeros, GQA/MQA when the query heads are a multiple of the KV heads.
-Unsupported arguments (dropout, ALiBi, softcapping, an explicit mask, returning the probabilities)
-raise :class:`UnsupportedArgument` naming the argument, the value and what is accepted.
+Unsupported arguments (dropout, an explicit mask, returning the probabilities) raise
+:class:`UnsupportedArgument` naming the argument, the value and what is accepted.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -103,8 +119,9 @@ def _check(q, k, v, *, layout: str, scale, name: str) -> tuple:
     return lq, lk, lv
 
 
-def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str) -> AttentionSpec:
-    """The spec of a call on these tensors (validated; errors name the argument)."""
+def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str, mods: tuple = ("", "", ())) -> AttentionSpec:
+    """The spec of a call on these tensors (validated; errors name the argument); ``mods`` = (score
+    text, mask text, parameter declarations)."""
     lq, lk, lv = _check(q, k, v, layout=layout, scale=scale, name=name)
     bsz, hq, sq, dqk = lq
     return AttentionSpec(
@@ -121,7 +138,155 @@ def _spec(q, k, v, *, layout: str, scale, window, alignment, name: str) -> Atten
         alignment=alignment,
         layout=layout,
         name="torch",
+        score_mod=mods[0],
+        mask_mod=mods[1],
+        params=tuple(sorted(mods[2], key=lambda d: d.name)),
     )
+
+
+# --- mods: from the entry points' arguments to the ops' text and tensors ------------------------------
+
+_MOD_TEXTS: dict[tuple[int, int], tuple] = {}
+
+
+@torch.compiler.assume_constant_result
+def _mod_texts(score_mod, mask_mod) -> tuple:
+    """(score text, mask text, declarations JSON, parameter names, window left, window right) of the
+    mods, cached per (score_mod, mask_mod) object pair (a function is traced once). Under
+    ``torch.compile`` this runs at compile time and its result is a constant of the graph.
+
+    Raises:
+        ModError (a SpecError): an invalid mod, naming the construct (:func:`tilegen.mods.trace`).
+    """
+    key = (id(score_mod), id(mask_mod))
+    hit = _MOD_TEXTS.get(key)
+    if hit is not None and hit[0] is score_mod and hit[1] is mask_mod:
+        return hit[2]
+    from .mods import mods_from_api
+
+    score_text, mask_text, decls, window, _ = mods_from_api(score_mod, mask_mod)
+    out = (score_text, mask_text, _decls_json(decls), tuple(p.name for p in decls), window[0], window[1])
+    if len(_MOD_TEXTS) >= 256:
+        _MOD_TEXTS.clear()
+    _MOD_TEXTS[key] = (score_mod, mask_mod, out)
+    return out
+
+
+def _decls_json(decls) -> str:
+    return json.dumps({p.name: p.to_dict() for p in decls}) if decls else ""
+
+
+@torch.compiler.assume_constant_result
+def _flash_mod(softcap: float, alibi_ndim: int):
+    """The score mod of FlashAttention's ``softcap`` (> 0) and ``alibi_slopes`` (of ``alibi_ndim``
+    dimensions, 0 for none): score′ = softcap·tanh(score/softcap) − slope·|q_idx + Sk − Sq − kv_idx|,
+    FlashAttention 2's order (``flash_fwd_kernel.h``: ``apply_softcap`` before the ALiBi mask). Its
+    parameter is ``alibi_slopes`` (declared [Hq] or [B, Hq]; the caller's tensor is bound at run time)."""
+    hit = _FLASH_MODS.get((softcap, alibi_ndim))
+    if hit is not None:
+        return hit
+    from . import mods
+
+    cap = mods.softcap(softcap) if softcap else None
+    bias = mods.alibi(np.zeros((1,) * alibi_ndim, dtype=np.float32)) if alibi_ndim else None
+    if cap is not None and bias is not None:
+        out = mods.trace(lambda s, b, h, i, j: bias(cap(s, b, h, i, j), b, h, i, j), "score")
+    else:
+        out = cap if cap is not None else bias
+    _FLASH_MODS[(softcap, alibi_ndim)] = out  # one Mod per value: _mod_texts caches by object
+    return out
+
+
+_FLASH_MODS: dict[tuple[float, int], Any] = {}
+
+
+def _mod_params(fn) -> list:
+    """The :class:`tilegen.mods.Param` objects a mod can read (as :func:`tilegen.mods.trace` finds
+    them): a Mod's own, or a function's closure, globals and defaults. Traceable by dynamo."""
+    from .mods import Mod, _closure_params
+
+    return list(fn.params) if isinstance(fn, Mod) else _closure_params(fn)
+
+
+def _mod_tensors(score_mod, mask_mod, names: tuple, device, bound: dict) -> list:
+    """The parameter arrays named ``names``, as tensors (NumPy arrays are moved to ``device``); ``bound``
+    names tensors that replace the mods' own arrays."""
+    found = {}
+    for fn in (score_mod, mask_mod):
+        if fn is not None:
+            for p in _mod_params(fn):
+                found[p.name] = p
+    out = []
+    for n in names:
+        a = bound[n] if n in bound else found[n].array
+        out.append(a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a), device=device))
+    return out
+
+
+def _mods_of_call(score_mod, mask_mod, q, bound: dict) -> tuple:
+    """(score text, mask text, declarations JSON, parameter tensors, window of the mask mod)."""
+    if score_mod is None and mask_mod is None:
+        return "", "", "", [], (-1, -1)
+    score_text, mask_text, decls, names, left, right = _mod_texts(score_mod, mask_mod)
+    return score_text, mask_text, decls, _mod_tensors(score_mod, mask_mod, names, q.device, bound), (left, right)
+
+
+def _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params) -> tuple:
+    """(score text, mask text, declarations in the tensors' order) of an op call, and the parameter
+    tensors, checked against the declarations: one per declaration, the declared shape for this
+    problem, a float tensor for an ``fp32`` parameter and an integer (or bool) one for ``int32``, on
+    q's device.
+
+    Raises:
+        ModError (a SpecError): a parameter of the wrong shape, dtype or device, named.
+    """
+    params = list(params)
+    if not (score_mod or mask_mod or param_decls or params):
+        return ("", "", ()), []
+    from .mods import ModError, parse_param_decls
+
+    data = json.loads(param_decls) if param_decls else {}
+    by_name = {d.name: d for d in parse_param_decls(data)}
+    decls = tuple(by_name[n] for n in data)  # in the order of the tensors
+    if len(params) != len(decls):
+        raise ModError("params", f"{len(params)} tensors", f"one tensor per declared parameter ({', '.join(data) or 'none'})")
+    lq, lk, _ = _check(q, k, v, layout=layout, scale=None, name="attention_fwd")
+    sizes = {"B": lq[0], "Hq": lq[1], "Hkv": lk[1], "Sq": lq[2], "Sk": lk[2]}
+    for d, t in zip(decls, params):
+        want = d.concrete_shape(sizes)
+        if tuple(t.shape) != want:
+            raise ModError(d.name, list(t.shape), f"shape {list(want)} (declared {[str(x) for x in d.shape]})")
+        if d.differentiable != t.is_floating_point():
+            raise ModError(d.name, str(t.dtype), "a floating-point tensor" if d.differentiable else "an integer tensor")
+        if t.device != q.device:
+            raise ModError(d.name, str(t.device), f"a tensor on q's device {q.device}")
+    return (score_mod, mask_mod, decls), params
+
+
+def _kernel_params(decls, params) -> dict:
+    """Parameter tensors for the generated module, by name: float32 or int32, contiguous."""
+    out = {}
+    for d, t in zip(decls, params):
+        out[d.name] = t.detach().to(torch.float32 if d.differentiable else torch.int32).contiguous()
+    return out
+
+
+def _interp_mods(mods: tuple, params) -> dict:
+    """``score_mod=``/``mask_mod=`` for :mod:`tilegen.api`: the op's texts as :class:`tilegen.mods.Mod`
+    objects over the parameter arrays (NumPy)."""
+    score_text, mask_text, decls = mods
+    if not (score_text or mask_text):
+        return {}
+    from .mods import Mod, Param, parse
+
+    by_name = {d.name: d for d in decls}
+    wrapped = tuple(Param(d.name, (t.detach().float() if d.differentiable else t.detach()).cpu().numpy()) for d, t in zip(decls, params))
+    out = {}
+    if score_text:
+        out["score_mod"] = Mod("score", parse(score_text, "score", by_name), wrapped)
+    if mask_text:
+        out["mask_mod"] = Mod("mask", parse(mask_text, "mask", by_name), wrapped)
+    return out
 
 
 # --- CPU: the NumPy interpreter ----------------------------------------------------------------------
@@ -158,7 +323,9 @@ def _npu_refusal():
 #
 # Arguments after the tensors (the same for both ops): layout "BNSD" | "BSND"; scale (None → 1/√D);
 # window_left, window_right (-1 unbounded); alignment "bottom_right" | "top_left"; dq_strategy (None:
-# the interpreter's "atomic", the GPU target's choice on CUDA); target (a GPU target name, CUDA only).
+# the interpreter's "atomic", the GPU target's choice on CUDA); target (a GPU target name, CUDA only);
+# score_mod, mask_mod: mod-language text ("" none); param_decls: JSON {name: {"shape": [...], "dtype":
+# "fp32"|"int32"}} in the order of params (ParamDecl.to_dict); params: the parameter tensors.
 
 
 def _interp_kw(scale, window_left, window_right, alignment, layout) -> dict:
@@ -178,41 +345,54 @@ def attention_fwd(
     alignment: str,
     dq_strategy: str | None,
     target: str,
+    score_mod: str,
+    mask_mod: str,
+    param_decls: str,
+    params: list[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward as a custom op: (out, lse).
 
     Args:
         q, k, v: as for :func:`flash_attn_func` (``layout="BSND"``) or :func:`scaled_dot_product_attention`
             (``"BNSD"``); one dtype (float16, bfloat16, float32) and device; any strides.
-        layout, scale, window_left, window_right, alignment, dq_strategy, target: see above.
+        layout, scale, window_left, window_right, alignment, dq_strategy, target, score_mod, mask_mod,
+            param_decls, params: see above.
 
     Returns:
         out: contiguous, q's physical shape with v's head dim, q's dtype; lse: contiguous float32
-        [B, Hq, Sq], natural-log logsumexp of each row's visible scores (-inf for a row without one).
+        [B, Hq, Sq], natural-log logsumexp of each row's visible (modified) scores (-inf for a row
+        without one).
 
     Raises:
-        SpecError (ValueError): a bad shape, dtype, device, window or scale, named.
+        SpecError (ValueError): a bad shape, dtype, device, window, scale, mod or parameter, named.
         NotImplementedError: NPU tensors (the Ascend C operator is not loaded here).
     """
     _check_gpu_target(target)
     window = (window_left, window_right)
-    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_fwd")
+    mods, params = _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params)
+    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_fwd", mods=mods)
     device = q.device.type
     if device == "cuda":
         from .backends import triton as triton_backend
 
-        out, lse = triton_backend.load(spec, target, dq_strategy).forward(q, k, v)
+        module = triton_backend.load(spec, target, dq_strategy)
+        if mods[2]:
+            out, lse = module.forward(q, k, v, params=_kernel_params(mods[2], params))
+        else:
+            out, lse = module.forward(q, k, v)
         return out.contiguous(), lse.contiguous()
     if device == "cpu":
         from . import api
 
-        o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), **_interp_kw(scale, *window, alignment, layout))
+        o, lse = api.attention(
+            _to_numpy(q), _to_numpy(k), _to_numpy(v), **_interp_kw(scale, *window, alignment, layout), **_interp_mods(mods, params)
+        )
         return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32))
     _npu_refusal()
 
 
 @attention_fwd.register_fake
-def _attention_fwd_fake(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target):
+def _attention_fwd_fake(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target, score_mod, mask_mod, param_decls, params):
     _check(q, k, v, layout=layout, scale=scale, name="attention_fwd")
     lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if layout == "BSND" else (q.shape[0], q.shape[1], q.shape[2])
     out = q.new_empty((*q.shape[:3], v.shape[3]))
@@ -234,8 +414,12 @@ def attention_bwd(
     alignment: str,
     dq_strategy: str | None,
     target: str,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention backward (recompute from lse) as a custom op: (dq, dk, dv).
+    score_mod: str,
+    mask_mod: str,
+    param_decls: str,
+    params: list[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Attention backward (recompute from lse) as a custom op: (dq, dk, dv, dparams).
 
     Args:
         q, k, v, and the scalars: as for :func:`attention_fwd`; out, lse: its outputs; dout: dLoss/dout,
@@ -243,20 +427,29 @@ def attention_bwd(
 
     Returns:
         dq, dk, dv: contiguous, the shapes and dtype of q, k, v; dk and dv summed over each GQA group.
+        dparams: dLoss/dparam for each floating-point tensor of ``params``, in their order, each of its
+        parameter's shape and dtype (reduced in a fixed order, DESIGN §3; zeros for a float parameter the
+        score mod does not read); empty without float parameters.
 
     Raises:
         as :func:`attention_fwd`.
     """
     _check_gpu_target(target)
     window = (window_left, window_right)
-    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_bwd")
+    mods, params = _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params)
+    spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_bwd", mods=mods)
     device = q.device.type
     if device == "cuda":
         from .backends import triton as triton_backend
 
-        grads = triton_backend.load(spec, target, dq_strategy).backward(q, k, v, out, lse, dout)
-        return tuple(g.contiguous() for g in grads)
-    if device == "cpu":
+        module = triton_backend.load(spec, target, dq_strategy)
+        if mods[2]:
+            grads = module.backward(q, k, v, out, lse, dout, params=_kernel_params(mods[2], params))
+        else:
+            grads = module.backward(q, k, v, out, lse, dout)
+        dparams = grads[3] if len(grads) > 3 else {}
+        dx = tuple(g.contiguous() for g in grads[:3])
+    elif device == "cpu":
         from . import api
 
         grads = api.attention_backward(
@@ -265,31 +458,47 @@ def attention_bwd(
             _to_numpy(dout),
             dq_strategy=dq_strategy or "atomic",
             **_interp_kw(scale, *window, alignment, layout),
+            **_interp_mods(mods, params),
         )
-        return tuple(_from_numpy(g, x) for g, x in zip(grads, (q, k, v)))
-    _npu_refusal()
+        dparams = {n: torch.from_numpy(np.ascontiguousarray(g)) for n, g in (grads[3] if len(grads) > 3 else {}).items()}
+        dx = tuple(_from_numpy(g, x) for g, x in zip(grads[:3], (q, k, v)))
+    else:
+        _npu_refusal()
+    dp = []
+    for d, t in zip(mods[2], params):
+        if t.is_floating_point():
+            g = dparams.get(d.name)
+            dp.append(torch.zeros_like(t) if g is None else g.to(device=t.device, dtype=t.dtype).reshape(t.shape).contiguous())
+    return (*dx, dp)
 
 
 @attention_bwd.register_fake
-def _attention_bwd_fake(q, k, v, out, lse, dout, layout, scale, window_left, window_right, alignment, dq_strategy, target):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _attention_bwd_fake(q, k, v, out, lse, dout, layout, scale, window_left, window_right, alignment, dq_strategy, target, score_mod, mask_mod, param_decls, params):
+    dp = [p.new_empty(p.shape) for p in params if p.is_floating_point()]
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dp
 
 
-_SCALARS = ("layout", "scale", "window_left", "window_right", "alignment", "dq_strategy", "target")
+_SCALARS = ("layout", "scale", "window_left", "window_right", "alignment", "dq_strategy", "target", "score_mod", "mask_mod", "param_decls")
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, *scalars = inputs
+    q, k, v, *scalars, params = inputs
+    params = list(params)
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, *params)
     ctx.scalars = scalars
+    ctx.param_grad = [p.is_floating_point() and p.requires_grad for p in params]
 
 
 def _fwd_backward(ctx, dout, dlse):
-    """dq, dk, dv through :func:`attention_bwd`; lse is an auxiliary output and takes no gradient."""
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = attention_bwd(q, k, v, out, lse, dout, *ctx.scalars)
-    return (dq, dk, dv, *(None for _ in _SCALARS))
+    """dq, dk, dv and the float parameters' gradients through :func:`attention_bwd`; lse is an
+    auxiliary output and takes no gradient; integer parameters take none."""
+    q, k, v, out, lse, *params = ctx.saved_tensors
+    dq, dk, dv, dp = attention_bwd(q, k, v, out, lse, dout, *ctx.scalars, params)
+    grads = iter(dp)
+    dparams = [next(grads) if p.is_floating_point() else None for p in params]
+    dparams = [g if want else None for g, want in zip(dparams, ctx.param_grad)]
+    return (dq, dk, dv, *(None for _ in _SCALARS), dparams)
 
 
 attention_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -301,7 +510,7 @@ def _bwd_setup_context(ctx, inputs, output):
     pass
 
 
-def _bwd_backward(ctx, ddq, ddk, ddv):
+def _bwd_backward(ctx, ddq, ddk, ddv, ddparams):
     raise NotImplementedError(NO_SECOND_DERIVATIVE)
 
 
@@ -329,9 +538,16 @@ def _check_gpu_target(target: str) -> None:
         raise SpecError("target", target, accepted() + f" ({target!r} is a {kind} target)")
 
 
-def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str):
-    """out of :func:`attention_fwd` (q, k, v checked by the caller)."""
-    return attention_fwd(q, k, v, layout, None if scale is None else float(scale), window[0], window[1], alignment, dq_strategy, target)[0]
+def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str, score_mod=None, mask_mod=None, bound=None):
+    """out of :func:`attention_fwd` (q, k, v checked by the caller); the mask mod's window is and-ed
+    with ``window``; ``bound`` gives parameter tensors by name in place of the mods' own arrays."""
+    score_text, mask_text, decls, params, mod_window = _mods_of_call(score_mod, mask_mod, q, bound or {})
+    if mod_window != (-1, -1):
+        from .mods import _intersect
+
+        window = _intersect(window, mod_window)
+    scale = None if scale is None else float(scale)
+    return attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, dq_strategy, target, score_text, mask_text, decls, params)[0]
 
 
 def flash_attn_func(
@@ -347,9 +563,12 @@ def flash_attn_func(
     deterministic=False,
     return_attn_probs=False,
     *,
+    score_mod=None,
+    mask_mod=None,
     target: str = "h200",
 ):
-    """Attention with FlashAttention's ``flash_attn_func`` arguments; gradients flow to q, k, v.
+    """Attention with FlashAttention's ``flash_attn_func`` arguments; gradients flow to q, k, v and to
+    the float parameter tensors of the mods (``alibi_slopes`` included).
 
     Args:
         q: [B, Sq, Hq, D] (BSND), float16, bfloat16 or float32; any strides.
@@ -358,30 +577,51 @@ def flash_attn_func(
         softmax_scale: S = softmax_scale·QKᵀ; None → 1/√D.
         causal: key j visible to query i iff j ≤ i + Sk − Sq (bottom-right aligned).
         window_size: (left, right), −1 unbounded: key j visible iff i + Sk − Sq − left ≤ j ≤ i + Sk − Sq + right.
-        softcap, alibi_slopes, return_attn_probs: must be 0.0, None, False.
-        deterministic: True picks the backward without atomics (dQ in a second pass over K/V tiles).
+        softcap: 0.0, or > 0: score′ = softcap·tanh(score/softcap) (:func:`tilegen.mods.softcap`).
+        alibi_slopes: None, or a float tensor [Hq] or [B, Hq]: score′ −= slope·|i + Sk − Sq − j|, after
+            the softcap (:func:`tilegen.mods.alibi`).
+        deterministic: True picks the backward without atomics (dQ in a second pass over K/V tiles);
+            parameter gradients are deterministic either way.
+        return_attn_probs: must be False.
+        score_mod: a :mod:`tilegen.mods` built-in or ``score_mod(score, b, h, q_idx, kv_idx)`` (not
+            together with softcap or alibi_slopes).
+        mask_mod: a built-in or ``mask_mod(b, h, q_idx, kv_idx)``, and-ed with causal/window_size.
         target: the GPU target file whose schedule CUDA tensors use.
 
     Returns:
         out: [B, Sq, Hq, Dv], q's dtype; rows with no visible key are 0.
 
     Raises:
-        UnsupportedArgument (NotImplementedError): dropout, softcapping, ALiBi or returned probabilities.
-        SpecError (ValueError): a bad shape, dtype, device, window or scale, named.
+        UnsupportedArgument (NotImplementedError): dropout, returned probabilities, softcap or
+            alibi_slopes together with score_mod.
+        SpecError (ValueError): a bad shape, dtype, device, window, scale or softcap, named; ModError
+            (a SpecError): an invalid mod or parameter, naming the construct.
     """
     if dropout_p != 0.0:
         raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if softcap != 0.0:
-        raise UnsupportedArgument("softcap", softcap, "0.0 (no score softcapping)")
-    if alibi_slopes is not None:
-        raise UnsupportedArgument("alibi_slopes", type(alibi_slopes).__name__, "None (no ALiBi bias)")
     if return_attn_probs:
         raise UnsupportedArgument("return_attn_probs", return_attn_probs, "False (the probabilities are never stored)")
     if not isinstance(deterministic, bool):
         raise SpecError("deterministic", deterministic, "True or False")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap == 0.0 or 0.0 < softcap < math.inf):
+        raise SpecError("softcap", softcap, "0.0 (none) or a finite number > 0")
+    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
+        raise SpecError("alibi_slopes", type(alibi_slopes).__name__, "None or a float torch.Tensor [Hq] or [B, Hq]")
+    if softcap or alibi_slopes is not None:
+        if score_mod is not None:
+            which = "softcap" if softcap else "alibi_slopes"
+            raise UnsupportedArgument(which, softcap if softcap else "a tensor", "its default when score_mod is given (put it in the score mod: tilegen.mods.softcap, tilegen.mods.alibi)")
+        ndim = 0 if alibi_slopes is None else alibi_slopes.dim()
+        if ndim not in (0, 1, 2):
+            raise SpecError("alibi_slopes.shape", tuple(alibi_slopes.shape), "[Hq] or [B, Hq]")
+        score_mod = _flash_mod(float(softcap), ndim)
     window = _window(causal, window_size, "causal")
     _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
-    return _run(q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", dq_strategy="separate" if deterministic else None, target=target)
+    bound = {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
+    return _run(
+        q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", dq_strategy="separate" if deterministic else None,
+        target=target, score_mod=score_mod, mask_mod=mask_mod, bound=bound,
+    )
 
 
 def scaled_dot_product_attention(
@@ -394,18 +634,25 @@ def scaled_dot_product_attention(
     scale=None,
     enable_gqa=False,
     *,
+    score_mod=None,
+    mask_mod=None,
     target: str = "h200",
 ):
-    """Attention with ``torch.nn.functional.scaled_dot_product_attention``'s arguments (BNSD).
+    """Attention with ``torch.nn.functional.scaled_dot_product_attention``'s arguments (BNSD);
+    gradients flow to query, key, value and the float parameter tensors of the mods.
 
     Args:
         query: [B, Hq, Sq, D]; key: [B, Hkv, Sk, D]; value: [B, Hkv, Sk, Dv]; float16, bfloat16 or
             float32, one device, any strides.
-        attn_mask: must be None (use is_causal; tilegen has no explicit masks).
+        attn_mask: must be None (use is_causal or mask_mod; tilegen takes no mask tensor).
         dropout_p: must be 0.0.
         is_causal: key j visible to query i iff j ≤ i (top-left aligned, as torch's is_causal).
         scale: S = scale·QKᵀ; None → 1/√D.
         enable_gqa: must be True when Hkv < Hq (as in torch).
+        score_mod: a :mod:`tilegen.mods` built-in or ``score_mod(score, b, h, q_idx, kv_idx)``.
+        mask_mod: a built-in or ``mask_mod(b, h, q_idx, kv_idx)``, and-ed with is_causal. The mods'
+            own windows (``causal()``, ``sliding_window``) are bottom-right aligned (DESIGN §3), as
+            everything else in the mod language (``Sk − Sq`` offsets); with Sq = Sk the two agree.
         target: the GPU target file whose schedule CUDA tensors use.
 
     Returns:
@@ -413,10 +660,11 @@ def scaled_dot_product_attention(
 
     Raises:
         UnsupportedArgument (NotImplementedError): attn_mask or dropout.
-        SpecError (ValueError): a bad shape, dtype, device or scale, or GQA without enable_gqa, named.
+        SpecError (ValueError): a bad shape, dtype, device or scale, or GQA without enable_gqa, named;
+            ModError (a SpecError): an invalid mod or parameter, naming the construct.
     """
     if attn_mask is not None:
-        raise UnsupportedArgument("attn_mask", type(attn_mask).__name__, "None (is_causal covers the causal mask)")
+        raise UnsupportedArgument("attn_mask", type(attn_mask).__name__, "None (is_causal or mask_mod= cover the masks)")
     if dropout_p != 0.0:
         raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
     if not isinstance(enable_gqa, bool):
@@ -425,4 +673,9 @@ def scaled_dot_product_attention(
     lq, lk, _ = _check(query, key, value, layout="BNSD", scale=scale, name="scaled_dot_product_attention")
     if lk[1] != lq[1] and not enable_gqa:
         raise SpecError("enable_gqa", enable_gqa, f"True when key/value have fewer heads ({lk[1]}) than query ({lq[1]})")
-    return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment="top_left", dq_strategy=None, target=target)
+    alignment = "top_left"
+    if mask_mod is not None or score_mod is not None:
+        if lq[2] != lk[2] and is_causal:
+            raise SpecError("is_causal", True, f"False when mods are given and Sq {lq[2]} != Sk {lk[2]} (the mods are bottom-right aligned; use tilegen.mods.causal())")
+        alignment = "bottom_right"
+    return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment=alignment, dq_strategy=None, target=target, score_mod=score_mod, mask_mod=mask_mod)
