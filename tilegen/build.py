@@ -149,6 +149,7 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
 
 
 BLOCKS = "BM"  # the block-class tensor of a program with a mask mod
+SINKS = "sinks"  # the fp32 [Hq] sink logits of a spec with sinks (forward input)
 
 
 def _param_tensors(mods) -> tuple[Tensor, ...]:
@@ -237,6 +238,10 @@ def build_forward(spec: AttentionSpec) -> Program:
     Per program (b, hq, i): m = -inf, l = 0, acc = 0; for each visible K/V tile j:
     S = scale·Q Kᵀ (masked), m' = max(m, rowmax S), P = exp(S − m'), l = l·e^(m−m') + rowsum P,
     acc = acc·e^(m−m') + P(dtype) V, m = m'. Then O = acc / l (0 where l = 0) and L = m + log l.
+
+    With ``spec.sinks`` the online softmax starts from the sink instead of the empty set: m = σ_h
+    (``sinks[hq]``, a 0-d buffer broadcast over the rows), l = 1 = exp(σ_h − m), acc = 0; the sink
+    joins l but adds no value row, so a row without a visible key ends with O = 0, L = σ_h (DESIGN §3).
     """
     dt = spec.dtype
     mask = mask_info(spec)
@@ -259,6 +264,7 @@ def build_forward(spec: AttentionSpec) -> Program:
         Buffer("acc", (Br, Dv), "fp32"),
         Buffer("Oc", (Br, Dv), dt),
         Buffer("lse", (Br,), "fp32"),
+        *((Buffer("sink", (), "fp32"),) if spec.sinks else ()),
     )
     j_start, j_stop = kv_tile_range(mask, i)
     inner = (
@@ -285,8 +291,11 @@ def build_forward(spec: AttentionSpec) -> Program:
     )
     body = (
         Load("Qi", _q_rows("Q", hq, Dqk)),
-        Fill("m", NEG_INF),
-        Fill("l", 0.0),
+        *(
+            (Load("sink", Access(SINKS, (hq,), ())), Elementwise("m", "copy", ("sink",)), Fill("l", 1.0))
+            if spec.sinks
+            else (Fill("m", NEG_INF), Fill("l", 0.0))
+        ),
         Fill("acc", 0.0),
         Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE, blocks=blocks),
         Elementwise("acc", "safe_div", ("acc", "l")),
@@ -301,6 +310,8 @@ def build_forward(spec: AttentionSpec) -> Program:
     tensors = _tensors(spec, ("Q", "input"), ("K", "input"), ("V", "input"), ("O", "output"), ("L", "output"))
     kernels: tuple[Kernel, ...] = (kernel,)
     tensors += _param_tensors(mods)
+    if spec.sinks:
+        tensors += (Tensor(SINKS, (Hq,), "fp32", "input"),)
     if blocks:
         kernels = (classify_kernel(spec, mods),) + kernels
         tensors += (_block_tensor(mods),)

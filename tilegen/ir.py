@@ -10,7 +10,8 @@ instance, and their bounds may depend on outer loop variables) and tile ops:
 ``Store``       on-chip buffer -> HBM tile, clipped to the extent; ``accumulate=True`` is an atomic add
 ``Fill``        buffer <- constant
 ``MatMul``      dst (+)= alpha * op(a) @ op(b), fp32 accumulation, optional transposes
-``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles
+``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles and 0-d
+                buffers (one value per program instance, e.g. a head's sink logit) over anything
 ``RowReduce``   dst[R] <- max or sum over the columns of src[R, C]
 ``Mask``        dst <- src with -inf where DESIGN §3's window hides a key or a row/column is padding
 ``ModOp``       a score/mask mod of ``Program.mods`` at a tile: the modified score, its derivative,
@@ -236,7 +237,8 @@ ELEMENTWISE_OPS: dict[str, int] = {
 
 @dataclass(frozen=True)
 class Elementwise(Stmt):
-    """dst <- op(*args). An arg is a buffer name or a float; a [R] buffer broadcasts over [R, C]."""
+    """dst <- op(*args). An arg is a buffer name or a float; a [R] buffer broadcasts over [R, C], a 0-d
+    buffer over any shape."""
 
     dst: str
     op: str

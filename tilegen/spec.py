@@ -71,6 +71,8 @@ class AttentionSpec:
         score_mod: the score modification as mod-language text (``""``: none), DESIGN §3.
         mask_mod: the mask modification as mod-language text (``""``: none), and-ed with the window.
         params: the parameter arrays the mods read (:class:`tilegen.mods.ParamDecl`), sorted by name.
+        sinks: learnable attention sinks (DESIGN §3): an fp32 [Hq] input ``sinks``, one logit per query
+            head that joins every row's softmax denominator and carries no value.
     """
 
     batch: int
@@ -89,6 +91,7 @@ class AttentionSpec:
     score_mod: str = ""
     mask_mod: str = ""
     params: tuple = ()
+    sinks: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -160,6 +163,8 @@ class AttentionSpec:
             out["mask_mod"] = self.mask_mod
         if self.params:
             out["params"] = {p.name: p.to_dict() for p in self.params}
+        if self.sinks:
+            out["sinks"] = True
         return out
 
     @property
@@ -191,6 +196,8 @@ class AttentionSpec:
                 lines.append(f'{key} = {_toml_str(value)}')
             elif isinstance(value, list):
                 lines.append(f"{key} = [{', '.join(str(v) for v in value)}]")
+            elif isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
             else:
                 lines.append(f"{key} = {value!r}")
         return "\n".join(lines + tables) + "\n"
@@ -240,7 +247,7 @@ def _accepted(field: str) -> str:
         return f"an integer from {lo} to {hi}"
     if field in _CHOICES:
         return "one of " + ", ".join(repr(c) for c in _CHOICES[field])
-    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL"}.get(field, "a value")
+    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL", "sinks": "true or false"}.get(field, "a value")
 
 
 def _check_field(field: str, value: Any, where: str | None) -> None:
@@ -257,6 +264,9 @@ def _check_field(field: str, value: Any, where: str | None) -> None:
             raise SpecError("scale", value, _SCALE_ACCEPTED, where)
         if not (math.isfinite(float(value)) and float(value) > 0):
             raise SpecError("scale", value, _SCALE_ACCEPTED, where)
+    elif field == "sinks":
+        if not isinstance(value, (bool, np.bool_)):
+            raise SpecError("sinks", value, "true or false", where)
     elif field == "window":
         if (
             not isinstance(value, tuple)
@@ -292,9 +302,11 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
         if per_batch <= MAX_TENSOR_BYTES:
             raise SpecError("batch", spec.batch, f"an integer from 1 to {MAX_TENSOR_BYTES // per_batch} for these heads, seq and head dims ({why})", where)
         raise SpecError("heads_q", spec.heads_q, f"an integer from 1 to {MAX_TENSOR_BYTES // max(per_q, per_kv)} at batch 1 for these seq and head dims ({why})", where)
-    for field in ("name", "scale", "window"):
+    for field in ("name", "scale", "window", "sinks"):
         _check_field(field, getattr(spec, field), where)
     _check_mods(spec, where)
+    if spec.sinks and any(getattr(p, "name", None) == "sinks" for p in spec.params or ()):
+        raise SpecError("params.sinks", "sinks", "another name: sinks = true reserves the input 'sinks'", where)
     window = spec.window
     first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
     if first >= stop:

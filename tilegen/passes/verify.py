@@ -9,7 +9,8 @@ Checks, per kernel:
   already defined when the loop starts — an accumulator);
 - shapes and dtypes agree: loads and stores move a tile of the buffer's shape and dtype; matmul
   operands are (M, K) and (K, N) of one dtype into an fp32 (M, N) accumulator; arithmetic is fp32 on
-  equal shapes or [R] vectors broadcast over [R, C]; atomic adds go into fp32 tensors;
+  equal shapes, [R] vectors broadcast over [R, C], or 0-d buffers (scalars) broadcast over anything;
+  atomic adds go into fp32 tensors;
 - on-chip buffers have sizes free of the sequence lengths, batch and heads (tile sizes and head dims);
 - in a fused program, no HBM tensor grows with seq_q·seq_k (the invariant of the project, DESIGN §2);
 - with a target: every buffer sits on one of its levels, and the level's footprint fits.
@@ -174,7 +175,8 @@ class _Checker:
                 a = buf[arg]
                 same_shape = len(a.shape) == len(d.shape) and all(_same(x, y) for x, y in zip(a.shape, d.shape))
                 row_vec = len(a.shape) == 1 and len(d.shape) == 2 and _same(a.shape[0], d.shape[0])
-                if not (same_shape or row_vec):
+                scalar = len(a.shape) == 0  # a 0-d buffer (one value per program instance) broadcasts
+                if not (same_shape or row_vec or scalar):
                     self.fail(k, f"`{_fmt(stmt)}`: operand {arg} {list(a.shape)} does not broadcast to {list(d.shape)}")
                 if stmt.op not in ("copy", "cast") and a.dtype != "fp32":
                     self.fail(k, f"`{_fmt(stmt)}`: arithmetic runs in fp32; cast {arg} ({a.dtype}) first")
