@@ -313,8 +313,11 @@ def test_torch_varlen_and_sinks_autograd_cpu():
     # the dense entry point: [B, S, H, D], one batch row = one sequence here
     q2, k2, v2 = (torch.tensor(x[None], requires_grad=True) for x in (qn, kn, vn))
     s2 = torch.tensor(sn, requires_grad=True)
-    out2 = flash_attn_func(q2, k2, v2, sinks=s2)
+    sl = torch.tensor([0.5, 0.25, 0.125], requires_grad=True)
+    out2 = flash_attn_func(q2, k2, v2, sinks=s2, softcap=2.0, alibi_slopes=sl)
     (out2 * torch.tensor(don[None])).sum().backward()
-    ro2, _, rg2 = reference(qn, kn, vn, don, np.array([0, 3]), np.array([0, 8]), scale=0.25, sinks=sn)
+    ro2, _, rg2 = reference(qn, kn, vn, don, np.array([0, 3]), np.array([0, 8]), scale=0.25, sinks=sn, softcap=2.0, slopes=sl.detach().numpy())
     assert np.abs(out2.detach().numpy()[0] - ro2).max() < 1e-5
-    assert np.abs(s2.grad.numpy() - rg2["dsinks"]).max() < 1e-5 and np.abs(q2.grad.numpy()[0] - rg2["dq"]).max() < 1e-5
+    for t, name in ((q2, "dq"), (k2, "dk"), (v2, "dv")):
+        assert np.abs(t.grad.numpy()[0] - rg2[name]).max() < 1e-5, name
+    assert np.abs(s2.grad.numpy() - rg2["dsinks"]).max() < 1e-5 and np.abs(sl.grad.numpy() - rg2["dslopes"]).max() < 1e-5

@@ -503,21 +503,36 @@ def _check_tnd(q, k, v) -> None:
 def _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks):
     """(spec or None when a side has no token, params, layout, sinks array) of a varlen call."""
     _check_tnd(q, k, v)
-    lay = varlen_layout(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
+    return varlen_spec(q.shape, k.shape, v.shape, dtypes.name_of(q.dtype), cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                       max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
+                       alibi_slopes=alibi_slopes, sinks=sinks)
+
+
+def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None,
+                softmax_scale=None, causal=False, window=(-1, -1), softcap=None, alibi_slopes=None, sinks=None):
+    """The spec of a packed batch of these TND shapes (B = 1 over the tokens, BSND), its parameter
+    arrays by name (int32 ``q_seq``, ``k_seq``, ``q_off``; fp32 ``alibi_slopes``), the
+    :class:`Varlen` layout and the sinks as float32 [Hq] (or None). The spec is None when total_q or
+    total_k is 0 (every row is empty; nothing to run).
+
+    Raises:
+        SpecError: a bad argument, named.
+    """
+    lay = varlen_layout(cu_seqlens_q, cu_seqlens_k, int(shape_q[0]), int(shape_k[0]), max_seqlen_q, max_seqlen_k)
     win = _window(causal, window)
-    hq = q.shape[1]
+    hq = int(shape_q[1])
     sk = _check_sinks(sinks, hq)
     score, mask, decls, arrays = _varlen_mods(lay, win, softcap, alibi_slopes, hq)
     if softmax_scale is not None and (
         isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
     ):
         raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
-    if q.shape[0] == 0 or k.shape[0] == 0:
+    if shape_q[0] == 0 or shape_k[0] == 0:
         return None, arrays, lay, sk
     spec = AttentionSpec(
-        batch=1, heads_q=hq, heads_kv=k.shape[1], seq_q=q.shape[0], seq_k=k.shape[0], head_dim_qk=q.shape[2], head_dim_v=v.shape[2],
-        dtype=dtypes.name_of(q.dtype), scale=None if softmax_scale is None else float(softmax_scale), window=(-1, -1), layout="BSND",
-        name="varlen", score_mod=score, mask_mod=mask, params=decls, sinks=sk is not None,
+        batch=1, heads_q=hq, heads_kv=int(shape_k[1]), seq_q=int(shape_q[0]), seq_k=int(shape_k[0]), head_dim_qk=int(shape_q[2]),
+        head_dim_v=int(shape_v[2]), dtype=dtype, scale=None if softmax_scale is None else float(softmax_scale), window=(-1, -1),
+        layout="BSND", name="varlen", score_mod=score, mask_mod=mask, params=decls, sinks=sk is not None,
     )
     return spec, arrays, lay, sk
 

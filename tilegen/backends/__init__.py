@@ -39,6 +39,8 @@ def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None) 
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`)."""
     from ..targets import load_target
 
+    if getattr(spec, "sinks", False):
+        raise SpecError("sinks", True, "false for generate: no code generator emits attention sinks yet (the interpreter runs them: tilegen.attention, tilegen.attention_varlen)")
     if load_target(target).kind == "gpu":
         from . import triton as backend
     else:
