@@ -129,7 +129,7 @@ ISSUE_CU_Q = np.array([0, 0, 1, 1, 3], np.int32)  # the issue's example: empty Q
 ISSUE_CU_K = np.array([0, 3, 3, 8, 8], np.int32)
 
 
-@pytest.mark.parametrize("causal, sinks", [(False, False), (True, True)])
+@pytest.mark.parametrize("causal, sinks", [(False, False), (False, True), (True, True)])
 def test_issue_example_empty_sequences_gqa_d64(causal, sinks):
     q, k, v, do = _data(3, 8, 9, 3, 64, "fp32")
     sk = np.linspace(-1.0, 1.5, 9).astype(np.float32) if sinks else None

@@ -58,6 +58,13 @@ def _window(causal: Any, window: Any) -> tuple[int, int]:
     return left, right
 
 
+def _check_scale(softmax_scale) -> None:
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
+    ):
+        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+
+
 def make_spec(
     q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None
 ) -> AttentionSpec:
@@ -104,10 +111,7 @@ def make_spec_and_params(
             raise SpecError(f"{name}.shape", {"q": q, "k": k, "v": v}[name].shape, "no zero-sized dimension")
     if hq % lk.shape[1]:
         raise SpecError("k.shape", k.shape, f"a head count that divides q's {hq} heads (layout {layout})")
-    if softmax_scale is not None and (
-        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
-    ):
-        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+    _check_scale(softmax_scale)
     score_text, mask_text, decls, mod_window, arrays = mods_from_api(score_mod, mask_mod)
     spec = AttentionSpec(
         batch=bsz,
@@ -523,10 +527,7 @@ def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_
     hq = int(shape_q[1])
     sk = _check_sinks(sinks, hq)
     score, mask, decls, arrays = _varlen_mods(lay, win, softcap, alibi_slopes, hq)
-    if softmax_scale is not None and (
-        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
-    ):
-        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+    _check_scale(softmax_scale)
     if shape_q[0] == 0 or shape_k[0] == 0:
         return None, arrays, lay, sk
     spec = AttentionSpec(

@@ -13,6 +13,8 @@ the schedule. Semantics follow DESIGN.md §3:
 
 - ``score_mod`` / ``mask_mod``: expressions of the mod language (:mod:`tilegen.mods`) over ``score, b,
   h, q_idx, kv_idx`` and the parameter arrays of ``params``; the mask mod is and-ed with the window.
+- ``sinks``: one learnable logit per query head (an fp32 [Hq] input ``sinks``) joins every row's softmax
+  denominator and carries no value (DESIGN §3).
 
 Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the shorthands ``heads``,
 ``seq`` and ``head_dim`` that set both of a pair, ``mask = "none" | "causal" | "window"``, and a
