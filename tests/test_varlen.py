@@ -152,6 +152,8 @@ CU_K = np.array([0, 9, 12, 30, 30, 52], np.int32)  # Sk_s = 9, 3, 18, 0, 22; tot
 ])
 def test_lengths_across_tiles_causal_window_dtypes(dtype, causal, window, d):
     q, k, v, do = _data(45, 55, 4, 2, d, dtype, seed=1)
+    for x, n in ((q, 41), (k, 52), (v, 52), (do, 41)):
+        x[n:] = np.nan  # tokens outside every sequence hold garbage: never read
     o, lse, res = _run(q, k, v, do, CU_Q, CU_K, dtype=dtype, causal=causal, window=window)
     # tokens outside every sequence: o = 0, lse = -inf, zero gradients (DESIGN §3)
     assert np.all(o[41:] == 0) and np.all(np.isneginf(lse[:, 41:])) and np.all(res[0][41:] == 0)
@@ -225,6 +227,33 @@ def test_empty_tiles_between_sequences_are_skipped():
     pairs = sum(vis[i:i + 16, j:j + 16].any() for i in range(0, 80, 16) for j in range(0, 80, 16))
     assert pairs == 1 + 1 + 3 + 1
     assert meas.bytes_read["K"] == pairs * 16 * 16 * 4
+
+
+def test_tokens_outside_every_sequence_are_never_read_nor_written():
+    """The kernels neither read (NaN garbage in q, k, v, do there changes nothing) nor write (the
+    interpreter's NaN sentinel stays) the tokens outside every sequence: O, L, dQ rows and dK, dV rows;
+    with sinks too, and with either dQ strategy."""
+    from tilegen import api
+    from tilegen.backends.interp import interpret
+    from tilegen.passes import pipeline
+
+    q, k, v, do = _data(45, 55, 4, 2, 16, "fp16", seed=6)
+    for x, n in ((q, 41), (k, 52), (v, 52), (do, 41)):
+        x[n:] = np.nan
+    sinks = np.array([0.5, -1.0, 0.0, 1.0], np.float32)
+    spec, params, lay, sk = api._varlen_setup(q, k, v, CU_Q, CU_K, None, None, None, True, (-1, -1), None, None, sinks)
+    t = lambda x: x[None].transpose(0, 2, 1, 3)  # noqa: E731
+    out, fm = interpret(pipeline.compile_forward(spec, tile_sizes=TILES), {"Q": t(q), "K": t(k), "V": t(v), "sinks": sk, **params})
+    o, lse = out["O"][0], out["L"][0]
+    assert np.isnan(o[:, 41:].astype(np.float32)).all() and np.isnan(lse[:, 41:]).all()
+    assert not np.isnan(o[:, :41].astype(np.float32)).any() and not np.isnan(lse[:, :41]).any()
+    assert fm.bytes_written["L"] == 4 * 41 * 4
+    for strategy in ("atomic", "separate"):
+        bwd = pipeline.compile_backward(spec, tile_sizes=TILES, dq_strategy=strategy)
+        g, _ = interpret(bwd, {"Q": t(q), "K": t(k), "V": t(v), "O": out["O"], "L": out["L"], "dO": t(do), **params})
+        for name, n in (("dQ", 41), ("dK", 52), ("dV", 52)):
+            x = g[name][0].astype(np.float32)
+            assert np.isnan(x[:, n:]).all() and not np.isnan(x[:, :n]).any(), (strategy, name)
 
 
 def test_work_list():

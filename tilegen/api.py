@@ -534,6 +534,7 @@ def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_
         batch=1, heads_q=hq, heads_kv=int(shape_k[1]), seq_q=int(shape_q[0]), seq_k=int(shape_k[0]), head_dim_qk=int(shape_q[2]),
         head_dim_v=int(shape_v[2]), dtype=dtype, scale=None if softmax_scale is None else float(softmax_scale), window=(-1, -1),
         layout="BSND", name="varlen", score_mod=score, mask_mod=mask, params=decls, sinks=sk is not None,
+        packed_ids=(VARLEN_Q_SEQ, VARLEN_K_SEQ),
     )
     return spec, arrays, lay, sk
 

@@ -75,6 +75,9 @@ class AttentionSpec:
         params: the parameter arrays the mods read (:class:`tilegen.mods.ParamDecl`), sorted by name.
         sinks: learnable attention sinks (DESIGN §3): an fp32 [Hq] input ``sinks``, one logit per query
             head that joins every row's softmax denominator and carries no value.
+        packed_ids: () or (query ids, key ids): the names of two int32 params of shapes [Sq] and [Sk]
+            holding each token's sequence id in a packed batch, negative outside every sequence; the
+            kernels write no output row of a negative id (DESIGN §3, "Packed batches").
     """
 
     batch: int
@@ -94,6 +97,7 @@ class AttentionSpec:
     mask_mod: str = ""
     params: tuple = ()
     sinks: bool = False
+    packed_ids: tuple = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -167,6 +171,8 @@ class AttentionSpec:
             out["params"] = {p.name: p.to_dict() for p in self.params}
         if self.sinks:
             out["sinks"] = True
+        if self.packed_ids:
+            out["packed_ids"] = list(self.packed_ids)
         return out
 
     @property
@@ -197,7 +203,7 @@ class AttentionSpec:
             if isinstance(value, str):
                 lines.append(f'{key} = {_toml_str(value)}')
             elif isinstance(value, list):
-                lines.append(f"{key} = [{', '.join(str(v) for v in value)}]")
+                lines.append(f"{key} = [{', '.join(_toml_str(v) if isinstance(v, str) else str(v) for v in value)}]")
             elif isinstance(value, bool):
                 lines.append(f"{key} = {'true' if value else 'false'}")
             else:
@@ -309,6 +315,22 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
     _check_mods(spec, where)
     if spec.sinks and any(getattr(p, "name", None) == "sinks" for p in spec.params or ()):
         raise SpecError("params.sinks", "sinks", "another name: sinks = true reserves the input 'sinks'", where)
+    _check_packed_ids(spec, where)
+
+
+def _check_packed_ids(spec: AttentionSpec, where: str | None) -> None:
+    ids = spec.packed_ids
+    accepted = "[] or two names [query ids, key ids] of int32 params of shapes [seq_q] and [seq_k]"
+    if ids == ():
+        return
+    if not isinstance(ids, tuple) or len(ids) != 2 or not all(isinstance(n, str) for n in ids):
+        raise SpecError("packed_ids", ids, accepted, where)
+    decls = {p.name: p for p in spec.params}
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    for name, length in zip(ids, (spec.seq_q, spec.seq_k)):
+        p = decls.get(name)
+        if p is None or p.dtype != "int32" or p.concrete_shape(sizes) != (length,):
+            raise SpecError("packed_ids", list(ids), f"{accepted} ({name!r} is not one)", where)
     window = spec.window
     first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
     if first >= stop:
@@ -421,6 +443,8 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
             errors.append(SpecError("window", window, f"absent when mask = {mask!r}", where))
         else:
             data["window"] = (-1, 0) if mask == "causal" else (-1, -1)
+    if isinstance(data.get("packed_ids"), list):
+        data["packed_ids"] = tuple(data["packed_ids"])
     for required in ("batch", "heads_q", "seq_q", "seq_k", "head_dim_qk"):
         if required not in data:
             short = next(s for s, pair in _SHORTHANDS.items() if required in pair) if required != "batch" else None

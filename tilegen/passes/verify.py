@@ -149,6 +149,10 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}` adds atomically into {tensor.dtype} tensor {tensor.name}; accumulate in fp32")
             if isinstance(stmt, Store) and tensor.kind == "input":
                 self.fail(k, f"`{_fmt(stmt)}` writes input tensor {tensor.name}")
+            if stmt.rows:
+                guard = self.tensors.get(stmt.rows)
+                if guard is None or guard.kind != "input" or guard.dtype != "int32" or len(guard.shape) != 1 or not access.tile:
+                    self.fail(k, f"`{_fmt(stmt)}`: its row guard {stmt.rows} must be an int32 1-d input tensor over a tiled dimension")
         elif isinstance(stmt, MatMul):
             a, bb, d = buf[stmt.a], buf[stmt.b], buf[stmt.dst]
             if len(a.shape) != 2 or len(bb.shape) != 2 or len(d.shape) != 2:
