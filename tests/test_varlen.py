@@ -350,3 +350,15 @@ def test_torch_varlen_and_sinks_autograd_cpu():
     for t, name in ((q2, "dq"), (k2, "dk"), (v2, "dv")):
         assert np.abs(t.grad.numpy()[0] - rg2[name]).max() < 1e-5, name
     assert np.abs(s2.grad.numpy() - rg2["dsinks"]).max() < 1e-5 and np.abs(sl.grad.numpy() - rg2["dslopes"]).max() < 1e-5
+
+
+def test_sinks_refused_by_name_where_not_emitted(tmp_path):
+    """No code generator emits sinks yet, and tilegen run's dense reference has none: both refuse the
+    spec in one line naming the field."""
+    from tilegen.runner import validate_run
+
+    spec = tilegen.AttentionSpec(batch=1, heads_q=2, heads_kv=1, seq_q=64, seq_k=64, head_dim_qk=16, head_dim_v=16, sinks=True)
+    for call in (lambda: tilegen.generate(spec, "h200", tmp_path / "out"), lambda: validate_run(spec)):
+        with pytest.raises(SpecError, match=r"^sinks = True is invalid; accepted: false for ") as exc:
+            call()
+        assert "\n" not in str(exc.value)

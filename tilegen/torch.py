@@ -577,6 +577,9 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
         q4, k4, v4 = q, k, v
     if sinks is not None:
         params["sinks"] = sinks.detach().float().contiguous()
+    from .backends import check_emittable
+
+    check_emittable(spec)
     module = triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
     out, lse = module.forward(q4, k4, v4, params=params)
     if cfg.kind == "varlen":
