@@ -4,6 +4,8 @@ Python API (NumPy in, NumPy out, interpreter-backed):
 
 - :func:`attention` (q, k, v, ...) -> (o, lse)
 - :func:`attention_backward` (q, k, v, o, lse, do, ...) -> (dq, dk, dv)
+- :func:`attention_varlen` (q, k, v, cu_seqlens_q, cu_seqlens_k, ...) -> (o, lse): packed TND batches
+- :func:`attention_varlen_backward` (q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, ...) -> (dq, dk, dv[, dsinks])
 - :func:`generate` (spec, target, out_dir) -> GenerateResult (files, schedule; ``.to_json()``)
 - :func:`inspect` (spec, target) -> InspectResult (tiles, candidates, footprints, prediction; ``.to_json()``)
 - :class:`AttentionSpec`, :func:`load_spec`, :func:`builtin_spec`
@@ -23,6 +25,8 @@ __all__ = [
     "VerifyError",
     "attention",
     "attention_backward",
+    "attention_varlen",
+    "attention_varlen_backward",
     "builtin_spec",
     "builtin_specs",
     "generate",
@@ -32,7 +36,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_API = ("attention", "attention_backward", "generate", "inspect", "make_spec")
+_API = ("attention", "attention_backward", "attention_varlen", "attention_varlen_backward", "generate", "inspect", "make_spec")
 
 
 def __getattr__(name: str):

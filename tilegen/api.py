@@ -58,6 +58,13 @@ def _window(causal: Any, window: Any) -> tuple[int, int]:
     return left, right
 
 
+def _check_scale(softmax_scale) -> None:
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
+    ):
+        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+
+
 def make_spec(
     q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None
 ) -> AttentionSpec:
@@ -79,10 +86,11 @@ def make_spec(
 
 
 def make_spec_and_params(
-    q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None
+    q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None,
+    sinks=False,
 ) -> tuple[AttentionSpec, dict]:
     """:func:`make_spec` and the parameter arrays the mods read, by name (checked against the spec's
-    declarations: shapes, dtype kinds)."""
+    declarations: shapes, dtype kinds). ``sinks`` (bool) sets the spec's ``sinks`` field."""
     from .mods import check_param_arrays, mods_from_api, _intersect
     if layout not in LAYOUTS:
         raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
@@ -103,10 +111,7 @@ def make_spec_and_params(
             raise SpecError(f"{name}.shape", {"q": q, "k": k, "v": v}[name].shape, "no zero-sized dimension")
     if hq % lk.shape[1]:
         raise SpecError("k.shape", k.shape, f"a head count that divides q's {hq} heads (layout {layout})")
-    if softmax_scale is not None and (
-        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
-    ):
-        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
+    _check_scale(softmax_scale)
     score_text, mask_text, decls, mod_window, arrays = mods_from_api(score_mod, mask_mod)
     spec = AttentionSpec(
         batch=bsz,
@@ -125,15 +130,91 @@ def make_spec_and_params(
         score_mod=score_text,
         mask_mod=mask_text,
         params=decls,
+        sinks=bool(sinks),
     )
     sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
     params = check_param_arrays(spec.mods, arrays, sizes) if spec.has_mods else {}
     return spec, params
 
 
+def _fa_score_mod(score_mod, softcap, alibi_slopes):
+    """The score mod of FlashAttention's ``softcap`` and ``alibi_slopes`` (DESIGN §3): score′ =
+    c·tanh(score/c), then − slope·|q_idx + Sk − Sq − kv_idx|; or ``score_mod`` itself.
+
+    Raises:
+        SpecError: softcap not None/0/a positive finite number; softcap or alibi_slopes together with
+            score_mod (write them inside the score mod instead).
+    """
+    from . import mods as M
+
+    cap = _check_softcap(softcap)
+    if score_mod is not None and (cap is not None or alibi_slopes is not None):
+        which = "softcap" if cap is not None else "alibi_slopes"
+        raise SpecError(which, softcap if cap is not None else "an array", "None when score_mod is given (use tilegen.mods.softcap / alibi inside the score mod)")
+    if cap is None and alibi_slopes is None:
+        return score_mod
+    if alibi_slopes is not None and not (isinstance(alibi_slopes, np.ndarray) and alibi_slopes.dtype.kind == "f"):
+        raise SpecError("alibi_slopes", type(alibi_slopes).__name__, "a float numpy.ndarray of shape [Hq] or [B, Hq]")
+    sc = M.softcap(cap) if cap is not None else None
+    al = M.alibi(alibi_slopes) if alibi_slopes is not None else None
+    if sc is None:
+        return al
+    if al is None:
+        return sc
+    return M.Mod("score", al.expr.xreplace({M.SCORE: sc.expr}), al.params)
+
+
+def _check_softcap(softcap):
+    """None for no softcapping (None or 0.0, FlashAttention's "off"), else the cap as a float."""
+    if softcap is None or (not isinstance(softcap, bool) and isinstance(softcap, (int, float, np.floating)) and float(softcap) == 0.0):
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating)) or not (np.isfinite(softcap) and softcap > 0):
+        raise SpecError("softcap", softcap, "None or 0.0 (off), or a positive finite number")
+    return float(softcap)
+
+
+def _check_sinks(sinks, heads_q: int) -> np.ndarray | None:
+    """``sinks`` as float32 [Hq], or None.
+
+    Raises:
+        SpecError: not a float array of shape [Hq] with finite values.
+    """
+    if sinks is None:
+        return None
+    accepted = f"a float numpy.ndarray of shape [{heads_q}] (one finite logit per query head) or None"
+    if not isinstance(sinks, np.ndarray):
+        raise SpecError("sinks", type(sinks).__name__, accepted)
+    if sinks.dtype.kind != "f":
+        raise SpecError("sinks.dtype", str(sinks.dtype), accepted)
+    if sinks.shape != (heads_q,):
+        raise SpecError("sinks.shape", sinks.shape, accepted)
+    out = np.ascontiguousarray(sinks, dtype=np.float32)
+    if not np.isfinite(out).all():
+        raise SpecError("sinks", "a non-finite value", accepted)
+    return out
+
+
+def sink_grad(o, do, lse, sinks, rows=None) -> np.ndarray:
+    """dσ_h = −Σ_rows exp(σ_h − L_row)·D_row with D = rowsum(dO∘O) (DESIGN §3), float32 [Hq].
+
+    ``o``, ``do``: [..., Hq, S, Dv] logical (BNSD or [Hq, S, Dv]); ``lse``: [..., Hq, S] fp32 from the
+    forward; ``rows``: optional bool [S] of the rows that take part (varlen: tokens inside a sequence).
+    D is formed in fp32 from the stored O as the backward's pre kernel does; the sum over rows (and
+    batch) runs in float64 in one fixed order (NumPy's pairwise sum over a fixed shape): the result is
+    bitwise reproducible. An O(B·Hq·S) step after the kernels.
+    """
+    d = np.sum(np.asarray(do, dtype=np.float32) * np.asarray(o, dtype=np.float32), axis=-1, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # rows left out may hold lse = -inf
+        w = np.exp(np.asarray(sinks, dtype=np.float64).reshape(-1, 1) - np.asarray(lse, dtype=np.float64)) * d
+    if rows is not None:
+        w = np.where(rows, w, 0.0)
+    axes = tuple(range(w.ndim - 2)) + (w.ndim - 1,)
+    return (-np.sum(w, axis=axes)).astype(np.float32)
+
+
 def attention(
     q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", target=None, tile_sizes=None,
-    score_mod=None, mask_mod=None,
+    score_mod=None, mask_mod=None, softcap=None, alibi_slopes=None, sinks=None,
 ):
     """FlashAttention forward in the interpreter.
 
@@ -148,16 +229,28 @@ def attention(
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` or a :mod:`tilegen.mods` built-in
             (DESIGN §3: applied to the scaled score where the mask holds).
         mask_mod: ``mask_mod(b, h, q_idx, kv_idx)`` or a built-in, and-ed with causal/window.
+        softcap: FlashAttention's softcap c (None or 0.0: off): score′ = c·tanh(score/c) on the scaled
+            score (Gemma-2), before the mask.
+        alibi_slopes: float [Hq] or [B, Hq]: score′ −= slope·|i + Sk − Sq − j| (FlashAttention's ALiBi),
+            after the softcap.
+        sinks: float [Hq], one learnable logit σ_h per query head that joins every row's softmax
+            denominator and carries no value (gpt-oss): L = logsumexp(S ∪ {σ_h}), P = exp(S − L).
 
     Returns:
-        (o in the input dtype and layout, lse float32 [B, Hq, Sq], natural log; -inf on empty rows).
+        (o in the input dtype and layout, lse float32 [B, Hq, Sq], natural log; on a row with no
+        visible key o = 0 and lse = -inf, or σ_h with sinks).
 
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
+    score_mod = _fa_score_mod(score_mod, softcap, alibi_slopes)
     spec, params = make_spec_and_params(
-        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
+        sinks=sinks is not None,
     )
+    sk = _check_sinks(sinks, spec.heads_q)
+    if sk is not None:
+        params = {**params, "sinks": sk}
     program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
     outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout), **params})
     return _physical(outputs["O"], layout), outputs["L"]
@@ -181,6 +274,9 @@ def attention_backward(
     tile_sizes=None,
     score_mod=None,
     mask_mod=None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
 ):
     """FlashAttention recompute backward in the interpreter (the fused program).
 
@@ -190,20 +286,25 @@ def attention_backward(
         dq_strategy: ``"atomic"`` (fp32 workspace, atomic adds) or ``"separate"`` (a second nest over Q
             tiles, deterministic); see ``tilegen.passes.pipeline.DQ_STRATEGIES``.
 
-        score_mod, mask_mod: as for :func:`attention` (the same mods the forward ran with).
+        score_mod, mask_mod, softcap, alibi_slopes, sinks: as for :func:`attention` (the same the
+            forward ran with; the lse of a forward with sinks already holds them, so the kernels are
+            those without sinks).
 
     Returns:
         (dq like q, dk like k, dv like v), in the input dtype and layout; dk and dv are summed over each
-        GQA group. When a mod reads floating-point parameter arrays: (dq, dk, dv, dparams) with
-        dparams a dict by parameter name of float32 arrays of the parameters' shapes, reduced from
-        per-tile partials in a fixed order (deterministic).
+        GQA group. When a learnable parameter is given (a mod's float parameter array, alibi_slopes,
+        sinks): (dq, dk, dv, dparams) with dparams a dict by name (``"alibi_slopes"``, ``"sinks"``, the
+        mods' parameter names) of float32 arrays of the parameters' shapes, reduced in a fixed order
+        (deterministic): the mods' from per-tile partials, dσ on the host (:func:`sink_grad`).
 
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
+    score_mod = _fa_score_mod(score_mod, softcap, alibi_slopes)
     spec, params = make_spec_and_params(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
     )
+    sk = _check_sinks(sinks, spec.heads_q)
     expect_o = spec.logical_shapes["O"]
     for name, x in (("o", o), ("do", do)):
         _check_array(name, x, 4)
@@ -231,11 +332,328 @@ def attention_backward(
     grads, _ = interpret(program, feeds)
     out = tuple(_physical(grads[n], layout) for n in ("dQ", "dK", "dV"))
     mods = program.mods
+    dparams = {}
     if mods is not None and mods.grads:
         from .mods import param_grads
 
-        return out + (param_grads(program, grads),)
-    return out
+        dparams = param_grads(program, grads)
+    if sk is not None:
+        dparams["sinks"] = sink_grad(_logical(o, layout), _logical(do, layout), lse, sk)
+    return out + (dparams,) if dparams else out
+
+
+# --- packed variable-length batches (TND, cu_seqlens) -------------------------------------------------
+
+VARLEN_Q_SEQ, VARLEN_K_SEQ, VARLEN_Q_OFF = "q_seq", "k_seq", "q_off"  # the varlen spec's int32 parameters
+VARLEN_OUTSIDE_Q, VARLEN_OUTSIDE_K = -1, -2  # sequence ids of tokens outside every sequence (never equal)
+
+
+@dataclass(frozen=True)
+class Varlen:
+    """A packed batch as the mod machinery sees it (DESIGN §3, "Packed batches").
+
+    Attributes:
+        cu_q, cu_k: the cumulative sequence starts (int64 copies), [nseq + 1] each.
+        q_seq: int32 [total_q], the sequence of each query token (−1 outside every sequence).
+        k_seq: int32 [total_k], the sequence of each key token (−2 outside every sequence).
+        q_off: int32 [total_q], the bottom-right offset of each query token's sequence,
+            Sk_s − Sq_s + (cu_k[s] − cu_q[s]) = cu_k[s+1] − cu_q[s+1] (0 outside): key j of the packed
+            batch sits at local distance q_idx + q_off − kv_idx from the diagonal of query q_idx.
+    """
+
+    cu_q: np.ndarray
+    cu_k: np.ndarray
+    q_seq: np.ndarray
+    k_seq: np.ndarray
+    q_off: np.ndarray
+
+    @property
+    def nseq(self) -> int:
+        return len(self.cu_q) - 1
+
+    @property
+    def q_inside(self) -> np.ndarray:
+        return self.q_seq >= 0
+
+    @property
+    def k_inside(self) -> np.ndarray:
+        return self.k_seq >= 0
+
+    def params(self) -> dict[str, np.ndarray]:
+        return {VARLEN_Q_SEQ: self.q_seq, VARLEN_K_SEQ: self.k_seq, VARLEN_Q_OFF: self.q_off}
+
+
+def _check_cu(name: str, cu, total: int) -> np.ndarray:
+    """``cu_seqlens_*``: int32 [nseq + 1], non-decreasing, from >= 0 to <= total (FlashAttention's
+    convention; tokens past the last entry belong to no sequence)."""
+    accepted = f"an int32 numpy.ndarray [num_seqs + 1] of non-decreasing offsets from 0 to at most {total} (the tokens)"
+    if not isinstance(cu, np.ndarray):
+        raise SpecError(name, type(cu).__name__, accepted)
+    if cu.dtype != np.int32:
+        raise SpecError(f"{name}.dtype", str(cu.dtype), accepted)
+    if cu.ndim != 1 or cu.shape[0] < 2:
+        raise SpecError(f"{name}.shape", cu.shape, accepted)
+    c = cu.astype(np.int64)
+    if c[0] < 0:
+        raise SpecError(name, f"first entry {int(c[0])}", accepted)
+    bad = np.nonzero(np.diff(c) < 0)[0]
+    if bad.size:
+        n = int(bad[0])
+        raise SpecError(name, f"entries {n} and {n + 1} decrease ({int(c[n])} > {int(c[n + 1])})", accepted)
+    if c[-1] > total:
+        raise SpecError(name, f"last entry {int(c[-1])}", f"{accepted}; the tensor has {total} tokens")
+    return c
+
+
+def varlen_layout(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_seqlen_q=None, max_seqlen_k=None) -> Varlen:
+    """The per-token arrays of a packed batch (:class:`Varlen`), checked.
+
+    Raises:
+        SpecError: a bad ``cu_seqlens_q``/``cu_seqlens_k`` (type, dtype, shape, decreasing, past the
+            tokens), different sequence counts, or a ``max_seqlen_*`` below the longest sequence.
+    """
+    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, total_q)
+    ck = _check_cu("cu_seqlens_k", cu_seqlens_k, total_k)
+    if len(cq) != len(ck):
+        raise SpecError("cu_seqlens_k.shape", cu_seqlens_k.shape, f"({len(cq)},): one entry per sequence of cu_seqlens_q, plus one")
+    for name, given, lens in (("max_seqlen_q", max_seqlen_q, np.diff(cq)), ("max_seqlen_k", max_seqlen_k, np.diff(ck))):
+        if given is None:
+            continue
+        longest = int(lens.max())
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < longest:
+            raise SpecError(name, given, f"None or an integer >= {longest} (the longest sequence)")
+    q_seq = np.full(total_q, VARLEN_OUTSIDE_Q, dtype=np.int32)
+    k_seq = np.full(total_k, VARLEN_OUTSIDE_K, dtype=np.int32)
+    q_off = np.zeros(total_q, dtype=np.int32)
+    for s_ in range(len(cq) - 1):
+        q_seq[cq[s_]:cq[s_ + 1]] = s_
+        k_seq[ck[s_]:ck[s_ + 1]] = s_
+        q_off[cq[s_]:cq[s_ + 1]] = ck[s_ + 1] - cq[s_ + 1]
+    return Varlen(cq, ck, q_seq, k_seq, q_off)
+
+
+def varlen_work_list(cu_q: np.ndarray, cu_k: np.ndarray, br: int) -> np.ndarray:
+    """The (sequence, Q tile) work list of a packed batch: int64 [W, 3] rows (sequence s, first row,
+    rows) with the Q tiles of each sequence cut at its own start (Br rows each, the last one shorter),
+    sequences with Sq_s = 0 contributing nothing. Sequences with Sk_s = 0 are listed (their rows are
+    written: O = 0, L = −inf or σ_h) but visit no K/V tile."""
+    rows = []
+    for s_ in range(len(cu_q) - 1):
+        for r in range(int(cu_q[s_]), int(cu_q[s_ + 1]), br):
+            rows.append((s_, r, min(br, int(cu_q[s_ + 1]) - r)))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, heads_q: int):
+    """(score_mod text, mask_mod text, ParamDecls, parameter arrays) of a packed batch: the document
+    mask q_seq[q_idx] == k_seq[kv_idx] and the window per sequence, bottom-right, through q_off;
+    FlashAttention's softcap and ALiBi (−slope·|i + Sk_s − Sq_s − j| in sequence-local indices
+    = −slope·|q_idx + q_off[q_idx] − kv_idx|)."""
+    from .mods import ParamDecl
+
+    total_q, total_k = len(lay.q_seq), len(lay.k_seq)
+    decls = [ParamDecl(VARLEN_Q_SEQ, (total_q,), "int32"), ParamDecl(VARLEN_K_SEQ, (total_k,), "int32")]
+    arrays = {VARLEN_Q_SEQ: lay.q_seq, VARLEN_K_SEQ: lay.k_seq}
+    left, right = window
+    diag = f"q_idx + {VARLEN_Q_OFF}[q_idx]"
+    mask = [f"Eq({VARLEN_Q_SEQ}[q_idx], {VARLEN_K_SEQ}[kv_idx])"]
+    if right >= 0:
+        mask.append(f"(kv_idx <= {diag} + {right})")
+    if left >= 0:
+        mask.append(f"(kv_idx >= {diag} - {left})")
+    cap = _check_softcap(softcap)
+    score = "score" if cap is None else f"{cap!r}*tanh(score/{cap!r})"
+    if alibi_slopes is not None:
+        accepted = f"a float numpy.ndarray of shape [{heads_q}] or [{lay.nseq}, {heads_q}] (one row per sequence)"
+        if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype.kind != "f":
+            raise SpecError("alibi_slopes", type(alibi_slopes).__name__, accepted)
+        if alibi_slopes.shape == (heads_q,):
+            decls.append(ParamDecl("alibi_slopes", (heads_q,), "fp32"))
+            arrays["alibi_slopes"] = alibi_slopes.astype(np.float32)
+            slope = "alibi_slopes[h]"
+        elif alibi_slopes.shape == (lay.nseq, heads_q):
+            # one slope row per sequence, read per query token (its gradient folds back per sequence)
+            per_token = np.zeros((total_q, heads_q), dtype=np.float32)
+            per_token[lay.q_inside] = alibi_slopes.astype(np.float32)[lay.q_seq[lay.q_inside]]
+            decls.append(ParamDecl("alibi_slopes", (total_q, heads_q), "fp32"))
+            arrays["alibi_slopes"] = per_token
+            slope = "alibi_slopes[q_idx, h]"
+        else:
+            raise SpecError("alibi_slopes.shape", alibi_slopes.shape, accepted)
+        score = f"({score}) - {slope}*Abs({diag} - kv_idx)"
+    if len(mask) > 1 or alibi_slopes is not None:
+        decls.append(ParamDecl(VARLEN_Q_OFF, (total_q,), "int32"))
+        arrays[VARLEN_Q_OFF] = lay.q_off
+    score_text = "" if score == "score" else score
+    return score_text, " & ".join(mask), tuple(sorted(decls, key=lambda d: d.name)), arrays
+
+
+def _check_tnd(q, k, v) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_array(name, x, 3)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise SpecError("k.dtype", f"q {q.dtype}, k {k.dtype}, v {v.dtype}", "the same dtype for q, k and v")
+    if k.shape[2] != q.shape[2]:
+        raise SpecError("k.shape", k.shape, f"[total_k, Hkv, {q.shape[2]}] (q's head dim)")
+    if v.shape[:2] != k.shape[:2]:
+        raise SpecError("v.shape", v.shape, f"[{k.shape[0]}, {k.shape[1]}, Dv] (k's tokens and heads)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.shape[1] == 0 or x.shape[2] == 0:
+            raise SpecError(f"{name}.shape", x.shape, "heads and head dim of at least 1")
+    if q.shape[1] % k.shape[1]:
+        raise SpecError("k.shape", k.shape, f"a head count that divides q's {q.shape[1]} heads")
+
+
+def _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks):
+    """(spec or None when a side has no token, params, layout, sinks array) of a varlen call."""
+    _check_tnd(q, k, v)
+    return varlen_spec(q.shape, k.shape, v.shape, dtypes.name_of(q.dtype), cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                       max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
+                       alibi_slopes=alibi_slopes, sinks=sinks)
+
+
+def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None,
+                softmax_scale=None, causal=False, window=(-1, -1), softcap=None, alibi_slopes=None, sinks=None):
+    """The spec of a packed batch of these TND shapes (B = 1 over the tokens, BSND), its parameter
+    arrays by name (int32 ``q_seq``, ``k_seq``, ``q_off``; fp32 ``alibi_slopes``), the
+    :class:`Varlen` layout and the sinks as float32 [Hq] (or None). The spec is None when total_q or
+    total_k is 0 (every row is empty; nothing to run).
+
+    Raises:
+        SpecError: a bad argument, named.
+    """
+    lay = varlen_layout(cu_seqlens_q, cu_seqlens_k, int(shape_q[0]), int(shape_k[0]), max_seqlen_q, max_seqlen_k)
+    win = _window(causal, window)
+    hq = int(shape_q[1])
+    sk = _check_sinks(sinks, hq)
+    score, mask, decls, arrays = _varlen_mods(lay, win, softcap, alibi_slopes, hq)
+    _check_scale(softmax_scale)
+    if shape_q[0] == 0 or shape_k[0] == 0:
+        return None, arrays, lay, sk
+    spec = AttentionSpec(
+        batch=1, heads_q=hq, heads_kv=int(shape_k[1]), seq_q=int(shape_q[0]), seq_k=int(shape_k[0]), head_dim_qk=int(shape_q[2]),
+        head_dim_v=int(shape_v[2]), dtype=dtype, scale=None if softmax_scale is None else float(softmax_scale), window=(-1, -1),
+        layout="BSND", name="varlen", score_mod=score, mask_mod=mask, params=decls, sinks=sk is not None,
+        packed_ids=(VARLEN_Q_SEQ, VARLEN_K_SEQ),
+    )
+    return spec, arrays, lay, sk
+
+
+def attention_varlen(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False, window=(-1, -1),
+    softcap=None, alibi_slopes=None, sinks=None, target=None, tile_sizes=None,
+):
+    """Attention over a packed batch of variable-length sequences (FlashAttention's varlen), in the
+    interpreter.
+
+    Sequence s holds query tokens [cu_seqlens_q[s], cu_seqlens_q[s+1]) and key tokens
+    [cu_seqlens_k[s], cu_seqlens_k[s+1]); each query attends only within its sequence, with causal and
+    window aligned bottom-right per sequence (Sq_s, Sk_s), as FlashAttention >= 2.1 (DESIGN §3,
+    "Packed batches"). It runs as one batch of total tokens under a document mask plus a per-sequence
+    offset (a mask mod), whose block classes skip the tiles between sequences.
+
+    Args:
+        q: [total_q, Hq, Dqk]; k: [total_k, Hkv, Dqk]; v: [total_k, Hkv, Dv] (TND); one dtype (float16,
+            bfloat16, float32); Hkv divides Hq (GQA).
+        cu_seqlens_q, cu_seqlens_k: int32 [num_seqs + 1], non-decreasing, starting >= 0 and ending at
+            most at total_q / total_k; empty sequences (Sq_s = 0 or Sk_s = 0) are legal; tokens past the
+            last offset (or before the first) belong to no sequence.
+        max_seqlen_q, max_seqlen_k: None, or at least the longest sequence (FlashAttention's grid
+            bound; checked, else unused: the work list comes from cu_seqlens).
+        softmax_scale, causal, window: as :func:`attention`, per sequence.
+        softcap: None/0.0 (off) or c > 0: score′ = c·tanh(score/c).
+        alibi_slopes: float [Hq] or [num_seqs, Hq]: score′ −= slope·|i + Sk_s − Sq_s − j| (i, j local).
+        sinks: float [Hq] learnable sink logits (see :func:`attention`).
+
+    Returns:
+        (o [total_q, Hq, Dv] in q's dtype, lse float32 [Hq, total_q]). A row with no visible key (Sk_s = 0,
+        or a window that leaves it none) gives o = 0, lse = −inf (σ_h with sinks). Tokens outside every
+        sequence hold o = 0, lse = −inf.
+
+    Raises:
+        SpecError (ValueError): a bad argument, named (``cu_seqlens_q``, ``q.shape``, ...).
+    """
+    spec, params, lay, sk = _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks)
+    total_q, hq, dv = q.shape[0], q.shape[1], v.shape[2]
+    if spec is None:  # no query token, or no key token: every row is empty
+        o = np.zeros((total_q, hq, dv), dtype=q.dtype)
+        lse = np.full((hq, total_q), -np.inf, dtype=np.float32)
+        if sk is not None:
+            lse[:, lay.q_inside] = sk[:, None]
+        return o, lse
+    feeds = {"Q": q[None].transpose(0, 2, 1, 3), "K": k[None].transpose(0, 2, 1, 3), "V": v[None].transpose(0, 2, 1, 3), **params}
+    if sk is not None:
+        feeds["sinks"] = sk
+    program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    outputs, _ = interpret(program, feeds)
+    o = np.ascontiguousarray(outputs["O"][0].transpose(1, 0, 2))
+    lse = np.ascontiguousarray(outputs["L"][0])
+    o[~lay.q_inside] = 0
+    lse[:, ~lay.q_inside] = -np.inf
+    return o, lse
+
+
+def attention_varlen_backward(
+    q, k, v, o, lse, do, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None, causal=False,
+    window=(-1, -1), softcap=None, alibi_slopes=None, sinks=None, dq_strategy="atomic", target=None, tile_sizes=None,
+):
+    """The backward of :func:`attention_varlen` in the interpreter (the fused program).
+
+    Args:
+        q, k, v, cu_seqlens_*, and the keywords: as for :func:`attention_varlen` (the same values);
+        o [total_q, Hq, Dv], lse float32 [Hq, total_q]: its outputs; do: dLoss/do like o.
+
+    Returns:
+        (dq, dk, dv) in the input dtype (TND; dk, dv summed over each GQA group), then ``dsinks``
+        float32 [Hq] when sinks are given, then ``dalibi_slopes`` float32 (alibi_slopes' shape) when
+        alibi_slopes are given. Tokens outside every sequence get zero gradients. Every reduction runs
+        in a fixed order: the results are bitwise reproducible (with ``dq_strategy="separate"`` dq too).
+
+    Raises:
+        SpecError (ValueError): a bad argument, named.
+    """
+    spec, params, lay, sk = _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks)
+    total_q, hq, dv_ = q.shape[0], q.shape[1], v.shape[2]
+    for name, x in (("o", o), ("do", do)):
+        _check_array(name, x, 3)
+        if x.dtype != q.dtype:
+            raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
+        if x.shape != (total_q, hq, dv_):
+            raise SpecError(f"{name}.shape", x.shape, f"{(total_q, hq, dv_)} (q's tokens and heads, v's head dim)")
+    accepted_lse = f"a float32 array of shape {(hq, total_q)} (the forward's logsumexp)"
+    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (hq, total_q):
+        raise SpecError("lse", getattr(lse, "shape", type(lse).__name__), accepted_lse)
+    extras = []
+    if spec is None:
+        dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        dparams: dict = {}
+    else:
+        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
+        t = lambda x: x[None].transpose(0, 2, 1, 3)  # noqa: E731  TND -> BNSD view, B = 1
+        feeds = {"Q": t(q), "K": t(k), "V": t(v), "O": t(o), "L": lse[None], "dO": t(do), **params}
+        grads, _ = interpret(program, feeds)
+        dq, dk, dv = (np.ascontiguousarray(grads[n][0].transpose(1, 0, 2)) for n in ("dQ", "dK", "dV"))
+        dq[~lay.q_inside] = 0
+        dk[~lay.k_inside] = 0
+        dv[~lay.k_inside] = 0
+        dparams = {}
+        if program.mods is not None and program.mods.grads:
+            from .mods import param_grads
+
+            dparams = param_grads(program, grads)
+    if sk is not None:
+        extras.append(sink_grad(o.transpose(1, 0, 2), do.transpose(1, 0, 2), lse, sk, rows=lay.q_inside))
+    if alibi_slopes is not None:
+        g = dparams.get("alibi_slopes")
+        if g is None:
+            g = np.zeros(alibi_slopes.shape, dtype=np.float32)
+        elif alibi_slopes.ndim == 2:  # per-token rows folded back per sequence, in token order
+            per_seq = np.zeros(alibi_slopes.shape, dtype=np.float64)
+            for s_ in range(lay.nseq):
+                per_seq[s_] = np.sum(g[lay.cu_q[s_]:lay.cu_q[s_ + 1]].astype(np.float64), axis=0)
+            g = per_seq.astype(np.float32)
+        extras.append(g)
+    return (dq, dk, dv, *extras)
 
 
 def _physical_shape(shape, layout):

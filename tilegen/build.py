@@ -14,7 +14,8 @@ Two builders, both with symbolic tile sizes Br (rows of a Q tile) and Bc (rows o
 Padding (DESIGN §3: −inf in scores, zero in operands): tiles whose padding reaches a contraction or a
 row statistic are loaded zero-padded (``pad=0``: V, dO, L, D, and Q, K, P, dS where they feed a
 contraction over padded rows); Q and K feeding S are not, since ``Mask`` overwrites every padded
-score. Masks and tails follow DESIGN §3. Loop bounds skip the tiles the mask empties; the ``Mask`` op sets
+score. Masks and tails follow DESIGN §3. In a packed batch (``spec.packed_ids``) the output stores
+(O, L, dQ, dK, dV) skip the rows outside every sequence (``Store.rows``). Loop bounds skip the tiles the mask empties; the ``Mask`` op sets
 hidden keys and padded rows/columns to -inf; empty rows give O = 0, L = -inf and add nothing to the
 gradients (the ``zero_if_neginf`` and ``safe_div`` ops keep them NaN-free).
 """
@@ -149,6 +150,7 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
 
 
 BLOCKS = "BM"  # the block-class tensor of a program with a mask mod
+SINKS = "sinks"  # the fp32 [Hq] sink logits of a spec with sinks (forward input)
 
 
 def _param_tensors(mods) -> tuple[Tensor, ...]:
@@ -209,6 +211,12 @@ def grad_partial_tensors(spec: AttentionSpec, mods) -> tuple[Tensor, ...]:
     return tuple(out)
 
 
+def _guard(spec: AttentionSpec, side: int) -> str:
+    """The row-id tensor guarding the output stores of the query (0) or key (1) side: a packed batch's
+    sequence ids (``spec.packed_ids``), so that no row outside every sequence is written; or ""."""
+    return spec.packed_ids[side] if spec.packed_ids else ""
+
+
 def _grid(vars_extents_roles, body, note: str = "") -> tuple[Loop, ...]:
     """Nest parallel loops (outermost first) around ``body``."""
     for var, extent, role in reversed(vars_extents_roles):
@@ -237,6 +245,10 @@ def build_forward(spec: AttentionSpec) -> Program:
     Per program (b, hq, i): m = -inf, l = 0, acc = 0; for each visible K/V tile j:
     S = scale·Q Kᵀ (masked), m' = max(m, rowmax S), P = exp(S − m'), l = l·e^(m−m') + rowsum P,
     acc = acc·e^(m−m') + P(dtype) V, m = m'. Then O = acc / l (0 where l = 0) and L = m + log l.
+
+    With ``spec.sinks`` the online softmax starts from the sink instead of the empty set: m = σ_h
+    (``sinks[hq]``, a 0-d buffer broadcast over the rows), l = 1 = exp(σ_h − m), acc = 0; the sink
+    joins l but adds no value row, so a row without a visible key ends with O = 0, L = σ_h (DESIGN §3).
     """
     dt = spec.dtype
     mask = mask_info(spec)
@@ -259,11 +271,12 @@ def build_forward(spec: AttentionSpec) -> Program:
         Buffer("acc", (Br, Dv), "fp32"),
         Buffer("Oc", (Br, Dv), dt),
         Buffer("lse", (Br,), "fp32"),
+        *((Buffer("sink", (), "fp32"),) if spec.sinks else ()),
     )
     j_start, j_stop = kv_tile_range(mask, i)
     inner = (
-        Load("Kj", _kv_rows("K", kv_head, Dqk)),
-        Load("Vj", _kv_rows("V", kv_head, Dv), pad=0.0),
+        Load("Kj", _kv_rows("K", kv_head, Dqk), rows=_guard(spec, 1)),
+        Load("Vj", _kv_rows("V", kv_head, Dv), pad=0.0, rows=_guard(spec, 1)),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=spec.softmax_scale),
         *_score_op(mods),
         Mask("S", "S", i * Br, j * Bc),
@@ -284,23 +297,28 @@ def build_forward(spec: AttentionSpec) -> Program:
         Elementwise("m", "copy", ("m_new",)),
     )
     body = (
-        Load("Qi", _q_rows("Q", hq, Dqk)),
-        Fill("m", NEG_INF),
-        Fill("l", 0.0),
+        Load("Qi", _q_rows("Q", hq, Dqk), rows=_guard(spec, 0)),
+        *(
+            (Load("sink", Access(SINKS, (hq,), ())), Elementwise("m", "copy", ("sink",)), Fill("l", 1.0))
+            if spec.sinks
+            else (Fill("m", NEG_INF), Fill("l", 0.0))
+        ),
         Fill("acc", 0.0),
         Loop(j, j_start, j_stop, inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE, blocks=blocks),
         Elementwise("acc", "safe_div", ("acc", "l")),
         Elementwise("Oc", "cast", ("acc",)),
-        Store(_q_rows("O", hq, Dv), "Oc"),
+        Store(_q_rows("O", hq, Dv), "Oc", rows=_guard(spec, 0)),
         Elementwise("lse", "log", ("l",)),
         Elementwise("lse", "add", ("lse", "m")),
-        Store(_q_rows("L", hq, None), "lse"),
+        Store(_q_rows("L", hq, None), "lse", rows=_guard(spec, 0)),
     )
     grid = _grid([(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")], body)
     kernel = Kernel("fwd", "fwd", bufs, grid)
     tensors = _tensors(spec, ("Q", "input"), ("K", "input"), ("V", "input"), ("O", "output"), ("L", "output"))
     kernels: tuple[Kernel, ...] = (kernel,)
     tensors += _param_tensors(mods)
+    if spec.sinks:
+        tensors += (Tensor(SINKS, (Hq,), "fp32", "input"),)
     if blocks:
         kernels = (classify_kernel(spec, mods),) + kernels
         tensors += (_block_tensor(mods),)
@@ -350,8 +368,8 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
             (
-                Load("Oi", _q_rows("O", hq, Dv)),
-                Load("dOi", _q_rows("dO", hq, Dv)),
+                Load("Oi", _q_rows("O", hq, Dv), rows=_guard(spec, 0)),
+                Load("dOi", _q_rows("dO", hq, Dv), rows=_guard(spec, 0)),
                 Elementwise("O32", "cast", ("Oi",)),
                 Elementwise("prod", "cast", ("dOi",)),
                 Elementwise("prod", "mul", ("prod", "O32")),
@@ -366,9 +384,9 @@ def build_backward(spec: AttentionSpec) -> Program:
     # Phase 1: P = exp(scale·Q Kᵀ − L) → HBM; dV = Σ Pᵀ dO over the group's heads and visible Q tiles.
     i_start, i_stop = q_tile_range(mask, j)
     dv_inner = (
-        Load("Qi", _q_rows("Q", hq, Dqk)),
-        Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
-        Load("Li", _q_rows("L", hq, None), pad=0.0),
+        Load("Qi", _q_rows("Q", hq, Dqk), rows=_guard(spec, 0)),
+        Load("dOi", _q_rows("dO", hq, Dv), pad=0.0, rows=_guard(spec, 0)),
+        Load("Li", _q_rows("L", hq, None), pad=0.0, rows=_guard(spec, 0)),
         MatMul("S", "Qi", "Kj", trans_b=True, alpha=scale),
         *((Elementwise("S_raw", "copy", ("S",)), Store(_score_tile("Sraw"), "S_raw")) if raw else ()),
         *_score_op(mods),
@@ -398,11 +416,11 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
             (
-                Load("Kj", _kv_rows("K", hkv, Dqk)),
+                Load("Kj", _kv_rows("K", hkv, Dqk), rows=_guard(spec, 1)),
                 Fill("dV_acc", 0.0),
                 _group_loop((_q_tile_loop(i_start, i_stop, dv_inner, blocks),)),
                 Elementwise("dVc", "cast", ("dV_acc",)),
-                Store(_kv_rows("dV", hkv, Dv), "dVc"),
+                Store(_kv_rows("dV", hkv, Dv), "dVc", rows=_guard(spec, 1)),
             ),
         ),
     )
@@ -410,7 +428,7 @@ def build_backward(spec: AttentionSpec) -> Program:
     # Phase 2: dP = dO Vᵀ; dS = P∘(dP − D) → HBM.
     j_start, j_stop = kv_tile_range(mask, i)
     ds_inner = (
-        Load("Vj", _kv_rows("V", sympy.floor(hq / G), Dv), pad=0.0),
+        Load("Vj", _kv_rows("V", sympy.floor(hq / G), Dv), pad=0.0, rows=_guard(spec, 1)),
         Load("Pi", _score_tile("P"), pad=0.0),
         MatMul("dP", "dOi", "Vj", trans_b=True),
         Elementwise("dP", "sub", ("dP", "Di")),
@@ -435,7 +453,7 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hq, Hq, "head"), (i, q_tiles(), "q_tile")],
             (
-                Load("dOi", _q_rows("dO", hq, Dv), pad=0.0),
+                Load("dOi", _q_rows("dO", hq, Dv), pad=0.0, rows=_guard(spec, 0)),
                 Load("Di", _q_rows("D", hq, None), pad=0.0),
                 Loop(j, j_start, j_stop, ds_inner, role="kv_tile", note="visible K/V tiles of Q tile i", domain=VISIBLE, blocks=blocks),
             ),
@@ -444,7 +462,7 @@ def build_backward(spec: AttentionSpec) -> Program:
 
     # Phase 3: dK = scale·Σ dSᵀ Q; dQ_ws += dS K (atomic: other K/V tiles add to the same rows).
     dqdk_inner = (
-        Load("Qi", _q_rows("Q", hq, Dqk), pad=0.0),
+        Load("Qi", _q_rows("Q", hq, Dqk), pad=0.0, rows=_guard(spec, 0)),
         Load("dSi", _score_tile("dS"), pad=0.0),
         MatMul("dK_acc", "dSi", "Qi", trans_a=True, accumulate=True),
         MatMul("dQp", "dSi", "Kj"),
@@ -464,12 +482,12 @@ def build_backward(spec: AttentionSpec) -> Program:
         _grid(
             [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
             (
-                Load("Kj", _kv_rows("K", hkv, Dqk), pad=0.0),
+                Load("Kj", _kv_rows("K", hkv, Dqk), pad=0.0, rows=_guard(spec, 1)),
                 Fill("dK_acc", 0.0),
                 _group_loop((_q_tile_loop(i_start, i_stop, dqdk_inner, blocks),)),
                 Elementwise("dK_acc", "mul", ("dK_acc", scale)),
                 Elementwise("dKc", "cast", ("dK_acc",)),
-                Store(_kv_rows("dK", hkv, Dqk), "dKc"),
+                Store(_kv_rows("dK", hkv, Dqk), "dKc", rows=_guard(spec, 1)),
             ),
         ),
     )
@@ -484,7 +502,7 @@ def build_backward(spec: AttentionSpec) -> Program:
                 Load("dQi", _q_rows("dQ_ws", hq, Dqk)),
                 Elementwise("dQi", "mul", ("dQi", scale)),
                 Elementwise("dQc", "cast", ("dQi",)),
-                Store(_q_rows("dQ", hq, Dqk), "dQc"),
+                Store(_q_rows("dQ", hq, Dqk), "dQc", rows=_guard(spec, 0)),
             ),
         ),
     )

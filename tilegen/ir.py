@@ -6,11 +6,14 @@ A :class:`Program` is a sequence of :class:`Kernel` s (launched one after anothe
 instance, and their bounds may depend on outer loop variables) and tile ops:
 
 ==============  ===========================================================================
-``Load``        HBM tile -> on-chip buffer (rows past the tensor's extent are padding)
-``Store``       on-chip buffer -> HBM tile, clipped to the extent; ``accumulate=True`` is an atomic add
+``Load``        HBM tile -> on-chip buffer (rows past the tensor's extent are padding; ``rows`` names an
+                int32 row-id tensor whose negative rows load as 0)
+``Store``       on-chip buffer -> HBM tile, clipped to the extent; ``accumulate=True`` is an atomic add;
+                ``rows`` names an int32 row-id tensor whose negative rows it skips
 ``Fill``        buffer <- constant
 ``MatMul``      dst (+)= alpha * op(a) @ op(b), fp32 accumulation, optional transposes
-``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles
+``Elementwise`` dst <- f(args), with [R] vectors broadcast along the rows of [R, C] tiles and 0-d
+                buffers (one value per program instance, e.g. a head's sink logit) over anything
 ``RowReduce``   dst[R] <- max or sum over the columns of src[R, C]
 ``Mask``        dst <- src with -inf where DESIGN §3's window hides a key or a row/column is padding
 ``ModOp``       a score/mask mod of ``Program.mods`` at a tile: the modified score, its derivative,
@@ -166,11 +169,15 @@ class Stmt:
 @dataclass(frozen=True)
 class Load(Stmt):
     """dst <- src. ``pad`` is the value rows/columns past the tensor's extent get; None means the
-    program does not depend on it (the interpreter then loads a large sentinel to prove that)."""
+    program does not depend on it (the interpreter then loads a large sentinel to prove that).
+    ``rows``: as :class:`Store`'s, the name of an int32 row-id tensor over the first tiled dimension;
+    rows whose id is negative are not read and load as 0 (a packed batch's tokens outside every
+    sequence, whatever they hold)."""
 
     dst: str
     src: Access
     pad: float | None = None
+    rows: str = ""
 
     def buffers_written(self):
         return (self.dst,)
@@ -181,9 +188,17 @@ class Load(Stmt):
 
 @dataclass(frozen=True)
 class Store(Stmt):
+    """dst <- src, clipped to the tensor's extent; ``accumulate`` makes it an atomic add.
+
+    ``rows``: the name of an int32 input tensor [S] of row ids over the store's first tiled dimension
+    (a packed batch's sequence id per token, DESIGN §3); rows whose id is negative are not written
+    (tokens outside every sequence). "" writes every row.
+    """
+
     dst: Access
     src: str
     accumulate: bool = False
+    rows: str = ""
 
     def buffers_read(self):
         return (self.src,)
@@ -236,7 +251,8 @@ ELEMENTWISE_OPS: dict[str, int] = {
 
 @dataclass(frozen=True)
 class Elementwise(Stmt):
-    """dst <- op(*args). An arg is a buffer name or a float; a [R] buffer broadcasts over [R, C]."""
+    """dst <- op(*args). An arg is a buffer name or a float; a [R] buffer broadcasts over [R, C], a 0-d
+    buffer over any shape."""
 
     dst: str
     op: str

@@ -122,6 +122,14 @@ class ParamDecl:
         return out
 
 
+def param_base(decl: ParamDecl) -> sympy.IndexedBase:
+    """The sympy ``IndexedBase`` of a parameter: integer-valued for an int32 array, so that its reads
+    are legal indices of another read (``k_start[seq[q_idx]]``); without assumptions for fp32."""
+    if decl.dtype == "int32":
+        return sympy.IndexedBase(decl.name, integer=True)
+    return sympy.IndexedBase(decl.name)
+
+
 def _param_dtype(array: np.ndarray, name: str) -> str:
     if np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
         return "int32"
@@ -147,7 +155,7 @@ class Param:
         self.array = array
         dtype = _param_dtype(np.asarray(array.detach().cpu().numpy() if hasattr(array, "detach") else array), name)
         self.decl = ParamDecl(name, shape, dtype)
-        self.base = sympy.IndexedBase(name)
+        self.base = param_base(self.decl)
 
     def __getitem__(self, index) -> "Traced":
         if _TRACING is not None:
@@ -739,7 +747,7 @@ class _Converter:
         for e in idx:
             if not (e.is_integer or e.is_Integer):
                 self.fail(f"the non-integer index {e} of {decl.name}", "integer index expressions (use // for division)")
-        base = sympy.IndexedBase(decl.name)
+        base = param_base(decl)
         return base[idx] if len(idx) > 1 else base[idx[0]]
 
 

@@ -138,6 +138,8 @@ def validate_run(
         TargetError: ``target`` is unknown (the message lists the known ones), or ``twin_target`` is
             not an Ascend 910B target.
     """
+    if spec.sinks:
+        raise SpecError("sinks", True, "false for tilegen run (its dense reference has no sinks; tilegen.attention and attention_varlen run them)")
     if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
         raise SpecError(
             "spec",

@@ -13,6 +13,8 @@ the schedule. Semantics follow DESIGN.md §3:
 
 - ``score_mod`` / ``mask_mod``: expressions of the mod language (:mod:`tilegen.mods`) over ``score, b,
   h, q_idx, kv_idx`` and the parameter arrays of ``params``; the mask mod is and-ed with the window.
+- ``sinks``: one learnable logit per query head (an fp32 [Hq] input ``sinks``) joins every row's softmax
+  denominator and carries no value (DESIGN §3).
 
 Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the shorthands ``heads``,
 ``seq`` and ``head_dim`` that set both of a pair, ``mask = "none" | "causal" | "window"``, and a
@@ -71,6 +73,11 @@ class AttentionSpec:
         score_mod: the score modification as mod-language text (``""``: none), DESIGN §3.
         mask_mod: the mask modification as mod-language text (``""``: none), and-ed with the window.
         params: the parameter arrays the mods read (:class:`tilegen.mods.ParamDecl`), sorted by name.
+        sinks: learnable attention sinks (DESIGN §3): an fp32 [Hq] input ``sinks``, one logit per query
+            head that joins every row's softmax denominator and carries no value.
+        packed_ids: () or (query ids, key ids): the names of two int32 params of shapes [Sq] and [Sk]
+            holding each token's sequence id in a packed batch, negative outside every sequence; the
+            kernels write no output row of a negative id (DESIGN §3, "Packed batches").
     """
 
     batch: int
@@ -89,6 +96,8 @@ class AttentionSpec:
     score_mod: str = ""
     mask_mod: str = ""
     params: tuple = ()
+    sinks: bool = False
+    packed_ids: tuple = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -160,6 +169,10 @@ class AttentionSpec:
             out["mask_mod"] = self.mask_mod
         if self.params:
             out["params"] = {p.name: p.to_dict() for p in self.params}
+        if self.sinks:
+            out["sinks"] = True
+        if self.packed_ids:
+            out["packed_ids"] = list(self.packed_ids)
         return out
 
     @property
@@ -190,7 +203,9 @@ class AttentionSpec:
             if isinstance(value, str):
                 lines.append(f'{key} = {_toml_str(value)}')
             elif isinstance(value, list):
-                lines.append(f"{key} = [{', '.join(str(v) for v in value)}]")
+                lines.append(f"{key} = [{', '.join(_toml_str(v) if isinstance(v, str) else str(v) for v in value)}]")
+            elif isinstance(value, bool):
+                lines.append(f"{key} = {'true' if value else 'false'}")
             else:
                 lines.append(f"{key} = {value!r}")
         return "\n".join(lines + tables) + "\n"
@@ -240,7 +255,7 @@ def _accepted(field: str) -> str:
         return f"an integer from {lo} to {hi}"
     if field in _CHOICES:
         return "one of " + ", ".join(repr(c) for c in _CHOICES[field])
-    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL"}.get(field, "a value")
+    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL", "sinks": "true or false"}.get(field, "a value")
 
 
 def _check_field(field: str, value: Any, where: str | None) -> None:
@@ -257,6 +272,9 @@ def _check_field(field: str, value: Any, where: str | None) -> None:
             raise SpecError("scale", value, _SCALE_ACCEPTED, where)
         if not (math.isfinite(float(value)) and float(value) > 0):
             raise SpecError("scale", value, _SCALE_ACCEPTED, where)
+    elif field == "sinks":
+        if not isinstance(value, (bool, np.bool_)):
+            raise SpecError("sinks", value, "true or false", where)
     elif field == "window":
         if (
             not isinstance(value, tuple)
@@ -292,9 +310,27 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
         if per_batch <= MAX_TENSOR_BYTES:
             raise SpecError("batch", spec.batch, f"an integer from 1 to {MAX_TENSOR_BYTES // per_batch} for these heads, seq and head dims ({why})", where)
         raise SpecError("heads_q", spec.heads_q, f"an integer from 1 to {MAX_TENSOR_BYTES // max(per_q, per_kv)} at batch 1 for these seq and head dims ({why})", where)
-    for field in ("name", "scale", "window"):
+    for field in ("name", "scale", "window", "sinks"):
         _check_field(field, getattr(spec, field), where)
     _check_mods(spec, where)
+    if spec.sinks and any(getattr(p, "name", None) == "sinks" for p in spec.params or ()):
+        raise SpecError("params.sinks", "sinks", "another name: sinks = true reserves the input 'sinks'", where)
+    _check_packed_ids(spec, where)
+
+
+def _check_packed_ids(spec: AttentionSpec, where: str | None) -> None:
+    ids = spec.packed_ids
+    accepted = "[] or two names [query ids, key ids] of int32 params of shapes [seq_q] and [seq_k]"
+    if ids == ():
+        return
+    if not isinstance(ids, tuple) or len(ids) != 2 or not all(isinstance(n, str) for n in ids):
+        raise SpecError("packed_ids", ids, accepted, where)
+    decls = {p.name: p for p in spec.params}
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    for name, length in zip(ids, (spec.seq_q, spec.seq_k)):
+        p = decls.get(name)
+        if p is None or p.dtype != "int32" or p.concrete_shape(sizes) != (length,):
+            raise SpecError("packed_ids", list(ids), f"{accepted} ({name!r} is not one)", where)
     window = spec.window
     first, stop = visible_row_range(spec.seq_q, spec.seq_k, window, spec.offset)
     if first >= stop:
@@ -407,6 +443,8 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
             errors.append(SpecError("window", window, f"absent when mask = {mask!r}", where))
         else:
             data["window"] = (-1, 0) if mask == "causal" else (-1, -1)
+    if isinstance(data.get("packed_ids"), list):
+        data["packed_ids"] = tuple(data["packed_ids"])
     for required in ("batch", "heads_q", "seq_q", "seq_k", "head_dim_qk"):
         if required not in data:
             short = next(s for s, pair in _SHORTHANDS.items() if required in pair) if required != "batch" else None

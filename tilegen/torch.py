@@ -40,13 +40,16 @@ FlashAttention 2 applies them).
 Semantics follow DESIGN §3: S = scale·QKᵀ (scale = 1/√D by default), softmax over visible keys, rows
 with no visible key give zeros, GQA/MQA when the query heads are a multiple of the KV heads.
 Unsupported arguments (dropout, an explicit mask, returning the probabilities) raise
-:class:`UnsupportedArgument` naming the argument, the value and what is accepted.
+:class:`UnsupportedArgument` naming the argument, the value and what is accepted. Learnable
+``sinks`` and :func:`flash_attn_varlen_func` (packed batches)
+run through a ``torch.autograd.Function`` (end of this file), not the custom ops.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,7 +58,7 @@ import torch
 from .errors import SpecError, TargetError
 from .spec import AttentionSpec
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention", "attention_fwd", "attention_bwd", "UnsupportedArgument"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "scaled_dot_product_attention", "attention_fwd", "attention_bwd", "UnsupportedArgument"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
@@ -565,10 +568,11 @@ def flash_attn_func(
     *,
     score_mod=None,
     mask_mod=None,
+    sinks=None,
     target: str = "h200",
 ):
-    """Attention with FlashAttention's ``flash_attn_func`` arguments; gradients flow to q, k, v and to
-    the float parameter tensors of the mods (``alibi_slopes`` included).
+    """Attention with FlashAttention's ``flash_attn_func`` arguments; gradients flow to q, k, v, to
+    the float parameter tensors of the mods (``alibi_slopes`` included) and to ``sinks``.
 
     Args:
         q: [B, Sq, Hq, D] (BSND), float16, bfloat16 or float32; any strides.
@@ -586,6 +590,8 @@ def flash_attn_func(
         score_mod: a :mod:`tilegen.mods` built-in or ``score_mod(score, b, h, q_idx, kv_idx)`` (not
             together with softcap or alibi_slopes).
         mask_mod: a built-in or ``mask_mod(b, h, q_idx, kv_idx)``, and-ed with causal/window_size.
+        sinks: float [Hq] learnable sink logits (gpt-oss): each joins its head's softmax denominator
+            and carries no value (DESIGN §3); or None (not together with score_mod or mask_mod).
         target: the GPU target file whose schedule CUDA tensors use.
 
     Returns:
@@ -593,7 +599,8 @@ def flash_attn_func(
 
     Raises:
         UnsupportedArgument (NotImplementedError): dropout, returned probabilities, softcap or
-            alibi_slopes together with score_mod.
+            alibi_slopes together with score_mod;
+            sinks together with score_mod or mask_mod.
         SpecError (ValueError): a bad shape, dtype, device, window, scale or softcap, named; ModError
             (a SpecError): an invalid mod or parameter, naming the construct.
     """
@@ -605,6 +612,12 @@ def flash_attn_func(
         raise SpecError("deterministic", deterministic, "True or False")
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap == 0.0 or 0.0 < softcap < math.inf):
         raise SpecError("softcap", softcap, "0.0 (none) or a finite number > 0")
+    if sinks is not None:
+        if score_mod is not None or mask_mod is not None:
+            raise UnsupportedArgument("sinks", "a tensor", "None when score_mod or mask_mod is given (sinks run with softcap, alibi_slopes, causal and window_size)")
+        window = _window(causal, window_size, "causal")
+        return _flash_attn_extras(q, k, v, softmax_scale=softmax_scale, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                                  sinks=sinks, deterministic=deterministic, target=target)
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         raise SpecError("alibi_slopes", type(alibi_slopes).__name__, "None or a float torch.Tensor [Hq] or [B, Hq]")
     if softcap or alibi_slopes is not None:
@@ -679,3 +692,266 @@ def scaled_dot_product_attention(
             raise SpecError("is_causal", True, f"False when mods are given and Sq {lq[2]} != Sk {lk[2]} (the mods are bottom-right aligned; use tilegen.mods.causal())")
         alignment = "bottom_right"
     return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment=alignment, dq_strategy=None, target=target, score_mod=score_mod, mask_mod=mask_mod)
+
+
+# --- softcap, ALiBi, attention sinks and packed variable-length batches ------------------------------
+#
+# FlashAttention's softcap / alibi_slopes, learnable sinks (gpt-oss) and flash_attn_varlen_func, through a
+# torch.autograd.Function (not a custom op: the varlen offsets are read on the host). CPU tensors run
+# in the interpreter (tilegen.api.attention(_backward), attention_varlen(_backward)); CUDA tensors run
+# the Triton module of the spec through its ``forward(q, k, v, *, params=None)`` /
+# ``backward(q, k, v, out, lse, dout, *, params=None)`` interface, the parameter arrays by name (the
+# sinks under "sinks"), and dsinks = −Σ_rows exp(σ_h − L)·D is formed after the kernels in torch.
+
+
+@dataclass(frozen=True)
+class _Extras:
+    """The non-tensor arguments of one call: ``kind`` "dense" (BSND) or "varlen" (TND)."""
+
+    kind: str
+    scale: float | None
+    window: tuple
+    softcap: float | None
+    deterministic: bool
+    target: str
+    cu_q: Any = None  # varlen: int32 NumPy copies of the offsets
+    cu_k: Any = None
+    max_q: Any = None
+    max_k: Any = None
+
+
+def _np_or_none(x):
+    return None if x is None else _to_numpy(x).astype(np.float32)
+
+
+def _dsinks_torch(out, dout, lse, sinks, rows=None):
+    """dσ_h = −Σ_rows exp(σ_h − L)·D, D = rowsum(dout∘out) in fp32 (out, dout [..., S, H, Dv] like q;
+    lse [..., H, S]); summed in float64 in one fixed order."""
+    d = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # [..., H, S]
+    w = torch.exp(sinks.double().view(-1, 1) - lse.double()) * d.double()
+    if rows is not None:
+        w = torch.where(rows.to(w.device), w, torch.zeros((), dtype=w.dtype, device=w.device))
+    dims = tuple(range(w.dim() - 2)) + (w.dim() - 1,)
+    return (-w.sum(dim=dims)).float()
+
+
+class _ExtrasAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, alibi, cfg: _Extras):
+        out, lse, module, params, rows = _extras_forward(q, k, v, sinks, alibi, cfg)
+        ctx.save_for_backward(q, k, v, out, lse, sinks, alibi)
+        ctx.cfg, ctx.module, ctx.params, ctx.rows = cfg, module, params, rows
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse, sinks, alibi = ctx.saved_tensors
+        cfg = ctx.cfg
+        dout = dout.contiguous()
+        if q.device.type == "cpu":
+            from . import api
+
+            kw = dict(softmax_scale=cfg.scale, causal=False, window=cfg.window, softcap=cfg.softcap,
+                      alibi_slopes=_np_or_none(alibi), sinks=_np_or_none(sinks), dq_strategy="separate" if cfg.deterministic else "atomic")
+            if cfg.kind == "varlen":
+                res = api.attention_varlen_backward(*(_to_numpy(x) for x in (q, k, v, out)), lse.detach().float().numpy(), _to_numpy(dout),
+                                                    cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q, max_seqlen_k=cfg.max_k, **kw)
+                extras = list(res[3:])
+                dsinks = torch.from_numpy(extras.pop(0)) if sinks is not None else None
+                dalibi = torch.from_numpy(extras.pop(0)) if alibi is not None else None
+            else:
+                res = api.attention_backward(*(_to_numpy(x) for x in (q, k, v, out)), lse.detach().float().numpy(), _to_numpy(dout),
+                                             layout="BSND", **kw)
+                dparams = res[3] if len(res) > 3 else {}
+                dsinks = torch.from_numpy(dparams["sinks"]) if sinks is not None else None
+                dalibi = torch.from_numpy(dparams["alibi_slopes"]) if alibi is not None else None
+            dq, dk, dv = (_from_numpy(g, x) for g, x in zip(res[:3], (q, k, v)))
+        else:
+            lift = (lambda x: x.unsqueeze(0)) if cfg.kind == "varlen" else (lambda x: x)
+            res = ctx.module.backward(lift(q), lift(k), lift(v), lift(out), lift(lse), lift(dout), params=ctx.params)
+            dq, dk, dv = (g.reshape(x.shape) for g, x in zip(res[:3], (q, k, v)))
+            dparams = res[3] if len(res) > 3 else {}
+            dsinks = _dsinks_torch(out, dout, lse, sinks, ctx.rows) if sinks is not None else None
+            dalibi = None
+            if alibi is not None and alibi.requires_grad:
+                if "alibi_slopes" not in dparams:
+                    raise UnsupportedArgument("alibi_slopes", "a tensor that requires grad", "slopes without gradient on CUDA (this Triton module returns no parameter gradients)")
+                dalibi = _fold_alibi(dparams["alibi_slopes"], alibi, cfg)
+        if dsinks is not None:
+            dsinks = dsinks.to(sinks.device, sinks.dtype)
+        if dalibi is not None:
+            dalibi = dalibi.to(alibi.device, alibi.dtype)
+        return dq, dk, dv, dsinks, dalibi, None
+
+
+def _fold_alibi(g, alibi, cfg):
+    """The slopes' gradient in the slopes' shape (varlen [num_seqs, Hq] slopes are read per token)."""
+    if cfg.kind == "varlen" and alibi.dim() == 2:
+        cu = torch.as_tensor(cfg.cu_q.astype(np.int64))
+        return torch.stack([g[int(cu[s]):int(cu[s + 1])].double().sum(0) for s in range(len(cu) - 1)]).float()
+    return g
+
+
+def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
+    """(out, lse, Triton module or None, params by name or None, inside-rows mask or None)."""
+    from . import api
+
+    device = q.device.type
+    if device == "npu":
+        _npu_refusal()
+    alibi_np = _np_or_none(alibi)
+    sinks_np = _np_or_none(sinks)
+    if device == "cpu":
+        kw = dict(softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap, alibi_slopes=alibi_np, sinks=sinks_np)
+        if cfg.kind == "varlen":
+            o, lse = api.attention_varlen(_to_numpy(q), _to_numpy(k), _to_numpy(v), cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q, max_seqlen_k=cfg.max_k, **kw)
+        else:
+            o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), layout="BSND", **kw)
+        return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32)), None, None, None
+    from .backends import triton as triton_backend
+    from .mods import mods_from_api
+
+    if cfg.kind == "varlen":
+        spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
+                                               max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
+                                               alibi_slopes=alibi_np, sinks=sinks_np)
+        rows = torch.from_numpy(lay.q_inside)
+        if spec is None:
+            out = q.new_zeros((*q.shape[:2], v.shape[2]))
+            lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
+            if sinks is not None:
+                lse[:, rows.to(q.device)] = sinks.detach().float().view(-1, 1)
+            return out, lse, None, None, rows
+        params = {n: torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for n, a in arrays.items()}
+        q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    else:
+        score = api._fa_score_mod(None, cfg.softcap, alibi_np)
+        score_text, _, decls, _, _ = mods_from_api(score, None)
+        spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
+        spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
+        params = {"alibi_slopes": alibi.detach().float().contiguous()} if alibi is not None else {}
+        rows = None
+        q4, k4, v4 = q, k, v
+    if sinks is not None:
+        params["sinks"] = sinks.detach().float().contiguous()
+    from .backends import check_emittable
+
+    check_emittable(spec)
+    module = triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
+    out, lse = module.forward(q4, k4, v4, params=params)
+    if cfg.kind == "varlen":
+        out, lse = out[0], lse[0]
+        inside = rows.to(q.device)
+        out = torch.where(inside.view(-1, 1, 1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+        lse = torch.where(inside.view(1, -1), lse, torch.full((), float("-inf"), device=lse.device))
+    return out.contiguous(), lse.contiguous(), module, params, rows
+
+
+def _check_extras(q, sinks, alibi_slopes, softcap):
+    """Check the sinks, slopes and softcap of a torch call; return the softcap as float or None."""
+    hq = q.shape[-2]
+    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+        if x is None:
+            continue
+        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+            raise SpecError(name, type(x).__name__, "a floating-point torch.Tensor or None")
+        if x.device != q.device:
+            raise SpecError(f"{name}.device", str(x.device), f"q's device {q.device}")
+    if sinks is not None and tuple(sinks.shape) != (hq,):
+        raise SpecError("sinks.shape", tuple(sinks.shape), f"({hq},): one logit per query head")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
+        raise SpecError("softcap", softcap, "0.0 (off) or a positive finite number")
+    return float(softcap) if softcap > 0 else None
+
+
+def _flash_attn_extras(q, k, v, *, softmax_scale, window, softcap, alibi_slopes, sinks, deterministic, target):
+    """flash_attn_func with softcap, ALiBi or sinks (dense, BSND): out [B, Sq, Hq, Dv]."""
+    _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
+    cap = _check_extras(q, sinks, alibi_slopes, softcap)
+    cfg = _Extras("dense", None if softmax_scale is None else float(softmax_scale), tuple(window), cap, deterministic, target)
+    return _ExtrasAttention.apply(q, k, v, sinks, alibi_slopes, cfg)[0]
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    *,
+    sinks=None,
+    target: str = "h200",
+):
+    """Attention over a packed batch with FlashAttention's ``flash_attn_varlen_func`` arguments;
+    gradients flow to q, k, v, sinks and alibi_slopes.
+
+    Args:
+        q: [total_q, Hq, D] (TND); k: [total_k, Hkv, D]; v: [total_k, Hkv, Dv]; one dtype (float16,
+            bfloat16, float32) and device.
+        cu_seqlens_q, cu_seqlens_k: int32 tensors [num_seqs + 1] of non-decreasing token offsets
+            (read on the host); empty sequences are legal; tokens past the last offset belong to no
+            sequence and get out = 0 and zero gradients.
+        max_seqlen_q, max_seqlen_k: at least the longest sequence (checked; None allowed).
+        dropout_p: must be 0.0. softmax_scale: None → 1/√D.
+        causal, window_size: aligned bottom-right within each sequence (FlashAttention >= 2.1).
+        softcap: 0.0 (off) or c > 0: score′ = c·tanh(score/c) on the scaled score.
+        alibi_slopes: float [Hq] or [num_seqs, Hq]: score′ −= slope·|i + Sk_s − Sq_s − j|.
+        deterministic: True picks the backward without atomics.
+        return_attn_probs, block_table: must be False, None.
+        sinks: float [Hq] learnable sink logits (gpt-oss; DESIGN §3), or None.
+        target: the GPU target file whose schedule CUDA tensors use.
+
+    Returns:
+        out [total_q, Hq, Dv] in q's dtype.
+
+    Raises:
+        UnsupportedArgument (NotImplementedError): dropout, returned probabilities, a paged KV cache.
+        SpecError (ValueError): a bad tensor, offsets, window, scale, sinks or slopes, named.
+    """
+    if dropout_p != 0.0:
+        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
+    if return_attn_probs:
+        raise UnsupportedArgument("return_attn_probs", return_attn_probs, "False (the probabilities are never stored)")
+    if block_table is not None:
+        raise UnsupportedArgument("block_table", type(block_table).__name__, "None (no paged KV cache)")
+    if not isinstance(deterministic, bool):
+        raise SpecError("deterministic", deterministic, "True or False")
+    window = _window(causal, window_size, "causal")
+    for arg, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise SpecError(arg, type(x).__name__, "a torch.Tensor")
+        if x.dim() != 3:
+            raise SpecError(f"{arg}.shape", tuple(x.shape), "3 dimensions [total_tokens, heads, head_dim] (TND)")
+        if x.dtype not in _DTYPES:
+            raise SpecError(f"{arg}.dtype", str(x.dtype), "torch.float16, torch.bfloat16 or torch.float32")
+    if not (q.device == k.device == v.device):
+        raise SpecError("k.device", f"q {q.device}, k {k.device}, v {v.device}", "one device for q, k and v")
+    cu = []
+    for name, c in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(c, torch.Tensor):
+            raise SpecError(name, type(c).__name__, "an int32 torch.Tensor [num_seqs + 1]")
+        if c.dtype != torch.int32:
+            raise SpecError(f"{name}.dtype", str(c.dtype), "torch.int32 (an int32 torch.Tensor [num_seqs + 1])")
+        cu.append(c.detach().cpu().numpy())
+    cap = _check_extras(q, sinks, alibi_slopes, softcap)
+    from . import api
+
+    # every check of the shapes and offsets once, before anything runs
+    api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cu[0], cu[1], max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                    softmax_scale=softmax_scale, window=window, softcap=cap,
+                    alibi_slopes=_np_or_none(alibi_slopes), sinks=_np_or_none(sinks))
+    cfg = _Extras("varlen", None if softmax_scale is None else float(softmax_scale), tuple(window), cap, deterministic, target,
+                  cu[0], cu[1], max_seqlen_q, max_seqlen_k)
+    return _ExtrasAttention.apply(q, k, v, sinks, alibi_slopes, cfg)[0]

@@ -34,11 +34,23 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     return Generated(files, manifest)
 
 
+def check_emittable(spec) -> None:
+    """Refuse, by name, what no code generator emits yet: attention sinks (``spec.sinks``; the
+    interpreter runs them through tilegen.attention and attention_varlen).
+
+    Raises:
+        SpecError: ``sinks`` is set.
+    """
+    if getattr(spec, "sinks", False):
+        raise SpecError("sinks", True, "false for code generation: no code generator emits attention sinks yet (the interpreter runs them: tilegen.attention, tilegen.attention_varlen)")
+
+
 def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`)."""
     from ..targets import load_target
 
+    check_emittable(spec)
     if load_target(target).kind == "gpu":
         from . import triton as backend
     else:

@@ -325,9 +325,14 @@ class Interpreter:
         pad = self.pad_value if stmt.pad is None else stmt.pad
         tile = np.full(self.lane_shape + sizes, pad, dtype=np.float32)
         tile[(Ellipsis,) + tuple(slice(0, v) for v in valid)] = data
+        moved = int(np.prod(valid))
+        if stmt.rows:  # rows of a negative id are not read: they load as 0
+            skip = np.asarray(self.tensors[stmt.rows][slices[0].start:slices[0].start + valid[0]]) < 0
+            tile[(Ellipsis, np.nonzero(skip)[0]) + (slice(None),) * (len(sizes) - 1)] = 0.0
+            moved = (valid[0] - int(skip.sum())) * int(np.prod(valid[1:]))
         self._write(stmt.dst, tile, fresh=True)
         itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
-        self.measure.bytes_read[stmt.src.tensor] += self.lanes * int(np.prod(valid)) * itemsize
+        self.measure.bytes_read[stmt.src.tensor] += self.lanes * moved * itemsize
 
     def _store(self, stmt: Store, scope) -> None:
         array, point, slices, sizes, valid = self._region(stmt.dst, scope)
@@ -344,6 +349,14 @@ class Interpreter:
                 array[key] = total.astype(array.dtype)
             else:  # several lanes add into the same rows: serialize like an atomic unit would
                 np.add.at(array, key, part.astype(array.dtype))
+        elif stmt.rows:  # write only the rows whose id is >= 0 (a packed batch's tokens in a sequence)
+            r0 = slices[0].start
+            keep = np.asarray(self.tensors[stmt.rows][r0:r0 + valid[0]]) >= 0
+            sel = (Ellipsis, keep) + (slice(None),) * (len(valid) - 1)
+            view = array[key]
+            view[sel] = part.astype(array.dtype)[sel]
+            array[key] = view
+            valid = (int(keep.sum()),) + tuple(valid[1:])
         else:
             array[key] = part.astype(array.dtype)
         itemsize = array.dtype.itemsize

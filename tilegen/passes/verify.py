@@ -9,7 +9,8 @@ Checks, per kernel:
   already defined when the loop starts — an accumulator);
 - shapes and dtypes agree: loads and stores move a tile of the buffer's shape and dtype; matmul
   operands are (M, K) and (K, N) of one dtype into an fp32 (M, N) accumulator; arithmetic is fp32 on
-  equal shapes or [R] vectors broadcast over [R, C]; atomic adds go into fp32 tensors;
+  equal shapes, [R] vectors broadcast over [R, C], or 0-d buffers (scalars) broadcast over anything;
+  atomic adds go into fp32 tensors;
 - on-chip buffers have sizes free of the sequence lengths, batch and heads (tile sizes and head dims);
 - in a fused program, no HBM tensor grows with seq_q·seq_k (the invariant of the project, DESIGN §2);
 - with a target: every buffer sits on one of its levels, and the level's footprint fits.
@@ -148,6 +149,10 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}` adds atomically into {tensor.dtype} tensor {tensor.name}; accumulate in fp32")
             if isinstance(stmt, Store) and tensor.kind == "input":
                 self.fail(k, f"`{_fmt(stmt)}` writes input tensor {tensor.name}")
+            if stmt.rows:
+                guard = self.tensors.get(stmt.rows)
+                if guard is None or guard.kind != "input" or guard.dtype != "int32" or len(guard.shape) != 1 or not access.tile:
+                    self.fail(k, f"`{_fmt(stmt)}`: its row guard {stmt.rows} must be an int32 1-d input tensor over a tiled dimension")
         elif isinstance(stmt, MatMul):
             a, bb, d = buf[stmt.a], buf[stmt.b], buf[stmt.dst]
             if len(a.shape) != 2 or len(bb.shape) != 2 or len(d.shape) != 2:
@@ -174,7 +179,8 @@ class _Checker:
                 a = buf[arg]
                 same_shape = len(a.shape) == len(d.shape) and all(_same(x, y) for x, y in zip(a.shape, d.shape))
                 row_vec = len(a.shape) == 1 and len(d.shape) == 2 and _same(a.shape[0], d.shape[0])
-                if not (same_shape or row_vec):
+                scalar = len(a.shape) == 0  # a 0-d buffer (one value per program instance) broadcasts
+                if not (same_shape or row_vec or scalar):
                     self.fail(k, f"`{_fmt(stmt)}`: operand {arg} {list(a.shape)} does not broadcast to {list(d.shape)}")
                 if stmt.op not in ("copy", "cast") and a.dtype != "fp32":
                     self.fail(k, f"`{_fmt(stmt)}`: arithmetic runs in fp32; cast {arg} ({a.dtype}) first")
