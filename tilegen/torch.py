@@ -487,13 +487,6 @@ def merge_attention(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tenso
     return out, lse
 
 
-def _has_visible_key(seq_q: int, seq_k: int, window: tuple[int, int], alignment: str) -> bool:
-    from .spec import visible_row_range
-
-    first, stop = visible_row_range(seq_q, seq_k, window, seq_k - seq_q if alignment == "bottom_right" else 0)
-    return first < stop
-
-
 def _block_window(causal, window_size, alignment) -> tuple[int, int]:
     from .spec import ALIGNMENTS
 
@@ -535,9 +528,9 @@ def attention_forward(
         softmax_scale: S = scale·QKᵀ; None → 1/√D.
         causal, window_size: the block's mask, as :func:`flash_attn_func` (window (left, right), −1
             unbounded; causal = (left, 0)), aligned by ``alignment``: ``"bottom_right"`` (off = Sk − Sq,
-            FlashAttention ≥ 2.1; the llama3-style Sk > Sq case) or ``"top_left"`` (off = 0).
-            A mask that leaves every row empty is legal here (DESIGN §3 refuses it for a spec): the
-            kernel is not run and the block is out = 0, lse = −inf.
+            FlashAttention ≥ 2.1; the llama3-style Sk > Sq case) or ``"top_left"`` (off = 0). Such a
+            band always meets the diagonal, so some row sees a key; rows without one give out = 0,
+            lse = −inf (DESIGN §3). A block no query sees ("empty") is the caller's to skip.
         out, lse: running accumulators, both or neither: float32 out of the output's shape ([B, Sq, Hq,
             Dv] or [B, Hq, Sq, Dv]) and float32 lse [B, Hq, Sq]. When given, the block is merged into
             them in place (:func:`merge_attention`) and they are returned.
@@ -552,7 +545,7 @@ def attention_forward(
     """
     _check_layout(layout)
     window = _block_window(causal, window_size, alignment)
-    lq, lk, lv = _check(q, k, v, layout=layout, scale=softmax_scale, name="attention_forward")
+    _check(q, k, v, layout=layout, scale=softmax_scale, name="attention_forward")
     if (out is None) != (lse is None):
         raise SpecError("out", "given without lse" if lse is None else "lse given without out", "both out and lse, or neither")
     out_shape = (*q.shape[:3], v.shape[3])
@@ -561,14 +554,9 @@ def attention_forward(
             if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or tuple(x.shape) != tuple(shape) or x.device != q.device:
                 got = (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
                 raise SpecError(name, got, f"a float32 tensor of shape {tuple(shape)} on {q.device}")
-    if _has_visible_key(lq[2], lk[2], window, alignment):
-        scale = None if softmax_scale is None else float(softmax_scale)
-        with torch.no_grad():
-            block_out, block_lse = attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, None, target)
-    else:
-        _check_gpu_target(target)
-        block_out = q.new_zeros(out_shape)
-        block_lse = torch.full(_lse_shape(q, layout), float("-inf"), dtype=torch.float32, device=q.device)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    with torch.no_grad():
+        block_out, block_lse = attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, None, target)
     if out is None:
         return block_out, block_lse
     return merge_attention(out, lse, block_out, block_lse, layout=layout)
@@ -610,14 +598,14 @@ def attention_backward(
 
     Returns:
         (dq, dk, dv): the buffers after the add, or new tensors in the input dtype (dk, dv summed over
-        each GQA group). An all-empty mask adds nothing (zeros without buffers).
+        each GQA group).
 
     Raises:
         SpecError (ValueError): a bad shape, dtype, device, mask, scale or buffer, named.
     """
     _check_layout(layout)
     window = _block_window(causal, window_size, alignment)
-    lq, lk, lv = _check(q, k, v, layout=layout, scale=softmax_scale, name="attention_backward")
+    _check(q, k, v, layout=layout, scale=softmax_scale, name="attention_backward")
     if not isinstance(deterministic, bool):
         raise SpecError("deterministic", deterministic, "True or False")
     out_shape = (*q.shape[:3], v.shape[3])
@@ -634,9 +622,6 @@ def attention_backward(
             if not isinstance(b, torch.Tensor) or b.dtype != torch.float32 or b.shape != like.shape or b.device != like.device:
                 got = (str(b.dtype), tuple(b.shape)) if isinstance(b, torch.Tensor) else type(b).__name__
                 raise SpecError(name, got, f"a float32 tensor of shape {tuple(like.shape)} on {like.device} (all of dq, dk, dv or none)")
-    if not _has_visible_key(lq[2], lk[2], window, alignment):
-        _check_gpu_target(target)
-        return buffers if dq is not None else (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
     scale = None if softmax_scale is None else float(softmax_scale)
     with torch.no_grad():
         grads = attention_bwd(
