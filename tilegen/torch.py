@@ -22,6 +22,13 @@ formula. ``torch.compile`` therefore sees each call as one opaque node of known 
 strides and never traces the interpreter or the kernel loader (``fullgraph=True`` works). There is no
 second derivative: differentiating the backward raises :class:`NotImplementedError`.
 
+For ring (context-parallel) engines (DESIGN §6): :func:`attention_forward` / :func:`attention_backward`
+(one block, explicit out and lse, the merged ones in the backward, fp32 gradient buffers),
+:func:`merge_attention`, and adapters with the call conventions of FlashAttention's
+``_flash_attn_forward/_flash_attn_backward`` (:func:`flash_attn_forward`, :func:`flash_attn_backward`;
+ring-flash-attention imports those) and of the ``op`` of PyTorch's ``_templated_ring_attention``
+(:func:`sdpa_ring_forward_op`, :func:`sdpa_ring_backward_op`). :mod:`tilegen.distributed` is the ring.
+
 Semantics follow DESIGN §3: S = scale·QKᵀ (scale = 1/√D by default), softmax over visible keys, rows
 with no visible key give zeros, GQA/MQA when the query heads are a multiple of the KV heads.
 Unsupported arguments (dropout, ALiBi, softcapping, an explicit mask, returning the probabilities)
