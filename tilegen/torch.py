@@ -648,6 +648,16 @@ def attention_backward(
 # signatures and return conventions of FlashAttention 2.6/2.7 (the ``window_size_left/right`` form).
 
 
+def _refuse_flash_extras(dropout_p, softcap, alibi_slopes) -> None:
+    """FlashAttention arguments the kernels lack: a one-line UnsupportedArgument each."""
+    if dropout_p:
+        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
+    if softcap:
+        raise UnsupportedArgument("softcap", softcap, "0.0 (no score softcapping)")
+    if alibi_slopes is not None:
+        raise UnsupportedArgument("alibi_slopes", type(alibi_slopes).__name__, "None (no ALiBi bias)")
+
+
 def flash_attn_forward(
     q,
     k,
@@ -672,12 +682,7 @@ def flash_attn_forward(
         (out [B, Sq, Hq, Dv] in q's dtype, softmax_lse float32 [B, Hq, Sq], None, None): FlashAttention's
         (out, softmax_lse, S_dmask, rng_state) with no dropout mask and no RNG state.
     """
-    if dropout_p:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if softcap:
-        raise UnsupportedArgument("softcap", softcap, "0.0 (no score softcapping)")
-    if alibi_slopes is not None:
-        raise UnsupportedArgument("alibi_slopes", type(alibi_slopes).__name__, "None (no ALiBi bias)")
+    _refuse_flash_extras(dropout_p, softcap, alibi_slopes)
     if return_softmax:
         raise UnsupportedArgument("return_softmax", return_softmax, "False (the probabilities are never stored)")
     out, lse = attention_forward(
@@ -716,12 +721,7 @@ def flash_attn_backward(
     Returns:
         softmax_d: float32 [B, Hq, Sq], D = rowsum(dout∘out) (FlashAttention's return value).
     """
-    if dropout_p:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if softcap:
-        raise UnsupportedArgument("softcap", softcap, "0.0 (no score softcapping)")
-    if alibi_slopes is not None:
-        raise UnsupportedArgument("alibi_slopes", type(alibi_slopes).__name__, "None (no ALiBi bias)")
+    _refuse_flash_extras(dropout_p, softcap, alibi_slopes)
     for name, buf, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         if not isinstance(buf, torch.Tensor) or buf.shape != like.shape:
             raise SpecError(name, tuple(buf.shape) if isinstance(buf, torch.Tensor) else type(buf).__name__, f"a tensor of shape {tuple(like.shape)}")
