@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from tilegen import reference
+from tilegen.errors import SpecError
 from tilegen.check import compare, lse_rel_floor
 from tilegen.distributed import ring_plan, shard_sequence, unshard_sequence
 
@@ -420,4 +421,47 @@ def test_ring_adapters(adapter_ranks, name, balance):
         failures = [f for f in _check_case(case, per_rank) if not f.startswith(f"{name}: L ")]
     else:
         failures = _check_case(case, per_rank)
+    assert not failures, "\n".join(failures)
+
+
+# --- one rank in this process: the refusals, and W = 1 against the reference -------------------------
+
+
+@pytest.fixture
+def one_rank_group():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1, timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ring_refusals_are_one_line(one_rank_group):
+    from tilegen.distributed import ring_attention
+
+    q = torch.randn(1, 6, 2, 16)
+    cases = [
+        (dict(balance="spiral"), "balance = 'spiral' is invalid; accepted: 'zigzag' or 'plain'"),
+        (dict(layout="SBND"), "layout = 'SBND' is invalid; accepted: 'BSND' or 'BNSD'"),
+        (dict(causal=True, window_size=(4, 2)), "window_size = (4, 2) is invalid; accepted: right = -1 or 0 when causal=True"),
+        (dict(deterministic="yes"), "deterministic = 'yes' is invalid; accepted: True or False"),
+        (dict(target="ascend910b2"), "target = 'ascend910b2' is invalid; accepted: a GPU target"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(SpecError) as exc:
+            ring_attention(q, q, q, **kw)
+        text = str(exc.value)
+        assert text.startswith("ring_attention on rank 0: " + message) and "\n" not in text, text
+    with pytest.raises(SpecError, match=r"^ring_attention on rank 0: q.shape = .* even local lengths of q and k for balance='zigzag'"):
+        ring_attention(q[:, :5], q[:, :5], q[:, :5])
+
+
+def test_one_rank_ring_is_the_whole_attention(one_rank_group):
+    from tilegen.distributed import ring_attention
+
+    case = _case("one", 1, causal=True, hq=2, hkv=1, nq=8, seed=21)
+    result = {0: _ring_case(0, 1, case)}
+    failures = _check_case(case, result)
     assert not failures, "\n".join(failures)

@@ -298,11 +298,15 @@ def _ring_backward(q, k, v, out, lse, dout, p) -> tuple[torch.Tensor, torch.Tens
             ring.wait(grad_pending)  # the accumulators of this block from the previous rank
             dk.add_(acc["dk"], alpha=1.0)
             dv.add_(acc["dv"], alpha=1.0)
-        acc, grad_pending = ring.start({"dk": dk, "dv": dv})
+        if ring.world > 1:
+            acc, grad_pending = ring.start({"dk": dk, "dv": dv})
+        else:  # one rank: the block never leaves
+            acc = {"dk": dk, "dv": dv}
         if pending is not None:
             ring.wait(pending)
             k, v = received["k"], received["v"]
-    ring.wait(grad_pending)  # after W steps each block's accumulators are back with their owner
+    if grad_pending is not None:
+        ring.wait(grad_pending)  # after W steps each block's accumulators are back with their owner
     return dq, acc["dk"], acc["dv"]
 
 
