@@ -91,3 +91,12 @@ def test_inspect_cp_errors_are_one_line(capsys):
     assert main(["inspect", "--spec", "tiny", "--target", "h200", "--cp", "4"]) == 2  # 70 does not split into 8 chunks
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "seq_q = 70" in err
+
+
+@pytest.mark.parametrize("name", ["h200", "ascend910b1", "ascend910b2", "ascend910b3", "ascend910b4"])
+def test_ring_figures_load_with_sources(name):
+    tgt = load_target(name)
+    figs = [tgt.bandwidth["interconnect"], tgt.bandwidth["network"], tgt.cores["node_devices"], tgt.overhead["p2p_latency_us"]]
+    assert all(f.value > 0 and f.source for f in figs)
+    assert tgt.bandwidth["interconnect"].estimate == name.startswith("ascend")  # NVLink: datasheet; HCCS: no official figure
+    assert tgt.bandwidth["network"].estimate and tgt.overhead["p2p_latency_us"].estimate

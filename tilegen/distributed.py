@@ -185,19 +185,21 @@ class _Ring:
         self.send_to = dist.get_global_rank(group, nxt) if group is not None else nxt
         self.recv_from = dist.get_global_rank(group, prv) if group is not None else prv
 
-    def start(self, tensors: dict) -> tuple[dict, list]:
-        """Post the sends of ``tensors`` (name → tensor) and receives of same-shaped ones; returns the
-        receive buffers and the requests to wait on."""
-        received = {name: torch.empty_like(t) for name, t in tensors.items()}
+    def start(self, tensors: dict) -> tuple[dict, tuple]:
+        """Post the sends of ``tensors`` (name → tensor) and receives of same-shaped contiguous ones;
+        returns the receive buffers and what :meth:`wait` takes (the requests, and the tensors sent,
+        kept alive until the transfer is done)."""
+        sent = {name: t.contiguous() for name, t in tensors.items()}
+        received = {name: torch.empty_like(t) for name, t in sent.items()}
         ops = []
-        for name, t in tensors.items():
-            ops.append(dist.P2POp(dist.isend, t.contiguous(), self.send_to, group=self.group, tag=_TAGS[name]))
+        for name in tensors:
+            ops.append(dist.P2POp(dist.isend, sent[name], self.send_to, group=self.group, tag=_TAGS[name]))
             ops.append(dist.P2POp(dist.irecv, received[name], self.recv_from, group=self.group, tag=_TAGS[name]))
-        return received, dist.batch_isend_irecv(ops)
+        return received, (dist.batch_isend_irecv(ops), sent)
 
     @staticmethod
-    def wait(requests: list) -> None:
-        for req in requests:
+    def wait(pending: tuple) -> None:
+        for req in pending[0]:
             req.wait()
 
 
@@ -362,6 +364,9 @@ def ring_attention(
             fixed order either way.
         return_lse: also return the local rows' logsumexp (float32 [B, Hq, Sq], no gradient).
         target: the GPU target file whose schedule CUDA tensors use.
+
+    With NCCL, set each rank's device first (``torch.cuda.set_device``): the cross-rank check uses
+    ``all_gather_object``, which runs on the current device.
 
     Returns:
         out: the local rows, q's shape with Dv, q's dtype (and lse when ``return_lse``).
