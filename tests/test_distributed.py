@@ -161,6 +161,42 @@ def _ring_cases(rank: int, world: int, cases: list) -> dict:
     return {c["name"]: _ring_case(rank, world, c) for c in cases}
 
 
+def _transfer_order(rank: int, world: int) -> list:
+    """The order of transfers and kernels on this rank in one causal zigzag ring, forward and backward:
+    ("start", names) when a transfer is posted, ("wait", names) when it is waited for, ("fwd" | "bwd")
+    for a kernel call."""
+    from tilegen import distributed, torch as tt
+
+    events = []
+    real = {n: getattr(tt, n) for n in ("attention_forward", "attention_backward")}
+    start, wait = distributed._Ring.start, distributed._Ring.wait
+
+    def logged_start(self, tensors):
+        received, pending = start(self, tensors)
+        events.append(("start", tuple(tensors)))
+        return received, (pending, tuple(tensors))
+
+    def logged_wait(pending):
+        events.append(("wait", pending[1]))
+        wait(pending[0])
+
+    try:
+        tt.attention_forward = lambda *a, **kw: events.append(("fwd",)) or real["attention_forward"](*a, **kw)
+        tt.attention_backward = lambda *a, **kw: events.append(("bwd",)) or real["attention_backward"](*a, **kw)
+        distributed._Ring.start, distributed._Ring.wait = logged_start, staticmethod(logged_wait)
+        q = torch.randn(1, 8, 2, 16, requires_grad=True)
+        distributed.ring_attention(q, q, q, causal=True).sum().backward()
+    finally:
+        for n, f in real.items():
+            setattr(tt, n, f)
+        distributed._Ring.start, distributed._Ring.wait = start, staticmethod(wait)
+    return events
+
+
+def _two_rank_job(rank: int, world: int, cases: list) -> dict:
+    return dict(_ring_cases(rank, world, cases), order=_transfer_order(rank, world))
+
+
 def _case(name, world, *, balance="zigzag", causal=False, window=(-1, -1), layout="BSND", dtype="fp32", b=1, hq=2, hkv=2, nq=8, nk=None, d=16, seed=0):
     return dict(name=name, world=world, balance=balance, causal=causal, window=window, layout=layout, dtype=dtype, b=b, hq=hq, hkv=hkv, nq=nq, nk=nk or nq, d=d, seed=seed)
 
@@ -207,7 +243,7 @@ def two_ranks():
     start = time.monotonic()
     # Case 0 twice: the second run must match the first bit for bit (determinism).
     again = dict(CASES_2[0], name="again")
-    result = run_ranks(2, _ring_cases, CASES_2 + [again])
+    result = run_ranks(2, _two_rank_job, CASES_2 + [again])
     print(f"2-rank launch: {time.monotonic() - start:.1f} s")
     return result
 
@@ -237,6 +273,18 @@ def test_ring_deterministic(two_ranks):
         first, second = two_ranks[r][CASES_2[0]["name"]], two_ranks[r]["again"]
         for name in first:
             assert np.array_equal(first[name], second[name]), f"rank {r}: {name} differs between two runs"
+
+
+def test_next_block_is_posted_before_the_kernel(two_ranks):
+    """Forward: each step posts the next K/V transfer, runs its kernel, then waits. Backward: the same
+    for K/V, with the block's dK/dV accumulators waited for after its kernel and posted on."""
+    kv, dkv = ("k", "v"), ("dk", "dv")
+    forward = [("start", kv), ("fwd",), ("wait", kv), ("fwd",)]
+    # step 0: post K/V, kernel, post the block's dK/dV, wait for K/V; step 1 (the last): kernel, wait
+    # for this block's dK/dV from the previous rank, add, post them on; then wait for our own block's.
+    backward = [("start", kv), ("bwd",), ("start", dkv), ("wait", kv), ("bwd",), ("wait", dkv), ("start", dkv), ("wait", dkv)]
+    for r in two_ranks:
+        assert two_ranks[r]["order"] == forward + backward, (r, two_ranks[r]["order"])
 
 
 # --- failures: every rank fails with the error, none hangs ------------------------------------------
