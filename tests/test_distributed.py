@@ -1,8 +1,9 @@
 """Ring (context-parallel) attention on 2 and 4 CPU ranks (gloo, the interpreter), and the ring adapters.
 
 Every multi-rank check runs in few process launches (one per world size, plus the failure cases): each
-launch spawns the ranks on one machine (free TCP port, bounded timeouts), runs a list of cases, and
-sends back every rank's outputs and gradients; the tests reassemble them and compare the whole
+launch starts the ranks on one machine (torch.multiprocessing's fork server, which imported torch and
+tilegen once: a spawned rank spends seconds importing them; a free TCP port; bounded timeouts), runs a
+list of cases, and sends back every rank's outputs and gradients; the tests reassemble them and compare the whole
 sequence with the single-process float64 reference (:mod:`tilegen.reference`, not the code under test)
 under DESIGN §3's accuracy rule. The problems are tiny: the interpreter runs tile by tile in Python.
 
