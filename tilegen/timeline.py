@@ -513,32 +513,24 @@ def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def _run_traced(exe, spec, program: str, blocks: int, select: list[int] | None, cache: Path) -> dict:
+def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = None) -> dict:
+    """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
+    Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
+    trace (:func:`parse_trace`). Raises TwinError when the run fails."""
     from .backends import twin
 
-    trace = cache / f"trace-{program}-{os.getpid()}.txt"
-    trace.unlink(missing_ok=True)
-    old = {k: os.environ.get(k) for k in ("TWIN_TRACE", "TWIN_TRACE_BLOCKS")}
-    os.environ["TWIN_TRACE"] = str(trace)
-    if select is not None:
-        os.environ["TWIN_TRACE_BLOCKS"] = ",".join(map(str, select))
-    else:
-        os.environ.pop("TWIN_TRACE_BLOCKS", None)
-    try:
+    with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
+        trace = Path(tmp) / "trace.txt"
+        env = {"TWIN_TRACE": str(trace)}
+        if select is not None:
+            env["TWIN_TRACE_BLOCKS"] = ",".join(map(str, select))
         shapes = spec.logical_shapes
         outs = {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32")} if program == "fwd" else {
             n: (shapes[n], spec.dtype) for n in ("dQ", "dK", "dV")
         }
         layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
-        twin.run_program(exe, spec, program, _twin_inputs(spec, program), outs, layouts, blocks=blocks)
+        twin.run_program(exe, spec, program, _twin_inputs(spec, program), outs, layouts, blocks=blocks, env=env)
         return parse_trace(trace.read_text()) if trace.exists() else {}
-    finally:
-        trace.unlink(missing_ok=True)
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def simulate_program(
@@ -565,9 +557,7 @@ def simulate_program(
     _, plans = ascendc.plan_programs(spec, tgt, dq_strategy, tile_sizes)
     plan = plans[0 if program == "fwd" else 1]
     prog = plan.program
-    cache = Path(cache_dir or os.environ.get("TILEGEN_TWIN_CACHE", Path(tempfile.gettempdir()) / "tilegen-twin"))
-    cache.mkdir(parents=True, exist_ok=True)
-    exe = twin.build(gen.files, cache)
+    exe = twin.build(gen.files, cache_dir)
     cores = tgt.parallel_units
     clock = tgt.cores["clock_ghz"].value * 1e9
     launch_s = tgt.overhead["launch_us"].value * 1e-6 if "launch_us" in tgt.overhead else 0.0
@@ -580,7 +570,7 @@ def simulate_program(
         exact = pairs_total * RECORDS_PER_PAIR <= EXACT_RECORDS
     out: list[KernelTimeline] = []
     if exact:
-        traces = _run_traced(exe, spec, program, cores, None, cache)
+        traces = trace_run(exe, spec, program, cores)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             blocks = traces.get(n, {})
             scheds = {b: simulate_block(c, costs) for b, c in sorted(blocks.items())}
@@ -613,7 +603,7 @@ def simulate_program(
             if not any(p < t_n for p in picks):
                 picks.append(0)
         picks = sorted(set(picks))
-        traces = _run_traced(exe, small, program, max(need, max(picks) + 1), picks, cache)
+        traces = trace_run(exe, small, program, max(need, max(picks) + 1), picks)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
