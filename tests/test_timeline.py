@@ -140,3 +140,30 @@ def test_model_within_20_percent_of_simulated():
 def test_fp32_spec_is_refused_by_the_backend():
     with pytest.raises(Exception, match="dtype"):
         predict_emitted(builtin_spec("tiny-fp32"), "ascend910b2", "fwd")
+
+
+@needs_cxx
+def test_inspect_simulate_labels_and_draws(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from tilegen.cli import main
+
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    png = tmp_path / "tl.png"
+    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--simulate", "--no-nest", "--timeline", str(png)]) == 0
+    out = capsys.readouterr().out
+    for prog in ("forward", "backward"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"{prog}: roofline "))
+        assert " | model " in line and " | simulated " in line
+    assert "simulated busy AIC: " in out and "simulated critical path" in out and "roofline total" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_simulate_bad_input_is_one_line(capsys):
+    from tilegen.cli import main
+
+    assert main(["inspect", "--spec", "tiny", "--target", "h200", "--simulate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--target" in err[0] and "ascend910b2" in err[0]
+    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--timeline", "t.txt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--timeline" in err[0] and ".png" in err[0]

@@ -358,8 +358,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         require_matplotlib()
     simulate = args.simulate or args.timeline
     if simulate:
+        from .targets import load_target
+
+        timed = [n for n in target_names() if (t := load_target(n)).kind == "ascend" and t.timeline]
         if args.target is None or args.compare:
-            raise SpecError("--simulate", args.target, "an Ascend target with a [timeline] table (e.g. --target ascend910b2), without --compare")
+            raise SpecError("--simulate", args.target, f"a --target with a [timeline] cost table ({', '.join(timed)}), without --compare")
+        tgt = load_target(args.target)
+        if tgt.kind != "ascend" or not tgt.timeline:
+            raise SpecError("--target", args.target, f"for --simulate, an Ascend target with a [timeline] cost table ({', '.join(timed)})")
         if args.timeline:
             from .plot import check_path, require_matplotlib
 
