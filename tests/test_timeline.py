@@ -167,3 +167,28 @@ def test_inspect_simulate_bad_input_is_one_line(capsys):
     assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--timeline", "t.txt"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--timeline" in err[0] and ".png" in err[0]
+
+
+@needs_cxx
+def test_cost_only_form_matches_the_whole_launch():
+    """demo's forward (22 instances; the last Q tile is all padding-cut pairs): the cost-only form
+    (5 instances of one head scheduled, the rest fitted) gives the whole launch's simulated time."""
+    spec = builtin_spec("demo")
+    whole = simulate_program(spec, "ascend910b2", "fwd", exact=True)
+    sampled = simulate_program(spec, "ascend910b2", "fwd", exact=False)
+    assert sampled.kernels[0].form.startswith("cost-only") and whole.kernels[0].form.startswith("whole launch")
+    assert sampled.time_s == pytest.approx(whole.time_s, rel=0.02)
+
+
+def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
+    from tilegen.ir import Mask, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("tiny")
+    for target, want in (("ascend910b2", True), ("h200", False)):
+        prog = pipeline.compile_forward(spec, target=target, log=pipeline.PassLog())
+        masks = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Mask)]
+        assert masks and all(m.cut_only is want for m in masks)
+    kernels = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    calls = [ln for ln in kernels.splitlines() if "tilegen::MaskTile(" in ln]
+    assert calls and all(ln.rstrip().endswith(", true);") for ln in calls)

@@ -195,6 +195,8 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int) -> float:
         if kind in ("rows_add", "rows_mul", "rows_div"):
             return 2 * issue + fl + rows * max(2 * issue + rd, vec(int(op["cpad"])))
         if kind == "mask":
+            if op.get("cut_only") and not cut:
+                return 0.0  # MaskTile returns before any instruction on a tile it does not cut
             cpad = int(op["cpad"])
             fixed = 4 * issue + 2 * fl + cpad * (issue + wr)
             return fixed + (rows * max(4 * issue, 4 * vec(cpad)) if cut else 0.0)
@@ -312,6 +314,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.plan_programs`.
     """
     from .backends import ascendc
+    from .ir import grid_loops
     from .timeline import Costs, TimelineError, deal, tile_counts
 
     tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes)
@@ -328,12 +331,19 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
     flops = 0
     for kir, kplan in zip(prog.kernels, plan.kernels):
         tiles, pairs, cut = tile_counts(prog, kir, spec)
-        sim = lambda pat: _instance_cycles(kplan, costs, pat, k_step)  # noqa: E731
-        p_full = sim([False] * 3) - sim([False] * 2)
-        p_cut = sim([True] * 3) - sim([True] * 2)
-        base = sim([False] * 2) - 2 * p_full
-        empty = sim([])
-        per_tile = np.where(pairs > 0, base + (pairs - cut) * p_full + cut * p_cut, empty)
+        # the cut pairs of an instance are at the diagonal end of its tile loop: the last K/V tiles of a
+        # Q tile (forward), the first Q tiles of a K/V tile (backward)
+        cut_last = grid_loops(kir)[-1].role == "q_tile"
+        memo: dict[tuple[int, int], float] = {}
+
+        def sim(n_full: int, n_cut: int) -> float:
+            if (n_full, n_cut) not in memo:
+                pattern = [False] * n_full + [True] * n_cut if cut_last else [True] * n_cut + [False] * n_full
+                memo[n_full, n_cut] = _instance_cycles(kplan, costs, pattern, k_step)
+            return memo[n_full, n_cut]
+
+        p_full = sim(3, 0) - sim(2, 0)  # the steady period of a pair the mask does not cut
+        per_tile = np.array([sim(min(int(f), 2), int(c)) + max(int(f) - 2, 0) * p_full for f, c in zip(pairs - cut, cut)])
         out.append((kplan.name, deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + launch * len(out)

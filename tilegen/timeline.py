@@ -450,7 +450,8 @@ def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
     """(tiles, pairs[t], cut[t]): for each value t of the kernel's last grid axis (a tile index), the
     (Q tile, K/V tile) pairs one program instance visits (its inner tile loop's trip count from the
     IR's own bounds, times the query heads of a KV head) and how many of them the mask cuts (DESIGN
-    §3). An instance without an inner tile loop counts one pair, none cut."""
+    §3) or pads (a tile past Sq or Sk), as the generated MaskTile decides it. An instance without an
+    inner tile loop counts one pair, none cut."""
     from .exprs import evaluate
     from .ir import Loop, grid_loops
     from .plot import _band
@@ -484,10 +485,10 @@ def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
     dl, dh = _band(sq, sk, spec.window, spec.alignment)
     nq, nk = -(-sq // br), -(-sk // bc)
     r0 = np.arange(nq) * br
-    r1 = np.minimum(r0 + br, sq) - 1
     c0 = np.arange(nk) * bc
-    c1 = np.minimum(c0 + bc, sk) - 1
-    full = (c0[None, :] - r1[:, None] >= dl) & (c1[None, :] - r0[:, None] <= dh)  # [i, j]: every pair visible
+    # [i, j]: not cut, as MaskTile decides it: no padding row or column, every pair visible
+    full = (c0[None, :] - (r0[:, None] + br - 1) >= dl) & ((c0[None, :] + bc - 1) - r0[:, None] <= dh)
+    full &= (r0[:, None] + br <= sq) & (c0[None, :] + bc <= sk)
     if last.role == "q_tile":  # t = i, the inner loop walks j
         per = full
     else:  # t = j, the inner loop walks i
@@ -589,15 +590,20 @@ def simulate_program(
         small = spec.replace(batch=1, heads_q=g, heads_kv=1)
         tiles_main = max(range(len(info)), key=lambda n: int(np.sum(info[n][1])))
         tiles, pairs, cut = info[tiles_main]
-        order = np.lexsort((np.arange(tiles), pairs))
-        picks, seen = [], set()
+        # the cheapest instance of every number of cut pairs first (so that the fit separates them),
+        # then the cheapest of the other (pairs, cut) signatures, up to SAMPLES instances
+        order = [int(t) for t in np.lexsort((np.arange(tiles), pairs))]
+        picks, seen, cuts = [], set(), set()
+        for t in order:
+            if int(cut[t]) not in cuts and len(picks) < SAMPLES:
+                cuts.add(int(cut[t]))
+                seen.add((int(pairs[t]), int(cut[t])))
+                picks.append(t)
         for t in order:
             sig = (int(pairs[t]), int(cut[t]))
-            if sig not in seen:
+            if sig not in seen and len(picks) < SAMPLES:
                 seen.add(sig)
-                picks.append(int(t))
-            if len(picks) == SAMPLES:
-                break
+                picks.append(t)
         need = max(t_n for t_n, _, _ in info) * g  # >= every kernel's instances at one batch, one KV head
         for n, (t_n, _, _) in enumerate(info):
             if not any(p < t_n for p in picks):
