@@ -395,13 +395,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         check_path(args.tiles_map, "--tiles-map")
         require_matplotlib()
+    simulate = args.simulate or args.timeline
+    if simulate:
+        from .targets import load_target
+
+        timed = [n for n in target_names() if (t := load_target(n)).kind == "ascend" and t.timeline]
+        if args.target is None or args.compare:
+            raise SpecError("--simulate", args.target, f"a --target with a [timeline] cost table ({', '.join(timed)}), without --compare")
+        tgt = load_target(args.target)
+        if tgt.kind != "ascend" or not tgt.timeline:
+            raise SpecError("--target", args.target, f"for --simulate, an Ascend target with a [timeline] cost table ({', '.join(timed)})")
+        if args.timeline:
+            from .plot import check_path, require_matplotlib
+
+            check_path(args.timeline, "--timeline")
+            require_matplotlib()
     options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
     _warn_memory(spec, args.target)
+    timeline = _inspect_timeline(spec, args) if simulate else None
+    if args.json and timeline is not None:
+        import json
+
+        report = json.loads(text)
+        report["timeline"] = {k: v for k, v in timeline.items() if k != "programs"}
+        report["timeline"]["programs"] = [{k: v for k, v in p.items() if k != "_timeline"} for p in timeline["programs"]]
+        text = json.dumps(report, indent=2) + "\n"
     print(text, end="")
+    if timeline is not None and not args.json:
+        from .report import format_timeline
+
+        print(format_timeline(timeline), end="")
     if args.plot:
         _inspect_plot(spec, args)
+    if args.timeline:
+        from .plot import plot_timeline
+
+        path = plot_timeline(timeline, args.timeline)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     if args.tiles_map:
         _inspect_tiles_map(spec, args)
     return 0
@@ -431,6 +463,12 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
     report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=args.dq_strategy))
     print(json.dumps(report, indent=2) if args.json else format_cp(report), end="\n" if args.json else "")
     return 0
+
+
+def _inspect_timeline(spec: AttentionSpec, args: argparse.Namespace) -> dict:
+    from .report import timeline_report
+
+    return timeline_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
 
 
 def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
@@ -622,6 +660,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiles-map", metavar="FILE", help="draw the block classes (empty / partial / full tile pairs) of one (b, h) to FILE (.png or .svg)"
     )
     inspect.add_argument("--tiles-at", type=_pair, default=(0, 0), metavar="B,H", help="the batch and query head --tiles-map draws (default 0,0)")
+    inspect.add_argument(
+        "--simulate", action="store_true",
+        help="also the timeline of the emitted code (Ascend targets with a [timeline] table): roofline, model and simulated time, "
+        "busy fraction per pipe, critical path (runs the kernels on the hand twin; needs g++)",
+    )
+    inspect.add_argument(
+        "--timeline", metavar="FILE", help="draw one AI Core's pipes of the simulated timeline to FILE (.png or .svg; implies --simulate)"
+    )
     inspect.set_defaults(func=cmd_inspect)
     gen = sub.add_parser("generate", help="write the kernels, host code, build files and a manifest for a target")
     _add_spec_args(gen)

@@ -25,7 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .analysis import Counts, count
+from .errors import TilegenError
 from .ir import MatMul, Program, walk
 from .targets import Target
 
@@ -134,3 +137,220 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
     time_s = sum(k.time_s for k in out)
     util = total_flops / (time_s * target.matmul_flops(dtype)) if time_s > 0 else 0.0
     return Prediction(tuple(out), time_s, int(total_flops), int(hbm_total), int(l2_total), util, target.name)
+
+
+# --- the emitted code's model (Ascend C) -------------------------------------------------------------
+#
+# The roofline above assumes every unit overlaps every other. The model below describes the kernels
+# `tilegen generate` emits for an Ascend target as they are written: each runtime helper
+# (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
+# target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
+# helpers of one core run one after another (each begins by waiting for the pipe before it); the AIC
+# and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
+# the cross-core flag latency each). Per kernel instance that is a two-process schedule at helper
+# granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
+# instance, and the instances are dealt over the cores as the kernels deal them.
+
+_ESIZE = {"half": 2, "bfloat16_t": 2, "float": 4}
+
+
+def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int) -> float:
+    """Cycles of one plan op (one runtime helper call) on its core (see the comment above)."""
+    issue, fl = c.issue(), c["flag_cycles"]
+    vs, vr = c["vector_startup_cycles"], c["vector_repeat_cycles"]
+    rd, wr = c["scalar_ub_read_cycles"], c["scalar_ub_write_cycles"]
+
+    def vec(n, esize=4, per=vr):
+        return vs + math.ceil(n * esize / 256) * per
+
+    def dma(nbytes, l2, write):
+        lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
+        if write:
+            rate = c["mte3_bytes_per_cycle"]
+        else:
+            rate = c["mte2_l2_bytes_per_cycle"] if l2 else c["mte2_hbm_bytes_per_cycle"]
+        return lat + nbytes / rate
+
+    kind = op["kind"]
+    es = _ESIZE.get(op.get("ctype", "float"), 4)
+    if side == "vector":
+        rows = int(op.get("rows", 1))
+        if kind in ("ub_load", "c2v_recv", "ub_store", "v2c_send"):
+            n = rows * es if op.get("vector") else rows * int(op["cols"]) * es
+            write = kind in ("ub_store", "v2c_send")
+            extra = 2 * issue if op.get("atomic") else 0.0
+            return max(5 * issue + extra, 2 * fl + dma(n, kind in ("c2v_recv", "v2c_send"), write))
+        if kind == "fill":
+            return max(issue, vec(int(op["count"]), es))
+        if kind in ("scalar", "adds", "binary"):
+            return max(issue, vec(int(op["count"])))
+        if kind == "unary":
+            per = c["vector_exp_repeat_cycles"] if op["fn"] in ("Exp", "Ln") else vr
+            return max(issue, vec(int(op["count"]), 4, per))
+        if kind == "cast":
+            esz = max(_ESIZE[op["dtype_dst"]], _ESIZE[op["dtype_src"]])
+            if op["dpad"] == op["spad"]:
+                return max(issue, vec(int(op["count"]), esz))
+            return int(op["crows"]) * max(issue, vec(int(op["cols"]), esz))
+        if kind == "reduce":
+            per_row = issue + vec(int(op["cols"])) + c["vector_reduce_cycles"] + fl + 2 * issue + rd + wr
+            return rows * per_row + 2 * issue + fl
+        if kind == "zero_if_neginf":
+            return 4 * issue + 2 * fl + int(op["count"]) * (2 * issue + rd + wr)
+        if kind in ("rows_add", "rows_mul", "rows_div"):
+            return 2 * issue + fl + rows * max(2 * issue + rd, vec(int(op["cpad"])))
+        if kind == "mask":
+            if op.get("cut_only") and not cut:
+                return 0.0  # MaskTile returns before any instruction on a tile it does not cut
+            cpad = int(op["cpad"])
+            fixed = 4 * issue + 2 * fl + cpad * (issue + wr)
+            return fixed + (rows * max(4 * issue, 4 * vec(cpad)) if cut else 0.0)
+        raise TilegenError(f"the emitted-code model has no cost for the vector op {kind}")
+    if kind in ("l1_load", "v2c_recv"):
+        rows, cols = int(op["rows"]), int(op["cols"])
+        l2 = kind == "v2c_recv"
+        if op.get("rowwise"):
+            return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
+        return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
+    if kind == "matmul":
+        m, n, k = int(op["m"]), int(op["n"]), int(op["k"])
+        m1, n1 = math.ceil(m / 16), math.ceil(n / 16)
+        s_cycles = chain = 0.0
+        for k0 in range(0, k, k_step):
+            kc1 = math.ceil(min(k_step, k - k0) / 16)
+            load_a = m1 * (c["mte1_startup_cycles"] + kc1 * 512 / c["l0a_bytes_per_cycle"])
+            load_b = kc1 * (c["mte1_startup_cycles"] + n1 * 512 / c["l0b_bytes_per_cycle"])
+            mmad = c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"]
+            chain += fl + load_a + load_b + fl + mmad
+            s_cycles += (5 + m1 + kc1) * issue
+        return max(s_cycles + 2 * issue, chain + fl)
+    if kind == "zero_acc":
+        m1, n1 = math.ceil(int(op["m"]) / 16), math.ceil(int(op["n"]) / 16)
+        fill = 2 * c["mte1_startup_cycles"] + (m1 + n1) * 512 / c["l0a_bytes_per_cycle"]
+        return max(9 * issue, 3 * fl + fill + c["mmad_startup_cycles"] + m1 * n1)
+    if kind in ("fix_store", "c2v_send"):
+        nbytes = int(op["m"]) * int(op["cols"]) * 4
+        l2 = kind == "c2v_send"
+        lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
+        rate = c["fix_l2_bytes_per_cycle"] if l2 else c["fix_hbm_bytes_per_cycle"]
+        extra = 2 * issue if op.get("atomic") else 0.0
+        return max(5 * issue + extra, 2 * fl + c["fix_startup_cycles"] + lat + nbytes / rate)
+    raise TilegenError(f"the emitted-code model has no cost for the cube op {kind}")
+
+
+def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
+    """The ops of one kernel instance in program order, the innermost loop's body once per entry of
+    ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
+    out: list[tuple[dict, bool]] = []
+    for op in ops:
+        if op["kind"] != "loop":
+            out.append((op, False))
+        elif any(o["kind"] == "loop" for o in op["body"]):
+            out.extend(_unrolled(op["body"], pattern))
+        else:
+            for cut in pattern:
+                out.extend((o, cut) for o in op["body"])
+    return out
+
+
+def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int) -> float:
+    """The two-process schedule (AIC, one AIV: the other is its mirror) of one kernel instance."""
+    x_lat, issue = costs["cross_core_flag_cycles"], costs.issue()
+    sides = {"cube": _unrolled(kplan.aic.ops, pattern), "vector": _unrolled(kplan.aiv.ops, pattern)}
+    pos = {s: 0 for s in sides}
+    clock = {s: 0.0 for s in sides}
+    ready = {"cube": [], "vector": []}  # tokens for the side that receives: times
+    free: dict[str, list[float]] = {}  # free flag id -> times set by the receiver
+    sent: dict[str, int] = {}
+    other = {"cube": "vector", "vector": "cube"}
+    while any(pos[s] < len(sides[s]) for s in sides):
+        progressed = False
+        for s in sides:
+            while pos[s] < len(sides[s]):
+                op, cut = sides[s][pos[s]]
+                kind = op["kind"]
+                t = clock[s]
+                if kind in ("c2v_recv", "v2c_recv"):
+                    if not ready[s]:
+                        break
+                    t = max(t + issue, ready[s].pop(0))
+                    t += _helper_cycles(op, costs, s, cut, k_step) + issue
+                    free.setdefault(op["free"], []).append(t + x_lat)
+                elif kind in ("c2v_send", "v2c_send"):
+                    if sent.get(op["free"], 0) > 0:
+                        q = free.get(op["free"], [])
+                        if not q:
+                            break
+                        t = max(t + issue, q.pop(0))
+                    sent[op["free"]] = sent.get(op["free"], 0) + 1
+                    t += _helper_cycles(op, costs, s, cut, k_step) + issue
+                    ready[other[s]].append(t + x_lat)
+                else:
+                    t += _helper_cycles(op, costs, s, cut, k_step)
+                clock[s] = t
+                pos[s] += 1
+                progressed = True
+        if not progressed:
+            raise TilegenError(f"the emitted-code model of {kplan.name} deadlocks (a hand-off without its partner)")
+    # the drains at kernel end: each sender waits for the last free flag of every slot it used
+    for s in sides:
+        for op, _ in sides[s]:
+            if op["kind"] in ("c2v_send", "v2c_send") and free.get(op["free"]):
+                clock[s] = max(clock[s], free[op["free"]][-1])
+    return max(clock.values())
+
+
+@dataclass(frozen=True)
+class EmittedPrediction:
+    """The emitted-code model of one program: seconds per kernel (in launch order, launch overhead
+    excluded), total seconds (launch overhead included) and the matmul utilisation."""
+
+    kernels: tuple[tuple[str, float], ...]
+    time_s: float
+    utilization: float
+
+
+def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atomic", tile_sizes=None) -> EmittedPrediction:
+    """The emitted-code model (see the comment above) of ``spec``'s forward (``"fwd"``) or backward
+    for an Ascend ``target`` with a ``[timeline]`` table.
+
+    Raises:
+        TilegenError: the target has no ``[timeline]`` table (``tilegen.timeline.TimelineError``).
+        TargetError, SpecError: as :func:`tilegen.backends.ascendc.plan_programs`.
+    """
+    from .backends import ascendc
+    from .ir import grid_loops
+    from .timeline import Costs, TimelineError, deal, tile_counts
+
+    tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes)
+    if not tgt.timeline:
+        raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the emitted-code model needs one")
+    costs = Costs(tgt.timeline)
+    plan = plans[0 if program == "fwd" else 1]
+    prog = plan.program
+    counts = count(prog)
+    k_step = int(tgt.placement["k_step"].value)
+    clock = tgt.cores["clock_ghz"].value * 1e9
+    launch = tgt.overhead["launch_us"].value * 1e-6 if "launch_us" in tgt.overhead else 0.0
+    out = []
+    flops = 0
+    for kir, kplan in zip(prog.kernels, plan.kernels):
+        tiles, pairs, cut = tile_counts(prog, kir, spec)
+        # the cut pairs of an instance are at the diagonal end of its tile loop: the last K/V tiles of a
+        # Q tile (forward), the first Q tiles of a K/V tile (backward)
+        cut_last = grid_loops(kir)[-1].role == "q_tile"
+        memo: dict[tuple[int, int], float] = {}
+
+        def sim(n_full: int, n_cut: int) -> float:
+            if (n_full, n_cut) not in memo:
+                pattern = [False] * n_full + [True] * n_cut if cut_last else [True] * n_cut + [False] * n_full
+                memo[n_full, n_cut] = _instance_cycles(kplan, costs, pattern, k_step)
+            return memo[n_full, n_cut]
+
+        p_full = sim(3, 0) - sim(2, 0)  # the steady period of a pair the mask does not cut
+        per_tile = np.array([sim(min(int(f), 2), int(c)) + max(int(f) - 2, 0) * p_full for f, c in zip(pairs - cut, cut)])
+        out.append((kplan.name, deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock))
+        flops += counts[kir.name].flops.get("matmul", 0)
+    time_s = sum(t for _, t in out) + launch * len(out)
+    util = flops / (time_s * tgt.matmul_flops(_matmul_dtype(prog))) if time_s > 0 else 0.0
+    return EmittedPrediction(tuple(out), time_s, util)

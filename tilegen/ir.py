@@ -281,12 +281,18 @@ class RowReduce(Stmt):
 @dataclass(frozen=True)
 class Mask(Stmt):
     """dst <- src, with -inf at (row0 + r, col0 + c) where the program's MaskInfo hides the key, or
-    where the row is >= Sq or the column >= Sk (padding)."""
+    where the row is >= Sq or the column >= Sk (padding).
+
+    ``cut_only`` is a schedule knob (set by :func:`tilegen.passes.lower.mask_cut_tiles_only`): the
+    generated code does the mask's work only on a tile the mask cuts (some pair hidden or padded); on a
+    tile whose every pair is visible it issues nothing. The result is the same either way.
+    """
 
     dst: str
     src: str
     row0: Expr
     col0: Expr
+    cut_only: bool = False
 
     def buffers_read(self):
         return (self.src,)

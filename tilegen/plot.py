@@ -215,7 +215,7 @@ def check_path(path: str, flag: str = "--plot") -> Path:
     """The output path, if its extension is one matplotlib is asked to write here.
 
     Raises:
-        SpecError: another extension (names ``flag``, the value and what is accepted).
+        SpecError: another extension (names the option ``flag``, the value and what is accepted).
     """
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
@@ -232,7 +232,7 @@ def _matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise TilegenError("--plot needs matplotlib, which is not installed: pip install 'tilegen[plot]'") from None
+        raise TilegenError("--plot and --timeline need matplotlib, which is not installed: pip install 'tilegen[plot]'") from None
     matplotlib.use("Agg", force=True)
     matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable, smaller)
     import matplotlib.pyplot as plt
@@ -345,6 +345,54 @@ def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--ti
         ]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
+
+
+# --- the timeline of one core (tilegen inspect --timeline FILE) ----------------------------------------
+
+GANTT_ROWS = (("AIC", ("S", "MTE2", "MTE1", "M", "FIX")), ("AIV0", ("S", "MTE2", "V", "MTE3")))
+GANTT_ITEMS = 20000  # instructions drawn per program at most (the first ones, in time)
+PIPE_COLORS = {"S": "#7f7f7f", "MTE1": "#9467bd", "MTE2": "#1f77b4", "MTE3": "#17becf", "M": "#d62728", "FIX": "#ff7f0e", "V": "#2ca02c"}
+
+
+def plot_timeline(report: dict, path: str) -> Path:
+    """Draw one AI Core's pipes as a Gantt chart per program of ``report``
+    (:func:`tilegen.report.timeline_report`): the simulated block of the program's slowest kernel, one
+    row per pipe of its AIC and of its first AIV (the second mirrors it), a bar per instruction's work
+    (flag waits are the gaps), time in µs. At most :data:`GANTT_ITEMS` instructions are drawn, the
+    first ones in time (the title then says up to when).
+
+    Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
+    """
+    out = check_path(path, "--timeline")
+    plt = _matplotlib()
+    progs = [p for p in report["programs"] if p.get("_timeline") is not None]
+    fig, axes = plt.subplots(len(progs), 1, figsize=(13, 3.2 * max(len(progs), 1)), layout="constrained", squeeze=False)
+    for ax, prog in zip(axes[:, 0], progs):
+        tl = prog["_timeline"]
+        kernel = max(tl.kernels, key=lambda k: k.time_s)
+        block = kernel.block
+        rows = [(core, pipe) for core, pipes in GANTT_ROWS for pipe in pipes]
+        ax.set_yticks(range(len(rows)), [f"{c} {p}" for c, p in rows], fontsize=8)
+        ax.invert_yaxis()
+        if block is None or not block.items:
+            ax.set_title(f"{prog['label']}: no instructions traced", fontsize=10)
+            continue
+        work = sorted((it for it in block.items if it.work and it.kind != "issue"), key=lambda it: it.start)
+        cut = None
+        if len(work) > GANTT_ITEMS:
+            cut = work[GANTT_ITEMS].start
+            work = work[:GANTT_ITEMS]
+        us = 1e6 / tl.clock_hz
+        for n, (core, pipe) in enumerate(rows):
+            bars = [(it.start * us, max(it.end - it.start, 0.5) * us) for it in work if it.core == core and it.pipe == pipe]
+            if bars:
+                ax.broken_barh(bars, (n - 0.4, 0.8), facecolors=PIPE_COLORS.get(pipe, "#333333"), linewidth=0)
+        end = (cut if cut is not None else block.end) * us
+        ax.set_xlim(0, end)
+        ax.set_xlabel("µs (simulated)", fontsize=8)
+        shown = f", first {end:.1f} µs of {block.end * us:.1f}" if cut is not None else ""
+        ax.set_title(f"{prog['label']}: {kernel.name}, one AI Core ({kernel.form.split(':')[0]}{shown})", fontsize=10)
+    fig.suptitle(f"simulated timeline of the emitted code on {report['target']} (twin trace, [timeline] cost table)", fontsize=11)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
     plt.close(fig)

@@ -86,7 +86,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
     if isinstance(stmt, RowReduce):
         return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)})"
     if isinstance(stmt, Mask):
-        return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+)"
+        only = ", cut tiles only" if stmt.cut_only else ""
+        return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+{only})"
     if isinstance(stmt, ModOp):
         args = ", ".join(r(a) for a in stmt.args)
         extra = f", term {stmt.term}" if stmt.term >= 0 else ""

@@ -230,7 +230,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             for name, launch in (emitted or {}).get("launch", {}).items():
                 lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']})")
             levels = list(tgt["levels"])
-            lines.append("  " + f"{'Br':>4} {'Bc':>4} {'predicted':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
+            lines.append("  " + f"{'Br':>4} {'Bc':>4} {'roofline':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
             for c in feasible[:candidates]:
                 mark = "*" if (c["Br"], c["Bc"]) == (tiles["Br"], tiles["Bc"]) else " "
                 peaks = "  ".join(f"{format_bytes(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)
@@ -263,7 +263,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                     f"{f.get('exp', 0):>10.3e} {format_bytes(k['bytes']['hbm']):>10} {format_bytes(k['bytes']['l2']):>10} {format_seconds(k['time_s']):>11}  {k['bound']}"
                 )
             lines.append(
-                f"  total {format_seconds(pred['time_s'])}; matmul {pred['matmul_flops']:.3e} FLOP at {pred['utilization']:.1%} of peak; "
+                f"  roofline total {format_seconds(pred['time_s'])}; matmul {pred['matmul_flops']:.3e} FLOP at {pred['utilization']:.1%} of peak; "
                 f"HBM {format_bytes(pred['hbm_bytes'])}, L2 {format_bytes(pred['l2_bytes'])}"
             )
         else:
@@ -489,3 +489,71 @@ def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, in
         out.append({"label": f"{label} (b={bi}, h={hi})", "cells": cells, "Br": env["Br"], "Bc": env["Bc"],
                     "counts": {CLASS_NAMES[c]: int(n[c]) for c in range(3)}, "source": classes.source})
     return out
+
+
+# --- the timeline of the emitted code ------------------------------------------------------------------
+
+
+def timeline_report(spec: AttentionSpec, target: str, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> dict:
+    """Three figures per program of ``spec`` on an Ascend ``target``, each labelled with what it is:
+    ``roofline`` (:func:`tilegen.cost.predict`: every unit overlapped), ``model``
+    (:func:`tilegen.cost.predict_emitted`: the emitted code's helpers, cube and vector meeting at the
+    hand-offs) and ``simulated`` (:func:`tilegen.timeline.simulate_program`: the twin's instruction trace
+    scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
+    utilisation = matmul FLOPs / (time x cube peak). Raises as the three functions do."""
+    from .cost import predict, predict_emitted
+    from .timeline import simulate_program
+
+    tgt = load_target(target)
+    out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
+    for prog in programs:
+        compile_ = pipeline.compile_forward if prog == "fwd" else pipeline.compile_backward
+        kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy}
+        program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog(), **kwargs)
+        roof = predict(program, tgt)
+        model = predict_emitted(spec, tgt, prog, dq_strategy, tile_sizes)
+        sim = simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+        entry = {
+            "label": sim.label,
+            "roofline": {"time_s": roof.time_s, "utilization": roof.utilization},
+            "model": {"time_s": model.time_s, "utilization": model.utilization, "kernels": dict(model.kernels)},
+            "simulated": sim.as_dict(),
+        }
+        entry["_timeline"] = sim  # for the Gantt chart; not in --json
+        out["programs"].append(entry)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def format_timeline(report: dict) -> str:
+    """The text of ``tilegen inspect --simulate``: per program the roofline, model and simulated time
+    side by side, then per kernel the simulated and model time, how the simulated one was obtained, the
+    simulated busy fraction of every pipe and the simulated critical path."""
+    lines = [
+        "",
+        f"== timeline of the emitted code on {report['target']}: roofline (all units overlapped), model (the emitted "
+        "helpers; cube and vector meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe)",
+        "   cost table: the target's [timeline]; estimates: " + ", ".join(report["estimates"]),
+    ]
+    for prog in report["programs"]:
+        r, m, s = prog["roofline"], prog["model"], prog["simulated"]
+        lines.append(
+            f"{prog['label']}: roofline {format_seconds(r['time_s'])} ({_pct(r['utilization'])} of cube peak) | "
+            f"model {format_seconds(m['time_s'])} ({_pct(m['utilization'])}) | simulated {format_seconds(s['time_s'])} "
+            f"({_pct(s['utilization'])}); model / simulated = {m['time_s'] / s['time_s']:.2f}"
+        )
+        for k in s["kernels"]:
+            mk = m["kernels"].get(k["name"], 0.0)
+            lines.append(f"  {k['name']}: simulated {format_seconds(k['time_s'])}, model {format_seconds(mk)}; {k['programs']} instances")
+            lines.append(f"    simulated as: {k['form']}")
+            for core in ("AIC", "AIV"):
+                busy = {key.split('.')[1]: v for key, v in k["busy_fraction"].items() if key.startswith(core)}
+                if busy:
+                    lines.append(f"    simulated busy {core}: " + ", ".join(f"{p} {_pct(v)}" for p, v in sorted(busy.items(), key=lambda kv: -kv[1])))
+            crit = k["critical_path_share"]
+            if crit:
+                lines.append("    simulated critical path (slowest block): " + ", ".join(f"{p} {_pct(v)}" for p, v in crit.items()))
+    return "\n".join(lines) + "\n"

@@ -80,6 +80,7 @@ class Target:
     bandwidth: dict[str, Figure]
     overhead: dict[str, Figure]
     path: str
+    timeline: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [timeline]: cost table of tilegen.timeline
     digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
 
@@ -203,6 +204,7 @@ def _parse(where: str, raw: bytes) -> Target:
         bandwidth=section("bandwidth"),
         overhead=section("overhead"),
         path=where,
+        timeline=section("timeline"),
         digest=hashlib.sha256(raw).hexdigest(),
         sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
     )

@@ -825,6 +825,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "off": cexpr(m.offset, lo.consts),
             "left": m.left,
             "right": m.right,
+            "cut_only": stmt.cut_only,
         }
     if isinstance(stmt, Elementwise):
         return _elementwise(lo, stmt)

@@ -319,6 +319,7 @@ def run_program(
     layouts: dict[str, str],
     blocks: int = 4,
     timeout: float = 600.0,
+    env: dict[str, str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Run the ``program`` (``"fwd"``/``"bwd"``) kernels of a twin build.
 
@@ -326,6 +327,7 @@ def run_program(
         inputs: logical BNSD arrays by tensor name (written in each tensor's layout).
         outputs: tensor name → (logical shape, dtype name) to read back.
         layouts: tensor name → ``BNSD``/``BSND``.
+        env: variables added to the run's environment (e.g. ``TWIN_TRACE``, tilegen/twin/README.md).
 
     Raises:
         TwinError: the run failed; the message is the twin's failure line.
@@ -334,7 +336,7 @@ def run_program(
         for name, array in inputs.items():
             _physical(np.asarray(array), layouts.get(name, "BNSD")).tofile(os.path.join(tmp, f"{name}.bin"))
         args = [str(exe), program, tmp, str(blocks), str(spec.batch), str(spec.heads_q), str(spec.heads_kv), str(spec.seq_q), str(spec.seq_k)]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env} if env else None)
         if proc.returncode != 0:
             msg = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:]
             raise TwinError(f"twin run of {program} failed (exit {proc.returncode}): " + " | ".join(msg))

@@ -60,10 +60,12 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
     tgt = load_target(target)
     if tgt.kind == "ascend":
-        from .lower import split_matmul_scale
+        from .lower import mask_cut_tiles_only, split_matmul_scale
 
         # the cube has no scale factor: S = scale * Q K^T becomes Q K^T, then * scale on the vector unit
         program = log.record("split-matmul-scale", split_matmul_scale(program))
+        # the mask's work only on the tiles it cuts (a schedule knob of each Mask, rendered by MaskTile)
+        program = log.record("mask-cut-tiles-only", mask_cut_tiles_only(program))
     program = log.record("place", place(program, tgt, dict(num_stages) if num_stages else None), tgt)
     forced = None
     if tile_sizes is not None:

@@ -242,6 +242,7 @@ struct CoreCtx {
     // queue buffers currently allocated: key (hw << 24 | address) -> allocation serial
     std::unordered_map<uint32_t, uint32_t> bufSerial;
     uint32_t nextSerial = 0;
+    std::string trace;  // TWIN_TRACE records of this core (trace.h), written when it finishes
 };
 
 inline std::string CoreName(const CoreCtx* c)

@@ -152,6 +152,9 @@ inline void Fill(const char* api, const LocalTensor<T>& dst, const InitConstValu
     if (p.repeatTimes == 0 || bn == 0) return;  // NOP on the hardware
     uint64_t end = ((p.repeatTimes - 1ull) * (bn + gap) + bn) * unit;
     twin::CheckRange(api, d, 0, end, "dst", S);
+    // a fill of L1 runs on MTE2, of L0A/L0B on MTE1 (tilegen_runtime.h orders them so: LoadNz, ZeroAcc)
+    twin::trace::Rec(d.hw == twin::Hw::L1 ? "MTE2" : "MTE1", "Fill", static_cast<int64_t>(p.repeatTimes * bn * unit), 0, 0,
+                     {twin::trace::Loc(dst, end)}, {});
     for (uint64_t r = 0; r < p.repeatTimes; ++r)
         twin::dc::FillElems<T>(d.Ptr() + r * (bn + gap) * unit, bn * unit / sizeof(T), p.initValue);
 }
@@ -201,6 +204,9 @@ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const
     uint64_t dstEnd = (R - 1) * (1ull + p.dstGap) * 512ull + 512ull;
     twin::CheckRange(api, s, 0, srcEnd, "src", S);
     twin::CheckRange(api, d, 0, dstEnd, "dst", S);
+    twin::trace::Rec("MTE1", "LoadData", static_cast<int64_t>(R), d.hw == twin::Hw::L0B ? 1 : 0, p.ifTranspose ? 1 : 0,
+                     {twin::trace::Loc(dst, dstEnd)},
+                     {twin::trace::Rng{'1', s.addr + p.startIndex * 512ull, s.addr + srcEnd}});
     for (uint64_t i = 0; i < R; ++i) {
         const uint8_t* f = s.Ptr() + (p.startIndex + i * p.srcStride) * 512ull;
         uint8_t* o = d.Ptr() + i * (1ull + p.dstGap) * 512ull;
@@ -263,6 +269,21 @@ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const Loca
     twin::CheckRange(api, a, 0, gemv ? twin::RoundUp(K * sizeof(U), 32) : Mfr * K1 * 512, "fm", SRC);
     twin::CheckRange(api, b, 0, K1 * Nfr * 512, "filter", SRC);
     twin::CheckRange(api, c, 0, Nfr * Mpad * 16 * sizeof(T), "dst", SRC);
+    {
+        const bool acc = !p.cmatrixInitVal || p.isBias;
+        // a: m, b: n, c: k, each in elements (the kind names the operand width: Mmad2 = 2-byte, Mmad4 = 4-byte)
+        const twin::trace::Rng cr = twin::trace::Loc(dst, Nfr * Mpad * 16 * sizeof(T));
+        if (acc)
+            twin::trace::Rec("M", sizeof(U) == 2 ? "Mmad2" : "Mmad4", static_cast<int64_t>(M), static_cast<int64_t>(N),
+                             static_cast<int64_t>(K), {cr},
+                             {twin::trace::Loc(fm, gemv ? twin::RoundUp(K * sizeof(U), 32) : Mfr * K1 * 512),
+                              twin::trace::Loc(filter, K1 * Nfr * 512), cr});
+        else
+            twin::trace::Rec("M", sizeof(U) == 2 ? "Mmad2" : "Mmad4", static_cast<int64_t>(M), static_cast<int64_t>(N),
+                             static_cast<int64_t>(K), {cr},
+                             {twin::trace::Loc(fm, gemv ? twin::RoundUp(K * sizeof(U), 32) : Mfr * K1 * 512),
+                              twin::trace::Loc(filter, K1 * Nfr * 512)});
+    }
     const U* A = reinterpret_cast<const U*>(a.Ptr());
     const S* B = reinterpret_cast<const S*>(b.Ptr());
     T* Cm = reinterpret_cast<T*>(c.Ptr());
@@ -367,6 +388,10 @@ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const
         uint64_t maxSrc = (p.ndNum - 1ull) * p.srcNdStride * 256 + ((p.nSize - 1ull) / 16) * p.srcStride * 16 +
                           (p.mSize - 1ull) * 16 + 15;
         twin::CheckRange(api, s, 0, (maxSrc + 1) * sizeof(U), "src", S);
+        twin::trace::Rec("FIX", "Fixpipe", static_cast<int64_t>(p.ndNum) * p.mSize * p.nSize * sizeof(T), p.mSize,
+                         twin::trace::GmLevel(dst.Bytes()),
+                         {twin::trace::Gm(dst.Bytes(), ((p.ndNum - 1ull) * p.dstNdStride + (p.mSize - 1ull) * p.dstStride + p.nSize) * sizeof(T))},
+                         {twin::trace::Loc(src, (maxSrc + 1) * sizeof(U))});
         row.resize(p.nSize);
         for (uint64_t i = 0; i < p.ndNum; ++i)
             for (uint64_t m = 0; m < p.mSize; ++m) {
@@ -382,6 +407,10 @@ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const
         uint64_t groups = p.nSize / 16;
         uint64_t maxSrc = (groups - 1) * p.srcStride * 16 + (p.mSize - 1ull) * 16 + 15;
         twin::CheckRange(api, s, 0, (maxSrc + 1) * sizeof(U), "src", S);
+        twin::trace::Rec("FIX", "Fixpipe", static_cast<int64_t>(groups) * p.mSize * 16 * sizeof(T), p.mSize,
+                         twin::trace::GmLevel(dst.Bytes()),
+                         {twin::trace::Gm(dst.Bytes(), ((groups - 1) * p.dstStride * 32ull) + p.mSize * 16ull * sizeof(T))},
+                         {twin::trace::Loc(src, (maxSrc + 1) * sizeof(U))});
         row.resize(static_cast<size_t>(p.mSize) * 16);
         for (uint64_t g = 0; g < groups; ++g) {
             for (uint64_t e = 0; e < p.mSize * 16ull; ++e) row[e] = conv(in[g * p.srcStride * 16 + e]);

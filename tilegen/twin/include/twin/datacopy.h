@@ -154,6 +154,8 @@ inline void GmToLocal(const char* api, const AscendC::LocalTensor<T>& dst, const
     uint64_t bl = p.blockLen * 32ull;
     uint64_t dlast = (p.blockCount - 1ull) * (p.blockLen + p.dstGap) * 32ull + bl;
     CheckRange(api, d, 0, dlast, "dst", kSrcDC);
+    trace::Rec("MTE2", "DataCopy", p.blockCount * bl, p.blockCount, trace::GmLevel(src.Bytes()), {trace::Loc(dst, dlast)},
+               {trace::Gm(src.Bytes(), (p.blockCount - 1ull) * (p.blockLen + p.srcGap) * 32ull + bl)});
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t so = b * (p.blockLen + static_cast<uint64_t>(p.srcGap)) * 32ull;
         uint64_t dof = b * (p.blockLen + static_cast<uint64_t>(p.dstGap)) * 32ull;
@@ -175,6 +177,8 @@ inline void LocalToGm(const char* api, const AscendC::GlobalTensor<T>& dst, cons
     uint64_t bl = p.blockLen * 32ull;
     uint64_t slast = (p.blockCount - 1ull) * (p.blockLen + p.srcGap) * 32ull + bl;
     CheckRange(api, s, 0, slast, "src", kSrcDC);
+    trace::Rec("MTE3", "DataCopy", p.blockCount * bl, p.blockCount, trace::GmLevel(dst.Bytes()),
+               {trace::Gm(dst.Bytes(), (p.blockCount - 1ull) * (p.blockLen + p.dstGap) * 32ull + bl)}, {trace::Loc(src, slast)});
     CoreCtx& c = *t_core;
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t so = b * (p.blockLen + static_cast<uint64_t>(p.srcGap)) * 32ull;
@@ -203,6 +207,9 @@ inline void LocalToLocal(const char* api, const AscendC::LocalTensor<T>& dst, co
     uint64_t bl = p.blockLen * 32ull;
     CheckRange(api, d, 0, (p.blockCount - 1ull) * (p.blockLen + p.dstGap) * 32ull + bl, "dst", kSrcDC);
     CheckRange(api, s, 0, (p.blockCount - 1ull) * (p.blockLen + p.srcGap) * 32ull + bl, "src", kSrcDC);
+    trace::Rec("V", "DataCopyUB", p.blockCount * bl / 256 + 1, p.blockCount, 0,
+               {trace::Loc(dst, (p.blockCount - 1ull) * (p.blockLen + p.dstGap) * 32ull + bl)},
+               {trace::Loc(src, (p.blockCount - 1ull) * (p.blockLen + p.srcGap) * 32ull + bl)});
     for (uint32_t b = 0; b < p.blockCount; ++b)
         std::memmove(d.Ptr() + b * (p.blockLen + static_cast<uint64_t>(p.dstGap)) * 32ull,
                      s.Ptr() + b * (p.blockLen + static_cast<uint64_t>(p.srcGap)) * 32ull, bl);
@@ -246,6 +253,8 @@ inline void PadGmToUb(const char* api, const AscendC::LocalTensor<T>& dst, const
     uint64_t foot = RoundUp(raw, 32);
     uint64_t dlast = (blockCount - 1ull) * (foot + dstStride * 32ull) + foot;
     CheckRange(api, d, 0, dlast, "dst", S);
+    trace::Rec("MTE2", "DataCopyPad", static_cast<int64_t>(blockCount) * blockLen, blockCount, trace::GmLevel(src.Bytes()),
+               {trace::Loc(dst, dlast)}, {trace::Gm(src.Bytes(), (blockCount - 1ull) * (blockLen + srcStride) + blockLen)});
     bool aligned = (raw % 32) == 0;
     for (uint32_t b = 0; b < blockCount; ++b) {
         uint64_t so = b * (blockLen + srcStride);
@@ -287,6 +296,9 @@ inline void PadUbToGm(const char* api, const AscendC::GlobalTensor<T>& dst, cons
         Fail(api, Fmt("blockLen %u bytes is not a multiple of sizeof(T)=%zu", blockLen, sizeof(T)), S);
     uint64_t foot = RoundUp(blockLen, 32);
     CheckRange(api, s, 0, (blockCount - 1ull) * (foot + srcStride * 32ull) + blockLen, "src", S);
+    trace::Rec("MTE3", "DataCopyPad", static_cast<int64_t>(blockCount) * blockLen, blockCount, trace::GmLevel(dst.Bytes()),
+               {trace::Gm(dst.Bytes(), (blockCount - 1ull) * (blockLen + dstStride) + blockLen)},
+               {trace::Loc(src, (blockCount - 1ull) * (foot + srcStride * 32ull) + blockLen)});
     CoreCtx& c = *t_core;
     for (uint32_t b = 0; b < blockCount; ++b) {
         uint64_t so = b * (foot + srcStride * 32ull);
@@ -362,6 +374,12 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     maxIdx = (p.ndNum - 1ull) * p.dstNzMatrixStride + ((dPad - 1) / C0) * p.dstNzC0Stride * C0 +
              (p.nValue - 1ull) * p.dstNzNStride * C0 + (C0 - 1);
     twin::CheckRange(api, d, 0, (maxIdx + 1) * sizeof(T), "dst", S);
+    {
+        const uint64_t srcLast = ((p.ndNum - 1ull) * p.srcNdMatrixStride + (p.nValue - 1ull) * p.srcDValue + p.dValue) * sizeof(T);
+        twin::trace::Rec("MTE2", "DataCopyNd2Nz", static_cast<int64_t>(p.ndNum) * p.nValue * p.dValue * sizeof(T),
+                         static_cast<int64_t>(p.ndNum) * p.nValue, twin::trace::GmLevel(src.GetPhyAddr()),
+                         {twin::trace::Loc(dst, (maxIdx + 1) * sizeof(T))}, {twin::trace::Gm(src.GetPhyAddr(), srcLast)});
+    }
     T* out = reinterpret_cast<T*>(d.Ptr());
     const T* in = src.GetPhyAddr();
     for (uint64_t i = 0; i < p.ndNum; ++i)

@@ -5,6 +5,7 @@
 #define TILEGEN_TWIN_LAUNCH_H
 
 #include "tensor.h"
+#include "trace.h"
 
 // pipe_t (global, as in the CCE headers) [ascendc-api §6].
 enum pipe_t : uint8_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5, PIPE_V2, PIPE_FIX };
@@ -263,6 +264,8 @@ inline void CrossSet(int mode, pipe_t pipe, uint16_t flagId)
     if ((mode == 1 || mode == 2) && !L.mix)
         Fail(api, Fmt("mode %d needs a MIX kernel (1 AIC + 2 AIV per block)", mode), kXSrc);
     if (mode == 1 && me.type == CoreType::AIC) Fail(api, "mode 1 synchronises the two AIVs of a block; called on AIC", kXSrc);
+    // queued on `pipe`: a = mode, b = flag id
+    trace::Rec(trace::Short(PipeName(pipe)), "CrossCoreSetFlag", mode, flagId, 0);
     std::lock_guard<std::mutex> lk(L.mu);
     int s = L.Slot(&me);
     switch (mode) {
@@ -319,6 +322,7 @@ inline void CrossWait(uint16_t flagId)
     if (flagId >= 11 && flagId <= 14)
         Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), "P:CrossCoreWaitFlag(ISASI)");
     RequireScheduler(L, api);
+    trace::Rec("S", "CrossCoreWaitFlag", 0, flagId, 0);  // the scalar pipe waits (pipe = PIPE_S, the default)
     std::unique_lock<std::mutex> lk(L.mu);
     int s = L.Slot(&me);
     BlockUntil(
@@ -413,7 +417,15 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
     std::lock_guard<std::mutex> launchLock(LaunchMutex());
     int aicNum = GetAicCoreNum();
     int limit = mix ? aicNum : 2 * aicNum;
-    if (numBlocks < 1 || static_cast<int>(numBlocks) > limit)
+    // TWIN_TRACE_BLOCKS (trace.h): only the listed blocks run, so a virtual numBlocks may pass the limit
+    std::vector<uint32_t> run;
+    for (int b : trace::Blocks())
+        if (b >= 0 && static_cast<uint32_t>(b) < numBlocks) run.push_back(static_cast<uint32_t>(b));
+    const bool selected = !trace::Blocks().empty();
+    if (!selected)
+        for (uint32_t b = 0; b < numBlocks; ++b) run.push_back(b);
+    const int launchId = trace::LaunchSerial().fetch_add(1);
+    if (numBlocks < 1 || (!selected && static_cast<int>(numBlocks) > limit))
         Fail(api,
              Fmt("numBlocks %u not in [1, %d]: a %s kernel may not use more %s than the %d physical ones (SyncAll / "
                  "mode-0 flags would deadlock)",
@@ -421,13 +433,14 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
              "G:编程指南/编程模型/AI-Core-SIMD编程/核函数, P:SyncAll");
     Launch L;
     L.mix = mix;
-    L.numBlocks = static_cast<int>(numBlocks);
-    for (uint32_t b = 0; b < numBlocks; ++b) {
+    L.numBlocks = static_cast<int>(run.size());
+    for (uint32_t g = 0; g < run.size(); ++g) {
+        const uint32_t b = run[g];  // the block's index in the launch; g: its place among the cores run
         if (mix) {
             auto c = std::make_unique<CoreCtx>();
             c->type = CoreType::AIC;
-            c->index = static_cast<int>(b);
-            c->group = static_cast<int>(b);
+            c->index = static_cast<int>(g);
+            c->group = static_cast<int>(g);
             c->blockIdx = b;
             c->blockNum = numBlocks;
             c->subBlockIdx = 0;
@@ -438,8 +451,8 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
             for (int s = 0; s < 2; ++s) {
                 auto v = std::make_unique<CoreCtx>();
                 v->type = CoreType::AIV;
-                v->index = static_cast<int>(2 * b + s);
-                v->group = static_cast<int>(b);
+                v->index = static_cast<int>(2 * g + s);
+                v->group = static_cast<int>(g);
                 v->sub = s;
                 // ascendc-api §1 table / §0.15: AIV GetBlockIdx = 2*block + sub, GetBlockNum = N.
                 v->blockIdx = 2 * b + s;
@@ -453,8 +466,8 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
         } else {
             auto v = std::make_unique<CoreCtx>();
             v->type = CoreType::AIV;
-            v->index = static_cast<int>(b);
-            v->group = static_cast<int>(b);
+            v->index = static_cast<int>(g);
+            v->group = static_cast<int>(g);
             v->blockIdx = b;
             v->blockNum = numBlocks;
             v->subBlockIdx = 0;
@@ -479,7 +492,7 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
     threads.reserve(n);
     for (auto& cp : L.cores) {
         CoreCtx* c = cp.get();
-        threads.emplace_back([c, &L, &body] {
+        threads.emplace_back([c, &L, &body, launchId] {
             t_core = c;
             auto record = [&](const std::string& m) {
                 std::lock_guard<std::mutex> lk(L.mu);
@@ -491,6 +504,7 @@ inline void RunLaunch(bool mix, uint32_t numBlocks, const std::function<void()>&
             try {
                 body();
                 FinishCore(*c);
+                trace::Flush(*c, launchId);
             } catch (const Failure& f) {
                 record(f.what());
             } catch (const Aborted&) {

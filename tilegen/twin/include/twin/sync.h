@@ -35,6 +35,12 @@ inline void SetFlag(int32_t eventID)
 {
     twin::CheckEvent("SetFlag", event, eventID);
     bool& f = twin::t_core->eventSet[static_cast<int>(event)][eventID];
+    {
+        pipe_t sp, dp;
+        twin::HardEventPipes(static_cast<int>(event), sp, dp);
+        // queued on the source pipe: a = event, b = id, c = destination pipe
+        twin::trace::Rec(twin::trace::Short(twin::PipeName(sp)), "SetFlag", static_cast<int>(event), eventID, static_cast<int>(dp));
+    }
     if (f)
         twin::Fail("SetFlag",
                    twin::Fmt("HardEvent::%s id %d set twice without a WaitFlag in between",
@@ -47,6 +53,12 @@ inline void WaitFlag(int32_t eventID)
 {
     twin::CheckEvent("WaitFlag", event, eventID);
     bool& f = twin::t_core->eventSet[static_cast<int>(event)][eventID];
+    {
+        pipe_t sp, dp;
+        twin::HardEventPipes(static_cast<int>(event), sp, dp);
+        // queued on the destination pipe: a = event, b = id, c = source pipe
+        twin::trace::Rec(twin::trace::Short(twin::PipeName(dp)), "WaitFlag", static_cast<int>(event), eventID, static_cast<int>(sp));
+    }
     if (!f)
         twin::Fail("WaitFlag",
                    twin::Fmt("HardEvent::%s id %d waited but never set before (deadlock on NPU)",
@@ -66,6 +78,7 @@ inline void PipeBarrier()
                    twin::Fmt("%s does not exist on %s", twin::PipeName(pipe),
                              c.type == twin::CoreType::AIC ? "an AIC" : "an AIV"),
                    "P:PipeBarrier(ISASI), ascendc-api §6");
+    twin::trace::Rec(twin::trace::Short(twin::PipeName(pipe)), "PipeBarrier", 0, 0, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -89,6 +102,7 @@ inline void SetAtomicAdd()
 {
     twin::CoreCtx& c = twin::Cur("SetAtomicAdd");
     detail_atomic::CheckAtomicType<T>("SetAtomicAdd");
+    twin::trace::Rec("S", "SetAtomic", 0, 0, 0);
     c.atomicOp = twin::AtomicOp::Add;
     c.atomicType = twin::DTypeOf<T>();
 }
@@ -121,6 +135,7 @@ inline void SetAtomicType()
 inline void DisableDmaAtomic()
 {
     twin::CoreCtx& c = twin::Cur("DisableDmaAtomic");
+    twin::trace::Rec("S", "SetAtomic", 0, 0, 0);
     c.atomicOp = twin::AtomicOp::None;
     c.atomicType = twin::DType::None;
 }

@@ -4,6 +4,7 @@
 
 #include "gm.h"
 #include "numeric.h"
+#include "trace.h"
 
 namespace AscendC {
 
@@ -238,6 +239,8 @@ public:
     T GetValue(uint32_t index) const
     {
         ScalarCheck("LocalTensor::GetValue", index);
+        const uint64_t at = ref_.addr + static_cast<uint64_t>(index) * sizeof(T);
+        twin::trace::Rec("S", "GetValue", 1, 0, 0, {}, {twin::trace::Rng{twin::trace::SpaceOf(ref_.hw), at, at + sizeof(T)}});
         T v;
         std::memcpy(&v, ref_.Ptr() + static_cast<uint64_t>(index) * sizeof(T), sizeof(T));
         return v;
@@ -246,6 +249,8 @@ public:
     void SetValue(uint32_t index, U value) const
     {
         ScalarCheck("LocalTensor::SetValue", index);
+        const uint64_t at = ref_.addr + static_cast<uint64_t>(index) * sizeof(T);
+        twin::trace::Rec("S", "SetValue", 1, 0, 0, {twin::trace::Rng{twin::trace::SpaceOf(ref_.hw), at, at + sizeof(T)}}, {});
         T v = static_cast<T>(value);
         std::memcpy(ref_.Ptr() + static_cast<uint64_t>(index) * sizeof(T), &v, sizeof(T));
     }

@@ -191,7 +191,7 @@ inline const LocalRef& UbOperand(const char* api, const LocalTensor<T>& t, const
 }
 
 // Bounds: highest byte touched by active lanes must lie inside the tensor.
-inline void CheckBounds(const char* api, const Opnd& o, uint64_t R, const Lanes& L, uint32_t P)
+inline uint64_t CheckBounds(const char* api, const Opnd& o, uint64_t R, const Lanes& L, uint32_t P)
 {
     uint64_t maxEnd = 0;
     for (uint64_t r = 0; r < R; ++r)
@@ -202,6 +202,7 @@ inline void CheckBounds(const char* api, const Opnd& o, uint64_t R, const Lanes&
              Fmt("%s: the call touches bytes up to %llu but the tensor holds %u bytes (tensor size overflow)", o.name,
                  static_cast<unsigned long long>(maxEnd), o.r->bytes),
              "ascendc-api §0.4, I:kernel_check_data_copy_overflow.h");
+    return maxEnd;
 }
 
 // Blocks (absolute 32-byte block index in UB) touched by active lanes of one repeat.
@@ -356,9 +357,11 @@ inline void Unary(const char* api, const LocalTensor<D>& dst, const LocalTensor<
     if (R == 0) return;
     if (R > 255 && !L.counter) Fail(api, "repeatTime > 255", "G:…/高维切分API");
     Opnd od{&d, sizeof(D), dBlk, dRep, "dst"}, os{&s, sizeof(S), sBlk, sRep, "src"};
-    CheckBounds(api, od, R, L, P);
-    CheckBounds(api, os, R, L, P);
+    const uint64_t dEnd = CheckBounds(api, od, R, L, P);
+    const uint64_t sEnd = CheckBounds(api, os, R, L, P);
     CheckOverlap(api, od, &os, 1, R, L, P);
+    if (std::strcmp(api, "Duplicate") == 0) trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {trace::Loc(dst, dEnd)}, {});
+    else trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {trace::Loc(dst, dEnd)}, {trace::Loc(src, sEnd)});
     D out[P];
     bool on[P];
     for (uint64_t r = 0; r < R; ++r) {
@@ -388,9 +391,10 @@ inline void Binary(const char* api, const LocalTensor<T>& dst, const LocalTensor
     Opnd od{&d, sizeof(T), p.dstBlkStride, p.dstRepStride, "dst"};
     Opnd os[2] = {{&s0, sizeof(T), p.src0BlkStride, p.src0RepStride, "src0"},
                   {&s1, sizeof(T), p.src1BlkStride, p.src1RepStride, "src1"}};
-    CheckBounds(api, od, R, L, P);
-    CheckBounds(api, os[0], R, L, P);
-    CheckBounds(api, os[1], R, L, P);
+    const uint64_t dEnd = CheckBounds(api, od, R, L, P);
+    const uint64_t s0End = CheckBounds(api, os[0], R, L, P);
+    const uint64_t s1End = CheckBounds(api, os[1], R, L, P);
+    trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {trace::Loc(dst, dEnd)}, {trace::Loc(src0, s0End), trace::Loc(src1, s1End)});
     int allow = -1;
     if (allowDstSrc1Later && d.addr == s1.addr && (p.src1RepStride == 0 || p.dstRepStride == 0)) allow = 1;
     CheckOverlap(api, od, os, 2, R, L, P, allow);
@@ -877,6 +881,9 @@ inline void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
         int64_t e3 = ru(o3, epb) * epb;
         need = a2 + a3 + e3;
     }
+    twin::trace::Rec("V", api, (count + epr - 1) / epr, count, 0,
+                     {twin::trace::Loc(dst, (calIndex ? 2 : 1) * sizeof(T)), twin::trace::Loc(sharedTmpBuffer, need * sizeof(T))},
+                     {twin::trace::Loc(src, static_cast<uint64_t>(count) * sizeof(T))});
     if (static_cast<uint64_t>(need) * sizeof(T) > t.bytes)
         twin::Fail(api, twin::Fmt("sharedTmpBuffer holds %u B but needs %lld elements (%lld B)", t.bytes,
                                   static_cast<long long>(need), static_cast<long long>(need * sizeof(T))),
@@ -928,6 +935,8 @@ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     twin::CheckRange(api, d, 0, sizeof(T), "dst", S);
     const T* in = reinterpret_cast<const T*>(s.Ptr());
     const int64_t P = 256 / sizeof(T);
+    twin::trace::Rec("V", api, (count + P - 1) / P, count, 0, {twin::trace::Loc(dst, sizeof(T))},
+                     {twin::trace::Loc(src, static_cast<uint64_t>(count) * sizeof(T))});
     std::vector<T> lane(P);
     T acc = T(0);
     for (int64_t r = 0; r * P < count; ++r) {
@@ -1146,6 +1155,8 @@ inline void Scalar(const char* api, const LocalTensor<U>& dst, const LocalTensor
     const twin::LocalRef& s = twin::vec::UbOperand(api, src0, "src0");
     twin::CheckRange(api, s, 0, static_cast<uint64_t>(count) * sizeof(T), "src0", S);
     twin::CheckRange(api, d, 0, count / 8, "dst", S);
+    twin::trace::Rec("V", api, (static_cast<int64_t>(count) * sizeof(T) + 255) / 256, count, 0, {twin::trace::Loc(dst, count / 8)},
+                     {twin::trace::Loc(src0, static_cast<uint64_t>(count) * sizeof(T))});
     std::vector<uint8_t> bits(count / 8, 0);
     for (uint32_t i = 0; i < count; ++i) {
         T v;
@@ -1180,6 +1191,8 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     twin::CheckRange(api, s0, 0, static_cast<uint64_t>(count) * sizeof(T), "src0", S);
     twin::CheckRange(api, s1, 0, static_cast<uint64_t>(count) * sizeof(T), "src1", S);
     twin::CheckRange(api, d, 0, count / 8, "dst", S);
+    twin::trace::Rec("V", api, (static_cast<int64_t>(count) * sizeof(T) + 255) / 256, count, 0, {twin::trace::Loc(dst, count / 8)},
+                     {twin::trace::Loc(src0, static_cast<uint64_t>(count) * sizeof(T)), twin::trace::Loc(src1, static_cast<uint64_t>(count) * sizeof(T))});
     std::vector<uint8_t> bits(count / 8, 0);
     for (uint32_t i = 0; i < count; ++i) {
         T a, b;
@@ -1217,6 +1230,15 @@ inline void Run(const char* api, const LocalTensor<T>& dst, const LocalTensor<U>
     uint64_t maskBits = mode == SELMODE::VSEL_CMPMASK_SPR ? std::min<uint64_t>(count, P) : count;
     twin::CheckRange(api, m, 0, twin::CeilDiv(maskBits, 8), "selMask", S);
     if (mode != SELMODE::VSEL_CMPMASK_SPR) twin::vec::UbScratchCheck(api);
+    if (src1)
+        twin::trace::Rec("V", api, (static_cast<int64_t>(count) * sizeof(T) + 255) / 256, count, 0,
+                         {twin::trace::Loc(dst, static_cast<uint64_t>(count) * sizeof(T))},
+                         {twin::trace::Loc(selMask, twin::CeilDiv(maskBits, 8)), twin::trace::Loc(src0, static_cast<uint64_t>(count) * sizeof(T)),
+                          twin::trace::Loc(*src1, static_cast<uint64_t>(count) * sizeof(T))});
+    else
+        twin::trace::Rec("V", api, (static_cast<int64_t>(count) * sizeof(T) + 255) / 256, count, 0,
+                         {twin::trace::Loc(dst, static_cast<uint64_t>(count) * sizeof(T))},
+                         {twin::trace::Loc(selMask, twin::CeilDiv(maskBits, 8)), twin::trace::Loc(src0, static_cast<uint64_t>(count) * sizeof(T))});
     std::vector<T> out(count);
     const uint8_t* mb = m.Ptr();
     for (uint32_t i = 0; i < count; ++i) {

@@ -1,0 +1,194 @@
+"""The timeline of the emitted Ascend C (tilegen.timeline) and the emitted-code model (cost.predict_emitted).
+
+- A hand-written trace of one AI Core, scheduled with a small cost table: every start and end, the busy
+  cycles and the critical path are worked out by hand below, independently of the scheduler.
+- A missing flag is reported as a race (not a faster timeline): in the hand trace, and in the emitted
+  runtime with one SetFlag/WaitFlag pair taken out, traced on the hand twin.
+- A cross-core wait nothing sets is a deadlock.
+- The emitted-code model is within 20% of the simulated time for every built-in spec the Ascend C
+  backend generates (tiny-fp32 is fp32: refused), forward and backward.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import pytest
+
+from tilegen import builtin_spec
+from tilegen.backends import ascendc, twin
+from tilegen.cost import predict_emitted
+from tilegen.targets import load_target
+from tilegen.timeline import Costs, Instr, TimelineError, simulate_block, simulate_program, trace_run
+
+needs_cxx = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
+
+# A cost table small enough to add up by hand (cycles; bytes per cycle).
+COSTS = Costs(
+    {
+        "issue_cycles": 1,
+        "mmad_startup_cycles": 2,
+        "mmad_fractals_per_cycle": 1,
+        "flag_cycles": 3,
+        "fix_startup_cycles": 4,
+        "gm_l2_latency_cycles": 10,
+        "fix_l2_bytes_per_cycle": 64,
+        "mte2_l2_bytes_per_cycle": 128,
+        "cross_core_flag_cycles": 20,
+        "vector_startup_cycles": 2,
+        "vector_exp_repeat_cycles": 4,
+    }
+)
+M_FIX, MTE2_V = 17, 4  # HardEvent indices as the twin records them (launch.h HardEventPipes)
+
+
+def _aic():
+    # S = A @ B on the cube (32 x 32 x 32: 2*2*2 = 8 fractal blocks), Fixpipe to the GM slot, ready flag
+    return [
+        Instr("M", "Mmad2", 32, 32, 32, (("C", 0, 4096),), (("A", 0, 2048), ("B", 0, 2048))),
+        Instr("M", "SetFlag", M_FIX, 0, 0),
+        Instr("FIX", "WaitFlag", M_FIX, 0, 0),
+        Instr("FIX", "Fixpipe", 4096, 32, 1, (("G", 10000, 14096),), (("C", 0, 4096),)),
+        Instr("FIX", "CrossCoreSetFlag", 2, 0, 0),
+    ]
+
+
+def _aiv(with_flag: bool = True):
+    # wait for the slot, copy it to UB, (MTE2 -> V flag), Exp on it
+    trace = [
+        Instr("S", "CrossCoreWaitFlag", 0, 0, 0),
+        Instr("MTE2", "DataCopyPad", 4096, 32, 1, (("U", 0, 4096),), (("G", 10000, 14096),)),
+    ]
+    if with_flag:
+        trace += [Instr("MTE2", "SetFlag", MTE2_V, 0, 0), Instr("V", "WaitFlag", MTE2_V, 0, 0)]
+    trace.append(Instr("V", "Exp", 16, 0, 0, (("U", 0, 4096),), (("U", 0, 4096),)))
+    return trace
+
+
+def test_hand_trace_schedule():
+    s = simulate_block({"AIC": _aic(), "AIV0": _aiv()}, COSTS)
+    by = {(it.core, it.kind): it for it in s.items if it.kind != "issue"}
+    # AIC: issue 1 cycle each. Mmad issued at 1, runs 2 + 8 = 10: [1, 11]. SetFlag on M fires at 11;
+    # the FIX wait ends at 11 + 3 = 14; Fixpipe 4 + 10 + 4096/64 = 78: [14, 92]; the ready flag reaches
+    # the AIV at 92 + 20 = 112.
+    assert (by["AIC", "Mmad2"].start, by["AIC", "Mmad2"].end) == (1, 11)
+    assert by["AIC", "WaitFlag"].end == 14
+    assert (by["AIC", "Fixpipe"].start, by["AIC", "Fixpipe"].end) == (14, 92)
+    # AIV: the scalar unit waits until 112; DataCopyPad issued at 113, 10 + 4096/128 = 42: [113, 155];
+    # SetFlag fires at 155, the V wait ends at 158; Exp 2 + 16*4 = 66: [158, 224].
+    assert by["AIV0", "CrossCoreWaitFlag"].end == 112
+    assert (by["AIV0", "DataCopyPad"].start, by["AIV0", "DataCopyPad"].end) == (113, 155)
+    assert (by["AIV0", "Exp"].start, by["AIV0", "Exp"].end) == (158, 224)
+    assert s.end == 224
+    assert s.busy[("AIC", "M")] == 10 and s.busy[("AIC", "FIX")] == 78
+    assert s.busy[("AIV0", "MTE2")] == 42 and s.busy[("AIV0", "V")] == 66
+    assert s.busy[("AIV0", "S")] == 4  # the issue of DataCopyPad, SetFlag, WaitFlag and Exp
+    # critical path: issue 1 + Mmad 10 + flag 3 + Fixpipe 78 + cross-core 20 + issue 1 + copy 42 +
+    # flag 3 + Exp 66 = 224
+    share = {k: round(v * 224) for k, v in s.critical_share().items()}
+    assert share == {"S": 2, "M": 10, "FIX": 78, "MTE2": 42, "V": 66, "latency": 26}
+
+
+def test_hand_trace_missing_flag_is_a_race():
+    with pytest.raises(TimelineError, match=r"race on AIV0: Exp on V .* before DataCopyPad on MTE2"):
+        simulate_block({"AIC": _aic(), "AIV0": _aiv(with_flag=False)}, COSTS)
+
+
+def test_cross_core_wait_without_set_is_a_deadlock():
+    aic = [i for i in _aic() if i.kind != "CrossCoreSetFlag"]
+    with pytest.raises(TimelineError, match="deadlock"):
+        simulate_block({"AIC": aic, "AIV0": _aiv()}, COSTS)
+
+
+@needs_cxx
+def test_emitted_runtime_without_a_flag_is_reported():
+    """The emitted tiny kernels trace race-free; with WaitMte2ToV emptied in tilegen_runtime.h (no
+    MTE2 -> V flag after a GM -> UB copy) the twin still computes (it runs in program order) but the
+    timeline reports the race instead of a shorter time."""
+    spec = builtin_spec("tiny")
+    files = ascendc.generate(spec, "ascend910b2").files
+    costs = Costs(load_target("ascend910b2").timeline)
+    good = trace_run(twin.build(files), spec, "fwd", 2)
+    for block in good[0].values():
+        simulate_block(block, costs)
+    runtime = files["tilegen_runtime.h"]
+    body = "__aicore__ inline void WaitMte2ToV()\n{\n    SetWait<HardEvent::MTE2_V>();\n}"
+    assert body in runtime
+    broken = dict(files, **{"tilegen_runtime.h": runtime.replace(body, "__aicore__ inline void WaitMte2ToV()\n{\n}")})
+    bad = trace_run(twin.build(broken), spec, "fwd", 2)
+    with pytest.raises(TimelineError, match="race on AIV"):
+        for block in bad[0].values():
+            simulate_block(block, costs)
+
+
+ASCEND_SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32: fp32, refused by the backend
+
+
+@needs_cxx
+def test_model_within_20_percent_of_simulated():
+    def one(name):
+        spec = builtin_spec(name)
+        return [(name, prog, predict_emitted(spec, "ascend910b2", prog).time_s, simulate_program(spec, "ascend910b2", prog).time_s)
+                for prog in ("fwd", "bwd")]
+
+    with cf.ThreadPoolExecutor(2) as pool:  # the twin builds (g++) run two at a time
+        rows = [r for rs in pool.map(one, ASCEND_SPECS) for r in rs]
+    bad = [f"{n} {p}: model {m:.3e} s, simulated {s:.3e} s" for n, p, m, s in rows if not 0.8 <= m / s <= 1.2]
+    assert not bad, bad
+
+
+def test_fp32_spec_is_refused_by_the_backend():
+    with pytest.raises(Exception, match="dtype"):
+        predict_emitted(builtin_spec("tiny-fp32"), "ascend910b2", "fwd")
+
+
+@needs_cxx
+def test_inspect_simulate_labels_and_draws(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from tilegen.cli import main
+
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    png = tmp_path / "tl.png"
+    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--simulate", "--no-nest", "--timeline", str(png)]) == 0
+    out = capsys.readouterr().out
+    for prog in ("forward", "backward"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"{prog}: roofline "))
+        assert " | model " in line and " | simulated " in line
+    assert "simulated busy AIC: " in out and "simulated critical path" in out and "roofline total" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_simulate_bad_input_is_one_line(capsys):
+    from tilegen.cli import main
+
+    assert main(["inspect", "--spec", "tiny", "--target", "h200", "--simulate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--target" in err[0] and "ascend910b2" in err[0]
+    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--timeline", "t.txt"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--timeline" in err[0] and ".png" in err[0]
+
+
+@needs_cxx
+def test_cost_only_form_matches_the_whole_launch():
+    """demo's forward (22 instances; the last Q tile is all padding-cut pairs): the cost-only form
+    (5 instances of one head scheduled, the rest fitted) gives the whole launch's simulated time."""
+    spec = builtin_spec("demo")
+    whole = simulate_program(spec, "ascend910b2", "fwd", exact=True)
+    sampled = simulate_program(spec, "ascend910b2", "fwd", exact=False)
+    assert sampled.kernels[0].form.startswith("cost-only") and whole.kernels[0].form.startswith("whole launch")
+    assert sampled.time_s == pytest.approx(whole.time_s, rel=0.02)
+
+
+def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
+    from tilegen.ir import Mask, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("tiny")
+    for target, want in (("ascend910b2", True), ("h200", False)):
+        prog = pipeline.compile_forward(spec, target=target, log=pipeline.PassLog())
+        masks = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Mask)]
+        assert masks and all(m.cut_only is want for m in masks)
+    kernels = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    calls = [ln for ln in kernels.splitlines() if "tilegen::MaskTile(" in ln]
+    assert calls and all(ln.rstrip().endswith(", true);") for ln in calls)

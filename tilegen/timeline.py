@@ -1,0 +1,642 @@
+"""The timeline of the emitted Ascend C: a discrete-event schedule of the hand twin's instruction trace.
+
+The hand CPU twin (``tilegen/twin/include``) records, with ``TWIN_TRACE=<file>``, every instruction
+each core of a launch issues, in program order: its pipe (S, MTE1, MTE2, MTE3, M, FIX on the AIC; S,
+MTE2, MTE3, V on an AIV), its kind and sizes, the byte ranges it writes and reads, and every
+synchronisation (``SetFlag``/``WaitFlag``, ``PipeBarrier``, ``CrossCoreSetFlag``/``CrossCoreWaitFlag``);
+``tilegen/twin/include/twin/trace.h`` gives the format. :func:`simulate_block` schedules the trace of
+one AI Core (1 AIC + 2 AIVs) with the cost table of the target file (``[timeline]``, in cycles):
+
+- the scalar unit (S) walks each core's trace in order; every instruction costs it ``issue_cycles``,
+  a scalar UB access its own latency, and a wait on S (``WaitFlag<X_S>``, ``CrossCoreWaitFlag``)
+  stalls it until the flag is set;
+- every other instruction joins its pipe's queue and runs in order on that pipe, one at a time, from
+  max(its issue, the pipe's previous instruction's end, the flags waited on that pipe) for its
+  duration from the cost table;
+- ``SetFlag<A_B>`` fires when pipe A has finished everything issued to it before, and the next
+  instruction on B starts no earlier than that plus ``flag_cycles``; ``CrossCoreSetFlag`` likewise on
+  its pipe plus ``cross_core_flag_cycles``, with the mode-2 rules (an AIC set reaches both AIVs; the
+  AIC's wait needs one set from each AIV); ``PipeBarrier`` is implied by the in-order pipes.
+
+Checks: a wait that nothing ever sets (deadlock) and a **race** — two accesses of overlapping bytes on
+one core, at least one a write, on different pipes, the later in program order starting before the
+earlier has finished — raise :class:`TimelineError`: a missing flag is reported, it does not make the
+timeline faster. (GM is checked per core; across the cores of a block the twin's own flag protocol
+checks apply.)
+
+:func:`simulate_program` runs a spec's forward or backward on the twin and schedules it. Small
+programs run whole (every block of the 24-core launch; the kernel time is its slowest block). Large
+ones use the **cost-only** form: the twin runs chosen program instances alone (``TWIN_TRACE_BLOCKS``,
+one head of one batch, full sequence lengths), each instance is scheduled, and each kernel's instance
+time is fitted as ``a + b·pairs + c·cut pairs`` (pairs: the (Q tile, K/V tile) pairs the instance
+visits; cut: those the mask cuts); the fit gives every instance of the full launch, the instances are
+dealt over the cores as the kernel deals them (``pid = core, core + cores, …``), consecutive instances
+on a core are added (no overlap across instance boundaries), and the kernel time is the slowest core.
+The result says which form was used, which instances were scheduled and the fit's worst residual.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TilegenError
+
+PIPES = ("S", "MTE1", "MTE2", "MTE3", "M", "FIX", "V")
+WORK_KINDS_OF_S = ("GetValue", "SetValue", "SetAtomic")
+
+
+class TimelineError(TilegenError):
+    """The trace cannot be scheduled: a race, a deadlock, or an instruction the cost table lacks."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One trace record: pipe, kind, sizes a/b/c (trace.h), written and read byte ranges."""
+
+    pipe: str
+    kind: str
+    a: int
+    b: int
+    c: int
+    writes: tuple = ()
+    reads: tuple = ()
+
+
+def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
+    """``{launch: {block: {"AIC" | "AIV0" | "AIV1": [Instr, ...]}}}`` from a trace file's text."""
+    out: dict = defaultdict(lambda: defaultdict(dict))
+    cur = None
+    for line in text.splitlines():
+        if line.startswith("core "):
+            _, launch, block, ctype, sub = line.split()
+            cur = []
+            out[int(launch)][int(block)]["AIC" if ctype == "AIC" else f"AIV{sub}"] = cur
+            continue
+        if line == "end":
+            cur = None
+            continue
+        if not line or cur is None:
+            continue
+        f = line.split()
+        pos = 6
+        nw = int(f[5])
+        w = tuple((f[pos + 3 * k], int(f[pos + 3 * k + 1]), int(f[pos + 3 * k + 2])) for k in range(nw))
+        pos += 3 * nw
+        nr = int(f[pos])
+        pos += 1
+        r = tuple((f[pos + 3 * k], int(f[pos + 3 * k + 1]), int(f[pos + 3 * k + 2])) for k in range(nr))
+        cur.append(Instr(f[0], f[1], int(f[2]), int(f[3]), int(f[4]), w, r))
+    return {k: dict(v) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# cost table
+
+
+class Costs:
+    """The ``[timeline]`` table of a target as cycles per instruction (see targets/ascend910b2.toml)."""
+
+    def __init__(self, table: dict):
+        self.t = {k: (v.value if hasattr(v, "value") else float(v)) for k, v in table.items()}
+
+    def __getitem__(self, key: str) -> float:
+        try:
+            return self.t[key]
+        except KeyError:
+            raise TimelineError(f"the target's [timeline] table has no {key!r}") from None
+
+    def issue(self) -> float:
+        return self["issue_cycles"]
+
+    def duration(self, ins: Instr) -> float:
+        """Cycles ``ins`` occupies its pipe (flags and barriers: 0)."""
+        k, c = ins.kind, self
+        if k in ("SetFlag", "WaitFlag", "PipeBarrier", "CrossCoreSetFlag", "CrossCoreWaitFlag", "SetAtomic"):
+            return 0.0
+        if k == "GetValue":
+            return c["scalar_ub_read_cycles"]
+        if k == "SetValue":
+            return c["scalar_ub_write_cycles"]
+        if ins.pipe == "V":
+            if k in ("Exp", "Ln"):
+                return c["vector_startup_cycles"] + ins.a * c["vector_exp_repeat_cycles"]
+            extra = c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0
+            return c["vector_startup_cycles"] + ins.a * c["vector_repeat_cycles"] + extra
+        if k in ("DataCopyPad", "DataCopy", "DataCopyNd2Nz"):
+            l2 = ins.c == 1
+            lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
+            if ins.pipe == "MTE2":
+                rate = c["mte2_l2_bytes_per_cycle"] if l2 else c["mte2_hbm_bytes_per_cycle"]
+            else:
+                rate = c["mte3_bytes_per_cycle"]
+            return lat + ins.a / rate
+        if k == "Fixpipe":
+            l2 = ins.c == 1
+            lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
+            rate = c["fix_l2_bytes_per_cycle"] if l2 else c["fix_hbm_bytes_per_cycle"]
+            return c["fix_startup_cycles"] + lat + ins.a / rate
+        if k == "LoadData":
+            rate = c["l0b_bytes_per_cycle"] if ins.b == 1 else c["l0a_bytes_per_cycle"]
+            return c["mte1_startup_cycles"] + ins.a * 512 / rate
+        if k == "Fill":
+            rate = c["l1_fill_bytes_per_cycle"] if ins.pipe == "MTE2" else c["l0a_bytes_per_cycle"]
+            return c["mte1_startup_cycles"] + ins.a / rate
+        if k in ("Mmad2", "Mmad4"):
+            blocks = math.ceil(ins.a / 16) * math.ceil(ins.b / 16) * math.ceil(ins.c / 16)
+            if k == "Mmad4":
+                blocks *= 4  # fp32 cube throughput is a quarter of fp16 (peak.cube_fp32)
+            return c["mmad_startup_cycles"] + blocks / c["mmad_fractals_per_cycle"]
+        raise TimelineError(f"no cost for the instruction {k} on pipe {ins.pipe} (add it to the [timeline] table)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the schedule of one AI Core
+
+
+@dataclass
+class Item:
+    """One scheduled instruction (or the issue slot of one on S): times in cycles."""
+
+    core: str
+    pipe: str
+    kind: str
+    start: float
+    end: float
+    pred: int  # index of the item whose end bound the start (-1: none)
+    work: bool  # counts as busy time of its pipe
+
+
+@dataclass
+class BlockSchedule:
+    """The schedule of one AI Core: every item, the end time (cycles) and per-core, per-pipe busy cycles."""
+
+    items: list[Item]
+    end: float
+    busy: dict[tuple[str, str], float]
+
+    def critical_path(self) -> list[int]:
+        """Item indices of the chain of binding predecessors ending at the last item to finish."""
+        if not self.items:
+            return []
+        k = max(range(len(self.items)), key=lambda n: self.items[n].end)
+        path = []
+        while k >= 0:
+            path.append(k)
+            k = self.items[k].pred
+        return path[::-1]
+
+    def critical_share(self) -> dict[str, float]:
+        """Fraction of the end time that the critical path spends on each pipe's work, on flag and
+        hand-off latency (``latency``) and on scalar issue (``S``)."""
+        share: dict[str, float] = defaultdict(float)
+        prev_end = 0.0
+        for k in self.critical_path():
+            it = self.items[k]
+            if it.start > prev_end:
+                share["latency"] += it.start - prev_end
+            if it.end > max(it.start, prev_end):
+                share[it.pipe if it.work else "latency"] += it.end - max(it.start, prev_end)
+            prev_end = max(prev_end, it.end)
+        total = self.end or 1.0
+        return {k: v / total for k, v in sorted(share.items(), key=lambda kv: -kv[1])}
+
+
+class _Core:
+    def __init__(self, name: str, trace: list[Instr]):
+        self.name = name
+        self.trace = trace
+        self.pos = 0
+        self.t_s = 0.0  # the scalar unit's clock
+        self.last_s = -1  # item of the last S step
+        self.ready = {p: 0.0 for p in PIPES}
+        self.last = {p: -1 for p in PIPES}
+        self.events: dict[tuple, deque] = defaultdict(deque)  # (event, id) -> (time, item)
+        self.access: dict[str, list] = defaultdict(list)  # space -> [(lo, hi, write, start, end, pipe, item)]
+
+
+def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedule:
+    """The schedule of one AI Core's traces (``AIC``, ``AIV0``, ``AIV1``; any may be missing).
+
+    Raises:
+        TimelineError: a race (names both instructions), a deadlock, or an instruction without a cost.
+    """
+    cores = {n: _Core(n, t) for n, t in traces.items()}
+    items: list[Item] = []
+    busy: dict[tuple[str, str], float] = defaultdict(float)
+    xq: dict[tuple, deque] = defaultdict(deque)  # (dest core, flag[, from sub]) -> (time, item)
+    issue = costs.issue()
+    flag_lat = costs["flag_cycles"]
+    x_lat = costs["cross_core_flag_cycles"]
+
+    def add(core: _Core, pipe: str, kind: str, start: float, end: float, pred: int, work: bool) -> int:
+        items.append(Item(core.name, pipe, kind, start, end, pred, work))
+        if work:
+            busy[(core.name, pipe)] += end - start
+        return len(items) - 1
+
+    def frontier(core: _Core) -> float:
+        # every later instruction of this core is issued, so starts, no earlier than the scalar clock
+        return core.t_s
+
+    def check(core: _Core, ins: Instr, pipe: str, start: float, end: float, idx: int) -> None:
+        for writes, ranges in ((True, ins.writes), (False, ins.reads)):
+            for space, lo, hi in ranges:
+                lst = core.access[space]
+                for (plo, phi, pw, ps, pe, pp, pk) in lst:
+                    if pp != pipe and (pw or writes) and plo < hi and lo < phi and pe > start:
+                        a, b = items[pk], items[idx]
+                        raise TimelineError(
+                            f"race on {core.name}: {b.kind} on {pipe} ({'writes' if writes else 'reads'} {space} [{lo}, {hi})) starts at "
+                            f"cycle {start:.0f} before {a.kind} on {pp} ({'writing' if pw else 'reading'} [{plo}, {phi})) ends at "
+                            f"{pe:.0f}: a flag between them is missing"
+                        )
+                lst.append((lo, hi, writes, start, end, pipe, idx))
+        f = frontier(core)
+        for space in {r[0] for r in ins.writes + ins.reads}:
+            core.access[space] = [e for e in core.access[space] if e[4] > f]
+
+    def step(core: _Core) -> bool:
+        """Process the core's next record; False when it must wait for another core."""
+        ins = core.trace[core.pos]
+        p = ins.pipe
+        if ins.kind == "CrossCoreWaitFlag":
+            if core.name == "AIC":
+                q0, q1 = xq[("AIC", ins.b, 0)], xq[("AIC", ins.b, 1)]
+                have = [q for q, n in ((q0, "AIV0"), (q1, "AIV1")) if n in cores]
+                if any(not q for q in have):
+                    return False
+                got = [q.popleft() for q in have]
+            else:
+                q = xq[(core.name, ins.b)]
+                if not q:
+                    return False
+                got = [q.popleft()]
+            t_set, src = max(got)
+            start = core.t_s
+            end = max(start + issue, t_set)
+            pred = src if t_set > start + issue else core.last_s
+            core.last_s = add(core, "S", ins.kind, start, end, pred, False)
+            core.t_s = end
+            core.pos += 1
+            return True
+        # the scalar unit issues the instruction
+        s0 = core.t_s
+        if p == "S":
+            start, pred = s0, core.last_s
+            if ins.kind == "WaitFlag":
+                t_set, src = core.events[(ins.a, ins.b)].popleft() if core.events[(ins.a, ins.b)] else (None, None)
+                if t_set is None:
+                    raise TimelineError(f"{core.name}: WaitFlag on event {ins.a} id {ins.b} that nothing set")
+                end = max(start + issue, t_set + flag_lat)
+                if t_set + flag_lat > start + issue:
+                    pred = src
+                core.last_s = add(core, "S", ins.kind, start, end, pred, False)
+            elif ins.kind == "SetFlag":
+                end = start + issue
+                core.last_s = add(core, "S", ins.kind, start, end, pred, False)
+                core.events[(ins.a, ins.b)].append((end, core.last_s))
+            else:
+                end = start + issue + costs.duration(ins)
+                core.last_s = add(core, "S", ins.kind, start, end, pred, True)
+                check(core, ins, "S", start + issue, end, core.last_s)
+            core.t_s = end
+            core.pos += 1
+            return True
+        if p not in core.ready:
+            raise TimelineError(f"{core.name}: unknown pipe {p!r} in the trace")
+        issued = s0 + issue
+        core.last_s = add(core, "S", "issue", s0, issued, core.last_s, True)
+        core.t_s = issued
+        start = max(issued, core.ready[p])
+        pred = core.last[p] if core.ready[p] >= issued else core.last_s
+        if ins.kind == "SetFlag":
+            idx = add(core, p, ins.kind, start, start, pred, False)
+            core.events[(ins.a, ins.b)].append((start, idx))
+        elif ins.kind == "WaitFlag":
+            q = core.events[(ins.a, ins.b)]
+            if not q:
+                raise TimelineError(f"{core.name}: WaitFlag on event {ins.a} id {ins.b} that nothing set")
+            t_set, src = q.popleft()
+            end = max(start, t_set + flag_lat)
+            if t_set + flag_lat > start:
+                pred = src
+            idx = add(core, p, ins.kind, start, end, pred, False)
+            core.ready[p] = end
+        elif ins.kind == "PipeBarrier":
+            idx = add(core, p, ins.kind, start, start, pred, False)
+        elif ins.kind == "CrossCoreSetFlag":
+            idx = add(core, p, ins.kind, start, start, pred, False)
+            t = start + x_lat
+            if core.name == "AIC":
+                for n in ("AIV0", "AIV1"):
+                    if n in cores:
+                        xq[(n, ins.b)].append((t, idx))
+            else:
+                xq[("AIC", ins.b, int(core.name[-1]))].append((t, idx))
+        else:
+            end = start + costs.duration(ins)
+            idx = add(core, p, ins.kind, start, end, pred, True)
+            core.ready[p] = end
+            check(core, ins, p, start, end, idx)
+        core.last[p] = idx
+        core.pos += 1
+        return True
+
+    live = [c for c in cores.values() if c.trace]
+    while live:
+        progressed = False
+        for core in live:
+            while core.pos < len(core.trace) and step(core):
+                progressed = True
+        live = [c for c in live if c.pos < len(c.trace)]
+        if live and not progressed:
+            waits = ", ".join(f"{c.name} at CrossCoreWaitFlag({c.trace[c.pos].b})" for c in live)
+            raise TimelineError(f"deadlock: every core left waits for a cross-core flag nothing sets ({waits})")
+    end = max((it.end for it in items), default=0.0)
+    return BlockSchedule(items, end, dict(busy))
+
+
+# ---------------------------------------------------------------------------------------------------
+# a spec's program on the twin, scheduled
+
+EXACT_RECORDS = 40_000  # programs whose trace is estimated at most this long are scheduled whole
+RECORDS_PER_PAIR = 800  # trace records per visited tile pair (both sides), for that estimate
+SAMPLES = 5  # program instances scheduled per kernel in the cost-only form
+
+
+@dataclass
+class KernelTimeline:
+    """One kernel of a simulated program: time (s), busy fraction per ``core.pipe`` (``AIC.M``,
+    ``AIV.V``, ...: busy cycles over cores x time), the critical-path share per pipe of the
+    representative block, and how the time was obtained."""
+
+    name: str
+    programs: int
+    time_s: float
+    busy: dict[str, float]
+    critical: dict[str, float]
+    form: str  # "whole launch" or "cost-only: ..."
+    samples: list[int] = field(default_factory=list)
+    fit_residual: float = 0.0
+    block: BlockSchedule | None = None  # the representative block (for the Gantt chart)
+
+
+@dataclass
+class ProgramTimeline:
+    """A simulated program: its kernels in launch order, total time (s, launch overhead included)
+    and the matmul utilisation against the target's cube peak."""
+
+    label: str
+    kernels: list[KernelTimeline]
+    time_s: float
+    matmul_flops: int
+    utilization: float
+    clock_hz: float
+    launch_s: float
+
+    def as_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "time_s": self.time_s,
+            "matmul_flops": self.matmul_flops,
+            "utilization": self.utilization,
+            "launch_s_per_kernel": self.launch_s,
+            "kernels": [
+                {
+                    "name": k.name,
+                    "programs": k.programs,
+                    "time_s": k.time_s,
+                    "busy_fraction": k.busy,
+                    "critical_path_share": k.critical,
+                    "form": k.form,
+                    "sampled_instances": k.samples,
+                    "fit_residual": k.fit_residual,
+                }
+                for k in self.kernels
+            ],
+        }
+
+
+def _busy_by_type(busy: dict[tuple[str, str], float]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for (core, pipe), v in busy.items():
+        out[f"{'AIC' if core == 'AIC' else 'AIV'}.{pipe}"] += v
+    return dict(out)
+
+
+def _normalise_busy(total: dict[str, float], cores: int, cycles: float) -> dict[str, float]:
+    """Busy cycles summed over a launch -> fraction of (cores of that type) x time."""
+    if cycles <= 0:
+        return {}
+    return {k: v / ((2 if k.startswith("AIV") else 1) * cores * cycles) for k, v in sorted(total.items())}
+
+
+def deal(per_tile: np.ndarray, programs: int, cores: int) -> float:
+    """The slowest core's total when ``programs`` instances, instance ``pid`` costing
+    ``per_tile[pid % len(per_tile)]`` (the kernel's fastest grid axis is its tile index), are dealt
+    over ``cores`` as the emitted kernels deal them: core c runs pid = c, c + cores, ...."""
+    pid = np.arange(programs)
+    return float(np.bincount(pid % cores, weights=np.asarray(per_tile, dtype=float)[pid % len(per_tile)], minlength=cores).max())
+
+
+def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
+    """(tiles, pairs[t], cut[t]): for each value t of the kernel's last grid axis (a tile index), the
+    (Q tile, K/V tile) pairs one program instance visits (its inner tile loop's trip count from the
+    IR's own bounds, times the query heads of a KV head) and how many of them the mask cuts (DESIGN
+    §3) or pads (a tile past Sq or Sk), as the generated MaskTile decides it. An instance without an
+    inner tile loop counts one pair, none cut."""
+    from .exprs import evaluate
+    from .ir import Loop, grid_loops
+    from .plot import _band
+
+    env = {str(k): v for k, v in program.env}
+    grid = grid_loops(kernel)
+    last = grid[-1]
+    tiles = int(evaluate(last.stop - last.start, env))
+    t = np.arange(tiles, dtype=np.int64)
+    env = dict(env, **{str(l.var): 0 for l in grid[:-1]}, **{str(last.var): t})
+    heads, inner = 1, None
+    body = last.body
+    while True:
+        loops = [s for s in body if isinstance(s, Loop)]
+        if not loops:
+            break
+        loop = loops[0]
+        if loop.role == "head":
+            heads *= int(evaluate(loop.stop - loop.start, dict(env, **{str(loop.var): 0})))
+            env[str(loop.var)] = 0
+            body = loop.body
+            continue
+        inner = loop
+        break
+    if inner is None:
+        return tiles, np.ones(tiles, dtype=np.int64), np.zeros(tiles, dtype=np.int64)
+    start = np.broadcast_to(np.asarray(evaluate(inner.start, env), dtype=np.int64), t.shape)
+    stop = np.broadcast_to(np.asarray(evaluate(inner.stop, env), dtype=np.int64), t.shape)
+    br, bc = env["Br"], env["Bc"]
+    sq, sk = spec.seq_q, spec.seq_k
+    dl, dh = _band(sq, sk, spec.window, spec.alignment)
+    nq, nk = -(-sq // br), -(-sk // bc)
+    r0 = np.arange(nq) * br
+    c0 = np.arange(nk) * bc
+    # [i, j]: not cut, as MaskTile decides it: no padding row or column, every pair visible
+    full = (c0[None, :] - (r0[:, None] + br - 1) >= dl) & ((c0[None, :] + bc - 1) - r0[:, None] <= dh)
+    full &= (r0[:, None] + br <= sq) & (c0[None, :] + bc <= sk)
+    if last.role == "q_tile":  # t = i, the inner loop walks j
+        per = full
+    else:  # t = j, the inner loop walks i
+        per = full.T
+    pairs = np.maximum(stop - start, 0)
+    cum = np.concatenate([np.zeros((per.shape[0], 1), dtype=np.int64), np.cumsum(per, axis=1)], axis=1)
+    lo = np.clip(start, 0, per.shape[1])
+    hi = np.clip(stop, 0, per.shape[1])
+    nfull = cum[t, np.maximum(hi, lo)] - cum[t, lo]
+    return tiles, pairs * heads, (pairs - nfull) * heads
+
+
+def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
+    from . import dtypes
+
+    rng = np.random.default_rng(seed)
+    shapes = spec.logical_shapes
+    npdt = dtypes.numpy_dtype(spec.dtype)
+    names = ("Q", "K", "V") if program == "fwd" else ("Q", "K", "V", "O", "dO")
+    out = {n: (0.5 * rng.standard_normal(shapes[n])).astype(npdt) for n in names}
+    if program == "bwd":
+        out["L"] = (np.log(spec.seq_k) + rng.random(shapes["L"])).astype(np.float32)
+    return out
+
+
+def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = None) -> dict:
+    """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
+    Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
+    trace (:func:`parse_trace`). Raises TwinError when the run fails."""
+    from .backends import twin
+
+    with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
+        trace = Path(tmp) / "trace.txt"
+        env = {"TWIN_TRACE": str(trace)}
+        if select is not None:
+            env["TWIN_TRACE_BLOCKS"] = ",".join(map(str, select))
+        shapes = spec.logical_shapes
+        outs = {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32")} if program == "fwd" else {
+            n: (shapes[n], spec.dtype) for n in ("dQ", "dK", "dV")
+        }
+        layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
+        twin.run_program(exe, spec, program, _twin_inputs(spec, program), outs, layouts, blocks=blocks, env=env)
+        return parse_trace(trace.read_text()) if trace.exists() else {}
+
+
+def simulate_program(
+    spec, target, program: str = "bwd", *, dq_strategy: str = "atomic", tile_sizes=None, cache_dir=None, exact: bool | None = None
+) -> ProgramTimeline:
+    """The timeline of ``spec``'s forward (``"fwd"``) or backward (``"bwd"``) as ``tilegen generate``
+    emits it for ``target`` (see the module docstring for the two forms; ``exact`` forces one).
+
+    Raises:
+        TimelineError: the target has no ``[timeline]`` table, or the trace cannot be scheduled.
+        TargetError, SpecError: as :func:`tilegen.backends.ascendc.generate`.
+        TwinError: no C++ compiler, or the twin run failed.
+    """
+    from .analysis import count
+    from .backends import ascendc, twin
+    from .cost import _matmul_dtype
+    from .targets import load_target
+
+    tgt = load_target(target)
+    if not tgt.timeline:
+        raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the timeline needs one (targets/ascend910b2.toml has it)")
+    costs = Costs(tgt.timeline)
+    gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes)
+    _, plans = ascendc.plan_programs(spec, tgt, dq_strategy, tile_sizes)
+    plan = plans[0 if program == "fwd" else 1]
+    prog = plan.program
+    exe = twin.build(gen.files, cache_dir)
+    cores = tgt.parallel_units
+    clock = tgt.cores["clock_ghz"].value * 1e9
+    launch_s = tgt.overhead["launch_us"].value * 1e-6 if "launch_us" in tgt.overhead else 0.0
+    counts = count(prog)
+    kernels_ir = list(prog.kernels)
+    info = [tile_counts(prog, k, spec) for k in kernels_ir]
+    programs = [counts[k.name].programs for k in kernels_ir]
+    pairs_total = sum(int(np.sum(p)) * (n // t if t else 0) for (t, p, _), n in zip(info, programs))
+    if exact is None:
+        exact = pairs_total * RECORDS_PER_PAIR <= EXACT_RECORDS
+    out: list[KernelTimeline] = []
+    if exact:
+        traces = trace_run(exe, spec, program, cores)
+        for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
+            blocks = traces.get(n, {})
+            scheds = {b: simulate_block(c, costs) for b, c in sorted(blocks.items())}
+            end = max((s.end for s in scheds.values()), default=0.0)
+            total: dict[str, float] = defaultdict(float)
+            for s in scheds.values():
+                for key, v in _busy_by_type(s.busy).items():
+                    total[key] += v
+            rep = max(scheds.values(), key=lambda s: s.end) if scheds else None
+            out.append(
+                KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end), rep.critical_share() if rep else {},
+                               f"whole launch ({len(scheds)} blocks)", block=rep)
+            )
+    else:
+        g = spec.heads_q // spec.heads_kv
+        small = spec.replace(batch=1, heads_q=g, heads_kv=1)
+        tiles_main = max(range(len(info)), key=lambda n: int(np.sum(info[n][1])))
+        tiles, pairs, cut = info[tiles_main]
+        # the cheapest instance of every number of cut pairs first (so that the fit separates them),
+        # then the cheapest of the other (pairs, cut) signatures, up to SAMPLES instances
+        order = [int(t) for t in np.lexsort((np.arange(tiles), pairs))]
+        picks, seen, cuts = [], set(), set()
+        for t in order:
+            if int(cut[t]) not in cuts and len(picks) < SAMPLES:
+                cuts.add(int(cut[t]))
+                seen.add((int(pairs[t]), int(cut[t])))
+                picks.append(t)
+        for t in order:
+            sig = (int(pairs[t]), int(cut[t]))
+            if sig not in seen and len(picks) < SAMPLES:
+                seen.add(sig)
+                picks.append(t)
+        need = max(t_n for t_n, _, _ in info) * g  # >= every kernel's instances at one batch, one KV head
+        for n, (t_n, _, _) in enumerate(info):
+            if not any(p < t_n for p in picks):
+                picks.append(0)
+        picks = sorted(set(picks))
+        traces = trace_run(exe, small, program, max(need, max(picks) + 1), picks)
+        for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
+            t_n, pr, ct = info[n]
+            blocks = traces.get(n, {})
+            samples = [t for t in picks if t < t_n and t in blocks]
+            scheds = {t: simulate_block(blocks[t], costs) for t in samples}
+            keys = sorted({key for s in scheds.values() for key in _busy_by_type(s.busy)})
+            x = np.array([[1.0, pr[t] - ct[t], ct[t]] for t in samples])
+            y = np.array([[scheds[t].end] + [_busy_by_type(scheds[t].busy).get(key, 0.0) for key in keys] for t in samples])
+            coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+            fit = x @ coef
+            resid = float(np.max(np.abs(fit[:, 0] - y[:, 0]) / np.maximum(y[:, 0], 1.0))) if len(samples) else 0.0
+            xa = np.stack([np.ones(t_n), pr - ct, ct], axis=1)
+            per_tile = xa @ coef  # [tile, 1 + len(keys)]
+            end = deal(per_tile[:, 0], programs[n], cores)
+            tile_of = np.arange(programs[n]) % t_n
+            total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
+            rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
+            rep = scheds[rep_t] if rep_t is not None else None
+            form = (
+                f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
+                f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}); {programs[n]} instances dealt over {cores} cores"
+            )
+            out.append(KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end),
+                                      rep.critical_share() if rep else {}, form, samples, resid, rep))
+    time_s = sum(k.time_s for k in out) + launch_s * len(out)
+    flops = sum(counts[k.name].flops.get("matmul", 0) for k in kernels_ir)
+    peak = tgt.matmul_flops(_matmul_dtype(prog))
+    util = flops / (time_s * peak) if time_s > 0 else 0.0
+    label = "forward" if program == "fwd" else "backward"
+    return ProgramTimeline(label, out, time_s, int(flops), util, clock, launch_s)
