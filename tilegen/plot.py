@@ -345,6 +345,10 @@ def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--ti
         ]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
+    plt.close(fig)
+    return out
 
 
 # --- the timeline of one core (tilegen inspect --timeline FILE) ----------------------------------------
