@@ -299,8 +299,6 @@ def test_torch_entry_points_name_unsupported_arguments():
     x = torch.zeros(1, 8, 2, 16, dtype=torch.float16)
     for kwargs, name in (
         (dict(dropout_p=0.1), "dropout_p"),
-        (dict(softcap=30.0), "softcap"),
-        (dict(alibi_slopes=torch.zeros(2)), "alibi_slopes"),
         (dict(return_attn_probs=True), "return_attn_probs"),
     ):
         with pytest.raises(tt.UnsupportedArgument, match=rf"^{name} = .* is not supported; accepted: "):
