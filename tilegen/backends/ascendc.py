@@ -844,6 +844,44 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     raise TargetError(f"no vector lowering for {type(stmt).__name__}")
 
 
+class _ModReads:
+    """The parameter reads of one mod op's C++: scalar reads declared once (per tile in ``tile``, per row
+    in ``body`` when they read q_idx) and key-side rows loaded per tile (DataCopyPad, cast to float)."""
+
+    def __init__(self, lo: _Lower, tile: list, body: list):
+        self.lo, self.tile, self.body, self.names = lo, tile, body, {}
+
+    def scalar(self, read, ctype: str) -> str:
+        if read not in self.names:
+            name = f"mp{len(self.names)}"
+            self.names[read] = name
+            t = self.lo.tensors[str(read.base.label)]
+            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), self.lo.consts)
+            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
+            (self.body if M.Q_IDX in sympy.sympify(read).free_symbols else self.tile).append(line)
+        return self.names[read]
+
+    def cint(self, expr) -> str:
+        """An integer expression of q_idx, b, h, the sizes and integer reads as a C++ float."""
+        expr = sympy.sympify(expr)
+        subs = {ix: sympy.Symbol(self.scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
+        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), self.lo.consts)})"
+
+    def keys(self, plan, cpad: int, what: str) -> None:
+        for n, key in enumerate(AM.key_reads(plan)):
+            p = self.lo.tensors[str(key.base.label)]
+            kdim = list(key.indices).index(M.KV_IDX)
+            index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
+            self.lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
+            self.tile.append({
+                "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
+                "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
+                "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
+                "cpad": cpad,
+            })
+            self.names[("key", key)] = f"sm_k{n}"
+
+
 def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
     """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc_mods.py): per-tile reads and
     rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
@@ -860,25 +898,9 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
     tile: list[dict] = []
     body: list[dict] = []
     post: list[dict] = []
-    reads: dict = {}
+    reads = _ModReads(lo, tile, body)
+    scalar, cint = reads.scalar, reads.cint
     nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
-
-    def scalar(read, ctype: str) -> str:
-        """The C++ name of a scalar parameter read, declared per tile (or per row when it reads q_idx)."""
-        if read not in reads:
-            name = f"mp{len(reads)}"
-            reads[read] = name
-            t = lo.tensors[str(read.base.label)]
-            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), lo.consts)
-            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
-            (body if M.Q_IDX in sympy.sympify(read).free_symbols else tile).append(line)
-        return reads[read]
-
-    def cint(expr) -> str:
-        """An integer expression of q_idx, b, h, the sizes and integer reads as C++ float."""
-        expr = sympy.sympify(expr)
-        subs = {ix: sympy.Symbol(scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
-        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), lo.consts)})"
 
     def columns():
         if not any(t["i"] == "cols" for t in tile):
@@ -918,22 +940,11 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
         if plan.mask is not None:
             AM.check_cpad(cpad, what)
             columns()
-            for n, key in enumerate(AM.key_reads(plan)):
-                p = lo.tensors[str(key.base.label)]
-                kdim = list(key.indices).index(M.KV_IDX)
-                index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
-                lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
-                tile.append({
-                    "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
-                    "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), lo.consts),
-                    "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-                    "cpad": cpad,
-                })
-                reads[("key", key)] = f"sm_k{n}"
+            reads.keys(plan, cpad, what)
             if stmt.blocks:
                 tile.append({"i": "full", "cond": f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"})
                 body.append({"i": "open", "cond": "!mfull"})
-            body.extend(_mask_instrs(plan.mask, 0, reads, cint, cpad))
+            body.extend(_mask_instrs(plan.mask, 0, reads.names, cint, cpad))
             body.append({"i": "hide", "cpad": cpad})
             if stmt.blocks:
                 body.append({"i": "close"})
@@ -1004,36 +1015,9 @@ def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
     plan = lo.modplan
     tile: list[dict] = [{"i": "cols", "cpad": cpad}]
     body: list[dict] = []
-    reads: dict = {}
-
-    def scalar(read) -> str:
-        if read not in reads:
-            name = f"mp{len(reads)}"
-            reads[read] = name
-            t = lo.tensors[str(read.base.label)]
-            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), lo.consts)
-            (body if M.Q_IDX in sympy.sympify(read).free_symbols else tile).append(
-                {"i": "read", "name": name, "ctype": "int64_t", "gm": f"g_{t.name}", "off": off})
-        return reads[read]
-
-    def cint(expr) -> str:
-        expr = sympy.sympify(expr)
-        subs = {ix: sympy.Symbol(scalar(ix), integer=True) for ix in expr.atoms(sympy.Indexed)}
-        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), lo.consts)})"
-
-    for n, key in enumerate(AM.key_reads(plan)):
-        p = lo.tensors[str(key.base.label)]
-        kdim = list(key.indices).index(M.KV_IDX)
-        index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
-        lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name}")
-        tile.append({
-            "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
-            "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), lo.consts),
-            "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-            "cpad": cpad,
-        })
-        reads[("key", key)] = f"sm_k{n}"
-    body.extend(_mask_instrs(plan.mask, 0, reads, cint, cpad))
+    reads = _ModReads(lo, tile, body)
+    reads.keys(plan, cpad, "the block classification")
+    body.extend(_mask_instrs(plan.mask, 0, reads.names, reads.cint, cpad))
     return {
         "note": f"{stmt.op} mod",
         "rows": rows,
