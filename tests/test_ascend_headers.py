@@ -27,6 +27,7 @@ import pytest
 from helpers import make_spec
 from tilegen.backends import ascendc
 from tilegen.errors import SpecError, TargetError
+from tilegen.mods import parse_param_decls
 from tilegen.spec import builtin_spec, builtin_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +83,17 @@ GRID = [
                                          layout="BSND"), ("atomic", "separate")),
     ("bf16-window-mqa-d128-dv64", dict(heads_q=2, heads_kv=1, seq_q=300, seq_k=257, head_dim_qk=128, head_dim_v=64, window=(100, 20),
                                        alignment="top_left", dtype="bf16"), ("atomic", "separate")),
+    # score and mask mods (tilegen/backends/ascendc_mods.py): softcap, a distance and a table bias with their
+    # gradients, a per-batch document mask and a per-batch prefix, GQA, BSND
+    ("bf16-mods-gqa-d64-bsnd", dict(batch=2, heads_q=4, heads_kv=2, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=64, dtype="bf16",
+                                    layout="BSND", window=(-1, 0),
+                                    score_mod="30*tanh(score/30) - s[h]*abs(q_idx + Sk - Sq - kv_idx) + t[h, q_idx - kv_idx + Sk - 1]",
+                                    mask_mod="(doc[b, q_idx] == doc_kv[b, kv_idx]) | (kv_idx < p[b])",
+                                    params=parse_param_decls({"s": {"shape": ["Hq"]}, "t": {"shape": ["Hq", "Sq + Sk - 1"]},
+                                                              "doc": {"shape": ["B", "Sq"], "dtype": "int32"},
+                                                              "doc_kv": {"shape": ["B", "Sk"], "dtype": "int32"},
+                                                              "p": {"shape": ["B"], "dtype": "int32"}})),
+     ("atomic",)),
 ]
 
 

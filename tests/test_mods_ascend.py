@@ -146,13 +146,15 @@ def test_real_api_twin_runs_every_construct():
     _check("everything", real=True)
 
 
-def test_host_block_table_counts_visible_pairs():
-    """BM (from the interpreter's classify kernel) against a dense count of visible (query, key) pairs per
-    tile; the case has empty, partial and full tiles, so the kernels skip some and mask others."""
+def test_block_table_counts_visible_pairs():
+    """The block table the classify kernel writes on the twin against a dense count of the visible
+    (query, key) pairs of each tile; the case has empty, partial and full tiles, so the kernels skip some
+    and mask others."""
     spec, params, _, mask_fn = CASES["softcap-doc-causal"]
-    fwd = [p.program for p in ascendc.plan_programs(spec)[1]][0]
-    table = ascendc.host_block_table(fwd, params)
-    env = {str(k): int(v) for k, v in fwd.env}
+    fwd_program = _build("softcap-doc-causal", False)[1][0]
+    _, _, fwd, _ = _run("softcap-doc-causal")
+    table = fwd["BM"]
+    env = {str(k): int(v) for k, v in fwd_program.env}
     br, bc = env["Br"], env["Bc"]
     q = torch.arange(S).view(1, 1, S, 1)
     k = torch.arange(S).view(1, 1, 1, S)

@@ -290,6 +290,8 @@ _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16
 def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
     if t.kind == "partial":  # tiles the kernels skip contribute 0
         return f"at::zeros({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
+    if t.kind == "tiles":  # written by the classify kernel
+        return f"at::empty({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
     like = {"O": "Q", "dQ": "Q", "dK": "K", "dV": "V"}.get(t.name)
     if like and t.name != "O":
         return f"at::empty_like({like})"
@@ -334,6 +336,7 @@ class _Lower:
         self.step = int(target.placement["k_step"].value)
         self.modplan = AM.recognise(program.mods) if program.mods is not None else None
         self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
+        self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
 
     # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
     def need(self, field_name: str, value, what: str) -> None:
@@ -393,7 +396,7 @@ class _Lower:
             if unit == "vector":
                 # backend scratch after the planned buffers: reduction tmp and result, the column
                 # index of a mask, its compare bits (sizes within the level's declared scratch)
-                cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64])
+                cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64] + self.classify_cols())
                 tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
                 scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
@@ -420,10 +423,17 @@ class _Lower:
                     side.pools.append((f"pool_{level.name.lower()}", position, need))
         return side
 
+    def classify_cols(self) -> list[int]:
+        """[cpad of Bc] for a block-classification kernel (its rows are Bc keys), else []."""
+        if not any(isinstance(s, ModOp) and s.op == "classify" for s in _stmts(self.kernel.body)):
+            return []
+        bc = int(evaluate(ir.Bc, self.env))
+        return [-(-bc * 4 // 32) * 32 // 4]
+
     def mod_scratch(self, cols: int) -> list[tuple[str, str, int]]:
         """The AIV scratch rows of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 rows,
         a float row per key-side parameter read with its int32 staging row, the gradient window."""
-        ops = [s for s in _stmts(self.kernel.body) if isinstance(s, ModOp) and s.op != "classify"]
+        ops = [s for s in _stmts(self.kernel.body) if isinstance(s, ModOp)]
         if not ops:
             return []
         plan = self.modplan
@@ -433,7 +443,7 @@ class _Lower:
         out += [(f"sm_k{n}", "float", cols) for n in range(len(keys))]
         if keys:
             out.append(("sm_ki", "int32_t", cols))
-        widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"]
+        widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"] + [8 for s in ops if s.op == "classify"]
         if widths:
             out.append(("sm_g", "float", max(widths + [8])))
         return out
@@ -742,6 +752,9 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         return _mod_op(lo, stmt)
     if isinstance(stmt, Store) and stmt.src in lo.pgrad_bufs:
         return _pgrad_store(lo, stmt)
+    if isinstance(stmt, Store) and stmt.src in lo.class_bufs:
+        t = lo.tensors[stmt.dst.tensor]
+        return {"kind": "class_store", "gm": f"g_{t.name}", "offset": cexpr(AM.rowmajor(stmt.dst.index, t.shape), lo.consts)}
     if isinstance(stmt, (Load, Store)):
         name = stmt.dst if isinstance(stmt, Load) else stmt.src
         access = stmt.src if isinstance(stmt, Load) else stmt.dst
@@ -832,13 +845,51 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     raise TargetError(f"no vector lowering for {type(stmt).__name__}")
 
 
+class _ModReads:
+    """The parameter reads of one mod op's C++: scalar reads declared once (per tile in ``tile``, per row
+    in ``body`` when they read q_idx) and key-side rows loaded per tile (DataCopyPad, cast to float)."""
+
+    def __init__(self, lo: _Lower, tile: list, body: list):
+        self.lo, self.tile, self.body, self.names = lo, tile, body, {}
+
+    def scalar(self, read, ctype: str) -> str:
+        if read not in self.names:
+            name = f"mp{len(self.names)}"
+            self.names[read] = name
+            t = self.lo.tensors[str(read.base.label)]
+            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), self.lo.consts)
+            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
+            (self.body if M.Q_IDX in sympy.sympify(read).free_symbols else self.tile).append(line)
+        return self.names[read]
+
+    def cint(self, expr) -> str:
+        """An integer expression of q_idx, b, h, the sizes and integer reads as a C++ float."""
+        expr = sympy.sympify(expr)
+        subs = {ix: sympy.Symbol(self.scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
+        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), self.lo.consts)})"
+
+    def keys(self, plan, cpad: int, what: str) -> None:
+        for n, key in enumerate(AM.key_reads(plan)):
+            p = self.lo.tensors[str(key.base.label)]
+            kdim = list(key.indices).index(M.KV_IDX)
+            index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
+            self.lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
+            self.tile.append({
+                "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
+                "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
+                "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
+                "cpad": cpad,
+            })
+            self.names[("key", key)] = f"sm_k{n}"
+
+
 def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
     """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc_mods.py): per-tile reads and
     rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
     follows the rows (``post``). Every instruction is one runtime call the template renders."""
     mods, plan = lo.program.mods, lo.modplan
     if stmt.op == "classify":
-        raise TargetError("block classes are computed by the host on Ascend (host_block_table), not by a kernel")
+        return _classify_op(lo, stmt)
     buf = lo.buffers[stmt.args[0]]
     rows, cols, cpad = lo.half(buf), lo.dims(buf)[1], lo.cpad(buf)
     what = f"the {stmt.op} mod of {buf.name}"
@@ -848,25 +899,9 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
     tile: list[dict] = []
     body: list[dict] = []
     post: list[dict] = []
-    reads: dict = {}
+    reads = _ModReads(lo, tile, body)
+    scalar, cint = reads.scalar, reads.cint
     nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
-
-    def scalar(read, ctype: str) -> str:
-        """The C++ name of a scalar parameter read, declared per tile (or per row when it reads q_idx)."""
-        if read not in reads:
-            name = f"mp{len(reads)}"
-            reads[read] = name
-            t = lo.tensors[str(read.base.label)]
-            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), lo.consts)
-            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
-            (body if M.Q_IDX in sympy.sympify(read).free_symbols else tile).append(line)
-        return reads[read]
-
-    def cint(expr) -> str:
-        """An integer expression of q_idx, b, h, the sizes and integer reads as C++ float."""
-        expr = sympy.sympify(expr)
-        subs = {ix: sympy.Symbol(scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
-        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), lo.consts)})"
 
     def columns():
         if not any(t["i"] == "cols" for t in tile):
@@ -906,22 +941,11 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
         if plan.mask is not None:
             AM.check_cpad(cpad, what)
             columns()
-            for n, key in enumerate(AM.key_reads(plan)):
-                p = lo.tensors[str(key.base.label)]
-                kdim = list(key.indices).index(M.KV_IDX)
-                index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
-                lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
-                tile.append({
-                    "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
-                    "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), lo.consts),
-                    "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-                    "cpad": cpad,
-                })
-                reads[("key", key)] = f"sm_k{n}"
+            reads.keys(plan, cpad, what)
             if stmt.blocks:
                 tile.append({"i": "full", "cond": f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"})
                 body.append({"i": "open", "cond": "!mfull"})
-            body.extend(_mask_instrs(plan.mask, 0, reads, cint, cpad))
+            body.extend(_mask_instrs(plan.mask, 0, reads.names, cint, cpad))
             body.append({"i": "hide", "cpad": cpad})
             if stmt.blocks:
                 body.append({"i": "close"})
@@ -963,6 +987,48 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
         "tile": tile,
         "body": body,
         "post": post,
+    }
+
+
+def _classify_op(lo: _Lower, stmt: ModOp) -> dict:
+    """The block class of one (Q tile, K/V tile) pair on AIV 0 of the core: per query row of the tile a
+    0/1 row of the mask mod, the window and the extents, summed with ReduceSum; the class (0 none
+    visible, 2 all Br x Bc visible, else 1) goes to the block table with the kernel's Store."""
+    br, bc = (int(evaluate(x, lo.env)) for x in (ir.Br, ir.Bc))
+    cpad = -(-bc * 4 // 32) * 32 // 4
+    what = "the block classification"
+    AM.check_cpad(cpad, what)
+    lo.need("VectorOp_count", cpad, what)
+    for size in (ir.Sq, ir.Sk):
+        lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
+    op = _mod_op_shell(lo, stmt, br, cpad)
+    op["kind"] = "classify"
+    m = lo.program.mask
+    op["window"] = {"off": cexpr(m.offset, lo.consts), "left": m.left, "right": m.right}
+    op["cols"] = bc
+    op["full"] = br * bc
+    return op
+
+
+def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
+    """tile / body lists of a mask evaluation (see :func:`_mod_op`) for ``rows`` rows from row0 (no AIV
+    split: the classification runs on one AIV)."""
+    plan = lo.modplan
+    tile: list[dict] = [{"i": "cols", "cpad": cpad}]
+    body: list[dict] = []
+    reads = _ModReads(lo, tile, body)
+    reads.keys(plan, cpad, "the block classification")
+    body.extend(_mask_instrs(plan.mask, 0, reads.names, reads.cint, cpad))
+    return {
+        "note": f"{stmt.op} mod",
+        "rows": rows,
+        "cpad": cpad,
+        "row0": cexpr(stmt.row0, lo.consts),
+        "col0": cexpr(stmt.col0, lo.consts),
+        "tile": tile,
+        "body": body,
+        "post": [],
+        "blocks": stmt.dst,
     }
 
 
@@ -1076,19 +1142,17 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         if t.kind == "handoff":
             continue
         numel = _host_numel(t, consts)
-        alloc = _aten_alloc(t, numel, spec) if t.kind not in ("input", "tiles") else ""
+        alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
         tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
-    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd);
-    # the block classes are the host's (host_block_table): no classify kernel on Ascend
+    # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
         lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses)
         for k in program.kernels
-        if k.phase != "classify"
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
     base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
-    extras = [t.name for t in tensors if t.kind in ("input", "tiles") and t.name not in base_inputs]
+    extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials)
 
@@ -1109,32 +1173,6 @@ def _host_numel(t, consts: dict) -> str:
             dims.append(cexpr(d, {}))
     text = "(" + " * ".join(dims) + ")"
     return f"(2LL * {text})" if t.kind == "partial" else text
-
-
-def host_block_table(program: Program, params: dict) -> "np.ndarray":
-    """The block-class table ``BM`` [Bm, Hm, nQ, nK] (fp32: 0 empty, 1 partial, 2 full) of a compiled
-    program with a mask mod, computed on the host from the parameter arrays before a launch (the
-    Ascend C kernels read it; DESIGN §3). It runs the program's ``classify`` kernel in the interpreter,
-    so it is the table the interpreter's own runs use.
-
-    Args:
-        params: the parameter arrays by name (NumPy, the declared shapes; int32 / fp32).
-
-    Raises:
-        InterpreterError: a missing parameter array, a wrong shape or dtype.
-    """
-    import dataclasses
-
-    from .interp import Interpreter
-
-    kernel = [k for k in program.kernels if k.phase == "classify"]
-    names = {t for s in _stmts(kernel[0].body) if isinstance(s, ModOp) for t in s.tensors}
-    sub = dataclasses.replace(
-        program, kernels=tuple(kernel), tensors=tuple(t for t in program.tensors if t.name in names or t.kind == "tiles")
-    )
-    run = Interpreter(sub)
-    run.run({n: params[n] for n in names})
-    return run.tensors[[t.name for t in program.tensors if t.kind == "tiles"][0]]
 
 
 def reduce_partials(program: Program, partials: dict) -> dict:

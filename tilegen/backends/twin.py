@@ -258,13 +258,14 @@ def run_attention(
         data: logical BNSD Q, K, V, dO in the spec's dtype.
         params: for a spec with mods, its parameter arrays by name (spec values where absent).
         programs: for a spec with mods, the compiled (forward, backward) programs the build was
-            generated from (``ascendc.plan_programs``; compiled here when None): the host computes the
-            block table from them and reduces the parameter-gradient partials.
+            generated from (``ascendc.plan_programs``; compiled here when None): the host reduces the
+            parameter-gradient partials in fixed order.
 
     Returns:
         ({"O", "L"}, {"dQ", "dK", "dV"}): logical BNSD arrays (O and the gradients in the spec's
-        dtype, L float32); with mods, the backward's dict has ``dparams`` (name → fp32 gradient of
-        each float parameter, reduced on the host in fixed order).
+        dtype, L float32); with a mask mod, the forward's dict has the block table ``BM`` its classify
+        kernel wrote; with float parameters, the backward's has ``dparams`` (name → fp32 gradient,
+        reduced on the host in fixed order).
 
     Raises:
         TwinError: a run failed; the message is the twin's failure line.
@@ -273,6 +274,7 @@ def run_attention(
     layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
     mods = spec.mods
     extra: list[dict] = [{}, {}]
+    tables: list[dict] = [{}, {}]
     partials: dict = {}
     if mods is not None:
         from . import ascendc
@@ -284,8 +286,10 @@ def run_attention(
                                                          "Sq": spec.seq_q, "Sk": spec.seq_k})
         for n, prog in enumerate(programs):
             extra[n] = {t.name: arrays[t.name] for t in prog.tensors if t.name in arrays}
-            if any(t.kind == "tiles" for t in prog.tensors):
-                extra[n]["BM"] = ascendc.host_block_table(prog, arrays)
+            penv = {str(k): int(v) for k, v in prog.env}
+            for t in prog.tensors:
+                if t.kind == "tiles":  # the block table its classify kernel wrote
+                    tables[n][t.name] = (tuple(int(evaluate(d, penv)) for d in t.shape), "fp32")
         env = {str(k): int(v) for k, v in programs[1].env}
         nq, nk = -(-spec.seq_q // env["Br"]), -(-spec.seq_k // env["Bc"])
         for t in programs[1].tensors:
@@ -294,7 +298,7 @@ def run_attention(
                 partials[t.name] = ((spec.batch, spec.heads_q, nq, nk, 2, width), "fp32")
     fwd = run_program(
         exe, spec, "fwd", {**{n: data[n] for n in "QKV"}, **extra[0]},
-        {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32")}, layouts, blocks=blocks, timeout=timeout,
+        {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32"), **tables[0]}, layouts, blocks=blocks, timeout=timeout,
     )
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"], **extra[1]}
     bwd = run_program(

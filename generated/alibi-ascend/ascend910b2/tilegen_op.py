@@ -5,7 +5,7 @@ torch_npu::
 
     import torch, torch_npu
     from tilegen_op import forward, backward   # the spec has mods: raw kernels, host steps by tilegen
-    o, lse = forward(q, k, v, alibi_slopes, doc, BM)
+    o, lse = forward(q, k, v, alibi_slopes, doc)
 
 Shapes (BNSD): q [B, Hq, Sq, 64], k [B, Hkv, Sk, 64], v with head dim 64.
 Mask: window (-1, 0) (bottom_right), scale 0.125; both are compiled into the kernels.
@@ -34,15 +34,14 @@ def _ops():
     return torch.ops.tilegen_alibi_ascend
 
 
-def forward(q, k, v, alibi_slopes, doc, BM):
-    """[o, lse] of the forward kernels. The mods' parameters are NPU tensors of their declared shapes
-    (int32 / float32); BM is the block table the host computes before the launch
-    (``tilegen.backends.ascendc.host_block_table(program, params)``, fp32 [Bm, Hm, nQ, nK])."""
-    return _ops().fwd(q.contiguous(), k.contiguous(), v.contiguous(), alibi_slopes, doc, BM)
+def forward(q, k, v, alibi_slopes, doc):
+    """[o, lse] of the forward kernels; the mods' parameters are NPU tensors of their declared shapes
+    (int32 / float32)."""
+    return _ops().fwd(q.contiguous(), k.contiguous(), v.contiguous(), alibi_slopes, doc)
 
 
-def backward(q, k, v, o, lse, do, alibi_slopes, doc, BM):
+def backward(q, k, v, o, lse, do, alibi_slopes, doc):
     """[dq, dk, dv, gpart0]: the gradients, then the parameter-gradient
     partials (fp32, one window per tile and AIV), reduced on the host in fixed order by
     ``tilegen.backends.ascendc.reduce_partials(program, partials)``."""
-    return _ops().bwd(q.contiguous(), k.contiguous(), v.contiguous(), o, lse, do.contiguous(), alibi_slopes, doc, BM)
+    return _ops().bwd(q.contiguous(), k.contiguous(), v.contiguous(), o, lse, do.contiguous(), alibi_slopes, doc)

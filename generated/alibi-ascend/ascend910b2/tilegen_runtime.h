@@ -569,6 +569,28 @@ __aicore__ inline void ModHide(const LocalTensor<float>& row, const LocalTensor<
     Compares(bits, v, 0.5f, CMPMODE::GT, cnt);
     Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, cnt);
 }
+// v *= 1 where key col is inside the window of query q and the extent (c < sk), else 0 (DESIGN §3's
+// window as MaskTile reads it; left/right < 0: unbounded); t is scratch.
+__aicore__ inline void ModWindow(const LocalTensor<float>& v, const LocalTensor<float>& col, const LocalTensor<uint8_t>& bits,
+                                 const LocalTensor<float>& t, int64_t q, int64_t sk, int64_t off, int64_t left, int64_t right,
+                                 int64_t n)
+{
+    const int64_t lo = left >= 0 ? Max64(q + off - left, 0) : 0;
+    const int64_t hi = right >= 0 ? Min64(q + off + right, sk - 1) : sk - 1;
+    ModCompare(t, col, bits, static_cast<float>(lo), CMPMODE::GE, n);
+    Mul(v, v, t, TILEGEN_NARROW(VectorOp_count, n));
+    ModCompare(t, col, bits, static_cast<float>(hi), CMPMODE::LE, n);
+    Mul(v, v, t, TILEGEN_NARROW(VectorOp_count, n));
+}
+// The number of ones in the first `cols` entries of a 0/1 row (exact: an integer below 2^24).
+__aicore__ inline float ModRowCount(const LocalTensor<float>& v, const LocalTensor<float>& out, const LocalTensor<float>& tmp, int64_t cols)
+{
+    ReduceSum(out, v, tmp, TILEGEN_NARROW(VectorOp_count, cols));
+    WaitVToS();
+    const float c = out.GetValue(0);
+    WaitSToV();
+    return c;
+}
 // ---------------------------------------------------------------------------------------------------
 // Cube side (AIC). An L1 tile of R x C half/bf16 elements is NZ: C/16 column strips of rpad = ceil16(R)
 // rows x 16 elements (fractals of 16 x 16). L0C tiles are NZ fp32 with 16 x 16 fractals.

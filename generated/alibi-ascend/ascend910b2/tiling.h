@@ -21,8 +21,8 @@ inline const char* TilegenRefusal(const TilegenTiling& t)
 {
     const int64_t B = t.B, Hq = t.Hq, Hkv = t.Hkv, G = t.G, Sq = t.Sq, Sk = t.Sk;
     (void)B; (void)Hq; (void)Hkv; (void)G; (void)Sq; (void)Sk;
-    if (!(0LL <= (64LL + Sk) && (64LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 64 (the indices of the score mod of S_vector in fwd) must be in [0, 16777216]";
-    if (!(0LL <= (64LL + Sq) && (64LL + Sq) <= 16777216LL)) return "MaskTile.index = Sq + 64 (the indices of the score mod of S_vector in fwd) must be in [0, 16777216]";
+    if (!(0LL <= (64LL + Sk) && (64LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 64 (the indices of the block classification in classify) must be in [0, 16777216]";
+    if (!(0LL <= (64LL + Sq) && (64LL + Sq) <= 16777216LL)) return "MaskTile.index = Sq + 64 (the indices of the block classification in classify) must be in [0, 16777216]";
     return nullptr;
 }
 
