@@ -38,7 +38,6 @@ The result says which form was used, which instances were scheduled and the fit'
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
