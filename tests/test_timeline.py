@@ -192,3 +192,12 @@ def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
     kernels = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     calls = [ln for ln in kernels.splitlines() if "tilegen::MaskTile(" in ln]
     assert calls and all(ln.rstrip().endswith(", true);") for ln in calls)
+
+
+def test_bad_program_is_one_line():
+    from tilegen.errors import SpecError
+
+    with pytest.raises(SpecError, match="program"):
+        predict_emitted(builtin_spec("tiny"), "ascend910b2", "both")
+    with pytest.raises(SpecError, match="program"):
+        simulate_program(builtin_spec("tiny"), "ascend910b2", "both")

@@ -316,12 +316,16 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
 
     Raises:
         TilegenError: the target has no ``[timeline]`` table (``tilegen.timeline.TimelineError``).
+        SpecError: ``program`` is not ``"fwd"`` or ``"bwd"``.
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.plan_programs`.
     """
     from .backends import ascendc
+    from .errors import SpecError
     from .ir import grid_loops
     from .timeline import Costs, TimelineError, deal, tile_counts
 
+    if program not in ("fwd", "bwd"):
+        raise SpecError("program", program, "'fwd' or 'bwd'")
     tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes)
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the emitted-code model needs one")

@@ -38,7 +38,6 @@ The result says which form was used, which instances were scheduled and the fit'
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -542,6 +541,7 @@ def simulate_program(
 
     Raises:
         TimelineError: the target has no ``[timeline]`` table, or the trace cannot be scheduled.
+        SpecError: ``program`` is not ``"fwd"`` or ``"bwd"``.
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.generate`.
         TwinError: no C++ compiler, or the twin run failed.
     """
@@ -550,6 +550,10 @@ def simulate_program(
     from .cost import _matmul_dtype
     from .targets import load_target
 
+    from .errors import SpecError
+
+    if program not in ("fwd", "bwd"):
+        raise SpecError("program", program, "'fwd' or 'bwd'")
     tgt = load_target(target)
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the timeline needs one (targets/ascend910b2.toml has it)")

@@ -91,6 +91,7 @@ inline Rng Gm(const void* p, uint64_t bytes)
 // 0 (an HBM tensor). The harness tags that block "handoff workspace" (twin_main.cpp).
 inline int64_t GmLevel(const void* p)
 {
+    if (!On()) return 0;  // evaluated as an argument of Rec: no registry lookup when not tracing
     GmBlock* b = FindGm(p);
     return (b != nullptr && b->tag == "handoff workspace") ? 1 : 0;
 }
