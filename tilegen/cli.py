@@ -349,6 +349,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     if args.compare and args.target is None:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
+    if args.cp is not None:
+        return _inspect_cp(spec, args)
     if args.plot:
         from .plot import check_path, require_matplotlib
 
@@ -363,6 +365,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(text, end="")
     if args.plot:
         _inspect_plot(spec, args)
+    return 0
+
+
+def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
+    """``inspect --cp N``: the ring's per-step table (:mod:`tilegen.scaling`), through the compile cache."""
+    import json
+
+    from .cache import cached
+    from .scaling import cp_report, format_cp
+
+    if args.target is None:
+        raise SpecError("--target", None, "a target with interconnect figures for --cp (h200, ascend910b1..b4)")
+    if args.compare or args.plot:
+        raise SpecError("--cp", args.cp, "the ring table alone (without --compare or --plot)")
+    report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=args.dq_strategy))
+    print(json.dumps(report, indent=2) if args.json else format_cp(report), end="\n" if args.json else "")
     return 0
 
 
@@ -508,6 +526,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
     inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
+    inspect.add_argument(
+        "--cp", type=_positive, metavar="N",
+        help="ring (context-parallel) attention of the spec over 2..N devices: per step, bytes and transfer time "
+        "against the kernel time, predicted (needs --target)",
+    )
     inspect.add_argument(
         "--plot", metavar="FILE", help="also draw the schedule to FILE (.png or .svg): tile pairs, footprints, traffic (needs matplotlib)"
     )
