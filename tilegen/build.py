@@ -559,7 +559,7 @@ def _grad_ops(mods, raw: bool, grads, dscore_one: bool) -> tuple:
     out: list = []
     extra = ("Sraw_i",) if raw else ()
     if raw:
-        out.append(Load("Sraw_i", _score_tile("Sraw"), pad=0.0))
+        out.append(Load("Sraw_i", _score_tile("Sraw")))  # its padding reaches no result: dS′ is 0 there
     reads = _reads(mods.score)
     for k, term in enumerate(grads):
         out.append(ModOp(f"gp{k}", "pgrad", ("dP",) + extra, i * Br, j * Bc, term=k, tensors=reads))
