@@ -1093,7 +1093,7 @@ def attention_forward(
                 raise SpecError(name, got, f"a float32 tensor of shape {tuple(shape)} on {q.device}")
     scale = None if softmax_scale is None else float(softmax_scale)
     with torch.no_grad():
-        block_out, block_lse = attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, None, target)
+        block_out, block_lse = attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, None, target, "", "", "", [])
     if out is None:
         return block_out, block_lse
     return merge_attention(out, lse, block_out, block_lse, layout=layout)
@@ -1163,8 +1163,8 @@ def attention_backward(
     with torch.no_grad():
         grads = attention_bwd(
             q, k, v, out.to(q.dtype), lse.contiguous(), dout.to(q.dtype), layout, scale, window[0], window[1], alignment,
-            "separate" if deterministic else None, target,
-        )
+            "separate" if deterministic else None, target, "", "", "", [],
+        )[:3]  # no mods: no parameter gradients
         if dq is None:
             return grads
         for buf, g in zip(buffers, grads):
