@@ -411,10 +411,18 @@ __aicore__ inline void CastRows(const LocalTensor<D>& dst, const LocalTensor<S>&
 // `col0`: key c visible to query r iff r + off - left <= c <= r + off + right (left/right < 0:
 // unbounded), r < Sq, c < Sk. Hidden scores become -inf. `colIdx` holds col0 + c as floats for the
 // compare; `bits` receives the compare mask. Needs cpad * 4 to be a multiple of 256 (Bc multiple of 64).
+// `cutOnly` (the IR's schedule knob): issue nothing when the tile is not cut, i.e. no row is padding and
+// every row sees every column (the visible bounds grow with the row: the last row's lower and the first
+// row's upper bound decide).
 __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<float>& colIdx, const LocalTensor<uint8_t>& bits,
                                 int64_t rows, int64_t cpad, int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off,
-                                int64_t left, int64_t right)
+                                int64_t left, int64_t right, bool cutOnly)
 {
+    if (cutOnly && row0 + rows <= sq) {
+        const int64_t lo = Max64(left >= 0 ? row0 + rows - 1 + off - left : 0, 0);
+        const int64_t hi = Min64(right >= 0 ? row0 + off + right : sk - 1, sk - 1);
+        if (lo <= col0 && hi >= col0 + cpad - 1) return;
+    }
     WaitVToS();
     for (int64_t c = 0; c < cpad; ++c) colIdx.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
     WaitSToV();
