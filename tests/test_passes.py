@@ -12,6 +12,7 @@ import sympy
 from helpers import make_spec
 from tilegen.build import build_backward, build_forward, kv_tile_range, mask_info, q_tile_range
 from tilegen.errors import FusionError, VerifyError
+from tilegen.exprs import evaluate
 from tilegen.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
 from tilegen.passes import pipeline
 from tilegen.passes.cleanup import forward_stores
@@ -168,13 +169,14 @@ def test_tile_ranges_are_exactly_the_non_empty_pairs(alignment):
         if right >= 0:
             vis &= c <= r + off + right
         truth = {(ti, tj) for ti in range(tq) for tj in range(tk) if vis[ti * br:(ti + 1) * br, tj * bc:(tj + 1) * bc].any()}
+        values = {str(k): v for k, v in env.items()}
         by_q = set()
         for ti in range(tq):
-            lo, hi = (int(sympy.sympify(e).subs(env).subs(i, ti)) for e in kv_tile_range(mask, i))
+            lo, hi = (int(evaluate(e, {**values, "i": ti})) for e in kv_tile_range(mask, i))
             by_q |= {(ti, tj) for tj in range(lo, hi)}
         by_k = set()
         for tj in range(tk):
-            lo, hi = (int(sympy.sympify(e).subs(env).subs(j, tj)) for e in q_tile_range(mask, j))
+            lo, hi = (int(evaluate(e, {**values, "j": tj})) for e in q_tile_range(mask, j))
             by_k |= {(ti, tj) for ti in range(lo, hi)}
         assert by_q == truth == by_k, (sq, sk, br, bc, left, right)
 
