@@ -433,11 +433,7 @@ class Interpreter:
             return
         rows = (r0 + np.arange(nr))[:, None]
         cols = (c0 + np.arange(nc))[None, :]
-        visible = (rows < self.sq) & (cols < self.sk)
-        if self.mask.left >= 0:
-            visible &= cols >= rows + self.offset - self.mask.left
-        if self.mask.right >= 0:
-            visible &= cols <= rows + self.offset + self.mask.right
+        visible = (rows < self.sq) & (cols < self.sk) & self._window_visible(rows, cols)
         self._write(stmt.dst, np.where(visible, src, np.float32(-np.inf)), fresh=True)
 
     # -- mods ---------------------------------------------------------------------------------------------
