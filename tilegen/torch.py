@@ -676,6 +676,14 @@ def _fast_key(kind: str, q, k, v, *scalars):
     return key
 
 
+def _fast_out(q, k, v, plan: "_Plan") -> torch.Tensor:
+    """out of a fast-path call: through :class:`_FastAttention` when a gradient is wanted, else the
+    module's forward alone (no autograd node)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _FastAttention.apply(q, k, v, plan)[0]
+    return plan.module.forward(q, k, v)[0].contiguous()
+
+
 class _FastAttention(torch.autograd.Function):
     """Eager autograd over a plan's module: ``forward`` → (out, lse) as :func:`attention_fwd` returns
     them, ``backward`` → (dq, dk, dv) as :func:`attention_bwd`; lse takes no gradient and there is no
@@ -708,7 +716,7 @@ def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str
         scale = None if scale is None else float(scale)
         plan = _op_plan(q, k, v, layout, scale, window[0], window[1], alignment, dq_strategy, target)
         _store(fast_key, plan)
-        return _FastAttention.apply(q, k, v, plan)[0]
+        return _fast_out(q, k, v, plan)
     score_text, mask_text, decls, params, mod_window = _mods_of_call(score_mod, mask_mod, q, bound or {})
     if mod_window != (-1, -1):
         from .mods import _intersect
@@ -776,7 +784,7 @@ def flash_attn_func(
         fast_key = _fast_key("flash", q, k, v, softmax_scale, causal, window_size, deterministic, target)
         plan = _lookup(fast_key)
         if plan is not None:
-            return _FastAttention.apply(q, k, v, plan)[0]
+            return _fast_out(q, k, v, plan)
     if dropout_p != 0.0:
         raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
     if return_attn_probs:
@@ -854,7 +862,7 @@ def scaled_dot_product_attention(
         fast_key = _fast_key("sdpa", query, key, value, is_causal, scale, enable_gqa, target)
         plan = _lookup(fast_key)
         if plan is not None:
-            return _FastAttention.apply(query, key, value, plan)[0]
+            return _fast_out(query, key, value, plan)
     if attn_mask is not None:
         raise UnsupportedArgument("attn_mask", type(attn_mask).__name__, "None (is_causal or mask_mod= cover the masks)")
     if dropout_p != 0.0:
