@@ -10,7 +10,8 @@ timed alone as the slow path runs them once per custom-op call (twice per forwar
 target check (reads the target file), the module cache key (reads and hashes it again), the spec
 (built and validated), and the custom-op dispatcher with its autograd wrapper (a custom op of
 attention_fwd's schema with a stub body, against a torch.autograd.Function with the same body).
-Medians of per-call means over 5 rounds; µs per call. What the GPU adds (the launches themselves) is
+Medians of per-call means over 5 rounds of the process's CPU time (``time.process_time``: a
+machine shared with other work slows it less than wall time); µs per call. What the GPU adds (the launches themselves) is
 measured by benchmarks/gpu_table.py's per-call row.
 """
 
@@ -48,10 +49,10 @@ def per_call(fn, runs: int) -> float:
     fn()
     means = []
     for _ in range(5):
-        t = time.perf_counter()
+        t = time.process_time()
         for _ in range(runs):
             fn()
-        means.append((time.perf_counter() - t) / runs * 1e6)
+        means.append((time.process_time() - t) / runs * 1e6)
     return statistics.median(means)
 
 

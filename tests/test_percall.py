@@ -197,3 +197,12 @@ def test_dispatch_modes_and_subclasses_take_the_custom_ops(fast):
         assert tt._fast_key("sdpa", q, k, v, True) is None
     p = torch.nn.Parameter(q)
     assert tt._fast_key("sdpa", p, k, v, True) is not None  # parameters are plain tensors here
+
+
+def test_functorch_transforms_take_the_custom_ops(fast):
+    from torch.func import vmap
+
+    q, k, v, _ = _inputs()
+    seen = []
+    vmap(lambda x: seen.append(tt._fast_key("sdpa", x, k[0], v[0], True)) or x)(q)
+    assert seen == [None]

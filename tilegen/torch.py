@@ -21,7 +21,9 @@ lse, dout, params → dq, dk, dv, dparams), with fake (meta) implementations and
 as the forward's autograd formula. ``torch.compile`` therefore sees each call as one opaque node of
 known output shapes and strides and never traces the interpreter or the kernel loader
 (``fullgraph=True`` works). There is no second derivative: differentiating the backward raises
-:class:`NotImplementedError`.
+:class:`NotImplementedError`. A repeated eager call without mods takes a cached plan instead (the
+per-call fast path below, ``_PLANS``): no checks, no spec, and the module's kernels through
+:class:`_FastAttention` rather than the custom ops' dispatcher.
 
 Score and mask mods (DESIGN §3): ``score_mod=`` and ``mask_mod=`` take a :mod:`tilegen.mods` built-in
 or a Python function ``score_mod(score, b, h, q_idx, kv_idx)`` / ``mask_mod(b, h, q_idx, kv_idx)``
@@ -662,11 +664,12 @@ def _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_st
 
 def _fast_key(kind: str, q, k, v, *scalars):
     """The entry-point key of an eager call that may take the fast path, or None: under
-    ``torch.compile`` or a dispatch mode (the custom ops must be seen there), for tensor subclasses
-    (fake tensors among them) and for devices outside ``_FAST_DEVICES``."""
+    ``torch.compile``, a dispatch mode or a torch.func transform (the custom ops must be seen there),
+    for tensor subclasses (fake tensors among them), for devices outside ``_FAST_DEVICES`` and for an
+    unhashable argument."""
     if type(q) not in _PLAIN or type(k) not in _PLAIN or type(v) not in _PLAIN or q.device.type not in _FAST_DEVICES:
         return None
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active():
         return None
     key = (kind, _meta(q), _meta(k), _meta(v), *((type(x), x) for x in scalars))
     try:
