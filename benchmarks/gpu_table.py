@@ -29,9 +29,11 @@ Per-call row: the tiny problem 1×1×128×64 bf16 causal, µs per forward and pe
 path: CUDA events around a loop of ``--calls`` back-to-back calls, divided by the count; median of 7
 loops. A call this small is bound by the host (Python, dispatch, launches), not by the GPU.
 
-Budget: rows run in the order of the ROWS list (the per-call row first, then bf16, then fp16) until
-``--budget`` seconds have passed (the rest are listed as skipped); Flex's compilations stop once they
-have taken ``--flex-budget`` seconds. Without CUDA the script prints one line and exits with status 2.
+Budget: rows run in the order of :func:`rows` (the per-call row first, then bf16, then fp16) until
+``--budget`` seconds have passed (the rest are listed as skipped); Flex's compilations (about 20–30 s
+per shape) stop once they have taken ``--flex-budget`` seconds. ``--dtypes`` and ``--heads`` select a
+subset, so that a second 10-minute call can fill the rest (``--stem`` names its files). Without CUDA
+the script prints one line and exits with status 2.
 
 Writes ``gpu_table.json`` and ``gpu_table.md`` into ``--out`` (default benchmarks/results/).
 """
@@ -59,8 +61,9 @@ IMPLS = ("tilegen", "flash", "cudnn", "flex")
 PHASES = (("fwd", 1.0), ("bwd", 2.5), ("fwdbwd", 3.5))
 
 
-def rows(quick: bool) -> list[dict]:
-    """The table's rows in run order: bf16 first (MHA D 128, D 64, then GQA), then fp16."""
+def rows(quick: bool, dtypes=("bf16", "fp16"), heads=("mha", "gqa")) -> list[dict]:
+    """The table's rows in run order: bf16 first (MHA D 128, D 64, then GQA), then fp16; ``dtypes``
+    and ``heads`` keep a subset (a second call can run the rest)."""
     if quick:
         return [
             dict(dtype="bf16", d=128, n=4096, causal=False, gqa=False),
@@ -68,8 +71,8 @@ def rows(quick: bool) -> list[dict]:
             dict(dtype="bf16", d=64, n=4096, causal=True, gqa=True),
         ]
     out = []
-    for dtype in ("bf16", "fp16"):
-        for gqa in (False, True):
+    for dtype in dtypes:
+        for gqa in [g for g, name in ((False, "mha"), (True, "gqa")) if name in heads]:
             for d in (128, 64):
                 for n in (1024, 4096, 16384):
                     for causal in (False, True):
@@ -349,9 +352,13 @@ def markdown(table: list[dict], call: dict, meta: dict) -> str:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="tilegen beside SDPA flash, cuDNN and Flex on one GPU: one table")
     ap.add_argument("--quick", action="store_true", help="three rows and the per-call row (about 2 minutes)")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for all rows (default 520, --quick 100)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for all rows (default 480, --quick 100)")
     ap.add_argument("--flex-budget", type=float, default=None, help="seconds of Flex compilation (default 200, --quick 60)")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=["bf16", "fp16"], help="full run: the dtypes, in run order")
+    ap.add_argument("--heads", nargs="+", default=["mha", "gqa"], choices=["mha", "gqa"], help="full run: MHA and/or GQA rows")
+    ap.add_argument("--no-per-call", action="store_true", help="leave out the per-call row")
+    ap.add_argument("--stem", default=None, help="output file stem (default gpu_table, gpu_table_quick with --quick)")
     ap.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
     ap.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
     ap.add_argument("--calls", type=int, default=100, help="calls per timed loop of the per-call row")
@@ -359,7 +366,7 @@ def parse_args(argv=None):
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
     if args.budget is None:
-        args.budget = 100.0 if args.quick else 520.0
+        args.budget = 100.0 if args.quick else 480.0
     if args.flex_budget is None:
         args.flex_budget = 60.0 if args.quick else 200.0
     return args
@@ -387,15 +394,15 @@ def main(argv=None) -> int:
     meta = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
         "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": "python benchmarks/gpu_table.py" + (" --quick" if args.quick else ""),
+        "command": "python benchmarks/gpu_table.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget, "flex_budget_s": args.flex_budget,
     }
     state = {"flex_s": 0.0}
-    call = per_call(args, state, log)
+    call = {} if args.no_per_call else per_call(args, state, log)
     log("per-call: " + ", ".join(f"{i} {r.get('fwd_us', float('nan')):.0f}/{r.get('fwdbwd_us', float('nan')):.0f} us"
                                  for i, r in call.items() if i in IMPLS))
     table = []
-    for row in rows(args.quick):
+    for row in rows(args.quick, args.dtypes, args.heads):
         if time.time() - t_start > args.budget:
             table.append({**row, "skipped": f"the {args.budget:.0f} s budget was spent"})
             continue
@@ -408,7 +415,7 @@ def main(argv=None) -> int:
     meta["wall_s"] = time.time() - t_start
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "gpu_table_quick" if args.quick else "gpu_table"
+    stem = args.stem or ("gpu_table_quick" if args.quick else "gpu_table")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "per_call": call, "rows": table}, indent=1) + "\n")
     md = markdown(table, call, meta)
     (out / f"{stem}.md").write_text(md)
