@@ -21,7 +21,9 @@ lse, dout, params → dq, dk, dv, dparams), with fake (meta) implementations and
 as the forward's autograd formula. ``torch.compile`` therefore sees each call as one opaque node of
 known output shapes and strides and never traces the interpreter or the kernel loader
 (``fullgraph=True`` works). There is no second derivative: differentiating the backward raises
-:class:`NotImplementedError`.
+:class:`NotImplementedError`. A repeated eager call without mods takes a cached plan instead (the
+per-call fast path below, ``_PLANS``): no checks, no spec, and the module's kernels through
+:class:`_FastAttention` rather than the custom ops' dispatcher.
 
 Score and mask mods (DESIGN §3): ``score_mod=`` and ``mask_mod=`` take a :mod:`tilegen.mods` built-in
 or a Python function ``score_mod(score, b, h, q_idx, kv_idx)`` / ``mask_mod(b, h, q_idx, kv_idx)``
@@ -391,6 +393,10 @@ def attention_fwd(
         SpecError (ValueError): a bad shape, dtype, device, window, scale, mod or parameter, named.
         NotImplementedError: NPU tensors (the Ascend C operator is not loaded here).
     """
+    if q.device.type == "cuda" and not (score_mod or mask_mod or param_decls or params):
+        module = _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target).module
+        out, lse = module.forward(q, k, v)
+        return out.contiguous(), lse.contiguous()
     _check_gpu_target(target)
     window = (window_left, window_right)
     mods, params = _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params)
@@ -458,6 +464,9 @@ def attention_bwd(
     Raises:
         as :func:`attention_fwd`.
     """
+    if q.device.type == "cuda" and not (score_mod or mask_mod or param_decls or params):
+        module = _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target).module
+        return (*(g.contiguous() for g in module.backward(q, k, v, out, lse, dout)), [])
     _check_gpu_target(target)
     window = (window_left, window_right)
     mods, params = _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params)
@@ -562,9 +571,155 @@ def _check_gpu_target(target: str) -> None:
         raise SpecError("target", target, accepted() + f" ({target!r} is a {kind} target)")
 
 
-def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str, score_mod=None, mask_mod=None, bound=None):
+# --- the per-call fast path: a plan cache ------------------------------------------------------------
+#
+# A call is checked, its spec built and validated and its module loaded once per *key*: everything the
+# checks and the kernels depend on, that is each tensor's type, dtype, device, shape and strides and
+# every scalar argument with its type (True == 1 in Python, and a bool is refused where an int is
+# taken). A later call with the same key (a hit) skips all of that, as well as the re-reading of the
+# target file (its size and modification time are compared instead: an edited file misses) and, in
+# eager mode, the dispatcher of the custom ops: the kernels run through :class:`_FastAttention`, an
+# autograd function over the same module calls. Keys of two kinds share one table: the entry points'
+# own arguments (``("sdpa", ...)``, ``("flash", ...)``), so that even their argument checks are skipped
+# on a hit, and the custom ops' arguments (``("op", ...)``), for calls under ``torch.compile``. Calls
+# with mods, sinks, softcap or ALiBi never take it. Nothing on it reads a tensor's values on the host
+# (no device synchronisation), so it can be captured in a CUDA graph.
+
+_PLANS: dict[tuple, "_Plan"] = {}
+_PLAN_LIMIT = 256  # keys kept; the table is emptied when full (shape-varying workloads rebuild)
+PLAN_STATS = {"hits": 0, "misses": 0}  # counters of the table, for tests and benchmarks
+_FAST_DEVICES = ("cuda",)  # devices whose calls take the fast path (tests add "cpu": the Triton interpreter)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a hit needs: the loaded Triton module (its ``forward``/``backward`` take the tensors) and the
+    (path, mtime_ns, size) of the target file it was generated from."""
+
+    module: Any
+    stamp: tuple
+
+
+def _stamp(target: str) -> tuple:
+    import os
+
+    from .targets import load_target
+
+    path = load_target(target).path
+    st = os.stat(path)
+    return (path, st.st_mtime_ns, st.st_size)
+
+
+def _fresh(plan: "_Plan") -> bool:
+    """The target file the plan was made from still has its size and modification time."""
+    import os
+
+    try:
+        st = os.stat(plan.stamp[0])
+    except OSError:
+        return False
+    return (st.st_mtime_ns, st.st_size) == plan.stamp[1:]
+
+
+def _meta(x: torch.Tensor) -> tuple:
+    return (x.dtype, x.device, x.shape, x.stride())
+
+
+def _lookup(key) -> "_Plan | None":
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None and _fresh(plan):
+        PLAN_STATS["hits"] += 1
+        return plan
+    return None
+
+
+def _store(key, plan: "_Plan") -> None:
+    PLAN_STATS["misses"] += 1
+    if len(_PLANS) >= _PLAN_LIMIT:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
+def _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_strategy, target) -> "_Plan":
+    """The plan of a custom-op call without mods: on a miss the target is checked, the spec built and
+    validated (errors name the argument) and the module loaded.
+
+    Raises:
+        SpecError (ValueError): as :func:`attention_fwd`.
+    """
+    key = ("op", _meta(q), _meta(k), _meta(v), layout, type(scale), scale, type(window_left), window_left,
+           type(window_right), window_right, alignment, dq_strategy, target)
+    plan = _lookup(key)
+    if plan is not None:
+        return plan
+    _check_gpu_target(target)
+    spec = _spec(q, k, v, layout=layout, scale=scale, window=(window_left, window_right), alignment=alignment, name="attention_fwd")
+    from .backends import triton as triton_backend
+
+    plan = _Plan(triton_backend.load(spec, target, dq_strategy), _stamp(target))
+    _store(key, plan)
+    return plan
+
+
+def _fast_key(kind: str, q, k, v, *scalars):
+    """The entry-point key of an eager call that may take the fast path, or None: under
+    ``torch.compile``, a dispatch mode or a torch.func transform (the custom ops must be seen there),
+    for tensor subclasses (fake tensors among them), for devices outside ``_FAST_DEVICES`` and for an
+    unhashable argument."""
+    if type(q) not in _PLAIN or type(k) not in _PLAIN or type(v) not in _PLAIN or q.device.type not in _FAST_DEVICES:
+        return None
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active():
+        return None
+    key = (kind, _meta(q), _meta(k), _meta(v), *((type(x), x) for x in scalars))
+    try:
+        hash(key)
+    except TypeError:  # an unhashable argument: the checks of the slow path name it
+        return None
+    return key
+
+
+def _fast_out(q, k, v, plan: "_Plan") -> torch.Tensor:
+    """out of a fast-path call: through :class:`_FastAttention` when a gradient is wanted, else the
+    module's forward alone (no autograd node)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _FastAttention.apply(q, k, v, plan)[0]
+    return plan.module.forward(q, k, v)[0].contiguous()
+
+
+class _FastAttention(torch.autograd.Function):
+    """Eager autograd over a plan's module: ``forward`` → (out, lse) as :func:`attention_fwd` returns
+    them, ``backward`` → (dq, dk, dv) as :func:`attention_bwd`; lse takes no gradient and there is no
+    second derivative (NotImplementedError, as the custom ops)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):
+        out, lse = plan.module.forward(q, k, v)
+        out, lse = out.contiguous(), lse.contiguous()
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.module = plan.module
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        if torch.is_grad_enabled():
+            raise NotImplementedError(NO_SECOND_DERIVATIVE)
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = ctx.module.backward(q, k, v, out, lse, dout)
+        return dq.contiguous(), dk.contiguous(), dv.contiguous(), None
+
+
+def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str, score_mod=None, mask_mod=None, bound=None, fast_key=None):
     """out of :func:`attention_fwd` (q, k, v checked by the caller); the mask mod's window is and-ed
-    with ``window``; ``bound`` gives parameter tensors by name in place of the mods' own arrays."""
+    with ``window``; ``bound`` gives parameter tensors by name in place of the mods' own arrays;
+    ``fast_key`` (:func:`_fast_key`, calls without mods): the call runs through :class:`_FastAttention`
+    and later calls with that key skip the checks."""
+    if fast_key is not None and score_mod is None and mask_mod is None:
+        scale = None if scale is None else float(scale)
+        plan = _op_plan(q, k, v, layout, scale, window[0], window[1], alignment, dq_strategy, target)
+        _store(fast_key, plan)
+        return _fast_out(q, k, v, plan)
     score_text, mask_text, decls, params, mod_window = _mods_of_call(score_mod, mask_mod, q, bound or {})
     if mod_window != (-1, -1):
         from .mods import _intersect
@@ -625,6 +780,14 @@ def flash_attn_func(
         SpecError (ValueError): a bad shape, dtype, device, window, scale or softcap, named; ModError
             (a SpecError): an invalid mod or parameter, naming the construct.
     """
+    fast_key = None
+    if (score_mod is None and mask_mod is None and sinks is None and alibi_slopes is None and type(window_size) is tuple
+            and len(window_size) == 2 and type(window_size[0]) is int and type(window_size[1]) is int
+            and type(softcap) in (int, float) and not softcap and type(dropout_p) in (int, float) and not dropout_p and not return_attn_probs):
+        fast_key = _fast_key("flash", q, k, v, softmax_scale, causal, window_size, deterministic, target)
+        plan = _lookup(fast_key)
+        if plan is not None:
+            return _fast_out(q, k, v, plan)
     if dropout_p != 0.0:
         raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
     if return_attn_probs:
@@ -654,7 +817,7 @@ def flash_attn_func(
     bound = {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
     return _run(
         q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", dq_strategy="separate" if deterministic else None,
-        target=target, score_mod=score_mod, mask_mod=mask_mod, bound=bound,
+        target=target, score_mod=score_mod, mask_mod=mask_mod, bound=bound, fast_key=fast_key,
     )
 
 
@@ -697,6 +860,12 @@ def scaled_dot_product_attention(
         SpecError (ValueError): a bad shape, dtype, device or scale, or GQA without enable_gqa, named;
             ModError (a SpecError): an invalid mod or parameter, naming the construct.
     """
+    fast_key = None
+    if attn_mask is None and score_mod is None and mask_mod is None and type(dropout_p) in (int, float) and not dropout_p:
+        fast_key = _fast_key("sdpa", query, key, value, is_causal, scale, enable_gqa, target)
+        plan = _lookup(fast_key)
+        if plan is not None:
+            return _fast_out(query, key, value, plan)
     if attn_mask is not None:
         raise UnsupportedArgument("attn_mask", type(attn_mask).__name__, "None (is_causal or mask_mod= cover the masks)")
     if dropout_p != 0.0:
@@ -712,7 +881,8 @@ def scaled_dot_product_attention(
         if lq[2] != lk[2] and is_causal:
             raise SpecError("is_causal", True, f"False when mods are given and Sq {lq[2]} != Sk {lk[2]} (the mods are bottom-right aligned; use tilegen.mods.causal())")
         alignment = "bottom_right"
-    return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment=alignment, dq_strategy=None, target=target, score_mod=score_mod, mask_mod=mask_mod)
+    return _run(query, key, value, layout="BNSD", scale=scale, window=window, alignment=alignment, dq_strategy=None, target=target,
+                score_mod=score_mod, mask_mod=mask_mod, fast_key=fast_key)
 
 
 # --- softcap, ALiBi, attention sinks and packed variable-length batches ------------------------------
