@@ -256,13 +256,6 @@ def test_tokens_outside_every_sequence_are_never_read_nor_written():
             assert np.isnan(x[:, n:]).all() and not np.isnan(x[:, :n]).any(), (strategy, name)
 
 
-def test_work_list():
-    from tilegen.api import varlen_work_list
-
-    wl = varlen_work_list(CU_Q, CU_K, 16)
-    assert wl.tolist() == [[0, 0, 5], [2, 5, 16], [2, 21, 4], [3, 25, 3], [4, 28, 13]]
-
-
 @pytest.mark.parametrize("cu, field, text", [
     (np.array([0, 3, 2, 3], np.int32), "cu_seqlens_q", "decrease"),
     (np.array([0, 1, 3], np.int64), "cu_seqlens_q.dtype", "int64"),
@@ -353,12 +346,23 @@ def test_torch_varlen_and_sinks_autograd_cpu():
 
 
 def test_sinks_refused_by_name_where_not_emitted(tmp_path):
-    """No code generator emits sinks yet, and tilegen run's dense reference has none: both refuse the
-    spec in one line naming the field."""
+    """The Ascend C generator does not emit sinks yet, and tilegen run's dense reference has none: both
+    refuse the spec in one line naming the field; Triton emits them (``tilegen generate --target
+    h200`` writes a module whose forward takes ``sinks``)."""
+    import subprocess
+    import sys
+
     from tilegen.runner import validate_run
 
     spec = tilegen.AttentionSpec(batch=1, heads_q=2, heads_kv=1, seq_q=64, seq_k=64, head_dim_qk=16, head_dim_v=16, sinks=True)
-    for call in (lambda: tilegen.generate(spec, "h200", tmp_path / "out"), lambda: validate_run(spec)):
+    for call in (lambda: tilegen.generate(spec, "ascend910b2", tmp_path / "out"), lambda: validate_run(spec)):
         with pytest.raises(SpecError, match=r"^sinks = True is invalid; accepted: false for ") as exc:
             call()
         assert "\n" not in str(exc.value)
+    path = tmp_path / "sinks.toml"
+    path.write_text(spec.to_toml())
+    run = subprocess.run([sys.executable, "-m", "tilegen", "generate", str(path), "--target", "h200", "-o", str(tmp_path / "gpu")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    module = (tmp_path / "gpu" / "tilegen_custom.py").read_text()
+    assert "def forward(q, k, v, *, sinks, poison=False):" in module and 'dparams["sinks"]' in module

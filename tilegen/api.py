@@ -432,16 +432,54 @@ def varlen_layout(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_se
     return Varlen(cq, ck, q_seq, k_seq, q_off)
 
 
-def varlen_work_list(cu_q: np.ndarray, cu_k: np.ndarray, br: int) -> np.ndarray:
-    """The (sequence, Q tile) work list of a packed batch: int64 [W, 3] rows (sequence s, first row,
-    rows) with the Q tiles of each sequence cut at its own start (Br rows each, the last one shorter),
-    sequences with Sq_s = 0 contributing nothing. Sequences with Sk_s = 0 are listed (their rows are
-    written: O = 0, L = −inf or σ_h) but visit no K/V tile."""
-    rows = []
+def varlen_block_classes(cu_q: np.ndarray, cu_k: np.ndarray, total_q: int, total_k: int, br: int, bc: int, window=(-1, -1)) -> np.ndarray:
+    """The block classes of a packed batch in closed form on the host: float32 [nQ, nK] (nQ = ⌈total_q /
+    br⌉, nK = ⌈total_k / bc⌉) with the classify kernel's codes (``tilegen.ir.BLOCK_EMPTY`` 0, ``_PARTIAL``
+    1, ``_FULL`` 2) for the varlen spec's mask (DESIGN §3, "Packed batches"): the document mask and the
+    window (left, right) aligned bottom-right per sequence, on Q tile × K/V tile of br × bc tokens.
+
+    For sequence s (rows [cq_s, cq_{s+1}), columns [ck_s, ck_{s+1}), offset off_s = ck_{s+1} − cq_{s+1})
+    and a tile, the visible pairs are those of the rectangle rows × columns clipped to the sequence with
+    c − r in [off_s − left, off_s + right]; over a rectangle c − r takes every integer from c_lo − r_hi
+    to c_hi − r_lo, so a tile is non-empty iff for some s that interval meets the window's, and full iff
+    one sequence holds all br × bc pairs (rows and columns inside it, hence inside the tokens) with
+    c_hi − r_lo ≤ off_s + right and c_lo − r_hi ≥ off_s − left. Per sequence only the tiles its
+    rectangle touches are visited: O(Σ_s tiles of s).
+
+    Args:
+        cu_q, cu_k: the checked offsets (int64 [nseq + 1], :class:`Varlen`'s ``cu_q``/``cu_k``).
+        total_q, total_k: the token counts; br, bc: tile rows; window: (left, right), −1 unbounded.
+    """
+    from .ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+
+    left, right = window
+    nq, nk = -(-total_q // br), -(-total_k // bc)
+    visible = np.zeros((nq, nk), dtype=bool)
+    full = np.zeros((nq, nk), dtype=bool)
     for s_ in range(len(cu_q) - 1):
-        for r in range(int(cu_q[s_]), int(cu_q[s_ + 1]), br):
-            rows.append((s_, r, min(br, int(cu_q[s_ + 1]) - r)))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+        q0, q1, k0, k1 = int(cu_q[s_]), int(cu_q[s_ + 1]), int(cu_k[s_]), int(cu_k[s_ + 1])
+        if q0 == q1 or k0 == k1:
+            continue
+        off = k1 - q1
+        ti = np.arange(q0 // br, -(-q1 // br))[:, None]
+        tj = np.arange(k0 // bc, -(-k1 // bc))[None, :]
+        r0, r1 = ti * br, ti * br + br - 1  # the tile's rows and columns, first and last
+        c0, c1 = tj * bc, tj * bc + bc - 1
+        lo_r, hi_r, lo_c, hi_c = np.maximum(r0, q0), np.minimum(r1, q1 - 1), np.maximum(c0, k0), np.minimum(c1, k1 - 1)
+        vis = np.ones(np.broadcast_shapes(ti.shape, tj.shape), dtype=bool)
+        whole = (r0 >= q0) & (r1 <= q1 - 1) & (c0 >= k0) & (c1 <= k1 - 1)
+        if right >= 0:
+            vis &= lo_c - hi_r <= off + right
+            whole = whole & (c1 - r0 <= off + right)
+        if left >= 0:
+            vis &= hi_c - lo_r >= off - left
+            whole = whole & (c0 - r1 >= off - left)
+        visible[ti, tj] |= vis
+        full[ti, tj] |= whole
+    out = np.full((nq, nk), float(BLOCK_EMPTY), dtype=np.float32)
+    out[visible] = float(BLOCK_PARTIAL)
+    out[full] = float(BLOCK_FULL)
+    return out
 
 
 def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, heads_q: int):
@@ -559,7 +597,7 @@ def attention_varlen(
             most at total_q / total_k; empty sequences (Sq_s = 0 or Sk_s = 0) are legal; tokens past the
             last offset (or before the first) belong to no sequence.
         max_seqlen_q, max_seqlen_k: None, or at least the longest sequence (FlashAttention's grid
-            bound; checked, else unused: the work list comes from cu_seqlens).
+            bound; checked, else unused: the tiles visited come from cu_seqlens).
         softmax_scale, causal, window: as :func:`attention`, per sequence.
         softcap: None/0.0 (off) or c > 0: score′ = c·tanh(score/c).
         alibi_slopes: float [Hq] or [num_seqs, Hq]: score′ −= slope·|i + Sk_s − Sq_s − j| (i, j local).

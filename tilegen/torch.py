@@ -890,9 +890,13 @@ def scaled_dot_product_attention(
 # FlashAttention's softcap / alibi_slopes, learnable sinks (gpt-oss) and flash_attn_varlen_func, through a
 # torch.autograd.Function (not a custom op: the varlen offsets are read on the host). CPU tensors run
 # in the interpreter (tilegen.api.attention(_backward), attention_varlen(_backward)); CUDA tensors run
-# the Triton module of the spec through its ``forward(q, k, v, *, params=None)`` /
-# ``backward(q, k, v, out, lse, dout, *, params=None)`` interface, the parameter arrays by name (the
-# sinks under "sinks"), and dsinks = −Σ_rows exp(σ_h − L)·D is formed after the kernels in torch.
+# the Triton module of the spec through its ``forward(q, k, v, *, sinks, params, blocks)`` /
+# ``backward(q, k, v, out, lse, dout, *, sinks, params, blocks)`` interface: the parameter arrays by
+# name, the sinks (the module's backward returns dsinks = −Σ_rows exp(σ_h − L)·D among its dparams)
+# and, for a packed batch, the block classes computed on the host from the offsets
+# (tilegen.api.varlen_block_classes, cached per offsets, tile sizes and window) in place of the
+# classify kernel. The guarded kernels never write the tokens outside every sequence; the module
+# allocates O, dQ, dK, dV as 0 and L as −inf, the values those rows keep.
 
 
 @dataclass(frozen=True)
@@ -915,23 +919,42 @@ def _np_or_none(x):
     return None if x is None else _to_numpy(x).astype(np.float32)
 
 
-def _dsinks_torch(out, dout, lse, sinks, rows=None):
-    """dσ_h = −Σ_rows exp(σ_h − L)·D, D = rowsum(dout∘out) in fp32 (out, dout [..., S, H, Dv] like q;
-    lse [..., H, S]); summed in float64 in one fixed order."""
-    d = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # [..., H, S]
-    w = torch.exp(sinks.double().view(-1, 1) - lse.double()) * d.double()
-    if rows is not None:
-        w = torch.where(rows.to(w.device), w, torch.zeros((), dtype=w.dtype, device=w.device))
-    dims = tuple(range(w.dim() - 2)) + (w.dim() - 1,)
-    return (-w.sum(dim=dims)).float()
+def _triton_path(x: torch.Tensor) -> bool:
+    """Whether a call on ``x``'s device runs the Triton module (CUDA tensors); the other devices run
+    the interpreter (CPU) or are refused (NPU)."""
+    return x.device.type == "cuda"
+
+
+_VARLEN_BLOCKS: dict = {}  # (module, kind, offsets, token counts, window, device) -> its tile_lists
+_VARLEN_BLOCKS_MAX = 64
+
+
+def _varlen_blocks(module, kind: str, cfg, total_q: int, total_k: int, device) -> dict:
+    """The ``blocks=`` argument of the module's ``kind`` ("fwd"/"bwd") program for a varlen call: the
+    block classes of the packed batch in closed form on the host (:func:`tilegen.api.varlen_block_classes`
+    for the program's ``TILE_SIZES``) and their tile lists, on ``device``. Cached per module (its tile
+    sizes), offsets, token counts, window and device (the oldest of 64 entries goes first), so a
+    training loop over one packing computes them once."""
+    from . import api
+
+    key = (module.__name__, kind, cfg.cu_q.astype(np.int64).tobytes(), cfg.cu_k.astype(np.int64).tobytes(), total_q, total_k, tuple(cfg.window), str(device))
+    hit = _VARLEN_BLOCKS.get(key)
+    if hit is None:
+        br, bc = module.TILE_SIZES[kind]
+        table = api.varlen_block_classes(cfg.cu_q.astype(np.int64), cfg.cu_k.astype(np.int64), total_q, total_k, br, bc, cfg.window)
+        hit = module.tile_lists(kind, torch.from_numpy(table).view(module.BLOCK_SHAPES[kind]).to(device))
+        if len(_VARLEN_BLOCKS) >= _VARLEN_BLOCKS_MAX:
+            del _VARLEN_BLOCKS[next(iter(_VARLEN_BLOCKS))]
+        _VARLEN_BLOCKS[key] = hit
+    return hit
 
 
 class _ExtrasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sinks, alibi, cfg: _Extras):
-        out, lse, module, params, rows = _extras_forward(q, k, v, sinks, alibi, cfg)
+        out, lse, module, kw = _extras_forward(q, k, v, sinks, alibi, cfg)
         ctx.save_for_backward(q, k, v, out, lse, sinks, alibi)
-        ctx.cfg, ctx.module, ctx.params, ctx.rows = cfg, module, params, rows
+        ctx.cfg, ctx.module, ctx.kw = cfg, module, kw
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -940,7 +963,7 @@ class _ExtrasAttention(torch.autograd.Function):
         q, k, v, out, lse, sinks, alibi = ctx.saved_tensors
         cfg = ctx.cfg
         dout = dout.contiguous()
-        if q.device.type == "cpu":
+        if not _triton_path(q):
             from . import api
 
             kw = dict(softmax_scale=cfg.scale, causal=False, window=cfg.window, softcap=cfg.softcap,
@@ -958,12 +981,19 @@ class _ExtrasAttention(torch.autograd.Function):
                 dsinks = torch.from_numpy(dparams["sinks"]) if sinks is not None else None
                 dalibi = torch.from_numpy(dparams["alibi_slopes"]) if alibi is not None else None
             dq, dk, dv = (_from_numpy(g, x) for g, x in zip(res[:3], (q, k, v)))
+        elif ctx.module is None:  # a packed batch without a query or key token: nothing ran
+            dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+            dsinks = None if sinks is None else torch.zeros_like(sinks)
+            dalibi = None if alibi is None else torch.zeros_like(alibi)
         else:
             lift = (lambda x: x.unsqueeze(0)) if cfg.kind == "varlen" else (lambda x: x)
-            res = ctx.module.backward(lift(q), lift(k), lift(v), lift(out), lift(lse), lift(dout), params=ctx.params)
+            kw = dict(ctx.kw)
+            if "blocks" in kw:
+                kw["blocks"] = _varlen_blocks(ctx.module, "bwd", cfg, q.shape[0], k.shape[0], q.device)
+            res = ctx.module.backward(lift(q), lift(k), lift(v), lift(out), lift(lse), lift(dout), **kw)
             dq, dk, dv = (g.reshape(x.shape) for g, x in zip(res[:3], (q, k, v)))
             dparams = res[3] if len(res) > 3 else {}
-            dsinks = _dsinks_torch(out, dout, lse, sinks, ctx.rows) if sinks is not None else None
+            dsinks = dparams["sinks"] if sinks is not None else None
             dalibi = None
             if alibi is not None and alibi.requires_grad:
                 if "alibi_slopes" not in dparams:
@@ -985,7 +1015,11 @@ def _fold_alibi(g, alibi, cfg):
 
 
 def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
-    """(out, lse, Triton module or None, params by name or None, inside-rows mask or None)."""
+    """(out, lse, Triton module or None, the module's keyword arguments or None).
+
+    On the Triton path a packed batch runs as one batch (B = 1) whose guarded kernels never write the
+    tokens outside every sequence; the module allocates out = 0 and lse = −inf, which those tokens
+    keep (no masking after the kernels)."""
     from . import api
 
     device = q.device.type
@@ -993,13 +1027,13 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
         _npu_refusal()
     alibi_np = _np_or_none(alibi)
     sinks_np = _np_or_none(sinks)
-    if device == "cpu":
+    if not _triton_path(q):
         kw = dict(softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap, alibi_slopes=alibi_np, sinks=sinks_np)
         if cfg.kind == "varlen":
             o, lse = api.attention_varlen(_to_numpy(q), _to_numpy(k), _to_numpy(v), cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q, max_seqlen_k=cfg.max_k, **kw)
         else:
             o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), layout="BSND", **kw)
-        return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32)), None, None, None
+        return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32)), None, None
     from .backends import triton as triton_backend
     from .mods import mods_from_api
 
@@ -1007,13 +1041,12 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
         spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
                                                max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
                                                alibi_slopes=alibi_np, sinks=sinks_np)
-        rows = torch.from_numpy(lay.q_inside)
-        if spec is None:
+        if spec is None:  # no query or no key token: every row is empty
             out = q.new_zeros((*q.shape[:2], v.shape[2]))
             lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
             if sinks is not None:
-                lse[:, rows.to(q.device)] = sinks.detach().float().view(-1, 1)
-            return out, lse, None, None, rows
+                lse[:, torch.from_numpy(lay.q_inside).to(q.device)] = sinks.detach().float().view(-1, 1)
+            return out, lse, None, None
         params = {n: torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for n, a in arrays.items()}
         q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     else:
@@ -1022,21 +1055,19 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
         spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
         spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
         params = {"alibi_slopes": alibi.detach().float().contiguous()} if alibi is not None else {}
-        rows = None
         q4, k4, v4 = q, k, v
-    if sinks is not None:
-        params["sinks"] = sinks.detach().float().contiguous()
-    from .backends import check_emittable
-
-    check_emittable(spec)
     module = triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
-    out, lse = module.forward(q4, k4, v4, params=params)
+    kw = {}
+    if spec.mods is not None:
+        kw["params"] = params
+    if sinks is not None:
+        kw["sinks"] = sinks.detach().float().contiguous()
+    if cfg.kind == "varlen":
+        kw["blocks"] = _varlen_blocks(module, "fwd", cfg, q.shape[0], k.shape[0], q.device)
+    out, lse = module.forward(q4, k4, v4, **kw)
     if cfg.kind == "varlen":
         out, lse = out[0], lse[0]
-        inside = rows.to(q.device)
-        out = torch.where(inside.view(-1, 1, 1), out, torch.zeros((), dtype=out.dtype, device=out.device))
-        lse = torch.where(inside.view(1, -1), lse, torch.full((), float("-inf"), device=lse.device))
-    return out.contiguous(), lse.contiguous(), module, params, rows
+    return out.contiguous(), lse.contiguous(), module, kw
 
 
 def _check_extras(q, sinks, alibi_slopes, softcap):

@@ -880,6 +880,8 @@ class KernelLowering:
     def _tensors_used(self) -> set[str]:
         out = set()
         for s, _ in walk(self.kernel.body):
+            if isinstance(s, (Load, Store)) and s.rows:
+                out.add(s.rows)
             if isinstance(s, Load):
                 out.add(s.src.tensor)
             if isinstance(s, Store):
@@ -939,8 +941,10 @@ class KernelLowering:
         return text
 
     # pointers -----------------------------------------------------------------------------------------
-    def tile(self, access: Access, transposed: bool) -> dict:
-        """Pointer expression and mask of an access: leading point indices, then the tile's dims."""
+    def tile(self, access: Access, transposed: bool, rows: str = "") -> dict:
+        """Pointer expression and mask of an access: leading point indices, then the tile's dims.
+        ``rows`` (a Load's/Store's row guard): the int32 row-id tensor over the first tiled dim; the
+        mask also leaves out the rows whose id is negative (ids past the extent read as −1)."""
         tensor = self.program.tensor(access.tensor)
         ntile = len(access.tile)
         npoint = len(access.index) - ntile
@@ -973,6 +977,9 @@ class KernelLowering:
             terms.append(f"{bvec} * {tensor.name}_s{d}")
             if need:
                 masks.append(f"({bvec} < {extent})")
+            if rows and k == 0:
+                bound = f", mask={bvec} < {extent}, other=-1" if need else ""
+                masks.append(f"(tl.load({rows}_ptr + {bvec} * {rows}_s0{bound}) >= 0)")
         ptr = f"{tensor.name}_ptr + " + " + ".join(terms)
         return {"ptr": ptr, "mask": " & ".join(masks) if masks else None, "col_pad": any(self.padded(s) for s in access.tile)}
 
@@ -1165,10 +1172,12 @@ class KernelLowering:
             self.lines.append(Line(indent + 1, "assign", {"dst": s.dst, "value": f"{s.dst} + tl.sum(tl.where({slots}[None, :] == {chunk}[:, None], part[:, None], 0.0), axis=0)"}))
 
     def load(self, s: Load, indent: int, unmasked: bool) -> None:
-        t = self.tile(s.src, s.dst in self.transposed)
+        t = self.tile(s.src, s.dst in self.transposed, s.rows)
         other = None
         if t["mask"]:
-            if s.pad is not None:
+            if s.rows:  # guarded rows load as 0 (and the extent's padding with them)
+                other = repr(float(s.pad)) if s.pad is not None else "0.0"
+            elif s.pad is not None:
                 other = repr(float(s.pad))
             elif t["col_pad"]:
                 other = "0.0"
@@ -1176,7 +1185,7 @@ class KernelLowering:
         self.lines.append(Line(indent, "load", {"dst": s.dst, "ptr": t["ptr"], "mask": t["mask"], "other": other, "scale": scale}))
 
     def store(self, s: Store, indent: int, unmasked: bool) -> None:
-        t = self.tile(s.dst, s.src in self.transposed)
+        t = self.tile(s.dst, s.src in self.transposed, s.rows)
         value = s.src
         if self._all_scaled(id(s), s.src):
             value = f"({value} * {LN2!r})"
@@ -1222,6 +1231,12 @@ class KernelLowering:
             op = "exp2"  # the argument is kept in log2 units: exp(x) = exp2(x · log2 e)
         args = [self.ref(a, s.dst, sid, raw=op == "exp2") for a in s.args]
         dtype = self.bufs[s.dst].dtype
+        names = [a for a in s.args if isinstance(a, str)]
+        if self.bufs[s.dst].shape and names and all(not self.bufs[a].shape for a in names):
+            # only 0-d operands (m = sinks[hq]): broadcast to dst's shape, so that a loop-carried
+            # value keeps one shape (Triton requires it)
+            zeros = f"tl.zeros([{', '.join(self.shape(s.dst))}], tl.float32)"
+            args = [f"({text} + {zeros})" if isinstance(a, str) else text for a, text in zip(s.args, args)]
         cast = TL_DTYPES[dtype] if (op == "cast" or dtype != "fp32") else None
         if op == "cast" and dtype == "fp32" and all(not isinstance(a, str) or self.bufs[a].dtype == "fp32" for a in s.args):
             op, cast = "copy", None
@@ -1339,7 +1354,24 @@ def _environment():
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["pyliteral"] = _pyliteral
     return env
+
+
+def _pyliteral(obj) -> str:
+    """``obj`` (JSON data) as a Python literal: Jinja's ``tojson`` spelling (sorted keys, HTML-safe
+    escapes), but True, False and None for the booleans and null."""
+    from jinja2.utils import htmlsafe_json_dumps
+
+    if isinstance(obj, bool):
+        return repr(obj)
+    if obj is None:
+        return "None"
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{htmlsafe_json_dumps(str(k))}: {_pyliteral(obj[k])}" for k in sorted(obj)) + "}"
+    if isinstance(obj, (list, tuple)):
+        return "[" + ", ".join(_pyliteral(x) for x in obj) + "]"
+    return str(htmlsafe_json_dumps(obj))
 
 
 def _program_context(sched: Scheduled) -> dict:
@@ -1349,10 +1381,16 @@ def _program_context(sched: Scheduled) -> dict:
     for k in kernels:  # both programs have one; the forward's and the backward's tile sizes may differ
         if k["phase"] == "classify":
             k["name"] = f"{sched.kind.split('-')[0]}_classify"
+    guarded = guarded_outputs(program)
     tensors = [
-        {"name": t.name, "kind": t.kind, "dtype": t.dtype, "torch_dtype": TORCH_DTYPES[t.dtype], "ndim": len(t.shape), "layout": t.layout if len(t.shape) == 4 else "", "shape": [PYTHON_EXPR(d) for d in t.shape]}
+        {"name": t.name, "kind": t.kind, "dtype": t.dtype, "torch_dtype": TORCH_DTYPES[t.dtype], "ndim": len(t.shape), "layout": t.layout if len(t.shape) == 4 else "", "shape": [PYTHON_EXPR(d) for d in t.shape],
+         "fill": _fill_text(guarded[t.name][1]) if t.name in guarded else None}
         for t in program.tensors
     ]
+    fills: dict[tuple, list[str]] = {}
+    for name, (rows, value) in guarded.items():
+        fills.setdefault((rows, value), []).append(name)
+    fill_lines = [{"rows": rows, "what": f"{' and '.join(names)} hold {value!r} there"} for (rows, value), names in fills.items()]
     prediction = sched.log.schedule.prediction if sched.log.schedule is not None else None
     return {
         "kind": sched.kind,
@@ -1363,8 +1401,25 @@ def _program_context(sched: Scheduled) -> dict:
         "skipped": [sk.line() for sk in sched.skipped],
         "kernels": kernels,
         "tensors": tensors,
+        "fills": fill_lines,
         "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),
     }
+
+
+def _fill_text(value: float) -> str:
+    return repr(value) if math.isfinite(value) else f'float("{value}")'
+
+
+def guarded_outputs(program: Program) -> dict[str, tuple[str, float]]:
+    """{output tensor: (row-id tensor, value)} for each output whose stores skip guarded rows
+    (``Store.rows``): the module allocates it filled with the value an empty row holds (DESIGN §3:
+    L = −inf, every other output 0), which the rows the kernels never write keep."""
+    out = {}
+    for k in program.kernels:
+        for s, _ in walk(k.body):
+            if isinstance(s, Store) and s.rows and program.tensor(s.dst.tensor).kind == "output":
+                out[s.dst.tensor] = (s.rows, float("-inf") if s.dst.tensor == "L" else 0.0)
+    return out
 
 
 def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None) -> str:
@@ -1400,7 +1455,11 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "dtype": spec.dtype,
         "torch_dtype": TORCH_DTYPES[spec.dtype],
         "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
+        "dparams": bool(spec.sinks or (spec.mods is not None and spec.mods.grads)),
+        "sink_rows": spec.packed_ids[0] if spec.sinks and spec.packed_ids else "",
     }
+    context["fills"] = context["programs"][0]["fills"]
+    context["bwd_fills"] = context["programs"][1]["fills"]
     return _environment().get_template("module.py.jinja").render(**context)
 
 
@@ -1421,11 +1480,12 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
         }
         for p in mods.params
     ]
-    block_shapes = {}
+    block_shapes, tile_sizes = {}, {}
     for sched in (fwd, bwd):
         for t in sched.program.tensors:
             if t.kind == "tiles":
                 block_shapes[sched.kind.split("-")[0]] = [sched.program.evaluate(d) for d in t.shape]
+                tile_sizes[sched.kind.split("-")[0]] = [sched.program.evaluate(Br), sched.program.evaluate(Bc)]
     program = bwd.program
     br, bc = program.evaluate(Br), program.evaluate(Bc)
     grads = []
@@ -1466,6 +1526,7 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
         "param_names": [p.name for p in mods.params],
         "index_only": bool(mods.index_only_mask),
         "block_shapes": block_shapes,
+        "tile_sizes": tile_sizes,
         "grads": grads,
     }
 

@@ -53,10 +53,13 @@ LAYOUT = "BSND"
 DTYPE = torch.float16
 
 
-def _widen_bf16_dot_in_the_interpreter():
+def _bf16_in_the_interpreter():
     """Triton's interpreter (TRITON_INTERPRET=1; seen in Triton 3.6 to 3.9) multiplies bfloat16
-    ``tl.dot`` operands as their raw uint16 storage, which gives garbage; widen them to float32 first
-    (exact: a bf16 is the top half of an fp32). Compiled kernels on a GPU never take this path."""
+    ``tl.dot`` operands as their raw uint16 storage, which gives garbage: widen them to float32 first
+    (exact: a bf16 is the top half of an fp32). It also casts float32 to bfloat16 by truncation, where
+    a GPU rounds to nearest even: round to nearest even instead (a truncating cast biases every rounded
+    tile towards zero, and sums of many rows, such as dsinks, show it). Compiled kernels on a GPU never
+    take this path."""
     import numpy as np
     from triton.runtime import interpreter as ti
 
@@ -72,12 +75,23 @@ def _widen_bf16_dot_in_the_interpreter():
     def create_dot(self, a, b, d, *rest):
         return original(self, widen(a), widen(b), d, *rest)
 
+    cast = ti.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            u = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+            r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            r = np.where(np.isnan(src.data), np.uint16(0x7FC0), r)
+            return ti.TensorHandle(r, tl.bfloat16)
+        return cast(self, src, dst_type)
+
     create_dot._widens_bf16 = True
     ti.InterpreterBuilder.create_dot = create_dot
+    ti.InterpreterBuilder.cast_impl = cast_impl
 
 
 if os.environ.get("TRITON_INTERPRET") == "1" and DTYPE == torch.bfloat16:
-    _widen_bf16_dot_in_the_interpreter()
+    _bf16_in_the_interpreter()
 
 
 @triton.jit
@@ -287,13 +301,18 @@ def _logical(x):
     return x.permute(0, 2, 1, 3) if LAYOUT == "BSND" else x
 
 
-def _alloc(shape, dtype, device, poison, layout):
-    """A new tensor of logical shape `shape`, laid out as `layout`; NaN-filled when `poison`."""
+def _new(shape, dtype, device, poison, fill=None):
+    """A new tensor: NaN-filled when `poison`, else filled with `fill` (an output whose stores skip
+    guarded rows: the value those rows keep), else uninitialized."""
+    if poison or fill is not None:
+        return torch.full(tuple(shape), float("nan") if poison else fill, dtype=dtype, device=device)
+    return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+
+def _alloc(shape, dtype, device, poison, layout, fill=None):
+    """A new tensor of logical shape `shape`, laid out as `layout` (filled as `_new`)."""
     physical = (shape[0], shape[2], shape[1], shape[3]) if layout == "BSND" else tuple(shape)
-    if poison:
-        x = torch.full(physical, float("nan"), dtype=dtype, device=device)
-    else:
-        x = torch.empty(physical, dtype=dtype, device=device)
+    x = _new(physical, dtype, device, poison, fill)
     return x.permute(0, 2, 1, 3) if layout == "BSND" else x
 
 
@@ -391,7 +410,7 @@ def forward(q, k, v, *, poison=False):
     _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.float16)
     t["V"] = _logical(v)
     t["O"] = _alloc((B, Hq, Sq, Dv), torch.float16, device, poison, "BSND")
-    t["L"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+    t["L"] = _new((B, Hq, Sq), torch.float32, device, poison)
 
     _launch_fwd(t)
     return _logical(t["O"]), t["L"]
@@ -423,7 +442,7 @@ def backward(q, k, v, o, lse, do, *, poison=False):
     t["L"] = lse
     _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.float16)
     t["dO"] = _logical(do)
-    t["D"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+    t["D"] = _new((B, Hq, Sq), torch.float32, device, poison)
     t["dQ_ws"] = _alloc((B, Hq, Sq, Dqk), torch.float32, device, poison, "BNSD")
     t["dQ"] = _alloc((B, Hq, Sq, Dqk), torch.float16, device, poison, "BSND")
     t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.float16, device, poison, "BSND")
@@ -436,7 +455,8 @@ def backward(q, k, v, o, lse, do, *, poison=False):
 
 
 class AttentionFunction(torch.autograd.Function):
-    """autograd: `forward` saves q, k, v, o, lse; `backward` runs the recompute backward."""
+    """autograd: `forward` saves q, k, v, o, lse;
+    `backward` runs the recompute backward."""
 
     @staticmethod
     def forward(ctx, q, k, v):

@@ -62,10 +62,13 @@ LAYOUT = "BNSD"
 DTYPE = torch.bfloat16
 
 
-def _widen_bf16_dot_in_the_interpreter():
+def _bf16_in_the_interpreter():
     """Triton's interpreter (TRITON_INTERPRET=1; seen in Triton 3.6 to 3.9) multiplies bfloat16
-    ``tl.dot`` operands as their raw uint16 storage, which gives garbage; widen them to float32 first
-    (exact: a bf16 is the top half of an fp32). Compiled kernels on a GPU never take this path."""
+    ``tl.dot`` operands as their raw uint16 storage, which gives garbage: widen them to float32 first
+    (exact: a bf16 is the top half of an fp32). It also casts float32 to bfloat16 by truncation, where
+    a GPU rounds to nearest even: round to nearest even instead (a truncating cast biases every rounded
+    tile towards zero, and sums of many rows, such as dsinks, show it). Compiled kernels on a GPU never
+    take this path."""
     import numpy as np
     from triton.runtime import interpreter as ti
 
@@ -81,12 +84,23 @@ def _widen_bf16_dot_in_the_interpreter():
     def create_dot(self, a, b, d, *rest):
         return original(self, widen(a), widen(b), d, *rest)
 
+    cast = ti.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            u = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+            r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+            r = np.where(np.isnan(src.data), np.uint16(0x7FC0), r)
+            return ti.TensorHandle(r, tl.bfloat16)
+        return cast(self, src, dst_type)
+
     create_dot._widens_bf16 = True
     ti.InterpreterBuilder.create_dot = create_dot
+    ti.InterpreterBuilder.cast_impl = cast_impl
 
 
 if os.environ.get("TRITON_INTERPRET") == "1" and DTYPE == torch.bfloat16:
-    _widen_bf16_dot_in_the_interpreter()
+    _bf16_in_the_interpreter()
 
 
 @triton.jit
@@ -350,13 +364,18 @@ def _logical(x):
     return x.permute(0, 2, 1, 3) if LAYOUT == "BSND" else x
 
 
-def _alloc(shape, dtype, device, poison, layout):
-    """A new tensor of logical shape `shape`, laid out as `layout`; NaN-filled when `poison`."""
+def _new(shape, dtype, device, poison, fill=None):
+    """A new tensor: NaN-filled when `poison`, else filled with `fill` (an output whose stores skip
+    guarded rows: the value those rows keep), else uninitialized."""
+    if poison or fill is not None:
+        return torch.full(tuple(shape), float("nan") if poison else fill, dtype=dtype, device=device)
+    return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+
+def _alloc(shape, dtype, device, poison, layout, fill=None):
+    """A new tensor of logical shape `shape`, laid out as `layout` (filled as `_new`)."""
     physical = (shape[0], shape[2], shape[1], shape[3]) if layout == "BSND" else tuple(shape)
-    if poison:
-        x = torch.full(physical, float("nan"), dtype=dtype, device=device)
-    else:
-        x = torch.empty(physical, dtype=dtype, device=device)
+    x = _new(physical, dtype, device, poison, fill)
     return x.permute(0, 2, 1, 3) if layout == "BSND" else x
 
 
@@ -507,9 +526,22 @@ def _block_lists(bm):
     }
 
 
-def _classified(t, launch, kernel):
-    """Run the classify kernel into t["BM"] and add the tile lists to t; with a mask of indices alone
-    (INDEX_ONLY_MASK) the table and lists are computed once per device and reused."""
+def tile_lists(kind, bm):
+    """The class table bm (float32 [Bm, Hm, nQ, nK] of BLOCK_SHAPES[kind], on q's device; codes 0
+    empty, 1 partial, 2 full, as the classify kernel writes them for TILE_SIZES[kind]) with its tile
+    lists: the `blocks=` argument of `forward` (kind "fwd") and `backward` ("bwd"), which then walk it
+    instead of running the classify kernel. ValueError: a table of another shape or dtype."""
+    _check(f"blocks[{kind!r}]", bm, BLOCK_SHAPES[kind], torch.float32)
+    return {"BM": bm, **_block_lists(bm)}
+
+
+def _classified(t, launch, kernel, blocks=None):
+    """Run the classify kernel into t["BM"] and add the tile lists to t (or take `blocks`, a dict of
+    `tile_lists`, computed by the caller); with a mask of indices alone (INDEX_ONLY_MASK) the table and
+    lists are computed once per device and reused."""
+    if blocks is not None:
+        t.update(blocks)
+        return
     key = (kernel, str(t["Q"].device))
     if INDEX_ONLY_MASK and key in _BLOCKS:
         t.update(_BLOCKS[key])
@@ -534,8 +566,9 @@ def block_lists(kind, q, params=None):
 
 INDEX_ONLY_MASK = False
 BLOCK_SHAPES = {"bwd": [1, 1, 8, 2], "fwd": [1, 1, 2, 4]}
+TILE_SIZES = {"bwd": [32, 128], "fwd": [128, 64]}  # kind -> [Br, Bc] of its block table
 
-def forward(q, k, v, *, params=None, poison=False):
+def forward(q, k, v, *, params=None, blocks=None, poison=False):
     """Attention forward: (o, lse).
 
     Args:
@@ -543,6 +576,7 @@ def forward(q, k, v, *, params=None, poison=False):
             Hkv, Sk (and Dv for v); all of DTYPE, on one device. Any strides.
         params: dict name -> tensor on q's device, one per parameter of PARAMS (float32 or int32, of
             its shape); a parameter whose values the spec carries may be left out.
+        blocks: None (the classify kernel classifies the tiles) or `tile_lists("fwd", table)`.
         poison: fill the outputs with NaN before the launch (tests: an unwritten element shows).
 
     Returns:
@@ -561,21 +595,22 @@ def forward(q, k, v, *, params=None, poison=False):
     _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.bfloat16)
     t["V"] = _logical(v)
     t["O"] = _alloc((B, Hq, Sq, Dv), torch.bfloat16, device, poison, "BNSD")
-    t["L"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+    t["L"] = _new((B, Hq, Sq), torch.float32, device, poison)
     t["doc"] = params["doc"]
     t["BM"] = _alloc((1, 1, (-((-Sq) // (Br))), (-((-Sk) // (Bc)))), torch.float32, device, poison, "BNSD")
 
-    _classified(t, _launch_fwd_classify, "fwd_classify")
+    _classified(t, _launch_fwd_classify, "fwd_classify", blocks)
     _launch_fwd(t)
     return _logical(t["O"]), t["L"]
 
 
-def backward(q, k, v, o, lse, do, *, params=None, poison=False):
+def backward(q, k, v, o, lse, do, *, params=None, blocks=None, poison=False):
     """Attention backward (recompute; dQ strategy atomic): (dq, dk, dv).
 
     Args:
         q, k, v: as for `forward`; o, lse: its outputs; do: dLoss/dO like o. Any strides.
         params: as for `forward`.
+        blocks: None (the classify kernel classifies the tiles) or `tile_lists("bwd", table)`.
         poison: fill outputs and workspaces with NaN before the launches.
 
     Returns:
@@ -599,7 +634,7 @@ def backward(q, k, v, o, lse, do, *, params=None, poison=False):
     t["L"] = lse
     _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
     t["dO"] = _logical(do)
-    t["D"] = (torch.full if poison else torch.empty)((B, Hq, Sq), *((float("nan"),) if poison else ()), dtype=torch.float32, device=device)
+    t["D"] = _new((B, Hq, Sq), torch.float32, device, poison)
     t["dQ_ws"] = _alloc((B, Hq, Sq, Dqk), torch.float32, device, poison, "BNSD")
     t["dQ"] = _alloc((B, Hq, Sq, Dqk), torch.bfloat16, device, poison, "BNSD")
     t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.bfloat16, device, poison, "BNSD")
@@ -607,7 +642,7 @@ def backward(q, k, v, o, lse, do, *, params=None, poison=False):
     t["doc"] = params["doc"]
     t["BM"] = _alloc((1, 1, (-((-Sq) // (Br))), (-((-Sk) // (Bc)))), torch.float32, device, poison, "BNSD")
 
-    _classified(t, _launch_bwd_classify, "bwd_classify")
+    _classified(t, _launch_bwd_classify, "bwd_classify", blocks)
     _launch_pre(t)
     _launch_main(t)
     _launch_post(t)
@@ -615,8 +650,8 @@ def backward(q, k, v, o, lse, do, *, params=None, poison=False):
 
 
 class AttentionFunction(torch.autograd.Function):
-    """autograd: `forward` saves q, k, v, o, lse and the parameters (in PARAMS order); `backward` runs
-    the recompute backward and returns the float parameters' gradients."""
+    """autograd: `forward` saves q, k, v, o, lse and the parameters (in PARAMS order);
+    `backward` runs the recompute backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, *values):
@@ -629,9 +664,7 @@ class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dlse):
         q, k, v, o, lse, *values = ctx.saved_tensors
-        grads = backward(q, k, v, o, lse, do, params=dict(zip(PARAMS, values)))
-        dparams = grads[3] if len(grads) > 3 else {}
-        return (*grads[:3], *(dparams.get(name) for name in PARAMS))
+        return backward(q, k, v, o, lse, do, params=dict(zip(PARAMS, values))) + tuple(None for _ in PARAMS)
 
 
 def attention(q, k, v, params=None):
