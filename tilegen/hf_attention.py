@@ -22,7 +22,9 @@ Gemma 2's ``softcap`` (``attn_logit_softcapping``) is passed on as ``flash_attn_
 the :func:`tilegen.mods.softcap` score mod. gpt-oss's learned sinks (``GptOssAttention`` passes its
 ``self.sinks`` [Hq] as ``s_aux``, ``models/gpt_oss/modeling_gpt_oss.py`` line 322) are passed on as
 ``flash_attn_func``'s ``sinks``, so they get their gradient; rows that see no key give 0, as gpt-oss's
-eager attention gives them (the sink takes the whole softmax there).
+eager attention gives them (the sink takes the whole softmax there). Sinks run on CPU tensors (the
+interpreter); on CUDA the call is refused with a one-line ``SpecError`` naming ``sinks`` until the
+Triton generator emits them (``tilegen.backends.check_emittable``).
 
 The kernels run through :func:`tilegen.torch.flash_attn_func`, so the device picks the backend: the
 NumPy interpreter on CPU, the generated Triton module on CUDA, the Ascend C operator on NPU (which
@@ -49,8 +51,8 @@ refused. With ``attention_mask=None`` the layer is causal when ``is_causal`` (th
 
 Refused with :class:`tilegen.torch.UnsupportedArgument` (a ``NotImplementedError`` naming the argument,
 its value and what is accepted): ``dropout`` > 0 (a model in training mode with attention dropout;
-``model.eval()`` still gives gradients), ``position_bias`` (T5-style biases), ``head_mask``, ``output_attentions=True`` (the probabilities are never
-formed), and masks outside the form above.
+``model.eval()`` still gives gradients), ``position_bias`` (T5-style biases), ``head_mask``,
+``output_attentions=True`` (the probabilities are never formed), and masks outside the form above.
 """
 
 from __future__ import annotations
