@@ -6,8 +6,9 @@
   window shorter than the sequence; a KV-cache decode step): logits and parameter gradients match
   ``"eager"``.
 - Every run counts the calls into tilegen's kernels, so a silent fallback to another implementation fails.
-- Refusals (dropout, a negative softcap, attention sinks, per-head and gapped masks) are one-line errors naming
-  the argument. Gemma 2's softcap itself is checked in tests/test_hf_mods.py.
+- Refusals (dropout, a negative softcap, malformed sinks, per-head and gapped masks) are one-line errors naming
+  the argument. Gemma 2's softcap itself is checked in tests/test_hf_mods.py, gpt-oss's sinks in
+  tests/test_hf_gptoss.py.
 
 All on CPU in float32: tilegen runs through its NumPy interpreter (tilegen.torch), eager through torch.
 """
@@ -209,7 +210,8 @@ def _qkv(b=2, hq=2, hkv=1, sq=4, sk=4, d=8):
     [
         (dict(softcap=-1.0), r"^softcap = -1\.0 is not supported; accepted: None, 0 or a number > 0"),
         (dict(dropout=0.1), r"^dropout = 0\.1 is not supported"),
-        (dict(s_aux=torch.zeros(2)), r"^s_aux = 'Tensor' is not supported; accepted: None"),
+        (dict(s_aux=torch.zeros(3)), r"^s_aux = \(3,\) is not supported; accepted: None or a floating tensor \[2\]"),
+        (dict(s_aux=torch.zeros(2), sinks=torch.zeros(2)), r"^sinks = 'both s_aux and sinks' is not supported"),
         (dict(output_attentions=True), r"^output_attentions = True is not supported"),
     ],
 )

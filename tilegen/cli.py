@@ -154,6 +154,7 @@ def describe(spec: AttentionSpec) -> str:
         f"{spec.name}: B={spec.batch}, Hq={spec.heads_q}, Hkv={spec.heads_kv}, Sq={spec.seq_q}, Sk={spec.seq_k}, "
         f"{dims}, {spec.dtype}, {mask}, {spec.layout}, scale={spec.softmax_scale:.6g}"
         + (", with mods" if spec.has_mods else "")
+        + (", with sinks" if spec.sinks else "")
     )
 
 

@@ -74,6 +74,18 @@ Score mods (DESIGN §3; the spec's ``score_mod`` text and ``[params]`` with valu
   (``modeling_mpt.py`` line 320), so an MPT config with ``attn_config.alibi: false`` or another
   ``alibi_bias_max`` is refused as ambiguous.
 
+- Attention sinks (gpt-oss, ``model_type`` gpt_oss) → the spec's ``sinks = true``: ``GptOssAttention``
+  holds one learned logit per query head (``self.sinks``, ``models/gpt_oss/modeling_gpt_oss.py`` line
+  285) that ``eager_attention_forward`` concatenates to every row's scores as one more column, then
+  softmax, then drops (lines 243–251): DESIGN §3's sinks. The logits are weights, not config (no values in
+  the spec; tilegen's entry points take them as ``sinks=``). Its layers alternate as ``layer_types``
+  says (the hub configs list it; absent, ``GptOssConfig.__post_init__``, ``configuration_gpt_oss.py``
+  lines 84–87, makes the even layers sliding), the sliding ones with ``sliding_window`` (128 in
+  gpt-oss-20b and -120b, so window ``(127, 0)``); scale ``head_dim ** -0.5`` (line 269); causal (line
+  271); GQA as ``num_key_value_heads``. The layer is picked with ``layer=`` (the CLI's ``--layer``), as
+  for Gemma 2. The hub configs carry no ``torch_dtype``: the spec says fp32 by the rule below; pass
+  ``dtype="bf16"`` (``--dtype bf16``) for the bf16 activations the model runs in.
+
 - T5 (``model_type`` t5, mt5; encoder-decoders, so ``part="encoder"`` or ``"decoder"`` picks the
   self-attention): scale 1 (``T5Attention`` does not scale q·kᵀ), ``head_dim = d_kv``, the encoder
   bidirectional and the decoder causal, and score′ = score + rel_bias[h, bucket] with the bucket of
@@ -88,7 +100,8 @@ bfloat16, ``position_embedding_type`` = ``alibi``/``relative_key``/``relative_ke
 (``attention_chunk_size``), bidirectional windows (``use_bidirectional_attention``, ModernBERT's
 ``local_attention``, GPT-Neo's ``attention_types``), encoder-decoder and cross-attention models
 (``is_encoder_decoder``, ``add_cross_attention``), layer kinds other than full and sliding attention,
-and models whose layers differ when no ``layer`` is given. RoPE, QK-norm, biases in the projections
+a ``layer_types`` list whose length is not ``num_hidden_layers``, and models whose layers differ when no
+``layer`` is given. RoPE, QK-norm, biases in the projections
 and attention dropout act outside the kernel (Q and K reach it already rotated) and do not change the
 spec. Padding masks are per batch, not per model, and are not part of a spec.
 """
@@ -127,28 +140,36 @@ ENCODER_TYPES = frozenset(
 DECODER_TYPES = frozenset(
     {
         "bloom", "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3",
-        "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "granite", "llama", "mistral", "mixtral",
+        "gemma3_text", "gpt2", "gpt_bigcode", "gpt_neox", "gpt_oss", "gptj", "granite", "llama", "mistral", "mixtral",
         "mpt", "olmo", "olmo2", "opt", "persimmon", "phi", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
         "stablelm", "starcoder2",
     }
 )  # fmt: skip
 _QWEN_STYLE = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
-_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+_PATTERN_DEFAULTS = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4, "gpt_oss": 2}
+SINK_TYPES = ("gpt_oss",)  # models whose attention has one learned sink logit per query head
 LAYER_KINDS = ("full_attention", "sliding_attention")
 
 
 def load_hf_config(source: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any], str | None]:
     """The parsed config and where it came from (None for a dict).
 
-    ``source`` is a dict, a ``config.json`` path, or a model folder holding ``config.json``.
+    ``source`` is a dict, a transformers config object (``PreTrainedConfig``, e.g. ``GptOssConfig``:
+    read through its ``to_dict()``), a ``config.json`` path, or a model folder holding ``config.json``.
 
     Raises:
         SpecError: an unreadable file, invalid JSON, or JSON that is not an object.
     """
     if isinstance(source, Mapping):
         return dict(source), None
+    to_dict = getattr(source, "to_dict", None)
+    if callable(to_dict) and isinstance(getattr(source, "model_type", None), str):
+        data = to_dict()
+        if not isinstance(data, dict):
+            raise SpecError("config", type(source).__name__, "a config whose to_dict() gives a dict")
+        return data, None
     if not isinstance(source, (str, Path)):
-        raise SpecError("config", type(source).__name__, "a dict, a config.json path or a model folder")
+        raise SpecError("config", type(source).__name__, "a dict, a transformers config, a config.json path or a model folder")
     path = Path(source)
     if path.is_dir():
         path = path / "config.json"
@@ -295,6 +316,9 @@ def _layer_kinds(cfg: _Config, sliding_window: int | None) -> list[str] | None:
     if explicit is not None:
         if not isinstance(explicit, list) or not explicit or not all(isinstance(k, str) for k in explicit):
             raise cfg.error("layer_types", explicit, "a non-empty list of layer kind names")
+        layers_at = cfg.find("num_hidden_layers")
+        if layers_at is not None and len(explicit) != cfg.integer(*layers_at):
+            raise cfg.error("layer_types", f"a list of {len(explicit)} kinds", f"one kind per layer ({layers_at[0]} = {layers_at[1]})")
         return list(explicit)
     qwen_style = model_type in _QWEN_STYLE or "use_sliding_window" in cfg.data
     if qwen_style and not cfg.truthy("use_sliding_window"):
@@ -675,6 +699,7 @@ def spec_from_hf_config(
         name=_name(cfg, name),
         score_mod=score_mod,
         params=params,
+        sinks=cfg.get("model_type") in SINK_TYPES,
     )
     renames = {
         "heads_q": cfg.key(heads_key),

@@ -19,7 +19,12 @@ reference; paths are inside its ``src/transformers``):
   to an implementation it does not know (``_preprocess_mask_arguments``), and padding would be lost.
 
 Gemma 2's ``softcap`` (``attn_logit_softcapping``) is passed on as ``flash_attn_func``'s ``softcap``,
-the :func:`tilegen.mods.softcap` score mod.
+the :func:`tilegen.mods.softcap` score mod. gpt-oss's learned sinks (``GptOssAttention`` passes its
+``self.sinks`` [Hq] as ``s_aux``, ``models/gpt_oss/modeling_gpt_oss.py`` line 322) are passed on as
+``flash_attn_func``'s ``sinks``, so they get their gradient; rows that see no key give 0, as gpt-oss's
+eager attention gives them (the sink takes the whole softmax there). Sinks run on CPU tensors (the
+interpreter); on CUDA the call is refused with a one-line ``SpecError`` naming ``sinks`` until the
+Triton generator emits them (``tilegen.backends.check_emittable``).
 
 The kernels run through :func:`tilegen.torch.flash_attn_func`, so the device picks the backend: the
 NumPy interpreter on CPU, the generated Triton module on CUDA, the Ascend C operator on NPU (which
@@ -46,9 +51,8 @@ refused. With ``attention_mask=None`` the layer is causal when ``is_causal`` (th
 
 Refused with :class:`tilegen.torch.UnsupportedArgument` (a ``NotImplementedError`` naming the argument,
 its value and what is accepted): ``dropout`` > 0 (a model in training mode with attention dropout;
-``model.eval()`` still gives gradients), ``s_aux``/``sinks`` (attention sinks),
-``position_bias`` (T5-style biases), ``head_mask``, ``output_attentions=True`` (the probabilities are never
-formed), and masks outside the form above.
+``model.eval()`` still gives gradients), ``position_bias`` (T5-style biases), ``head_mask``,
+``output_attentions=True`` (the probabilities are never formed), and masks outside the form above.
 """
 
 from __future__ import annotations
@@ -64,8 +68,6 @@ __all__ = ["NAME", "attention_forward", "attention_mask", "register", "window_of
 NAME = "tilegen"
 
 _REFUSED_KWARGS = {
-    "s_aux": "None (no attention sinks)",
-    "sinks": "None (no attention sinks)",
     "position_bias": "None (no additive score bias)",
     "head_mask": "None (no per-head output mask)",
 }
@@ -182,6 +184,8 @@ def attention_forward(
             through :func:`tilegen.mods.softcap`.
         is_causal: overrides ``module.is_causal`` when the mask is None.
         target: the GPU target file for CUDA tensors.
+        s_aux (or sinks), keyword: None, or a float tensor [Hq], one learned sink logit per query head
+            (gpt-oss; DESIGN §3), passed to ``flash_attn_func(sinks=)``.
 
     Returns:
         (out [B, Sq, Hq, Dv] in query's dtype, contiguous; None): no attention weights.
@@ -198,12 +202,14 @@ def attention_forward(
             raise UnsupportedArgument(name, type(kwargs[name]).__name__, accepted)
     if kwargs.get("output_attentions"):
         raise UnsupportedArgument("output_attentions", True, "False (the attention probabilities are never formed)")
+    sinks = _sinks(kwargs, query)
     bsz, _, sq, _ = query.shape
     sk = key.shape[2]
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # BSND views
 
     def run(qq, kk, vv, left, right):
-        return flash_attn_func(qq, kk, vv, softmax_scale=scaling, causal=False, window_size=(left, right), softcap=float(softcap or 0.0), target=target)
+        return flash_attn_func(qq, kk, vv, softmax_scale=scaling, causal=False, window_size=(left, right), softcap=float(softcap or 0.0),
+                               sinks=sinks, target=target)
 
     if attention_mask is None:
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", False)
@@ -244,6 +250,22 @@ def attention_forward(
     inverse = torch.empty(bsz, dtype=torch.long, device=query.device)
     inverse[torch.tensor(order, device=query.device)] = torch.arange(bsz, device=query.device)
     return out[inverse].contiguous(), None
+
+
+def _sinks(kwargs: dict, query: torch.Tensor) -> torch.Tensor | None:
+    """The sink logits of a call (``s_aux``, gpt-oss's keyword, or ``sinks``), checked: a floating
+    tensor [Hq] on query's device, or None."""
+    given = [name for name in ("s_aux", "sinks") if kwargs.get(name) is not None]
+    if len(given) > 1:
+        raise UnsupportedArgument("sinks", "both s_aux and sinks", "one of them (the same [Hq] sink logits)")
+    if not given:
+        return None
+    sinks = kwargs[given[0]]
+    hq = query.shape[1]
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (hq,):
+        what = tuple(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise UnsupportedArgument(given[0], what, f"None or a floating tensor [{hq}]: one sink logit per query head")
+    return sinks.to(query.device)
 
 
 def attention_mask(*args: Any, **kwargs: Any):
