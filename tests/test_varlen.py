@@ -353,12 +353,30 @@ def test_torch_varlen_and_sinks_autograd_cpu():
 
 
 def test_sinks_refused_by_name_where_not_emitted(tmp_path):
-    """No code generator emits sinks yet, and tilegen run's dense reference has none: both refuse the
-    spec in one line naming the field."""
-    from tilegen.runner import validate_run
-
+    """The Triton generator does not emit sinks yet: it refuses the spec in one line naming the field
+    (the Ascend C one emits them: tests/test_varlen_ascend.py)."""
     spec = tilegen.AttentionSpec(batch=1, heads_q=2, heads_kv=1, seq_q=64, seq_k=64, head_dim_qk=16, head_dim_v=16, sinks=True)
-    for call in (lambda: tilegen.generate(spec, "h200", tmp_path / "out"), lambda: validate_run(spec)):
-        with pytest.raises(SpecError, match=r"^sinks = True is invalid; accepted: false for ") as exc:
-            call()
-        assert "\n" not in str(exc.value)
+    with pytest.raises(SpecError, match=r"^sinks = True is invalid; accepted: false for ") as exc:
+        tilegen.generate(spec, "h200", tmp_path / "out")
+    assert "\n" not in str(exc.value)
+
+
+def test_tilegen_run_checks_a_packed_batch_with_sinks():
+    """tilegen run's check of the built-in varlen-sinks spec: O, L, dQ, dK, dV on the tokens inside a
+    sequence and dsinks against the float64 torch reference (its sink column by autograd), and the
+    tokens outside every sequence left unwritten; a written one fails the check."""
+    import dataclasses
+
+    from tilegen.runner import _outside, check_spec
+    from tilegen.spec import builtin_spec
+
+    report = check_spec(builtin_spec("varlen-sinks"), backward="fused")
+    assert report.ok, "\n".join(c.line() for c in report.comparisons)
+    assert [c.name for c in report.comparisons] == ["O", "L", "dQ", "dK", "dV", "dsinks"]
+    assert sorted(n for n, _ in report.outside) == ["L", "O", "dK", "dQ", "dV"] and all(ok for _, ok in report.outside)
+    assert "sinks [4] random" in report.params_note
+    written = np.full((1, 2, 4, 3), np.nan, np.float32)
+    written[0, 1, 3, 0] = 0.0  # one element of a row outside every sequence
+    rows = np.array([True, True, True, False])
+    assert _outside("", {"O": written}, rows) == [("O", False)]
+    assert not dataclasses.replace(report, outside=[("O", False)]).ok
