@@ -43,5 +43,7 @@ def forward(q, k, v, k_seq, q_off, q_seq, sinks):
 def backward(q, k, v, o, lse, do, k_seq, q_off, q_seq):
     """[dq, dk, dv]: the gradients, then the parameter-gradient
     partials (fp32, one window per tile and AIV), reduced on the host in fixed order by
-    ``tilegen.backends.ascendc.reduce_partials(program, partials)``."""
+    ``tilegen.backends.ascendc.reduce_partials(program, partials)``. dsinks comes from the host:
+    ``tilegen.api.sink_grad(o, do, lse, sinks, rows)`` (float64, fixed order; the backward kernels need no
+    sinks: lse holds them)."""
     return _ops().bwd(q.contiguous(), k.contiguous(), v.contiguous(), o, lse, do.contiguous(), k_seq, q_off, q_seq)
