@@ -22,6 +22,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import make_spec
@@ -62,6 +63,16 @@ pytestmark = pytest.mark.skipif(
     bool(_MISSING), reason="real Ascend C header check needs " + ", ".join(_MISSING) + " (see tools/ascend-headercheck/README.md)"
 )
 
+def _varlen_fields() -> dict:
+    from tilegen.api import varlen_spec
+
+    cu_q, cu_k = np.array([0, 70, 70, 101, 150], np.int32), np.array([0, 90, 99, 140, 200], np.int32)
+    spec = varlen_spec((160, 6, 80), (210, 2, 80), (210, 2, 64), "fp16", cu_q, cu_k, window=(30, 0), sinks=np.zeros(6, np.float32))[0]
+    names = ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim_qk", "head_dim_v", "layout", "mask_mod", "params", "sinks",
+             "packed_ids")
+    return {n: getattr(spec, n) for n in names}
+
+
 # (id, spec fields, dQ strategies): every value of every axis appears; tails everywhere the sequence
 # lengths are not multiples of the tiles
 GRID = [
@@ -94,6 +105,9 @@ GRID = [
                                                               "doc_kv": {"shape": ["B", "Sk"], "dtype": "int32"},
                                                               "p": {"shape": ["B"], "dtype": "int32"}})),
      ("atomic",)),
+    # a packed batch (row guards on every load and store of a sequence's rows) with sinks, fp16, Dv != Dqk,
+    # a window per sequence, lengths below and above the tiles, tokens outside every sequence
+    ("fp16-varlen-sinks-gqa-d80-dv64", _varlen_fields(), ("atomic", "separate")),
 ]
 
 

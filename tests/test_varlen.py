@@ -345,24 +345,41 @@ def test_torch_varlen_and_sinks_autograd_cpu():
     assert np.abs(s2.grad.numpy() - rg2["dsinks"]).max() < 1e-5 and np.abs(sl.grad.numpy() - rg2["dslopes"]).max() < 1e-5
 
 
-def test_sinks_refused_by_name_where_not_emitted(tmp_path):
-    """The Ascend C generator does not emit sinks yet, and tilegen run's dense reference has none: both
-    refuse the spec in one line naming the field; Triton emits them (``tilegen generate --target
-    h200`` writes a module whose forward takes ``sinks``)."""
+def test_sinks_emitted_by_both_generators(tmp_path):
+    """Both generators emit sinks: ``tilegen generate`` writes a Triton module whose forward takes
+    ``sinks`` (h200) and Ascend C kernels that read ``sinks`` (ascend910b2)."""
     import subprocess
     import sys
 
-    from tilegen.runner import validate_run
-
     spec = tilegen.AttentionSpec(batch=1, heads_q=2, heads_kv=1, seq_q=64, seq_k=64, head_dim_qk=16, head_dim_v=16, sinks=True)
-    for call in (lambda: tilegen.generate(spec, "ascend910b2", tmp_path / "out"), lambda: validate_run(spec)):
-        with pytest.raises(SpecError, match=r"^sinks = True is invalid; accepted: false for ") as exc:
-            call()
-        assert "\n" not in str(exc.value)
     path = tmp_path / "sinks.toml"
     path.write_text(spec.to_toml())
-    run = subprocess.run([sys.executable, "-m", "tilegen", "generate", str(path), "--target", "h200", "-o", str(tmp_path / "gpu")],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    module = (tmp_path / "gpu" / "tilegen_custom.py").read_text()
+    for target in ("h200", "ascend910b2"):
+        run = subprocess.run([sys.executable, "-m", "tilegen", "generate", str(path), "--target", target, "-o", str(tmp_path / target)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+    module = (tmp_path / "h200" / "tilegen_custom.py").read_text()
     assert "def forward(q, k, v, *, sinks, poison=False):" in module and 'dparams["sinks"]' in module
+    kernels = (tmp_path / "ascend910b2" / "fwd_kernels.asc").read_text()
+    assert "sinks" in kernels
+
+
+def test_tilegen_run_checks_a_packed_batch_with_sinks():
+    """tilegen run's check of the built-in varlen-sinks spec: O, L, dQ, dK, dV on the tokens inside a
+    sequence and dsinks against the float64 torch reference (its sink column by autograd), and the
+    tokens outside every sequence left unwritten; a written one fails the check."""
+    import dataclasses
+
+    from tilegen.runner import _outside, check_spec
+    from tilegen.spec import builtin_spec
+
+    report = check_spec(builtin_spec("varlen-sinks"), backward="fused")
+    assert report.ok, "\n".join(c.line() for c in report.comparisons)
+    assert [c.name for c in report.comparisons] == ["O", "L", "dQ", "dK", "dV", "dsinks"]
+    assert sorted(n for n, _ in report.outside) == ["L", "O", "dK", "dQ", "dV"] and all(ok for _, ok in report.outside)
+    assert "sinks [4] random" in report.params_note
+    written = np.full((1, 2, 4, 3), np.nan, np.float32)
+    written[0, 1, 3, 0] = 0.0  # one element of a row outside every sequence
+    rows = np.array([True, True, True, False])
+    assert _outside("", {"O": written}, rows) == [("O", False)]
+    assert not dataclasses.replace(report, outside=[("O", False)]).ok

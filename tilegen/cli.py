@@ -183,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         target=target,
     )
     # the mods' parameter arrays are checked (and their source named) before any work
-    params_note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1] if spec.has_mods else None
+    params_note = mod_params(spec, args.seed, {k: v for k, v in (data or {}).items() if k not in ("Q", "K", "V", "dO")})[1] if spec.has_mods or spec.sinks else None
     # compiled here for the header (the schedule and its sources); check_spec finds them in the compile cache
     planned = compile_run(spec, target=target, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, backward=backward)
     if not args.json:
@@ -193,8 +193,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{label}: kernels {', '.join(k.name for k in program.kernels)}; {_tiles_text(program)} ({source})")
         if data_note:
             print(data_note)
-        if spec.has_mods:
-            print(describe_mods(spec))
+        if spec.has_mods or spec.sinks:
+            if spec.has_mods:
+                print(describe_mods(spec))
             if params_note:
                 print(params_note)
             print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
@@ -214,6 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/check.py):")
     for comp in report.comparisons:
         print("  " + comp.line())
+    if report.outside:
+        print("  tokens outside every sequence (packed batch), never written: "
+              + ", ".join(f"{name} {'ok' if ok else 'WRITTEN (FAIL)'}" for name, ok in report.outside))
     if backward == "both":
         print("  (* = the unfused backward)")
     print(traffic_table(report))
@@ -309,6 +313,7 @@ def _run_json(spec: AttentionSpec, report, data_note: str | None) -> str:
         "programs": programs,
         "twin_schedule": report.twin_schedule,
         "comparisons": [{**dataclasses.asdict(c), "ok": c.ok} for c in report.comparisons],
+        "outside_untouched": dict(report.outside),
         "ok": report.ok,
     }
     return json.dumps(out, indent=2)

@@ -23,8 +23,7 @@ the :func:`tilegen.mods.softcap` score mod. gpt-oss's learned sinks (``GptOssAtt
 ``self.sinks`` [Hq] as ``s_aux``, ``models/gpt_oss/modeling_gpt_oss.py`` line 322) are passed on as
 ``flash_attn_func``'s ``sinks``, so they get their gradient; rows that see no key give 0, as gpt-oss's
 eager attention gives them (the sink takes the whole softmax there). Sinks run on CPU tensors (the
-interpreter); on CUDA the call is refused with a one-line ``SpecError`` naming ``sinks`` until the
-Triton generator emits them (``tilegen.backends.check_emittable``).
+interpreter) and on CUDA tensors (the generated Triton module).
 
 The kernels run through :func:`tilegen.torch.flash_attn_func`, so the device picks the backend: the
 NumPy interpreter on CPU, the generated Triton module on CUDA, the Ascend C operator on NPU (which

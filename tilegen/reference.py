@@ -209,21 +209,26 @@ def _mod_visible(spec, mask_fn, tensors):
     return ok
 
 
-def _torch_softmax(s, ok):
+def _torch_softmax(s, ok, sinks=None):
+    """(P, L) of the masked scores ``s`` [B, Hq, Sq, Sk]; with ``sinks`` (a torch [Hq] tensor) one more
+    logit column σ_h that joins the denominator and is dropped from P (DESIGN §3)."""
     import torch
 
     s = torch.where(ok, s, torch.full_like(s, -torch.inf))
+    sk = s.shape[-1]
+    if sinks is not None:
+        s = torch.cat([s, sinks.to(s.dtype).view(1, -1, 1, 1).expand(*s.shape[:-1], 1)], dim=-1)
     m = s.amax(dim=-1, keepdim=True).detach()
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     e = torch.exp(s - m_safe)
     total = e.sum(dim=-1, keepdim=True)
     nonzero = total > 0
-    p = e / torch.where(nonzero, total, torch.ones_like(total))
+    p = (e / torch.where(nonzero, total, torch.ones_like(total)))[..., :sk]
     lse = torch.where(nonzero, torch.log(torch.where(nonzero, total, torch.ones_like(total))) + m_safe, torch.full_like(total, -torch.inf))
     return p, lse[..., 0]
 
 
-def mod_attention(spec, q, k, v, do, params: dict) -> dict:
+def mod_attention(spec, q, k, v, do, params: dict, sinks=None) -> dict:
     """float64 truth of ``spec`` with its score and mask mods (DESIGN §3): score′ = score_mod(scale·QKᵀ)
     where mask_mod ∧ window holds, −inf elsewhere; P = softmax(score′), L = logsumexp(score′) (rows
     with no visible key: P = 0, L = −inf). Arrays in logical BNSD order (see the module docstring);
@@ -231,11 +236,14 @@ def mod_attention(spec, q, k, v, do, params: dict) -> dict:
 
     Returns a dict: ``O`` [B, Hq, Sq, Dv], ``L`` [B, Hq, Sq], ``dQ``, ``dK``, ``dV`` (gradients of
     sum(O∘dO); None when ``do`` is None) and ``dparams`` (by name, the float parameters' gradients),
-    float64 NumPy arrays, all from torch autograd on the CPU in float64.
+    float64 NumPy arrays, all from torch autograd on the CPU in float64. ``sinks`` (float [Hq], a spec
+    with sinks): the sink logits join every row's softmax (L = logsumexp(score′ ∪ {σ_h})) and
+    ``dparams["sinks"]`` is their gradient.
     """
     import torch
 
     score_fn, mask_fn = _torch_mods(spec, params)
+    tsink = None if sinks is None else torch.tensor(np.asarray(sinks, dtype=np.float64), requires_grad=True)
     t = {n: torch.tensor(np.asarray(a, dtype=np.float64 if np.asarray(a).dtype.kind == "f" else np.int64)) for n, a in params.items()}
     floats = [n for n, a in t.items() if a.is_floating_point()]
     for n in floats:
@@ -247,25 +255,25 @@ def mod_attention(spec, q, k, v, do, params: dict) -> dict:
     ok = _mod_visible(spec, mask_fn, t)
     if score_fn is not None:
         s = torch.broadcast_to(score_fn(s, t, _grids(spec)), s.shape)
-    p, lse = _torch_softmax(s, ok)
+    p, lse = _torch_softmax(s, ok, tsink)
     o = p @ ve
     out = {"O": o.detach().numpy(), "L": lse.detach().numpy(), "dQ": None, "dK": None, "dV": None, "dparams": {}}
     if do is None:
         return out
-    wrt = [qt, kt, vt] + [t[n] for n in floats]
+    wrt = [qt, kt, vt] + [t[n] for n in floats] + ([tsink] if tsink is not None else [])
     grads = torch.autograd.grad((o * torch.tensor(np.asarray(do, dtype=np.float64))).sum(), wrt, allow_unused=True)
     grads = [torch.zeros_like(w) if g is None else g for g, w in zip(grads, wrt)]
     out.update(dQ=grads[0].numpy(), dK=grads[1].numpy(), dV=grads[2].numpy())
-    out["dparams"] = {n: g.numpy() for n, g in zip(floats, grads[3:])}
+    out["dparams"] = {n: g.numpy() for n, g in zip(floats + (["sinks"] if tsink is not None else []), grads[3:])}
     return out
 
 
-def plain_mod_attention(spec, q, k, v, do, params: dict) -> dict:
+def plain_mod_attention(spec, q, k, v, do, params: dict, sinks=None) -> dict:
     """The same-precision textbook form of :func:`mod_attention` (as :func:`plain_forward` and
     :func:`plain_backward`: S rounded to the dtype, score′ and the softmax in fp32, P and dS rounded
     where they feed a matmul, dS′ = P∘(dP − D) from the fp32 P); dS = dS′·∂score′/∂score and the
     parameter gradients by torch autograd in fp32 through score′ alone. Same dict as :func:`mod_attention`
-    (float32 arrays holding dtype values)."""
+    (float32 arrays holding dtype values); with ``sinks``, dσ_h = −Σ_rows exp(σ_h − L)·D in fp32."""
     import torch
 
     dtype = spec.dtype
@@ -282,7 +290,7 @@ def plain_mod_attention(spec, q, k, v, do, params: dict) -> dict:
         t[n].requires_grad_(True)
     sp = torch.broadcast_to(score_fn(st, t, _grids(spec)), st.shape) if score_fn is not None else st
     with torch.no_grad():
-        p32, lse = _torch_softmax(sp.detach(), ok)
+        p32, lse = _torch_softmax(sp.detach(), ok, None if sinks is None else torch.tensor(np.asarray(sinks, dtype=np.float32)))
     p32 = p32.numpy().astype(np.float32)
     p = dtypes.round_to(p32, dtype)
     o = _mm(p, ve, "bhqk,bhkd->bhqd", dtype)
@@ -304,5 +312,8 @@ def plain_mod_attention(spec, q, k, v, do, params: dict) -> dict:
     ds = dtypes.round_to(ds32.astype(np.float32), dtype)
     dq = dtypes.round_to(np.float32(spec.softmax_scale) * _mm(ds, ke, "bhqk,bhkd->bhqd", "fp32"), dtype)
     dk = np.float32(spec.softmax_scale) * _mm(ds, q, "bhqk,bhqd->bhkd", "fp32")
+    if sinks is not None:
+        w = np.exp(np.asarray(sinks, np.float32).reshape(1, -1, 1) - out["L"]) * d[..., 0]
+        dparams["sinks"] = -w.sum(axis=(0, 2), dtype=np.float32)
     out.update(dQ=dq, dK=dtypes.round_to(_reduce(dk, hkv), dtype), dV=dtypes.round_to(_reduce(dv, hkv), dtype), dparams=dparams)
     return out

@@ -37,7 +37,9 @@ class RunReport:
             {"Br", "Bc", "kernels"}, "backward": ...}, as in the generated manifest); else None.
         target: the name of the target whose schedule the interpreter ran, or None (its defaults).
         tiles_source: by program label, where its tile sizes come from (see :func:`compile_run`).
-        params_note: with mods, where each parameter array came from (:func:`mod_params`), else None.
+        params_note: with mods or sinks, where each parameter array came from (:func:`mod_params`), else None.
+        outside: in a packed batch (``spec.packed_ids``), (tensor label, whether every row outside every
+            sequence still holds the NaN the run started it with: never written), else empty.
     """
 
     spec: AttentionSpec
@@ -48,10 +50,11 @@ class RunReport:
     target: str | None = None
     tiles_source: dict[str, str] = field(default_factory=dict)
     params_note: str | None = None
+    outside: list[tuple[str, bool]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons)
+        return all(c.ok for c in self.comparisons) and all(ok for _, ok in self.outside)
 
 
 def random_inputs(spec: AttentionSpec, seed: int) -> dict[str, np.ndarray]:
@@ -63,29 +66,42 @@ def random_inputs(spec: AttentionSpec, seed: int) -> dict[str, np.ndarray]:
 
 
 PARAM_SCALE = 0.1  # standard deviation of generated fp32 parameter values
+SINK_SCALE = 1.0  # standard deviation of generated sink logits (O(1), as a row's largest scores)
 MAX_DOCS = 4  # generated document ids: 1..MAX_DOCS documents per row
 
 
 def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], str | None]:
-    """The parameter arrays of ``spec``'s mods for a run, and a line saying where each came from.
+    """The parameter arrays of ``spec``'s mods (and its sink logits, ``"sinks"``, for a spec with sinks)
+    for a run, and a line saying where each came from.
 
     Each array is ``given`` (by name), else the spec's ``values``, else generated from ``seed``: fp32
     parameters N(0, PARAM_SCALE²); int32 parameters whose last axis is a sequence (Sq or Sk long)
     sorted document ids, 1..MAX_DOCS documents per row with random boundaries; other int32
-    parameters uniform integers in [0, min(Sq, Sk)). ({}, None) without mods.
+    parameters uniform integers in [0, min(Sq, Sk)); sinks float32 [Hq] N(0, SINK_SCALE²). ({}, None)
+    without mods and sinks.
 
     Raises:
         ModError: a given array of the wrong shape or dtype kind, or a name no mod reads.
     """
+    from .api import _check_sinks
     from .mods import check_param_arrays
 
     mods = spec.mods
-    if mods is None or not mods.params:
-        return {}, None
-    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
     given = dict(given or {})
+    sinks, notes = None, []
+    if spec.sinks:
+        if "sinks" in given:
+            sinks = _check_sinks(np.asarray(given.pop("sinks")), spec.heads_q)
+            notes.append(f"sinks [{spec.heads_q}] given")
+        else:
+            sinks = (SINK_SCALE * np.random.default_rng([seed, 2]).standard_normal(spec.heads_q)).astype(np.float32)
+            notes.append(f"sinks [{spec.heads_q}] random N(0, {SINK_SCALE}^2)")
+    extra = {} if sinks is None else {"sinks": sinks}
+    if mods is None or not mods.params:
+        return extra, (f"parameters (seed {seed}): " + "; ".join(notes)) if notes else None
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
     rng = np.random.default_rng([seed, 1])
-    arrays, notes = {}, []
+    arrays = {}
     for p in mods.params:
         shape = p.concrete_shape(sizes)
         if p.name in given:
@@ -111,7 +127,7 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
             arrays[p.name] = rng.integers(0, min(spec.seq_q, spec.seq_k), size=shape).astype(np.int32)
             notes.append(f"{p.name} {list(shape)} random integers in [0, {min(spec.seq_q, spec.seq_k)})")
     arrays = check_param_arrays(mods, {**arrays, **given}, sizes)
-    return arrays, f"parameters (seed {seed}): " + "; ".join(notes)
+    return {**arrays, **extra}, f"parameters (seed {seed}): " + "; ".join(notes)
 
 
 def reference_bytes(spec: AttentionSpec) -> int:
@@ -138,8 +154,6 @@ def validate_run(
         TargetError: ``target`` is unknown (the message lists the known ones), or ``twin_target`` is
             not an Ascend 910B target.
     """
-    if spec.sinks:
-        raise SpecError("sinks", True, "false for tilegen run (its dense reference has no sinks; tilegen.attention and attention_varlen run them)")
     if reference_bytes(spec) > REFERENCE_BUDGET_BYTES:
         raise SpecError(
             "spec",
@@ -269,10 +283,12 @@ def check_spec(
         progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
             interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
-    With mods the truth is :func:`tilegen.reference.mod_attention` (float64 torch, autograd) and the
-    plain one :func:`tilegen.reference.plain_mod_attention`; the gradient of every fp32 parameter
-    (reduced from the backward's per-tile partials, :func:`tilegen.mods.param_grads`) joins the
-    comparisons as ``d<name>`` with n = Sq·Sk terms.
+    With mods or sinks the truth is :func:`tilegen.reference.mod_attention` (float64 torch, autograd)
+    and the plain one :func:`tilegen.reference.plain_mod_attention`; the gradient of every fp32
+    parameter (reduced from the backward's per-tile partials, :func:`tilegen.mods.param_grads`) and of
+    the sinks (:func:`tilegen.api.sink_grad`, on the host) joins the comparisons as ``d<name>`` with
+    n = Sq·Sk terms. In a packed batch (``spec.packed_ids``) the comparisons cover the tokens inside a
+    sequence, and :attr:`RunReport.outside` says whether the others were left unwritten.
 
     Raises:
         SpecError: the spec is too large for the dense reference (shrink it with --seq/--heads/--batch).
@@ -297,15 +313,20 @@ def check_spec(
     outputs, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"], **params}, progress=_tagged(progress, "forward"))
     report.programs["forward"] = fwd
     report.measurements["forward"] = measured
-    if spec.has_mods:
-        mod_ref = reference.mod_attention(spec, data["Q"], data["K"], data["V"], None if backward == "none" else data["dO"], params)
-        mod_pl = reference.plain_mod_attention(spec, data["Q"], data["K"], data["V"], None if backward == "none" else data["dO"], params)
+    sinks = params.get("sinks")
+    mparams = {k: v for k, v in params.items() if k != "sinks"}
+    qrows, krows = packed_rows(spec, params)
+    if spec.has_mods or spec.sinks:
+        dO = None if backward == "none" else data["dO"]
+        mod_ref = reference.mod_attention(spec, data["Q"], data["K"], data["V"], dO, mparams, sinks=sinks)
+        mod_pl = reference.plain_mod_attention(spec, data["Q"], data["K"], data["V"], dO, mparams, sinks=sinks)
         o_ref, l_ref, o_pl, l_pl = mod_ref["O"], mod_ref["L"], mod_pl["O"], mod_pl["L"]
     else:
         o_ref, l_ref = reference.forward(data["Q"], data["K"], data["V"], **kw)
         o_pl, l_pl = reference.plain_forward(data["Q"], data["K"], data["V"], dtype=spec.dtype, **kw)
-    report.comparisons.append(compare("O", outputs["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
-    report.comparisons.append(compare("L", outputs["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
+    report.comparisons.append(_compare_rows("O", outputs["O"], o_ref, o_pl, qrows, spec.dtype, terms=longest_sum(spec)))
+    report.comparisons.append(_compare_rows("L", outputs["L"], l_ref, l_pl, qrows, "fp32", terms=longest_sum(spec)))
+    report.outside += _outside("", {"O": outputs["O"], "L": outputs["L"]}, qrows)
     if backward == "none":
         return report
 
@@ -325,7 +346,9 @@ def check_spec(
         report.measurements[label] = measured
         for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
             tag = name if len(forms) == 1 or form == "fused" else f"{name}*"
-            report.comparisons.append(compare(tag, grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(outputs["L"]), terms=longest_sum(spec)))
+            rows = qrows if name == "dQ" else krows
+            report.comparisons.append(_compare_rows(tag, grads[name], r, p, rows, spec.dtype, rel_floor=lse_rel_floor(l_ref), terms=longest_sum(spec)))
+            report.outside += _outside("" if tag == name else "*", {name: grads[name]}, rows)
         if spec.has_mods and program.mods.grads:
             from .mods import param_grads
 
@@ -337,9 +360,38 @@ def check_spec(
                     tag, dparams[name], mod_ref["dparams"][name], mod_pl["dparams"][name], spec.dtype,
                     rel_floor=lse_rel_floor(outputs["L"]), terms=spec.seq_q * spec.seq_k,
                 ))
+    if spec.sinks:  # dσ on the host from the forward's O and L (the same for every backward form)
+        from .api import sink_grad
+
+        dsinks = sink_grad(outputs["O"], data["dO"], outputs["L"], sinks, rows=qrows)
+        report.comparisons.append(compare("dsinks", dsinks, mod_ref["dparams"]["sinks"], mod_pl["dparams"]["sinks"], "fp32",
+                                          rel_floor=lse_rel_floor(l_ref), terms=spec.seq_q * spec.seq_k))
     if twin_target is not None:
-        _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit)
+        _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit, params,
+                       mod_ref if spec.sinks else None, mod_pl if spec.sinks else None)
     return report
+
+
+def packed_rows(spec: AttentionSpec, params: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(query rows, key rows): bool [Sq] and [Sk] masks of the tokens inside a sequence of a packed batch
+    (``spec.packed_ids``: sequence id >= 0), or (None, None) for a spec that is not one."""
+    if not spec.packed_ids:
+        return None, None
+    return tuple(np.asarray(params[n]).reshape(-1) >= 0 for n in spec.packed_ids)
+
+
+def _compare_rows(name, ours, ref, plain, rows, dtype, **kw) -> Comparison:
+    """:func:`compare` over the rows (axis 2 of a logical BNSD / [B, H, S] array) inside a sequence."""
+    if rows is None:
+        return compare(name, ours, ref, plain, dtype, **kw)
+    return compare(name, ours[:, :, rows], ref[:, :, rows], plain[:, :, rows], dtype, **kw)
+
+
+def _outside(suffix: str, arrays: dict, rows) -> list[tuple[str, bool]]:
+    """(name, every row outside a sequence still NaN) per array; [] when not a packed batch."""
+    if rows is None:
+        return []
+    return [(name + suffix, bool(np.isnan(np.asarray(x[:, :, ~rows], dtype=np.float32)).all())) for name, x in arrays.items()]
 
 
 def _target_name(target) -> str:
@@ -353,10 +405,12 @@ def _tagged(progress, label: str):
 
 
 def _check_on_twin(
-    report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs, asc_devkit=None
+    report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs, asc_devkit=None, params=None,
+    sink_ref=None, sink_plain=None,
 ) -> None:
     """Generate the Ascend C kernels, run them on the CPU twin (the real-API one with ``asc_devkit``)
-    and compare their outputs too."""
+    and compare their outputs too (with ``params``: the mods' arrays and the sinks; with sinks,
+    ``sink_ref``/``sink_plain`` the references holding ``dparams["sinks"]``)."""
     from .backends import ascendc, twin
 
     generated = ascendc.generate(spec, target, dq_strategy=dq_strategy)
@@ -364,15 +418,23 @@ def _check_on_twin(
     report.twin_schedule = generated.manifest["schedule"]
     exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)
     tag = "real-API twin" if asc_devkit is not None else "twin"
-    fwd, grads = twin.run_attention(exe, spec, data)
+    fwd, grads = twin.run_attention(exe, spec, data, params=params)
+    qrows, krows = packed_rows(spec, params or {})
     o_ref, l_ref, o_pl, l_pl = fwd_refs
-    report.comparisons.append(compare(f"O ({tag})", fwd["O"], o_ref, o_pl, spec.dtype, terms=longest_sum(spec)))
-    report.comparisons.append(compare(f"L ({tag})", fwd["L"], l_ref, l_pl, "fp32", terms=longest_sum(spec)))
+    report.comparisons.append(_compare_rows(f"O ({tag})", fwd["O"], o_ref, o_pl, qrows, spec.dtype, terms=longest_sum(spec)))
+    report.comparisons.append(_compare_rows(f"L ({tag})", fwd["L"], l_ref, l_pl, qrows, "fp32", terms=longest_sum(spec)))
+    report.outside += _outside(f" ({tag})", {"O": fwd["O"], "L": fwd["L"]}, qrows)
     ref, plain = bwd_refs
     for name, r, p in zip(("dQ", "dK", "dV"), ref, plain):
+        rows = qrows if name == "dQ" else krows
         report.comparisons.append(
-            compare(f"{name} ({tag})", grads[name], r, p, spec.dtype, rel_floor=lse_rel_floor(fwd["L"]), terms=longest_sum(spec))
+            _compare_rows(f"{name} ({tag})", grads[name], r, p, rows, spec.dtype, rel_floor=lse_rel_floor(l_ref), terms=longest_sum(spec))
         )
+        report.outside += _outside(f" ({tag})", {name: grads[name]}, rows)
+    if sink_ref is not None:
+        report.comparisons.append(compare(f"dsinks ({tag})", grads["dparams"]["sinks"], sink_ref["dparams"]["sinks"],
+                                          sink_plain["dparams"]["sinks"], "fp32", rel_floor=lse_rel_floor(l_ref),
+                                          terms=spec.seq_q * spec.seq_k))
 
 
 def cast_inputs(spec: AttentionSpec, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,26 +34,12 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     return Generated(files, manifest)
 
 
-def check_emittable(spec, kind: str) -> None:
-    """Refuse, by name, what the code generator of a target ``kind`` ("gpu": Triton, "ascend":
-    Ascend C) does not emit: attention sinks (``spec.sinks``) in Ascend C (Triton emits them; the
-    interpreter runs them through tilegen.attention and attention_varlen).
-
-    Raises:
-        SpecError: ``sinks`` is set and ``kind`` is not "gpu".
-    """
-    if getattr(spec, "sinks", False) and kind != "gpu":
-        raise SpecError("sinks", True, "false for Ascend C code generation: the Ascend C generator does not emit attention sinks yet (Triton does: a GPU target such as h200; the interpreter runs them: tilegen.attention, tilegen.attention_varlen)")
-
-
 def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`)."""
     from ..targets import load_target
 
-    kind = load_target(target).kind
-    check_emittable(spec, kind)
-    if kind == "gpu":
+    if load_target(target).kind == "gpu":
         from . import triton as backend
     else:
         from . import ascendc as backend

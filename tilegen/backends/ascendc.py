@@ -396,7 +396,7 @@ class _Lower:
             if unit == "vector":
                 # backend scratch after the planned buffers: reduction tmp and result, the column
                 # index of a mask, its compare bits (sizes within the level's declared scratch)
-                cols = max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64] + self.classify_cols())
+                cols = self.scratch_cols()
                 tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
                 scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
@@ -422,6 +422,11 @@ class _Lower:
                 if need:
                     side.pools.append((f"pool_{level.name.lower()}", position, need))
         return side
+
+    def scratch_cols(self) -> int:
+        """Elements of the AIV scratch row sc_col: the widest padded UB tile row (at least 64)."""
+        spans = _live_spans(self.kernel, self.target.placement["vector"])
+        return max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64] + self.classify_cols())
 
     def classify_cols(self) -> list[int]:
         """[cpad of Bc] for a block-classification kernel (its rows are Bc keys), else []."""
@@ -499,6 +504,14 @@ class _Lower:
         if t.layout == "BSND":
             return f"(((({b} * {S} + {s}) * {H} + {h}) * {D}) + {d})", f"({H} * {D})"
         return f"(((({b} * {H} + {h}) * {S} + {s}) * {D}) + {d})", D
+
+    def row_ids(self, stmt, access: Access, row_shift: str = "0LL") -> str:
+        """C++ GlobalTensor of the sequence ids of the access's first row on (``Load.rows`` /
+        ``Store.rows``: a packed batch's int32 [S] ids, DESIGN §3), or "" when unguarded."""
+        if not stmt.rows:
+            return ""
+        start = cexpr(access.index[len(access.index) - len(access.tile)], self.consts)
+        return f"g_{stmt.rows}[{start} + {row_shift}]"
 
     def valid_rows(self, access: Access, row_shift: str, rows: int) -> str:
         t = self.tensors[access.tensor]
@@ -641,10 +654,11 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         lo.need("Nd2NzParams_dValue", cols, what)
         lo.need("Nd2NzParams_srcDValue", cols if rowwise else pitch_e, f"the row pitch of {what}")
         lo.need("Nd2NzParams_dstNzC0Stride", rpad, what)
-        if stmt.pad is not None:
+        if stmt.pad is not None or stmt.rows:
             lo.need("InitConstValueParams_blockNum", rpad * cpad16 * dtypes.itemsize(buf.dtype) // 32, f"the zero tail of {buf.name}")
         op = {
             "kind": "l1_load",
+            "ids": lo.row_ids(stmt, stmt.src),
             "rowwise": rowwise,
             "dst": buf.name,
             "stages": buf.stages,
@@ -683,6 +697,8 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         }
         if lo.tensors[stmt.dst.tensor].dtype != "fp32":
             raise TargetError(f"store of cube buffer {buf.name} into {lo.tensors[stmt.dst.tensor].dtype} tensor: Fixpipe casts are not lowered")
+        if stmt.rows:
+            raise TargetError(f"store of cube buffer {buf.name} into {stmt.dst.tensor} with a packed-batch row guard: not lowered (stores of guarded rows go through the AIV)")
         if handoff:
             op["kind"] = "c2v_send"
             op["counter"] = f"n_{handoff}"
@@ -755,6 +771,10 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     if isinstance(stmt, Store) and stmt.src in lo.class_bufs:
         t = lo.tensors[stmt.dst.tensor]
         return {"kind": "class_store", "gm": f"g_{t.name}", "offset": cexpr(AM.rowmajor(stmt.dst.index, t.shape), lo.consts)}
+    if isinstance(stmt, Load) and not bufs[stmt.dst].shape:  # a 0-d tile (the sink logit sigma_h): one scalar read
+        t = lo.tensors[stmt.src.tensor]
+        return {"kind": "scalar_load", "buf": stmt.dst, "ctype": CTYPE[t.dtype], "gm": f"g_{t.name}",
+                "offset": cexpr(AM.rowmajor(stmt.src.index, t.shape), lo.consts)}
     if isinstance(stmt, (Load, Store)):
         name = stmt.dst if isinstance(stmt, Load) else stmt.src
         access = stmt.src if isinstance(stmt, Load) else stmt.dst
@@ -770,7 +790,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             lo.need("DataCopyExtParams_blockLen", dims[-1] * item, what)
             gap = "DataCopyExtParams_srcStride" if isinstance(stmt, Load) else "DataCopyExtParams_dstStride"
             lo.need(gap, (lo.pitch_expr(access) - dims[-1]) * item, f"the row gap of {what}")
-            if isinstance(stmt, Load) and stmt.pad is not None:
+            if isinstance(stmt, Load) and (stmt.pad is not None or stmt.rows):
                 lo.need("VectorOp_count", half * lo.cpad(buf), what)
         else:
             lo.need("DataCopyExtParams_blockLen", half * item, what)
@@ -785,7 +805,10 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": dims[-1] if len(dims) == 2 else 1,
             "cpad": lo.cpad(buf) if len(dims) == 2 else 1,
             "vector": len(dims) == 1,
+            "ids": "" if handoff else lo.row_ids(stmt, access, shift),
         }
+        if op["ids"] and op["vector"] and isinstance(stmt, Store) and half > lo.scratch_cols():
+            raise TargetError(f"the guarded store of {buf.name} stages {half} elements in sc_col, which holds {lo.scratch_cols()}")
         if isinstance(stmt, Load):
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
             if handoff:
@@ -1072,6 +1095,10 @@ def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
     two_d = len(dst.shape) == 2
     if stmt.op in ("copy", "cast"):
         src = bufs[args[0]]
+        if not src.shape and dst.shape:
+            if src.dtype != dst.dtype or len(dst.shape) != 1:
+                raise TargetError(f"broadcast of the 0-d {src.name} into {dst.name}: only an fp32 row vector of the same dtype is lowered")
+            return {**base, "kind": "broadcast", "src": src.name}
         if src.dtype == dst.dtype:
             return {**base, "kind": "adds", "src": src.name, "scalar": "0.0f"}
         mode = "RoundMode::CAST_NONE" if dtypes.itemsize(src.dtype) < dtypes.itemsize(dst.dtype) else "RoundMode::CAST_RINT"
@@ -1261,6 +1288,8 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
         "fields": [FIELDS[n] for n in sorted(FIELDS) if FIELDS[n].ctype != "float"],
         "guards": guards,
         "mods": spec.mods is not None,
+        "packed": bool(spec.packed_ids),
+        "sinks": bool(spec.sinks),
     }
     files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
     for plan_ in plans:

@@ -256,7 +256,8 @@ def run_attention(
     Args:
         spec: the sizes to run (head dims, dtype, mask and layout as the build's spec).
         data: logical BNSD Q, K, V, dO in the spec's dtype.
-        params: for a spec with mods, its parameter arrays by name (spec values where absent).
+        params: for a spec with mods, its parameter arrays by name (spec values where absent); for a
+            spec with sinks, ``"sinks"``: float32 [Hq], the sink logits (required).
         programs: for a spec with mods, the compiled (forward, backward) programs the build was
             generated from (``ascendc.plan_programs``; compiled here when None): the host reduces the
             parameter-gradient partials in fixed order.
@@ -264,8 +265,14 @@ def run_attention(
     Returns:
         ({"O", "L"}, {"dQ", "dK", "dV"}): logical BNSD arrays (O and the gradients in the spec's
         dtype, L float32); with a mask mod, the forward's dict has the block table ``BM`` its classify
-        kernel wrote; with float parameters, the backward's has ``dparams`` (name → fp32 gradient,
-        reduced on the host in fixed order).
+        kernel wrote; with float parameters or sinks, the backward's has ``dparams`` (name → fp32
+        gradient, reduced on the host in fixed order; ``"sinks"``: dσ_h = −Σ_rows exp(σ_h − L)·D over the
+        rows inside a sequence, :func:`tilegen.api.sink_grad`). In a packed batch (``spec.packed_ids``)
+        the rows outside every sequence hold what the harness put there (NaN): the kernels never write
+        them.
+
+    Raises:
+        SpecError: a spec with sinks and no ``params["sinks"]`` of shape [Hq].
 
     Raises:
         TwinError: a run failed; the message is the twin's failure line.
@@ -276,6 +283,14 @@ def run_attention(
     extra: list[dict] = [{}, {}]
     tables: list[dict] = [{}, {}]
     partials: dict = {}
+    params = dict(params or {})
+    sinks = params.pop("sinks", None)
+    if spec.sinks:
+        from ..api import _check_sinks
+
+        if sinks is None:
+            raise SpecError("params[sinks]", None, f"a float32 array of shape [{spec.heads_q}] for a spec with sinks")
+        sinks = _check_sinks(np.asarray(sinks), spec.heads_q)
     if mods is not None:
         from . import ascendc
         from ..mods import check_param_arrays
@@ -296,6 +311,8 @@ def run_attention(
             if t.kind == "partial":
                 width = int(evaluate(t.shape[-1], env))
                 partials[t.name] = ((spec.batch, spec.heads_q, nq, nk, 2, width), "fp32")
+    if spec.sinks:
+        extra[0]["sinks"] = sinks
     fwd = run_program(
         exe, spec, "fwd", {**{n: data[n] for n in "QKV"}, **extra[0]},
         {"O": (shapes["O"], spec.dtype), "L": (shapes["L"], "fp32"), **tables[0]}, layouts, blocks=blocks, timeout=timeout,
@@ -307,6 +324,15 @@ def run_attention(
     )
     if partials:
         bwd["dparams"] = ascendc.reduce_partials(programs[1], {n: bwd[n] for n in partials})
+    if spec.sinks:
+        from ..api import sink_grad
+
+        rows = None
+        if spec.packed_ids:
+            ids = extra[0].get(spec.packed_ids[0])
+            rows = np.asarray(ids if ids is not None else mods.param(spec.packed_ids[0]).values).reshape(-1) >= 0
+        dsinks = sink_grad(fwd["O"], data["dO"], fwd["L"], sinks, rows=rows)
+        bwd["dparams"] = {**bwd.get("dparams", {}), "sinks": dsinks}
     return fwd, bwd
 
 

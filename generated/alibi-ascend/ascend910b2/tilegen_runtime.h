@@ -268,6 +268,14 @@ __aicore__ inline void WaitMte2ToS()
 {
     SetWait<HardEvent::MTE2_S>();
 }
+__aicore__ inline void WaitMte3ToS()
+{
+    SetWait<HardEvent::MTE3_S>();
+}
+__aicore__ inline void WaitSToMte3()
+{
+    SetWait<HardEvent::S_MTE3>();
+}
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
 // `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
@@ -628,35 +636,49 @@ __aicore__ inline void WaitFixToM()
     SetWait<HardEvent::FIX_M>();
 }
 
-// GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`), columns zero-padded to 16 by
-// the ND->NZ copy; when `zeroTail`, the rows [valid, rows) of the tile are zeroed first (padding that
-// reaches a contraction). `rowwise` (chosen by tilegen when the pitch does not fit the 16-bit srcDValue)
-// issues one ND->NZ copy per row: row r of the NZ tile starts at element r * C0 (C0 = 32 / sizeof(T)).
+// GM rows [r0, r0 + n) -> the same rows of an L1 NZ tile of rpad (= ceil16(rows)) rows: `cols` elements
+// each (row pitch `pitch`), columns zero-padded to 16 by the ND->NZ copy. Row r of the NZ tile starts at
+// element r * C0 (C0 = 32 / sizeof(T)); its column strips stay rpad * C0 apart (dstNzC0Stride = rpad).
+// `rowwise` (chosen by tilegen when the pitch does not fit the 16-bit srcDValue) issues one ND->NZ copy
+// per row.
 template <typename T>
-__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+__aicore__ inline void CopyNzRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t r0, int64_t n, int64_t rpad,
+                                  int64_t cols, int64_t pitch, bool rowwise)
 {
-    const int64_t rpad = CeilDiv(rows, 16) * 16;
-    const int64_t cpad = CeilDiv(cols, 16) * 16;
-    WaitMte1ToMte2();
-    if (zeroTail && valid < rows) {
-        // one repeat of rpad * cpad elements in 32 B blocks of L1 (Fill.md: blockNum blocks per repeat)
-        Fill(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
-        PipeBarrier<PIPE_MTE2>();
-    }
-    if (valid > 0 && !rowwise) {
-        Nd2NzParams p(1, TILEGEN_NARROW(Nd2NzParams_nValue, valid), TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0,
+    constexpr int64_t c0 = 32 / static_cast<int64_t>(sizeof(T));
+    if (n > 0 && !rowwise) {
+        Nd2NzParams p(1, TILEGEN_NARROW(Nd2NzParams_nValue, n), TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0,
                       TILEGEN_NARROW(Nd2NzParams_srcDValue, pitch), TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
-        DataCopy(dst, src, p);
+        DataCopy(dst[r0 * c0], src[r0 * pitch], p);
     }
-    if (valid > 0 && rowwise) {
-        constexpr int64_t c0 = 32 / static_cast<int64_t>(sizeof(T));
-        for (int64_t r = 0; r < valid; ++r) {
+    if (n > 0 && rowwise) {
+        for (int64_t r = r0; r < r0 + n; ++r) {
             Nd2NzParams p(1, 1, TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0, TILEGEN_NARROW(Nd2NzParams_srcDValue, cols),
                           TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
             DataCopy(dst[r * c0], src[r * pitch], p);
         }
     }
+}
+
+// L1 tile of rpad x cpad (16-padded) elements = 0, in one repeat of 32 B blocks (Fill.md: blockNum
+// blocks per repeat).
+template <typename T>
+__aicore__ inline void ZeroNz(const LocalTensor<T>& dst, int64_t rpad, int64_t cpad)
+{
+    Fill(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
+    PipeBarrier<PIPE_MTE2>();
+}
+
+// GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`) by CopyNzRows; when `zeroTail`,
+// the rows [valid, rows) of the tile are zeroed first (padding that reaches a contraction).
+template <typename T>
+__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    const int64_t rpad = CeilDiv(rows, 16) * 16;
+    WaitMte1ToMte2();
+    if (zeroTail && valid < rows) ZeroNz(dst, rpad, CeilDiv(cols, 16) * 16);
+    CopyNzRows(dst, src, 0, valid, rpad, cols, pitch, rowwise);
     WaitMte2ToMte1();
 }
 

@@ -1,0 +1,901 @@
+// tilegen runtime for Ascend C kernels on 910B (NPU arch 2201, `--npu-arch=dav-2201`).
+//
+// Small fixed building blocks that the generated kernels call with the parameters the compiler
+// computed: integer helpers in 64 bits, tile moves (GM <-> UB with DataCopyPad, GM -> L1 with the ND->NZ
+// DataCopy, L1 -> L0A/L0B with LoadData, L0C -> GM with Fixpipe), a tile matmul on the cube, row-wise
+// vector helpers and the cube<->vector hand-off through a per-core GM workspace with cross-core flags.
+// Pipe synchronisation is conservative: every move is followed by its consumer's wait, so no two pipes
+// overlap (correctness first; overlap is future work).
+//
+// Target: CANN 9.1.0 (Ascend C API names of 9.1.0: Fill, Compares, DisableDmaAtomic; the older
+// InitConstValue, CompareScalar, SetAtomicNone are deprecated aliases there). Every API below is cited
+// by its declaration in asc-devkit (cannmirror/asc-devkit@0da921b91aeb2abdc6e8d74423b0bbe7040c3fd1,
+// CANN 9.1.0; I = include/basic_api/, M = impl/basic_api/) and its page under docs/zh/api/SIMD-API/基础API/
+// (D = that folder; tilegen/twin/README.md lists every page):
+//   DataCopyPad, DataCopyExtParams, DataCopyPadExtParams  I/kernel_operator_data_copy_intf.h:399,420,
+//       I/kernel_struct_data_copy.h:194,222; D/Memory矢量计算/数据搬运/GM与UB数据搬运/GMToUB非对齐数据搬运
+//       (DataCopyPad).md, UBToGM…  (GM strides in bytes, UB strides in 32 B blocks; GM->UB rows padded to 32 B)
+//   DataCopy + Nd2NzParams (GM -> L1 ND->NZ)     I/kernel_operator_data_copy_intf.h:75, I/kernel_struct_data_copy.h:259
+//   LoadData + LoadData2DParams (L1 -> L0A/L0B)  I/kernel_operator_mm_intf.h:64, I/kernel_struct_mm.h:42
+//   Mmad + MmadParams (cmatrixInitVal: C starts from 0)  I/kernel_operator_mm_intf.h:281, I/kernel_struct_mm.h:392
+//   Fixpipe + FixpipeParamsV220, CFG_ROW_MAJOR   I/kernel_operator_fixpipe_intf.h:93 (L0C -> GM), I/kernel_struct_fixpipe.h:97,106
+//   Fill + InitConstValueParams                  I/kernel_operator_mm_intf.h:379, I/kernel_struct_mm.h:444;
+//       D/矩阵计算（ISASI）/矩阵计算的搬入/辅助配置接口/Fill.md (repeatTimes repeats of blockNum blocks,
+//       dstGap blocks apart; a block is 32 B in L1, 512 B in L0A/L0B; blockNum = 0 does nothing)
+//   Duplicate                                    I/kernel_operator_vec_duplicate_intf.h:71
+//   Adds, Muls                                   I/kernel_operator_vec_binary_scalar_intf.h:113-119,202-208
+//   Add, Sub, Mul, Max                           I/kernel_operator_vec_binary_intf.h:82,124,166,310
+//   Exp, Ln                                      I/kernel_operator_vec_unary_intf.h:125,175
+//   ReduceMax, ReduceSum (sharedTmpBuffer size)  I/kernel_operator_vec_reduce_intf.h:170,183;
+//       D/Memory矢量计算/归约计算/ReduceMax.md, ReduceSum.md
+//   Compares, Select (count * sizeof(T) a multiple of 256 B)  I/kernel_operator_vec_cmpsel_intf.h:155,277;
+//       D/Memory矢量计算/比较与选择/Compares.md, Select.md; CMPMODE, SELMODE M/utils/kernel_utils_mode.h:111,120
+//   Cast + RoundMode                             I/kernel_operator_vec_vconv_intf.h:81
+//   SetFlag/WaitFlag<HardEvent>, PipeBarrier     I/kernel_operator_block_sync_intf.h:43,46,49; M/kernel_event.h:38
+//   CrossCoreSetFlag/CrossCoreWaitFlag           I/kernel_operator_block_sync_intf.h:90,93;
+//       D/同步控制/核间同步/CrossCoreSetFlag(ISASI).md (mode 2; flag ids 0-15, 11-14 taken by SyncAll)
+//   SetAtomicAdd, DisableDmaAtomic               I/kernel_operator_set_atomic_intf.h:39,41; D/原子操作/DisableDmaAtomic.md
+//   TPipe, TBuf, InitBuffer, Get, GetWithOffset  I/kernel_tpipe.h:448,463 (TPipe, InitBuffer), 206,210,214 (TBuf)
+//   LocalTensor GetValue/SetValue/GetSize, GlobalTensor SetGlobalBuffer  I/kernel_tensor.h:176,181,195,265
+//   GetBlockIdx, GetBlockNum, GetSubBlockIdx, GetTaskRatio  I/kernel_operator_sys_var_intf.h:39-45
+//   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2), ASCEND_IS_AIC/AIV  M/utils/kernel_utils_macros.h:94,381,
+//       impl/utils/sys_macros.h:84 (only valid after `if`)
+// The build (tilegen_ops.asc, CMakeLists.txt) needs bisheng from CANN >= 9.1.0.
+#ifndef TILEGEN_RUNTIME_H
+#define TILEGEN_RUNTIME_H
+
+#include "kernel_operator.h"
+
+namespace tilegen {
+using namespace AscendC;
+
+// Cross-core flag ids (mode 2, inside one AI Core). "Ready" has one id per direction: tiles are
+// consumed in the order they are produced. "Free" has one id per workspace slot (FLAG_FREE_BASE + slot):
+// slots are refilled at different rates, so each waits for its own consumer. Mode 2 takes ids 0-15 on
+// A2, SyncAll uses 11-14 (CrossCoreSetFlag(ISASI).md), so these stay in 0-10; a producer never runs more
+// than one tile per slot ahead, so no counter passes 15.
+constexpr uint16_t FLAG_C2V_READY = 0;
+constexpr uint16_t FLAG_V2C_READY = 1;
+constexpr uint16_t FLAG_FREE_BASE = 2;
+
+// IEEE infinities as compile-time constants: the device headers include <cmath> (INFINITY) only under
+// ASCENDC_CPU_DEBUG, so the kernels must not rely on it.
+constexpr float POS_INF = __builtin_huge_valf();
+constexpr float NEG_INF = -__builtin_huge_valf();
+
+// ---------------------------------------------------------------------------------------------------
+// Integers: every offset and size is int64 (a tensor can pass 2^31 elements).
+__aicore__ inline int64_t FloorDiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__aicore__ inline int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
+__aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
+__aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
+
+// An immediate SetFlag/WaitFlag pair on a free event ID of the TPipe. A literal ID may collide with one the
+// TPipe holds: on dav-c220 the AIC's TPipe::Init sets M_MTE1 events 0-2 (impl/basic_api/kernel_tpipe_impl.h
+// at asc-devkit 0da921b9), and "相同流水、相同eventID下，连续使用SetFlag会引发未定义行为" (docs/zh/api/SIMD-API/
+// 基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md, which asks TPipe code for FetchEventID/AllocEventID).
+template <HardEvent E>
+__aicore__ inline void SetWait()
+{
+    const int32_t id = static_cast<int32_t>(GetTPipePtr()->FetchEventID(E));
+    SetFlag<E>(id);
+    WaitFlag<E>(id);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Descriptor fields. Every computed value a helper writes into a hardware descriptor or a narrow API
+// argument goes through TILEGEN_NARROW(Struct_member, value): the accepted range of each field below
+// (type on arch 2201 from asc-devkit@0da921b9 include/basic_api/kernel_struct_{data_copy,mm,fixpipe}.h,
+// range from impl/basic_api/kernel_operator_{data_copy,mm}_check.h, impl/basic_api/dav_c220/
+// kernel_operator_mm_impl.h, impl/basic_api/kernel_npu_debug.h or the API page; the table with each
+// source is FIELDS in tilegen/backends/ascendc.py). tilegen proved every value in range for the spec when
+// it generated these files, and the host refuses run-time sizes past that proof (TilegenRefusal in
+// tiling.h); on the NPU the narrowing is a plain cast, on the CPU twin (TILEGEN_TWIN) a value out of range
+// fails with one line instead of wrapping.
+namespace field {
+// impl/basic_api/dav_c220/kernel_operator_sync_impl.h
+struct CrossCoreSetFlag_flagId {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 10LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockCount {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockLen {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2097151LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_srcStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h (NZ2ND)
+struct FixpipeParamsV220_mSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 8192LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_nSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md
+struct FixpipeParamsV220_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
+struct InitConstValueParams_blockNum {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 32767LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md (0 is a no-op)
+struct LoadData2DParams_repeatTimes {
+    using T = uint8_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 255LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_startIndex {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_k {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)
+struct MmadParams_m {
+    using T = uint16_t;
+    static constexpr int64_t lo = 2LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_n {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dstNzC0Stride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_nValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_srcDValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// impl/basic_api/kernel_npu_debug.h (counter-mode mask)
+struct VectorOp_count {
+    using T = int32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2147483647LL;
+};
+}  // namespace field
+#ifdef TILEGEN_TWIN
+#define TILEGEN_NARROW(F, v) \
+    (::twin::CheckedNarrow<::tilegen::field::F::T>((v), ::tilegen::field::F::lo, ::tilegen::field::F::hi, #F))
+#else
+#define TILEGEN_NARROW(F, v) (static_cast<::tilegen::field::F::T>(v))
+#endif
+
+// ---------------------------------------------------------------------------------------------------
+// Vector side (AIV). A tile of R rows x C columns lives in UB as R rows of `cpad` elements (C rounded
+// up to 32 bytes), which is the layout DataCopyPad produces.
+
+template <typename T>
+__aicore__ inline void WaitMte2ToV()
+{
+    SetWait<HardEvent::MTE2_V>();
+}
+__aicore__ inline void WaitVToMte3()
+{
+    SetWait<HardEvent::V_MTE3>();
+}
+__aicore__ inline void WaitMte3ToV()
+{
+    SetWait<HardEvent::MTE3_V>();
+}
+__aicore__ inline void WaitVToMte2()
+{
+    SetWait<HardEvent::V_MTE2>();
+}
+// Scalar GetValue/SetValue on UB run on PIPE_S: without the compiler's automatic synchronisation a scalar
+// access waits for the pipe that wrote the data, and a vector op for the scalar writes it reads
+// (docs/zh/guide/技术附录/概念原理和术语/内存访问原理/Scalar读写数据.md, "Scalar读写数据时的同步").
+__aicore__ inline void WaitVToS()
+{
+    SetWait<HardEvent::V_S>();
+}
+__aicore__ inline void WaitSToV()
+{
+    SetWait<HardEvent::S_V>();
+}
+__aicore__ inline void WaitMte2ToS()
+{
+    SetWait<HardEvent::MTE2_S>();
+}
+__aicore__ inline void WaitMte3ToS()
+{
+    SetWait<HardEvent::MTE3_S>();
+}
+__aicore__ inline void WaitSToMte3()
+{
+    SetWait<HardEvent::S_MTE3>();
+}
+
+// GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
+// `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
+// tensor's extent).
+template <typename T>
+__aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                                int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue)
+{
+    WaitVToMte2();
+    if (valid > 0) {
+        DataCopyExtParams p(TILEGEN_NARROW(DataCopyExtParams_blockCount, valid),
+                            TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))),
+                            TILEGEN_NARROW(DataCopyExtParams_srcStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0, 0);
+        DataCopyPadExtParams<T> pp(false, 0, 0, padValue);
+        DataCopyPad(dst, src, p, pp);
+    }
+    WaitMte2ToV<T>();
+    if (pad && valid < rows) {
+        Duplicate(dst[valid * cpad], padValue, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
+    }
+}
+
+// A vector of `valid` consecutive elements GM -> UB; elements [valid, n) get `padValue` when `pad`.
+template <typename T>
+__aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t n, bool pad,
+                                  T padValue)
+{
+    WaitVToMte2();
+    if (valid > 0) {
+        DataCopyExtParams p(1, TILEGEN_NARROW(DataCopyExtParams_blockLen, valid * static_cast<int64_t>(sizeof(T))), 0, 0, 0);
+        DataCopyPadExtParams<T> pp(false, 0, 0, padValue);
+        DataCopyPad(dst, src, p, pp);
+    }
+    WaitMte2ToV<T>();
+    if (pad && valid < n) {
+        WaitMte2ToS();
+        for (int64_t e = valid; e < n; ++e) dst.SetValue(static_cast<uint32_t>(e), padValue);
+        WaitSToV();
+    }
+}
+
+// UB rows -> GM: `valid` rows of `cols` elements to `dst` (row pitch `pitch` elements); `atomic`
+// adds into fp32 GM instead of writing.
+template <typename T>
+__aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T>& src, int64_t valid, int64_t cols,
+                                 int64_t cpad, int64_t pitch, bool atomic)
+{
+    if (valid <= 0) return;
+    WaitVToMte3();
+    if (atomic) SetAtomicAdd<T>();
+    DataCopyExtParams p(TILEGEN_NARROW(DataCopyExtParams_blockCount, valid),
+                        TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))), 0,
+                        TILEGEN_NARROW(DataCopyExtParams_dstStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0);
+    DataCopyPad(dst, src, p);
+    if (atomic) DisableDmaAtomic();
+    WaitMte3ToV();
+}
+
+template <typename T>
+__aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor<T>& src, int64_t valid, bool atomic)
+{
+    if (valid <= 0) return;
+    WaitVToMte3();
+    if (atomic) SetAtomicAdd<T>();
+    DataCopyExtParams p(1, TILEGEN_NARROW(DataCopyExtParams_blockLen, valid * static_cast<int64_t>(sizeof(T))), 0, 0, 0);
+    DataCopyPad(dst, src, p);
+    if (atomic) DisableDmaAtomic();
+    WaitMte3ToV();
+}
+
+// Packed batches (DESIGN §3, "Packed batches"; the FAG interface's TND / actual_seq_qlen is the Ascend
+// precedent): `ids` are the sequence ids of a tile's rows (an int32 GM row of the spec's packed_ids),
+// negative for a row outside every sequence. Such a row is never read from GM (it loads as 0) nor
+// written to GM. Per tile: one whole-tile copy when each of its `valid` rows is inside (the common
+// case), else one copy per run of consecutive inside rows. The ids are read by the scalar unit from GM
+// (GlobalTensor::GetValue, I/kernel_tensor.h:270); they are kernel inputs, never written.
+__aicore__ inline bool AllInside(const GlobalTensor<int32_t>& ids, int64_t valid)
+{
+    for (int64_t r = 0; r < valid; ++r) {
+        if (ids.GetValue(static_cast<uint64_t>(r)) < 0) return false;
+    }
+    return true;
+}
+// The next run [r0, r1) of inside rows after the previous run (start with r1 = 0); false when none is left.
+__aicore__ inline bool NextRun(const GlobalTensor<int32_t>& ids, int64_t valid, int64_t& r0, int64_t& r1)
+{
+    r0 = r1;
+    while (r0 < valid && ids.GetValue(static_cast<uint64_t>(r0)) < 0) ++r0;
+    if (r0 >= valid) return false;
+    r1 = r0;
+    while (r1 < valid && ids.GetValue(static_cast<uint64_t>(r1)) >= 0) ++r1;
+    return true;
+}
+
+// LoadRows for a packed batch: the rows of a negative id load as 0.
+template <typename T>
+__aicore__ inline void LoadRowsIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
+                                  int64_t rows, int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue)
+{
+    if (AllInside(ids, valid)) {
+        LoadRows<T>(dst, src, valid, rows, cols, cpad, pitch, pad, padValue);
+        return;
+    }
+    Duplicate(dst, static_cast<T>(0), TILEGEN_NARROW(VectorOp_count, rows * cpad));
+    int64_t r0 = 0, r1 = 0;
+    while (NextRun(ids, valid, r0, r1)) {
+        LoadRows<T>(dst[r0 * cpad], src[r0 * pitch], r1 - r0, r1 - r0, cols, cpad, pitch, false, padValue);
+    }
+    WaitMte2ToV<T>();
+    if (pad && valid < rows) {
+        Duplicate(dst[valid * cpad], padValue, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
+    }
+}
+// LoadVector for a packed batch: the elements of a negative id load as 0 (a scalar copy: a run may start
+// at any element, and DataCopyPad needs a 32-byte aligned UB address).
+template <typename T>
+__aicore__ inline void LoadVectorIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
+                                    int64_t n, bool pad, T padValue)
+{
+    if (AllInside(ids, valid)) {
+        LoadVector<T>(dst, src, valid, n, pad, padValue);
+        return;
+    }
+    WaitVToS();
+    for (int64_t e = 0; e < valid; ++e) {
+        const bool inside = ids.GetValue(static_cast<uint64_t>(e)) >= 0;
+        dst.SetValue(static_cast<uint32_t>(e), inside ? src.GetValue(static_cast<uint64_t>(e)) : static_cast<T>(0));
+    }
+    for (int64_t e = valid; pad && e < n; ++e) dst.SetValue(static_cast<uint32_t>(e), padValue);
+    WaitSToV();
+}
+// StoreRows for a packed batch: the rows of a negative id are not written.
+template <typename T>
+__aicore__ inline void StoreRowsIn(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
+                                   int64_t cols, int64_t cpad, int64_t pitch, bool atomic)
+{
+    if (AllInside(ids, valid)) {
+        StoreRows<T>(dst, src, valid, cols, cpad, pitch, atomic);
+        return;
+    }
+    int64_t r0 = 0, r1 = 0;
+    while (NextRun(ids, valid, r0, r1)) StoreRows<T>(dst[r0 * pitch], src[r0 * cpad], r1 - r0, cols, cpad, pitch, atomic);
+}
+// StoreVector for a packed batch: each run is first copied to the start of `stage` (UB scratch of at
+// least `valid` elements; DataCopyPad reads UB from a 32-byte aligned address).
+template <typename T>
+__aicore__ inline void StoreVectorIn(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
+                                     const LocalTensor<T>& stage, bool atomic)
+{
+    if (AllInside(ids, valid)) {
+        StoreVector<T>(dst, src, valid, atomic);
+        return;
+    }
+    int64_t r0 = 0, r1 = 0;
+    while (NextRun(ids, valid, r0, r1)) {
+        WaitMte3ToS();
+        WaitVToS();
+        for (int64_t e = r0; e < r1; ++e) stage.SetValue(static_cast<uint32_t>(e - r0), src.GetValue(static_cast<uint32_t>(e)));
+        WaitSToMte3();
+        StoreVector<T>(dst[r0], stage, r1 - r0, atomic);
+    }
+    WaitMte3ToS();  // the next scalar writes of `stage` wait for the last read
+}
+// The 0-d tile dst (its element 0) = src[0] in GM (a per-head scalar such as the sink logit sigma_h).
+template <typename T>
+__aicore__ inline void LoadScalar(const LocalTensor<T>& dst, const GlobalTensor<T>& src)
+{
+    WaitVToS();
+    dst.SetValue(0, src.GetValue(0));
+    WaitSToV();
+}
+// dst[0, n) = src[0] (a 0-d tile broadcast over a row vector).
+template <typename T>
+__aicore__ inline void BroadcastScalar(const LocalTensor<T>& dst, const LocalTensor<T>& src, int64_t n)
+{
+    WaitVToS();
+    const T v = src.GetValue(0);
+    Duplicate(dst, v, TILEGEN_NARROW(VectorOp_count, n));
+}
+
+// dst row r = src row r (op) vec[r] for r < rows: Adds with -v (sub), +v (add), Muls with v (mul).
+__aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
+                                     const LocalTensor<float>& vec, int64_t rows, int64_t cpad, float sign)
+{
+    WaitVToS();
+    for (int64_t r = 0; r < rows; ++r) {
+        float v = sign * vec.GetValue(static_cast<uint32_t>(r));
+        Adds(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
+    }
+}
+__aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
+                                     const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
+{
+    WaitVToS();
+    for (int64_t r = 0; r < rows; ++r) {
+        float v = vec.GetValue(static_cast<uint32_t>(r));
+        Muls(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
+    }
+}
+// dst row r = src row r / vec[r], or 0 where vec[r] == 0 (O of a row with no visible key).
+__aicore__ inline void RowsSafeDiv(const LocalTensor<float>& dst, const LocalTensor<float>& src,
+                                   const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
+{
+    WaitVToS();
+    for (int64_t r = 0; r < rows; ++r) {
+        float v = vec.GetValue(static_cast<uint32_t>(r));
+        if (v != 0.0f) {
+            Muls(dst[r * cpad], src[r * cpad], 1.0f / v, TILEGEN_NARROW(VectorOp_count, cpad));
+        } else {
+            Duplicate(dst[r * cpad], 0.0f, TILEGEN_NARROW(VectorOp_count, cpad));
+        }
+    }
+}
+// vec[r] = max or sum over the first `cols` columns of row r.
+__aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTensor<float>& src, int64_t rows, int64_t cols,
+                                  int64_t cpad, const LocalTensor<float>& out, const LocalTensor<float>& tmp, bool isMax)
+{
+    for (int64_t r = 0; r < rows; ++r) {
+        if (isMax) {
+            ReduceMax(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols), false);
+        } else {
+            ReduceSum(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols));
+        }
+        WaitVToS();
+        vec.SetValue(static_cast<uint32_t>(r), out.GetValue(0));
+    }
+    WaitSToV();
+}
+// x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet).
+__aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, int64_t n)
+{
+    WaitVToS();
+    for (int64_t e = 0; e < n; ++e) {
+        float v = src.GetValue(static_cast<uint32_t>(e));
+        dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);
+    }
+    WaitSToV();
+}
+// Cast a tile row by row when the two dtypes pad their rows differently.
+template <typename D, typename S>
+__aicore__ inline void CastRows(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode mode, int64_t rows,
+                                int64_t cols, int64_t dpad, int64_t spad)
+{
+    if (dpad == spad) {
+        Cast(dst, src, mode, TILEGEN_NARROW(VectorOp_count, rows * spad));
+        return;
+    }
+    for (int64_t r = 0; r < rows; ++r) Cast(dst[r * dpad], src[r * spad], mode, TILEGEN_NARROW(VectorOp_count, cols));
+}
+// DESIGN §3 mask on a tile of `rows` rows starting at global row `row0` and `cols` columns starting at
+// `col0`: key c visible to query r iff r + off - left <= c <= r + off + right (left/right < 0:
+// unbounded), r < Sq, c < Sk. Hidden scores become -inf. `colIdx` holds col0 + c as floats for the
+// compare; `bits` receives the compare mask. Needs cpad * 4 to be a multiple of 256 (Bc multiple of 64).
+// `cutOnly` (the IR's schedule knob): issue nothing when the tile is not cut, i.e. no row is padding and
+// every row sees every column (the visible bounds grow with the row: the last row's lower and the first
+// row's upper bound decide).
+__aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<float>& colIdx, const LocalTensor<uint8_t>& bits,
+                                int64_t rows, int64_t cpad, int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off,
+                                int64_t left, int64_t right, bool cutOnly)
+{
+    if (cutOnly && row0 + rows <= sq) {
+        const int64_t lo = Max64(left >= 0 ? row0 + rows - 1 + off - left : 0, 0);
+        const int64_t hi = Min64(right >= 0 ? row0 + off + right : sk - 1, sk - 1);
+        if (lo <= col0 && hi >= col0 + cpad - 1) return;
+    }
+    WaitVToS();
+    for (int64_t c = 0; c < cpad; ++c) colIdx.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
+    WaitSToV();
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t gr = row0 + r;
+        const LocalTensor<float> row = s[r * cpad];
+        if (gr >= sq) {
+            Duplicate(row, NEG_INF, TILEGEN_NARROW(VectorOp_count, cpad));
+            continue;
+        }
+        int64_t lo = left >= 0 ? gr + off - left : 0;
+        int64_t hi = right >= 0 ? gr + off + right : sk - 1;
+        hi = Min64(hi, sk - 1);
+        lo = Max64(lo, 0);
+        if (lo <= col0 && hi >= col0 + cpad - 1) continue;
+        Compares(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Compares(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, TILEGEN_NARROW(VectorOp_count, cpad));
+        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Score and mask mods (tilegen/backends/ascendc_mods.py), applied row by row to a UB tile on the AIV.
+// Vector calls: Adds, Muls (I/kernel_operator_vec_binary_scalar_intf.h:113-119, 202-208), Add, Mul, Max
+// (I/kernel_operator_vec_binary_intf.h:82, 166, 310), Exp, Abs, Reciprocal (count forms,
+// I/kernel_operator_vec_unary_intf.h:128, 213, 276; the basic API has no Tanh, only
+// include/adv_api/math/tanh.h), Compares, Select (I/kernel_operator_vec_cmpsel_intf.h:155, 277), Duplicate
+// (I/kernel_operator_vec_duplicate_intf.h:71), Cast int32 -> float (I/kernel_operator_vec_vconv_intf.h:81),
+// ReduceSum (I/kernel_operator_vec_reduce_intf.h:183); scalar reads of GM through GlobalTensor::GetValue
+// (I/kernel_tensor.h:270), of UB through LocalTensor::GetValue/SetValue (I/kernel_tensor.h:176, 181).
+
+// col[c] = col0 + c as floats (the key index of column c; exact while col0 + c <= 2^24).
+__aicore__ inline void ModColumns(const LocalTensor<float>& col, int64_t col0, int64_t cpad)
+{
+    WaitVToS();
+    for (int64_t c = 0; c < cpad; ++c) col.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
+    WaitSToV();
+}
+// keys[c] = (float) src[c] for c < valid (an integer parameter read at the key index), 0 past it.
+__aicore__ inline void ModLoadKeys(const LocalTensor<float>& keys, const LocalTensor<int32_t>& stage, const GlobalTensor<int32_t>& src,
+                                   int64_t valid, int64_t cpad)
+{
+    Duplicate(stage, static_cast<int32_t>(0), TILEGEN_NARROW(VectorOp_count, cpad));
+    LoadVector<int32_t>(stage, src, valid, cpad, false, static_cast<int32_t>(0));
+    Cast(keys, stage, RoundMode::CAST_RINT, TILEGEN_NARROW(VectorOp_count, cpad));
+}
+// x = cap * tanh(x / cap) on n elements, as cap - 2 cap / (exp(2 x / cap) + 1) (exp overflowing to
+// +inf gives cap, underflowing to 0 gives -cap); t is scratch.
+__aicore__ inline void ModSoftcap(const LocalTensor<float>& x, const LocalTensor<float>& t, float cap, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Muls(t, x, 2.0f / cap, cnt);
+    Exp(t, t, cnt);
+    Adds(t, t, 1.0f, cnt);
+    Reciprocal(t, t, cnt);
+    Muls(t, t, -2.0f * cap, cnt);
+    Adds(x, t, cap, cnt);
+}
+// g *= d(cap tanh(s / cap))/ds = 1 - tanh^2(s / cap) at the raw scores s; t is scratch.
+__aicore__ inline void ModSoftcapGrad(const LocalTensor<float>& g, const LocalTensor<float>& s, const LocalTensor<float>& t, float cap,
+                                      int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Muls(t, s, 2.0f / cap, cnt);
+    Exp(t, t, cnt);
+    Adds(t, t, 1.0f, cnt);
+    Reciprocal(t, t, cnt);
+    Muls(t, t, -2.0f, cnt);
+    Adds(t, t, 1.0f, cnt);  // tanh(s / cap)
+    Mul(t, t, t, cnt);
+    Muls(t, t, -1.0f, cnt);
+    Adds(t, t, 1.0f, cnt);
+    Mul(g, g, t, cnt);
+}
+// row += scale * |col - center| (a distance bias such as ALiBi's slope * |q - kv + K|); t is scratch.
+__aicore__ inline void ModDistanceAdd(const LocalTensor<float>& row, const LocalTensor<float>& col, const LocalTensor<float>& t,
+                                      float center, float scale, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Adds(t, col, -center, cnt);
+    Abs(t, t, cnt);
+    Muls(t, t, scale, cnt);
+    Add(row, row, t, cnt);
+}
+// sum over the first `cols` columns of g * |col - center| (a distance term's gradient coefficient).
+__aicore__ inline float ModDistanceDot(const LocalTensor<float>& g, const LocalTensor<float>& col, const LocalTensor<float>& t,
+                                       const LocalTensor<float>& out, const LocalTensor<float>& tmp, float center, int64_t cols, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Adds(t, col, -center, cnt);
+    Abs(t, t, cnt);
+    Mul(t, t, g, cnt);
+    ReduceSum(out, t, tmp, TILEGEN_NARROW(VectorOp_count, cols));
+    WaitVToS();
+    const float v = out.GetValue(0);
+    WaitSToV();
+    return v;
+}
+// row[c] += scale * p[base + stride * e] for c < n, e = clip(e0 + step * c, 0, len - 1) (a table bias:
+// the index runs backwards along the row for a relative bias, so the read is scalar).
+__aicore__ inline void ModTableAdd(const LocalTensor<float>& row, const GlobalTensor<float>& p, int64_t base, int64_t stride, int64_t e0,
+                                   int64_t step, int64_t len, float scale, int64_t n)
+{
+    WaitVToS();
+    for (int64_t c = 0; c < n; ++c) {
+        const int64_t e = Clip(e0 + step * c, 0, len - 1);
+        const float v = row.GetValue(static_cast<uint32_t>(c)) + scale * p.GetValue(static_cast<uint64_t>(base + stride * e));
+        row.SetValue(static_cast<uint32_t>(c), v);
+    }
+    WaitSToV();
+}
+// w[t] += scale * g[c] for c < n, t = t0 + step * c in [0, width) (a table term's gradient window,
+// accumulated in column order: deterministic).
+__aicore__ inline void ModTableGrad(const LocalTensor<float>& w, const LocalTensor<float>& g, int64_t t0, int64_t step, float scale,
+                                    int64_t n, int64_t width)
+{
+    WaitVToS();
+    for (int64_t c = 0; c < n; ++c) {
+        const float v = g.GetValue(static_cast<uint32_t>(c));
+        if (v == 0.0f) continue;
+        const uint32_t t = static_cast<uint32_t>(Clip(t0 + step * c, 0, width - 1));
+        w.SetValue(t, w.GetValue(t) + scale * v);
+    }
+    WaitSToV();
+}
+// The gradient window, written by the scalar unit, is read next by MTE3 (StoreVector).
+__aicore__ inline void ModWindowToStore()
+{
+    SetWait<HardEvent::S_MTE3>();
+}
+// v = 1 where (vec op x), else 0 (one comparison of a mask mod); bits is scratch.
+__aicore__ inline void ModCompare(const LocalTensor<float>& v, const LocalTensor<float>& vec, const LocalTensor<uint8_t>& bits, float x,
+                                  CMPMODE mode, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Compares(bits, vec, x, mode, cnt);
+    Duplicate(v, 1.0f, cnt);
+    Select(v, bits, v, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, cnt);
+}
+// v = 1 - v (not).
+__aicore__ inline void ModNot(const LocalTensor<float>& v, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Muls(v, v, -1.0f, cnt);
+    Adds(v, v, 1.0f, cnt);
+}
+// row = -inf where v is 0 (the mask mod hides the key).
+__aicore__ inline void ModHide(const LocalTensor<float>& row, const LocalTensor<float>& v, const LocalTensor<uint8_t>& bits, int64_t n)
+{
+    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
+    Compares(bits, v, 0.5f, CMPMODE::GT, cnt);
+    Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, cnt);
+}
+// v *= 1 where key col is inside the window of query q and the extent (c < sk), else 0 (DESIGN §3's
+// window as MaskTile reads it; left/right < 0: unbounded); t is scratch.
+__aicore__ inline void ModWindow(const LocalTensor<float>& v, const LocalTensor<float>& col, const LocalTensor<uint8_t>& bits,
+                                 const LocalTensor<float>& t, int64_t q, int64_t sk, int64_t off, int64_t left, int64_t right,
+                                 int64_t n)
+{
+    const int64_t lo = left >= 0 ? Max64(q + off - left, 0) : 0;
+    const int64_t hi = right >= 0 ? Min64(q + off + right, sk - 1) : sk - 1;
+    ModCompare(t, col, bits, static_cast<float>(lo), CMPMODE::GE, n);
+    Mul(v, v, t, TILEGEN_NARROW(VectorOp_count, n));
+    ModCompare(t, col, bits, static_cast<float>(hi), CMPMODE::LE, n);
+    Mul(v, v, t, TILEGEN_NARROW(VectorOp_count, n));
+}
+// The number of ones in the first `cols` entries of a 0/1 row (exact: an integer below 2^24).
+__aicore__ inline float ModRowCount(const LocalTensor<float>& v, const LocalTensor<float>& out, const LocalTensor<float>& tmp, int64_t cols)
+{
+    ReduceSum(out, v, tmp, TILEGEN_NARROW(VectorOp_count, cols));
+    WaitVToS();
+    const float c = out.GetValue(0);
+    WaitSToV();
+    return c;
+}
+// ---------------------------------------------------------------------------------------------------
+// Cube side (AIC). An L1 tile of R x C half/bf16 elements is NZ: C/16 column strips of rpad = ceil16(R)
+// rows x 16 elements (fractals of 16 x 16). L0C tiles are NZ fp32 with 16 x 16 fractals.
+
+__aicore__ inline void WaitMte2ToMte1()
+{
+    SetWait<HardEvent::MTE2_MTE1>();
+}
+__aicore__ inline void WaitMte1ToMte2()
+{
+    SetWait<HardEvent::MTE1_MTE2>();
+}
+__aicore__ inline void WaitMte1ToM()
+{
+    SetWait<HardEvent::MTE1_M>();
+}
+__aicore__ inline void WaitMToMte1()
+{
+    SetWait<HardEvent::M_MTE1>();
+}
+__aicore__ inline void WaitMToFix()
+{
+    SetWait<HardEvent::M_FIX>();
+}
+__aicore__ inline void WaitFixToM()
+{
+    SetWait<HardEvent::FIX_M>();
+}
+
+// GM rows [r0, r0 + n) -> the same rows of an L1 NZ tile of rpad (= ceil16(rows)) rows: `cols` elements
+// each (row pitch `pitch`), columns zero-padded to 16 by the ND->NZ copy. Row r of the NZ tile starts at
+// element r * C0 (C0 = 32 / sizeof(T)); its column strips stay rpad * C0 apart (dstNzC0Stride = rpad).
+// `rowwise` (chosen by tilegen when the pitch does not fit the 16-bit srcDValue) issues one ND->NZ copy
+// per row.
+template <typename T>
+__aicore__ inline void CopyNzRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t r0, int64_t n, int64_t rpad,
+                                  int64_t cols, int64_t pitch, bool rowwise)
+{
+    constexpr int64_t c0 = 32 / static_cast<int64_t>(sizeof(T));
+    if (n > 0 && !rowwise) {
+        Nd2NzParams p(1, TILEGEN_NARROW(Nd2NzParams_nValue, n), TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0,
+                      TILEGEN_NARROW(Nd2NzParams_srcDValue, pitch), TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
+        DataCopy(dst[r0 * c0], src[r0 * pitch], p);
+    }
+    if (n > 0 && rowwise) {
+        for (int64_t r = r0; r < r0 + n; ++r) {
+            Nd2NzParams p(1, 1, TILEGEN_NARROW(Nd2NzParams_dValue, cols), 0, TILEGEN_NARROW(Nd2NzParams_srcDValue, cols),
+                          TILEGEN_NARROW(Nd2NzParams_dstNzC0Stride, rpad), 1, 0);
+            DataCopy(dst[r * c0], src[r * pitch], p);
+        }
+    }
+}
+
+// L1 tile of rpad x cpad (16-padded) elements = 0, in one repeat of 32 B blocks (Fill.md: blockNum
+// blocks per repeat).
+template <typename T>
+__aicore__ inline void ZeroNz(const LocalTensor<T>& dst, int64_t rpad, int64_t cpad)
+{
+    Fill(dst, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, rpad * cpad * static_cast<int64_t>(sizeof(T)) / 32), 0, T(0)));
+    PipeBarrier<PIPE_MTE2>();
+}
+
+// GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`) by CopyNzRows; when `zeroTail`,
+// the rows [valid, rows) of the tile are zeroed first (padding that reaches a contraction).
+template <typename T>
+__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    const int64_t rpad = CeilDiv(rows, 16) * 16;
+    WaitMte1ToMte2();
+    if (zeroTail && valid < rows) ZeroNz(dst, rpad, CeilDiv(cols, 16) * 16);
+    CopyNzRows(dst, src, 0, valid, rpad, cols, pitch, rowwise);
+    WaitMte2ToMte1();
+}
+
+// LoadNz for a packed batch (see AllInside): the rows of a negative id are not read; they load as 0.
+template <typename T>
+__aicore__ inline void LoadNzIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
+                                int64_t rows, int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    if (AllInside(ids, valid)) {
+        LoadNz<T>(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
+        return;
+    }
+    const int64_t rpad = CeilDiv(rows, 16) * 16;
+    WaitMte1ToMte2();
+    ZeroNz(dst, rpad, CeilDiv(cols, 16) * 16);
+    int64_t r0 = 0, r1 = 0;
+    while (NextRun(ids, valid, r0, r1)) CopyNzRows(dst, src, r0, r1 - r0, rpad, cols, pitch, rowwise);
+    WaitMte2ToMte1();
+}
+
+// c (+)= op(a) @ op(b) on the cube: a, b NZ in L1 (stored with rows ar/br), c NZ fp32 in L0C of m x n.
+// op(a) is m x k (a stored m x k, or k x m when transA); op(b) is k x n (b stored k x n, or n x k when
+// transB). The contraction runs in steps of `kStep` through the two halves of L0A and L0B.
+template <typename T>
+__aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                                  const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t halfA, int64_t halfB, int64_t m,
+                                  int64_t n, int64_t k, bool transA, bool transB, bool accumulate, int64_t kStep)
+{
+    const int64_t m1 = CeilDiv(m, 16);
+    const int64_t n1 = CeilDiv(n, 16);
+    const int64_t aRows16 = transA ? CeilDiv(k, 16) : m1;  // fractal rows of a as stored
+    const int64_t bRows16 = transB ? n1 : CeilDiv(k, 16);  // fractal rows of b as stored
+    int64_t stage = 0;
+    for (int64_t k0 = 0; k0 < k; k0 += kStep, stage ^= 1) {
+        const int64_t kc = Min64(kStep, k - k0);
+        const int64_t kc1 = CeilDiv(kc, 16);
+        const LocalTensor<T> la = l0a[stage * halfA];
+        const LocalTensor<T> lb = l0b[stage * halfB];
+        WaitMToMte1();
+        for (int64_t mi = 0; mi < m1; ++mi) {  // ZZ: fractal (mi, kk) at mi * kc1 + kk
+            LoadData2DParams p;
+            p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, kc1);
+            if (!transA) {
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16) * aRows16 + mi);
+                p.srcStride = TILEGEN_NARROW(LoadData2DParams_srcStride, aRows16);
+                p.ifTranspose = false;
+            } else {
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, mi * aRows16 + k0 / 16);
+                p.srcStride = 1;
+                p.ifTranspose = true;
+            }
+            LoadData(la[mi * kc1 * 256], a, p);
+        }
+        for (int64_t kk = 0; kk < kc1; ++kk) {  // ZN: fractal (kk, ni) at kk * n1 + ni
+            LoadData2DParams p;
+            p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, n1);
+            if (!transB) {
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, k0 / 16 + kk);
+                p.srcStride = TILEGEN_NARROW(LoadData2DParams_srcStride, bRows16);
+                p.ifTranspose = true;
+            } else {
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16 + kk) * bRows16);
+                p.srcStride = 1;
+                p.ifTranspose = false;
+            }
+            LoadData(lb[kk * n1 * 256], b, p);
+        }
+        WaitMte1ToM();
+        MmadParams mp(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), TILEGEN_NARROW(MmadParams_k, kc), 0, false,
+                      !accumulate && k0 == 0);
+        Mmad(c, la, lb, mp);
+    }
+    WaitMToMte1();
+}
+
+// c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile. Each tile is
+// CeilDiv(rows, 16) fractals of 16 x 16 2-byte elements, one 512 B block of L0A/L0B each: Fill them in
+// one repeat of that many blocks (blockNum; the two-argument InitConstValueParams leaves blockNum = 0,
+// which fills nothing: Fill.md).
+template <typename T>
+__aicore__ inline void ZeroAcc(const LocalTensor<float>& c, const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t m,
+                               int64_t n)
+{
+    static_assert(sizeof(T) == 2, "ZeroAcc fills 16 x 16 fractals of 2-byte elements (512 B blocks)");
+    WaitMToMte1();
+    Fill(l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));
+    Fill(l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));
+    WaitMte1ToM();
+    Mmad(c, l0a, l0b, MmadParams(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), 16, 0, false, true));
+    WaitMToMte1();
+}
+
+// L0C (m x n fp32, NZ) -> GM rows (`valid` rows, `cols` columns, row pitch `pitch`), fp32; `atomic` adds.
+__aicore__ inline void FixpipeRows(const GlobalTensor<float>& dst, const LocalTensor<float>& c, int64_t m, int64_t valid,
+                                   int64_t cols, int64_t pitch, bool atomic)
+{
+    if (valid <= 0) return;
+    WaitMToFix();
+    if (atomic) SetAtomicAdd<float>();
+    FixpipeParamsV220 p(TILEGEN_NARROW(FixpipeParamsV220_nSize, cols), TILEGEN_NARROW(FixpipeParamsV220_mSize, valid),
+                        TILEGEN_NARROW(FixpipeParamsV220_srcStride, CeilDiv(m, 16) * 16),
+                        TILEGEN_NARROW(FixpipeParamsV220_dstStride, pitch), false);
+    Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c, p);
+    if (atomic) DisableDmaAtomic();
+    WaitFixToM();
+}
+
+}  // namespace tilegen
+
+#endif  // TILEGEN_RUNTIME_H
