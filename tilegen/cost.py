@@ -148,7 +148,8 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # helpers of one core run one after another (each begins by waiting for the pipe before it), except the
 # copies whose closing wait is on the consuming pipe, not on the scalar unit (LoadNz, LoadRows, StoreRows,
 # FixpipeRows: _ASYNC): the scalar unit issues on past them, their pipe runs them in order, and the next
-# compute helper starts when they are done; the AIC
+# compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
+# is reached, so the helpers in between overlap it); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each). Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
@@ -297,9 +298,13 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     sent: dict[str, int] = {}
     other = {"cube": "vector", "vector": "cube"}
     pipe_free: dict[str, dict[str, float]] = {s: {} for s in sides}  # the copies' pipes: free from (cycles)
+    # the end of the copies waited for (every later compute helper waits for them); a copy with
+    # Load.wait_at_read joins it at its WaitLoaded, not at its issue
+    gate = {s: 0.0 for s in sides}
+    deferred: dict[str, dict[str, float]] = {s: {} for s in sides}  # tile -> end of its deferred copy
 
     def after_copies(s: str, t: float) -> float:
-        return max([t, *pipe_free[s].values()])
+        return max(t, gate[s])
 
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False
@@ -311,8 +316,15 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 pipe = _ASYNC.get((s, kind))
                 if pipe is not None:
                     start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
-                    pipe_free[s][pipe] = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    if op.get("defer"):
+                        deferred[s][op["dst"]] = end
+                    else:
+                        gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
                     t += _ASYNC_ISSUE * issue
+                elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
+                    gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
+                    t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
                     if not ready[s]:
                         break
@@ -338,7 +350,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
             raise TilegenError(f"the emitted-code model of {kplan.name} deadlocks (a hand-off without its partner)")
     # the drains at kernel end: each sender waits for its copies and the last free flag of every slot it used
     for s in sides:
-        clock[s] = after_copies(s, clock[s])
+        clock[s] = max([after_copies(s, clock[s]), *pipe_free[s].values()])
         for op, _ in sides[s]:
             if op["kind"] in ("c2v_send", "v2c_send") and free.get(op["free"]):
                 clock[s] = max(clock[s], free[op["free"]][-1])

@@ -606,9 +606,20 @@ def lower_kernel(
     )
 
 
+def _reads_in(stmt) -> set[str]:
+    """The buffers ``stmt`` reads (a loop: its whole body)."""
+    if isinstance(stmt, Loop):
+        return {b for s in _stmts(stmt.body) for b in s.buffers_read()}
+    return set(stmt.buffers_read())
+
+
 def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
+    deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
     for stmt in body:
+        for buf in [b for b in deferred if b in _reads_in(stmt)]:
+            ops.append({"kind": "wait_loaded", "buf": buf})  # just before the tile's first reader
+            deferred.remove(buf)
         if isinstance(stmt, Loop):
             inner = _lower_body(lo, stmt.body, unit, counters)
             if inner:
@@ -627,7 +638,11 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
+            if op["kind"] == "l1_load" and stmt.wait_at_read:
+                op["defer"] = True
+                deferred.append(stmt.dst)
             ops.append(op)
+    ops.extend({"kind": "wait_loaded", "buf": buf} for buf in deferred)  # no reader in the body: wait at its end
     return ops
 
 
@@ -678,6 +693,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": cols,
             "pitch": pitch,
             "zero_tail": stmt.pad is not None,
+            "defer": False,  # Load.wait_at_read: set by _lower_body, which places the wait
         }
         if handoff:
             op["kind"] = "v2c_recv"

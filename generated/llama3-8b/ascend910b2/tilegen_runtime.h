@@ -547,8 +547,8 @@ __aicore__ inline void WaitFixToM()
 // reaches a contraction). `rowwise` (chosen by tilegen when the pitch does not fit the 16-bit srcDValue)
 // issues one ND->NZ copy per row: row r of the NZ tile starts at element r * C0 (C0 = 32 / sizeof(T)).
 template <typename T>
-__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+__aicore__ inline void LoadNzCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                                  int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
 {
     const int64_t rpad = CeilDiv(rows, 16) * 16;
     const int64_t cpad = CeilDiv(cols, 16) * 16;
@@ -571,7 +571,32 @@ __aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& 
             DataCopy(dst[r * c0], src[r * pitch], p);
         }
     }
+}
+template <typename T>
+__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    LoadNzCopy(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
     WaitMte2ToMte1();
+}
+// LoadNz without its closing wait (the IR knob Load.wait_at_read): the MTE2 -> MTE1 flag is set right
+// after the copy, on an event ID allocated for it (TPipe::AllocEventID, include/basic_api/kernel_tpipe.h:469),
+// so that it orders after this copy alone; WaitLoaded waits on it just before the tile's first reader
+// and releases the ID (:471). Between the two, MTE2 runs the next copies and MTE1/M the matmuls of tiles
+// already loaded.
+template <typename T>
+__aicore__ inline TEventID LoadNzAsync(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                                       int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    LoadNzCopy(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
+    const TEventID id = GetTPipePtr()->AllocEventID<HardEvent::MTE2_MTE1>();
+    SetFlag<HardEvent::MTE2_MTE1>(id);
+    return id;
+}
+__aicore__ inline void WaitLoaded(TEventID id)
+{
+    WaitFlag<HardEvent::MTE2_MTE1>(id);
+    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);
 }
 
 // c (+)= op(a) @ op(b) on the cube: a, b NZ in L1 (stored with rows ar/br), c NZ fp32 in L0C of m x n.
