@@ -1,13 +1,15 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
+        [--wait-at-copy]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
 timeline (tilegen.timeline.simulate_program, the hand twin's trace), and the simulated busy fraction
 of the cube (AIC.M) and vector (AIV.V) pipes of the longest kernel. Needs g++ (the hand twin).
 ``--mask-every-tile`` measures the schedule before the mask-cut-tiles-only pass (the pass replaced by
-the identity, the compile cache off): MaskTile does its work on every tile.
+the identity, the compile cache off): MaskTile does its work on every tile. ``--wait-at-copy`` measures
+the schedule before the wait-at-first-read pass (likewise): every L1 copy is waited for at once.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ def main() -> None:
     ap.add_argument("--target", default="ascend910b2")
     ap.add_argument("--json")
     ap.add_argument("--mask-every-tile", action="store_true", help="without the mask-cut-tiles-only pass")
+    ap.add_argument("--wait-at-copy", action="store_true", help="without the wait-at-first-read pass")
     args = ap.parse_args()
-    if args.mask_every_tile:
+    if args.mask_every_tile or args.wait_at_copy:
         import os
 
         from tilegen.passes import lower
 
         os.environ["TILEGEN_CACHE"] = "0"
-        lower.mask_cut_tiles_only = lambda program: program
+        if args.mask_every_tile:
+            lower.mask_cut_tiles_only = lambda program: program
+        if args.wait_at_copy:
+            lower.wait_at_first_read = lambda program, levels: program
     rows = []
     print("| spec | program | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.MTE2, AIV.V, AIV.S |")
     print("|---|---|---|---|---|---|---|")

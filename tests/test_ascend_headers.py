@@ -235,8 +235,8 @@ PLANTED = {
     "hard-event": ("tilegen_runtime.h", "SetWait<HardEvent::MTE2_MTE1>();", "SetWait<HardEvent::MTE2_MTE0>();", "cube", "MTE2_MTE0"),
     "ascend-is-aic-ternary": ("bwd_kernels.asc", "const int64_t core = static_cast<int64_t>(GetBlockIdx()) / GetTaskRatio();",
                               "const int64_t core = ASCEND_IS_AIC ? static_cast<int64_t>(GetBlockIdx()) : 0;", "vec", "expected expression"),
-    "infinity-macro": ("tilegen_runtime.h", "dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);",
-                       "dst.SetValue(static_cast<uint32_t>(e), (v == -INFINITY) ? 0.0f : v);", "vec", "INFINITY"),
+    "infinity-macro": ("tilegen_runtime.h", "Compares(bits, row, NEG_INF, CMPMODE::NE, m);",
+                       "Compares(bits, row, -INFINITY, CMPMODE::NE, m);", "vec", "INFINITY"),
 }
 
 

@@ -121,6 +121,45 @@ def test_emitted_runtime_without_a_flag_is_reported():
             simulate_block(block, costs)
 
 
+def test_deferred_copy_without_its_flag_is_reported():
+    """Pass wait-at-first-read defers the K tile's MTE2 -> MTE1 wait of the forward to just before QK^T
+    (LoadNzAsync / WaitLoaded); with that flag pair emptied in tilegen_runtime.h the copy and the matmul's
+    L1 reads are unordered, and the timeline reports the race instead of a shorter time."""
+    spec = builtin_spec("tiny")
+    files = ascendc.generate(spec, "ascend910b2").files
+    assert "tilegen::LoadNzAsync<half>(Kj" in files["fwd_kernels.asc"] and "tilegen::WaitLoaded(ev_Kj);" in files["fwd_kernels.asc"]
+    costs = Costs(load_target("ascend910b2").timeline)
+    good = trace_run(twin.build(files), spec, "fwd", 2)
+    for block in good[0].values():
+        simulate_block(block, costs)
+    runtime = files["tilegen_runtime.h"]
+    set_flag = "    SetFlag<HardEvent::MTE2_MTE1>(id);\n    return id;"
+    wait_flag = "    WaitFlag<HardEvent::MTE2_MTE1>(id);\n    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);"
+    assert set_flag in runtime and wait_flag in runtime
+    broken = runtime.replace(set_flag, "    return id;").replace(wait_flag, "    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);")
+    bad = trace_run(twin.build(dict(files, **{"tilegen_runtime.h": broken})), spec, "fwd", 2)
+    with pytest.raises(TimelineError, match="race on AIC"):
+        for block in bad[0].values():
+            simulate_block(block, costs)
+
+
+def test_wait_at_first_read_is_an_ir_knob():
+    """The pass sets Load.wait_at_read on the forward's K and V tile loads of an Ascend target (their next
+    statement does not read them), never on a Triton target, nor on a hand-off's load."""
+    from tilegen.ir import Load, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("tiny")
+    for target, want in (("ascend910b2", {"Kj", "Vj"}), ("h200", set())):
+        prog = pipeline.compile_forward(spec, target=target, log=pipeline.PassLog())
+        loads = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Load)]
+        handoff = {t.name for t in prog.tensors if t.kind == "handoff"}
+        assert want <= {s.dst for s in loads if s.wait_at_read}
+        assert not any(s.wait_at_read for s in loads if s.src.tensor in handoff)
+        if not want:
+            assert not any(s.wait_at_read for s in loads)
+
+
 ASCEND_SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32: fp32, refused by the backend
 
 

@@ -115,6 +115,7 @@ NEGATIVE = {
     "neg_fixpipe_quant": ("Fixpipe", "F322F16"),
     "neg_fixpipe_dststride": ("Fixpipe", "dstStride 16"),
     "neg_compare_count": ("Compares", "multiple of 256"),
+    "neg_compares_after_masked_op": ("Compares", "runs under the mask register"),
     "neg_reducemax_tmp": ("ReduceMax", "sharedTmpBuffer"),
     "neg_select_scratch": ("Select", "scratch"),
     "neg_atomic_type_mismatch": ("DataCopy", "atomic type float does not match"),

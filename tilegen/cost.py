@@ -145,7 +145,11 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # `tilegen generate` emits for an Ascend target as they are written: each runtime helper
 # (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
 # target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
-# helpers of one core run one after another (each begins by waiting for the pipe before it); the AIC
+# helpers of one core run one after another (each begins by waiting for the pipe before it), except the
+# copies whose closing wait is on the consuming pipe, not on the scalar unit (LoadNz, LoadRows, StoreRows,
+# FixpipeRows: _ASYNC): the scalar unit issues on past them, their pipe runs them in order, and the next
+# compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
+# is reached, so the helpers in between overlap it); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each). Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
@@ -154,8 +158,11 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 _ESIZE = {"half": 2, "bfloat16_t": 2, "float": 4}
 
 
-def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int) -> float:
-    """Cycles of one plan op (one runtime helper call) on its core (see the comment above)."""
+def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | None = None) -> float:
+    """Cycles of one plan op (one runtime helper call) on its core (see the comment above); ``valid``:
+    the rows inside Sq of an AIV tile that also holds padding rows (None: no padding). MaskTile gives a
+    padding row one Duplicate; on such a tile the pairs are cut by the padding, and the model takes its
+    rows inside Sq as uncut (they are cut only on the band's tiles, at most two of the instance)."""
     issue, fl = c.issue(), c["flag_cycles"]
     vs, vr = c["vector_startup_cycles"], c["vector_repeat_cycles"]
     rd, wr = c["scalar_ub_read_cycles"], c["scalar_ub_write_cycles"]
@@ -193,18 +200,37 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int) -> float:
                 return max(issue, vec(int(op["count"]), esz))
             return int(op["crows"]) * max(issue, vec(int(op["cols"]), esz))
         if kind == "reduce":
-            per_row = issue + vec(int(op["cols"])) + c["vector_reduce_cycles"] + fl + 2 * issue + rd + wr
-            return rows * per_row + 2 * issue + fl
+            # a ReduceRepeat per 64 columns over every row, the later chunks combined with Max/Add
+            n = math.ceil(int(op["cols"]) / 64)
+            v_cycles = n * (vs + rows * c["vector_reduce_repeat_cycles"]) + (n - 1) * vec(rows)
+            return max((2 * n - 1) * issue, v_cycles)
         if kind == "zero_if_neginf":
-            return 4 * issue + 2 * fl + int(op["count"]) * (2 * issue + rd + wr)
+            # copy to the 64-aligned row, Compares, Select, copy back (vector ops, issued ahead)
+            n = int(op["count"])
+            return max(4 * issue, 2 * vec(n) + 2 * vec(math.ceil(n / 64) * 64))
         if kind in ("rows_add", "rows_mul", "rows_div"):
-            return 2 * issue + fl + rows * max(2 * issue + rd, vec(int(op["cpad"])))
+            # Brcb of the row factors (one group: the scratch holds every row on the built-in specs),
+            # then an Add/Sub/Mul over the rows per 64 columns
+            chunks = math.ceil(int(op["cpad"]) / 64)
+            v_cycles = vs + math.ceil(rows / 8) * c["vector_brcb_repeat_cycles"] + chunks * (vs + rows * vr)
+            n_issue = 1 + chunks
+            if kind == "rows_div":  # the factors 1 / v first: copy, Compares, Reciprocal, Select
+                v_cycles += vec(rows) + 3 * vec(math.ceil(rows / 64) * 64)
+                n_issue += 4
+            return max(n_issue * issue, v_cycles)
         if kind == "mask":
             if op.get("cut_only") and not cut:
                 return 0.0  # MaskTile returns before any instruction on a tile it does not cut
             cpad = int(op["cpad"])
-            fixed = 4 * issue + 2 * fl + cpad * (issue + wr)
-            return fixed + (rows * max(4 * issue, 4 * vec(cpad)) if cut else 0.0)
+            # CreateVecIndex (tilegen_runtime.h): 8 scalar writes, an S->V pair, then 7 block and
+            # cpad / 64 - 1 repeat Adds on V, each issued after the barrier of the one before
+            adds = 7 + max(math.ceil(cpad / 64) - 1, 0)
+            fixed = 2 * issue + 2 * fl + 8 * (issue + wr) + adds * max(2 * issue, vs + vr)
+            if valid is None:
+                per_rows = rows * max(4 * issue, 4 * vec(cpad))
+            else:
+                per_rows = (rows - min(max(valid, 0), rows)) * max(issue, vec(cpad))
+            return fixed + (per_rows if cut else 0.0)
         raise TilegenError(f"the emitted-code model has no cost for the vector op {kind}")
     if kind in ("l1_load", "v2c_recv"):
         rows, cols = int(op["rows"]), int(op["cols"])
@@ -253,8 +279,16 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     return out
 
 
-def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int) -> float:
-    """The two-process schedule (AIC, one AIV: the other is its mirror) of one kernel instance."""
+# Copies that do not stop the scalar unit (tilegen_runtime.h: their last wait is a SetFlag/WaitFlag pair
+# whose wait runs on the consuming pipe), by side and plan op, with the pipe they occupy.
+_ASYNC = {("cube", "l1_load"): "MTE2", ("cube", "fix_store"): "FIX", ("vector", "ub_load"): "MTE2", ("vector", "ub_store"): "MTE3"}
+_ASYNC_ISSUE = 5  # instructions a copy helper issues (two flag pairs and the copy)
+
+
+def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int | None = None) -> float:
+    """The two-process schedule (AIC, one AIV: the other is its mirror) of one kernel instance;
+    ``valid``: the Q rows of the instance's tile inside Sq on the first AIV (a forward instance of the
+    last Q tile), None: all."""
     x_lat, issue = costs["cross_core_flag_cycles"], costs.issue()
     sides = {"cube": _unrolled(kplan.aic.ops, pattern), "vector": _unrolled(kplan.aiv.ops, pattern)}
     pos = {s: 0 for s in sides}
@@ -263,6 +297,15 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int) -> float:
     free: dict[str, list[float]] = {}  # free flag id -> times set by the receiver
     sent: dict[str, int] = {}
     other = {"cube": "vector", "vector": "cube"}
+    pipe_free: dict[str, dict[str, float]] = {s: {} for s in sides}  # the copies' pipes: free from (cycles)
+    # the end of the copies waited for (every later compute helper waits for them); a copy with
+    # Load.wait_at_read joins it at its WaitLoaded, not at its issue
+    gate = {s: 0.0 for s in sides}
+    deferred: dict[str, dict[str, float]] = {s: {} for s in sides}  # tile -> end of its deferred copy
+
+    def after_copies(s: str, t: float) -> float:
+        return max(t, gate[s])
+
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False
         for s in sides:
@@ -270,11 +313,23 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int) -> float:
                 op, cut = sides[s][pos[s]]
                 kind = op["kind"]
                 t = clock[s]
-                if kind in ("c2v_recv", "v2c_recv"):
+                pipe = _ASYNC.get((s, kind))
+                if pipe is not None:
+                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
+                    pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    if op.get("defer"):
+                        deferred[s][op["dst"]] = end
+                    else:
+                        gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
+                    t += _ASYNC_ISSUE * issue
+                elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
+                    gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
+                    t += issue
+                elif kind in ("c2v_recv", "v2c_recv"):
                     if not ready[s]:
                         break
-                    t = max(t + issue, ready[s].pop(0))
-                    t += _helper_cycles(op, costs, s, cut, k_step) + issue
+                    t = max(after_copies(s, t) + issue, ready[s].pop(0))
+                    t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
                     free.setdefault(op["free"], []).append(t + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):
                     if sent.get(op["free"], 0) > 0:
@@ -282,18 +337,20 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int) -> float:
                         if not q:
                             break
                         t = max(t + issue, q.pop(0))
+                    t = after_copies(s, t)
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
-                    t += _helper_cycles(op, costs, s, cut, k_step) + issue
+                    t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
                     ready[other[s]].append(t + x_lat)
                 else:
-                    t += _helper_cycles(op, costs, s, cut, k_step)
+                    t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t
                 pos[s] += 1
                 progressed = True
         if not progressed:
             raise TilegenError(f"the emitted-code model of {kplan.name} deadlocks (a hand-off without its partner)")
-    # the drains at kernel end: each sender waits for the last free flag of every slot it used
+    # the drains at kernel end: each sender waits for its copies and the last free flag of every slot it used
     for s in sides:
+        clock[s] = max([after_copies(s, clock[s]), *pipe_free[s].values()])
         for op, _ in sides[s]:
             if op["kind"] in ("c2v_send", "v2c_send") and free.get(op["free"]):
                 clock[s] = max(clock[s], free[op["free"]][-1])
@@ -343,16 +400,26 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         # the cut pairs of an instance are at the diagonal end of its tile loop: the last K/V tiles of a
         # Q tile (forward), the first Q tiles of a K/V tile (backward)
         cut_last = grid_loops(kir)[-1].role == "q_tile"
-        memo: dict[tuple[int, int], float] = {}
+        memo: dict[tuple[int, int, int | None], float] = {}
 
-        def sim(n_full: int, n_cut: int) -> float:
-            if (n_full, n_cut) not in memo:
+        def sim(n_full: int, n_cut: int, valid: int | None = None) -> float:
+            if (n_full, n_cut, valid) not in memo:
                 pattern = [False] * n_full + [True] * n_cut if cut_last else [True] * n_cut + [False] * n_full
-                memo[n_full, n_cut] = _instance_cycles(kplan, costs, pattern, k_step)
-            return memo[n_full, n_cut]
+                memo[n_full, n_cut, valid] = _instance_cycles(kplan, costs, pattern, k_step, valid)
+            return memo[n_full, n_cut, valid]
 
+        # a forward instance of a Q tile past Sq: the rows inside Sq of the first AIV tile that holds
+        # padding rows (the AIVs split the tile's rows in halves)
+        env = {str(k): v for k, v in prog.env}
+        br, split = int(env["Br"]), int(tgt.cores["aiv_per_aic"].value)
+        half = -(-br // split)
+        valid: list[int | None] = [None] * tiles
+        if cut_last:
+            inside = [spec.seq_q - t * br for t in range(tiles)]
+            valid = [None if v >= br else (v - half if v >= half else v) for v in inside]
         p_full = sim(3, 0) - sim(2, 0)  # the steady period of a pair the mask does not cut
-        per_tile = np.array([sim(min(int(f), 2), int(c)) + max(int(f) - 2, 0) * p_full for f, c in zip(pairs - cut, cut)])
+        per_tile = np.array([sim(min(int(f), 2), int(c), v) + max(int(f) - 2, 0) * p_full
+                             for f, c, v in zip(pairs - cut, cut, valid)])
         out.append((kplan.name, deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + launch * len(out)

@@ -172,12 +172,17 @@ class Load(Stmt):
     program does not depend on it (the interpreter then loads a large sentinel to prove that).
     ``rows``: as :class:`Store`'s, the name of an int32 row-id tensor over the first tiled dimension;
     rows whose id is negative are not read and load as 0 (a packed batch's tokens outside every
-    sequence, whatever they hold)."""
+    sequence, whatever they hold).
+
+    ``wait_at_read`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_first_read`): the
+    generated code waits for the copy just before the first later statement of the same body that
+    reads ``dst``, not right after the copy. The result is the same either way."""
 
     dst: str
     src: Access
     pad: float | None = None
     rows: str = ""
+    wait_at_read: bool = False
 
     def buffers_written(self):
         return (self.dst,)

@@ -126,6 +126,10 @@ class Costs:
         if ins.pipe == "V":
             if k in ("Exp", "Ln"):
                 return c["vector_startup_cycles"] + ins.a * c["vector_exp_repeat_cycles"]
+            if k in ("ReduceRepeatMax", "ReduceRepeatSum", "WholeReduceMax", "WholeReduceSum"):
+                return c["vector_startup_cycles"] + ins.a * c["vector_reduce_repeat_cycles"]
+            if k == "Brcb":
+                return c["vector_startup_cycles"] + ins.a * c["vector_brcb_repeat_cycles"]
             extra = c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0
             return c["vector_startup_cycles"] + ins.a * c["vector_repeat_cycles"] + extra
         if k in ("DataCopyPad", "DataCopy", "DataCopyNd2Nz"):

@@ -543,6 +543,22 @@ TWIN_TEST(neg_compare_count)
     });
     return NotCaught("Compares count");
 }
+// A level-0 call leaves its lane mask in the mask register and the count-form Compares of A2 sets none
+// (impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:370): it would compare 8 lanes of each repeat.
+TWIN_TEST(neg_compares_after_masked_op)
+{
+    Aiv([] {
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> a, m;
+        pipe.InitBuffer(a, 1024);
+        pipe.InitBuffer(m, 256);
+        LocalTensor<float> x = a.Get<float>();
+        Duplicate(x, 1.0f, 256);
+        Adds(x, x, 1.0f, static_cast<uint64_t>(8), 1, UnaryRepeatParams());
+        Compares(m.Get<uint8_t>(), x, 0.0f, CMPMODE::GT, 64);
+    });
+    return NotCaught("Compares after a masked level-0 call");
+}
 TWIN_TEST(neg_reducemax_tmp)
 {
     Aiv([] {

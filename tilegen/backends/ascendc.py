@@ -174,6 +174,9 @@ FIELDS = {
         FieldRange("FixpipeParamsV220_dstStride", "uint32_t", 1, 2**32 - 1, _FIX),
         # count-form vector calls run in counter mode: impl/basic_api/kernel_npu_debug.h checks [0, INT32_MAX]
         FieldRange("VectorOp_count", "int32_t", 0, 2**31 - 1, "impl/basic_api/kernel_npu_debug.h (counter-mode mask)"),
+        # level-0 vector calls: repeatTime and the repeat strides of BinaryRepeatParams are uint8_t
+        FieldRange("VectorOp_repeatTime", "uint8_t", 0, 255, "include/basic_api/kernel_operator_vec_binary_intf.h:69 (const uint8_t repeatTime); docs/zh/api/.../Brcb.md [0, 255]"),
+        FieldRange("VectorOp_repStride", "uint8_t", 0, 255, "include/basic_api/kernel_struct_binary.h:45 (uint8_t dstRepStride, src0RepStride)"),
         # user flag ids: 11-14 are SyncAll's (impl/basic_api/dav_c220/kernel_operator_sync_impl.h)
         FieldRange("CrossCoreSetFlag_flagId", "uint16_t", 0, 10, "impl/basic_api/dav_c220/kernel_operator_sync_impl.h"),
         # MaskTile compares column indices as floats: exact while every compared integer is <= 2^24
@@ -400,6 +403,7 @@ class _Lower:
                 tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
                 scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                scratch += self.row_scratch(spans, extra - sum(-(-e * (1 if c == "uint8_t" else 4) // 32) * 32 for _, c, e in scratch))
                 mod_scratch = self.mod_scratch(cols)
                 offset = -(-peak // 32) * 32
                 for name, ctype, elems in scratch + mod_scratch:
@@ -427,6 +431,23 @@ class _Lower:
         """Elements of the AIV scratch row sc_col: the widest padded UB tile row (at least 64)."""
         spans = _live_spans(self.kernel, self.target.placement["vector"])
         return max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64] + self.classify_cols())
+    def row_scratch(self, spans, left: int) -> list[tuple[str, str, int]]:
+        """The scratch of the row helpers (tilegen_runtime.h): ``sc_row``, a row vector rounded up to 64
+        floats (Compares/Select take multiples of 256 B; RowsReduce's partial results), and ``sc_brc``,
+        the Brcb blocks of RowsVecOp: 8 floats per row, for as many rows (a multiple of 8, at most the
+        rows of the largest tile of this AIV) as the ``left`` bytes of the declared scratch hold.
+
+        Raises:
+            TargetError: fewer than 8 rows of Brcb blocks fit in the scratch.
+        """
+        halves = [self.half(b) for b, _, _ in spans if b.shape] or [8]  # 0-d tiles (a sink logit) hold no rows
+        row = -(-max(halves) // 64) * 64
+        left -= row * 4
+        tile_rows = max([self.half(b) for b, _, _ in spans if len(b.shape) == 2] + [8])
+        group = min(-(-tile_rows // 8) * 8, left // 256 * 8)
+        if group < 8:
+            raise TargetError(f"the row broadcast of {self.kernel.name} needs 256 bytes of UB scratch, {max(left, 0)} are left")
+        return [("sc_row", "float", row), ("sc_brc", "float", group * 8)]
 
     def classify_cols(self) -> list[int]:
         """[cpad of Bc] for a block-classification kernel (its rows are Bc keys), else []."""
@@ -597,9 +618,20 @@ def lower_kernel(
     )
 
 
+def _reads_in(stmt) -> set[str]:
+    """The buffers ``stmt`` reads (a loop: its whole body)."""
+    if isinstance(stmt, Loop):
+        return {b for s in _stmts(stmt.body) for b in s.buffers_read()}
+    return set(stmt.buffers_read())
+
+
 def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
+    deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
     for stmt in body:
+        for buf in [b for b in deferred if b in _reads_in(stmt)]:
+            ops.append({"kind": "wait_loaded", "buf": buf})  # just before the tile's first reader
+            deferred.remove(buf)
         if isinstance(stmt, Loop):
             inner = _lower_body(lo, stmt.body, unit, counters)
             if inner:
@@ -618,7 +650,11 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
+            if op["kind"] == "l1_load" and stmt.wait_at_read:
+                op["defer"] = True
+                deferred.append(stmt.dst)
             ops.append(op)
+    ops.extend({"kind": "wait_loaded", "buf": buf} for buf in deferred)  # no reader in the body: wait at its end
     return ops
 
 
@@ -670,6 +706,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": cols,
             "pitch": pitch,
             "zero_tail": stmt.pad is not None,
+            "defer": False,  # Load.wait_at_read: set by _lower_body, which places the wait
         }
         if handoff:
             op["kind"] = "v2c_recv"
@@ -829,6 +866,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     if isinstance(stmt, RowReduce):
         src, dst = bufs[stmt.src], bufs[stmt.dst]
         lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
+        lo.need("VectorOp_repeatTime", lo.half(src), f"the row reduction of {src.name} (a repeat per row)")
         return {
             "kind": "reduce",
             "dst": dst.name,
@@ -1126,6 +1164,8 @@ def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
     if isinstance(a, str) and isinstance(b, str):
         A, Bb = bufs[a], bufs[b]
         if two_d and len(Bb.shape) == 1:
+            lo.need("VectorOp_repeatTime", lo.half(dst), f"the row broadcast into {dst.name} (a repeat per row)")
+            lo.need("VectorOp_repStride", lo.cpad(dst) // 8, f"the row broadcast into {dst.name} (row pitch in blocks)")
             if stmt.op in ("sub", "add"):
                 return {**base, "kind": "rows_add", "src": a, "vec": b, "sign": "-1.0f" if stmt.op == "sub" else "1.0f", "cpad": lo.cpad(dst)}
             if stmt.op == "mul":

@@ -72,7 +72,13 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         tiles = parse_tile_sizes(tile_sizes)
         forced = (tiles[Br], tiles[Bc])
     program, log.schedule = choose_tiles(program, tgt, forced)
-    return log.record("choose-tiles", program, tgt)
+    program = log.record("choose-tiles", program, tgt)
+    if tgt.kind == "ascend":
+        from .lower import wait_at_first_read
+
+        # each L1 copy waited for where its tile is first read, not at once (a knob of each Load)
+        program = log.record("wait-at-first-read", wait_at_first_read(program, frozenset({tgt.placement["operand"]})), tgt)
+    return program
 
 
 def default_tiles(spec: AttentionSpec) -> dict[sympy.Symbol, int]:

@@ -5,7 +5,8 @@
 // DataCopy, L1 -> L0A/L0B with LoadData, L0C -> GM with Fixpipe), a tile matmul on the cube, row-wise
 // vector helpers and the cube<->vector hand-off through a per-core GM workspace with cross-core flags.
 // Pipe synchronisation is conservative: every move is followed by its consumer's wait, so no two pipes
-// overlap (correctness first; overlap is future work).
+// overlap (correctness first; overlap is future work). Row reductions, row broadcasts and masks run on the
+// vector pipe without per-row scalar loops (ReduceRepeat, Brcb, CreateVecIndex, Compares/Select).
 //
 // Target: CANN 9.1.0 (Ascend C API names of 9.1.0: Fill, Compares, DisableDmaAtomic; the older
 // InitConstValue, CompareScalar, SetAtomicNone are deprecated aliases there). Every API below is cited
@@ -28,6 +29,15 @@
 //   Exp, Ln                                      I/kernel_operator_vec_unary_intf.h:125,175
 //   ReduceMax, ReduceSum (sharedTmpBuffer size)  I/kernel_operator_vec_reduce_intf.h:170,183;
 //       D/Memory矢量计算/归约计算/ReduceMax.md, ReduceSum.md
+//   ReduceRepeat<ReduceType> (9.1.0 name of WholeReduceMax/Sum)  I/kernel_operator_vec_reduce_intf.h:72;
+//       ReduceType impl/utils/common_types.h:25; D/Memory矢量计算/归约计算/ReduceRepeat.md (dstRepStride unit)
+//   Add, Sub, Mul level 0 + BinaryRepeatParams  I/kernel_operator_vec_binary_intf.h:69,111,153, I/kernel_struct_binary.h:45
+//   Brcb + BrcbRepeatParams                      I/kernel_operator_vec_brcb_intf.h:51, I/kernel_struct_brcb.h:37;
+//       D/Memory矢量计算/数据填充/Brcb.md
+//   CreateVecIndex (count form)                  I/kernel_operator_vec_createvecindex_intf.h:50; its dav-c220
+//       body (M/dav_c220/kernel_operator_vec_createvecindex_impl.h): 8 SetValue, an S->V pair, Adds on V
+//   Reciprocal (count form)                      I/kernel_operator_vec_unary_intf.h:276
+//   ResetMask                                    include/basic_api/kernel_common.h:135
 //   Compares, Select (count * sizeof(T) a multiple of 256 B)  I/kernel_operator_vec_cmpsel_intf.h:155,277;
 //       D/Memory矢量计算/比较与选择/Compares.md, Select.md; CMPMODE, SELMODE M/utils/kernel_utils_mode.h:111,120
 //   Cast + RoundMode                             I/kernel_operator_vec_vconv_intf.h:81
@@ -224,6 +234,18 @@ struct VectorOp_count {
     static constexpr int64_t lo = 0LL;
     static constexpr int64_t hi = 2147483647LL;
 };
+// include/basic_api/kernel_struct_binary.h:45 (uint8_t dstRepStride, src0RepStride)
+struct VectorOp_repStride {
+    using T = uint8_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 255LL;
+};
+// include/basic_api/kernel_operator_vec_binary_intf.h:69 (const uint8_t repeatTime); docs/zh/api/.../Brcb.md [0, 255]
+struct VectorOp_repeatTime {
+    using T = uint8_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 255LL;
+};
 }  // namespace field
 #ifdef TILEGEN_TWIN
 #define TILEGEN_NARROW(F, v) \
@@ -346,63 +368,109 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
     WaitMte3ToV();
 }
 
-// dst row r = src row r (op) vec[r] for r < rows: Adds with -v (sub), +v (add), Muls with v (mul).
-__aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
-                                     const LocalTensor<float>& vec, int64_t rows, int64_t cpad, float sign)
+// Row-wise vector work without scalar loops. The level-0 calls below (a lane mask, a repeat per row)
+// leave their mask in the mask register; the count-form Compares of A2 runs under that register
+// (impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:370 sets none), so each helper ends with
+// ResetMask() (include/basic_api/kernel_common.h:135: all lanes). So does every CreateVecIndex call (its
+// dav-c220 body ends with masked Adds). A tile row r starts at r * cpad (cpad a multiple of 8
+// floats, so at a 32-byte block); one 256-byte repeat covers 64 fp32 columns of one row, so an
+// instruction over a column chunk repeats once per row with a repeat stride of cpad / 8 blocks.
+constexpr int64_t LANES_F32 = 64;  // fp32 lanes of a 256 B repeat
+enum class RowOp { ADD, SUB, MUL };
+
+// dst row r = src row r (op) vec[r] for r < rows. Brcb spreads vec[r] over the r-th 32-byte block of
+// `brc` (brc.GetSize() / 8 rows at a time); per 64 columns one Add/Sub/Mul then runs over those rows,
+// a repeat per row, src1 the row's block read for each of the 8 blocks (block stride 0, repeat stride 1).
+__aicore__ inline void RowsVecOp(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& vec,
+                                 const LocalTensor<float>& brc, int64_t rows, int64_t cpad, RowOp op)
 {
-    WaitVToS();
-    for (int64_t r = 0; r < rows; ++r) {
-        float v = sign * vec.GetValue(static_cast<uint32_t>(r));
-        Adds(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
+    const int64_t group = static_cast<int64_t>(brc.GetSize()) / 8;
+    const uint8_t stride = TILEGEN_NARROW(VectorOp_repStride, cpad / 8);
+    const BinaryRepeatParams p(1, 1, 0, stride, stride, 1);
+    for (int64_t g0 = 0; g0 < rows; g0 += group) {
+        const int64_t g = Min64(group, rows - g0);
+        Brcb(brc, vec[g0], TILEGEN_NARROW(VectorOp_repeatTime, CeilDiv(g, 8)), BrcbRepeatParams(1, 8));
+        const uint8_t rep = TILEGEN_NARROW(VectorOp_repeatTime, g);
+        for (int64_t c0 = 0; c0 < cpad; c0 += LANES_F32) {
+            const uint64_t mask = static_cast<uint64_t>(Min64(LANES_F32, cpad - c0));
+            const int64_t at = g0 * cpad + c0;
+            if (op == RowOp::ADD) {
+                Add(dst[at], src[at], brc, mask, rep, p);
+            } else if (op == RowOp::SUB) {
+                Sub(dst[at], src[at], brc, mask, rep, p);
+            } else {
+                Mul(dst[at], src[at], brc, mask, rep, p);
+            }
+        }
     }
+    ResetMask();
+}
+// dst row r = src row r + sign * vec[r] (sign -1: Sub, +1: Add).
+__aicore__ inline void RowsAddScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
+                                     const LocalTensor<float>& vec, const LocalTensor<float>& brc, int64_t rows, int64_t cpad,
+                                     float sign)
+{
+    RowsVecOp(dst, src, vec, brc, rows, cpad, sign < 0.0f ? RowOp::SUB : RowOp::ADD);
 }
 __aicore__ inline void RowsMulScalar(const LocalTensor<float>& dst, const LocalTensor<float>& src,
-                                     const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
+                                     const LocalTensor<float>& vec, const LocalTensor<float>& brc, int64_t rows, int64_t cpad)
 {
-    WaitVToS();
-    for (int64_t r = 0; r < rows; ++r) {
-        float v = vec.GetValue(static_cast<uint32_t>(r));
-        Muls(dst[r * cpad], src[r * cpad], v, TILEGEN_NARROW(VectorOp_count, cpad));
-    }
+    RowsVecOp(dst, src, vec, brc, rows, cpad, RowOp::MUL);
 }
-// dst row r = src row r / vec[r], or 0 where vec[r] == 0 (O of a row with no visible key).
+// row[0, n) = x[0, n) through a 64-aligned scratch row, so that Compares and Select (count * 4 a multiple
+// of 256 B) run on CeilDiv(n, 64) * 64 elements; the elements past n are scratch.
+__aicore__ inline int32_t ToScratchRow(const LocalTensor<float>& row, const LocalTensor<float>& x, int64_t n)
+{
+    Muls(row, x, 1.0f, TILEGEN_NARROW(VectorOp_count, n));
+    return TILEGEN_NARROW(VectorOp_count, CeilDiv(n, LANES_F32) * LANES_F32);
+}
+// dst row r = src row r / vec[r], or 0 where vec[r] == 0 (O of a row with no visible key): the factors
+// 1 / vec[r] (0 where vec[r] == 0) in `row`, then RowsVecOp's Mul.
 __aicore__ inline void RowsSafeDiv(const LocalTensor<float>& dst, const LocalTensor<float>& src,
-                                   const LocalTensor<float>& vec, int64_t rows, int64_t cpad)
+                                   const LocalTensor<float>& vec, const LocalTensor<float>& brc, const LocalTensor<float>& row,
+                                   const LocalTensor<uint8_t>& bits, int64_t rows, int64_t cpad)
 {
-    WaitVToS();
-    for (int64_t r = 0; r < rows; ++r) {
-        float v = vec.GetValue(static_cast<uint32_t>(r));
-        if (v != 0.0f) {
-            Muls(dst[r * cpad], src[r * cpad], 1.0f / v, TILEGEN_NARROW(VectorOp_count, cpad));
-        } else {
-            Duplicate(dst[r * cpad], 0.0f, TILEGEN_NARROW(VectorOp_count, cpad));
-        }
-    }
+    const int32_t n = ToScratchRow(row, vec, rows);
+    Compares(bits, row, 0.0f, CMPMODE::NE, n);
+    Reciprocal(row, row, n);
+    Select(row, bits, row, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
+    RowsVecOp(dst, src, row, brc, rows, cpad, RowOp::MUL);
 }
-// vec[r] = max or sum over the first `cols` columns of row r.
+// vec[r] = max or sum over the first `cols` columns of row r: per 64 columns one ReduceRepeat (MAX with
+// ORDER_ONLY_VALUE, or SUM) over every row, a repeat per row, its result at vec[r] (dstRepStride 1: one
+// float, ReduceRepeat.md table 3); the chunks after the first go to `part` and are combined with Max/Add.
 __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTensor<float>& src, int64_t rows, int64_t cols,
-                                  int64_t cpad, const LocalTensor<float>& out, const LocalTensor<float>& tmp, bool isMax)
+                                  int64_t cpad, const LocalTensor<float>& part, bool isMax)
 {
-    for (int64_t r = 0; r < rows; ++r) {
+    const int32_t rep = TILEGEN_NARROW(VectorOp_repeatTime, rows);
+    const int32_t stride = static_cast<int32_t>(cpad / 8);
+    for (int64_t c0 = 0; c0 < cols; c0 += LANES_F32) {
+        const int32_t mask = static_cast<int32_t>(Min64(LANES_F32, cols - c0));
+        const LocalTensor<float>& out = c0 == 0 ? vec : part;
         if (isMax) {
-            ReduceMax(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols), false);
+            ReduceRepeat<ReduceType::MAX, float, float>(out, src[c0], mask, rep, 1, 1, stride, ReduceOrder::ORDER_ONLY_VALUE);
         } else {
-            ReduceSum(out, src[r * cpad], tmp, TILEGEN_NARROW(VectorOp_count, cols));
+            ReduceRepeat<ReduceType::SUM, float, float>(out, src[c0], mask, rep, 1, 1, stride);
         }
-        WaitVToS();
-        vec.SetValue(static_cast<uint32_t>(r), out.GetValue(0));
+        if (c0 == 0) continue;
+        ResetMask();
+        if (isMax) {
+            Max(vec, vec, part, TILEGEN_NARROW(VectorOp_count, rows));
+        } else {
+            Add(vec, vec, part, TILEGEN_NARROW(VectorOp_count, rows));
+        }
     }
-    WaitSToV();
+    ResetMask();
 }
-// x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet).
-__aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, int64_t n)
+// x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet), on n
+// elements: Compares and Select on the scratch row.
+__aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& row,
+                                    const LocalTensor<uint8_t>& bits, int64_t n)
 {
-    WaitVToS();
-    for (int64_t e = 0; e < n; ++e) {
-        float v = src.GetValue(static_cast<uint32_t>(e));
-        dst.SetValue(static_cast<uint32_t>(e), (v == NEG_INF) ? 0.0f : v);
-    }
-    WaitSToV();
+    const int32_t m = ToScratchRow(row, src, n);
+    Compares(bits, row, NEG_INF, CMPMODE::NE, m);
+    Select(row, bits, row, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, m);
+    Muls(dst, row, 1.0f, TILEGEN_NARROW(VectorOp_count, n));
 }
 // Cast a tile row by row when the two dtypes pad their rows differently.
 template <typename D, typename S>
@@ -431,9 +499,9 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
         const int64_t hi = Min64(right >= 0 ? row0 + off + right : sk - 1, sk - 1);
         if (lo <= col0 && hi >= col0 + cpad - 1) return;
     }
-    WaitVToS();
-    for (int64_t c = 0; c < cpad; ++c) colIdx.SetValue(static_cast<uint32_t>(c), static_cast<float>(col0 + c));
-    WaitSToV();
+    WaitVToS();  // CreateVecIndex writes the first block by scalar stores, then the rest on V
+    CreateVecIndex(colIdx, static_cast<float>(col0), static_cast<uint32_t>(cpad));
+    ResetMask();
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t gr = row0 + r;
         const LocalTensor<float> row = s[r * cpad];
@@ -515,17 +583,44 @@ __aicore__ inline void ZeroNz(const LocalTensor<T>& dst, int64_t rpad, int64_t c
     PipeBarrier<PIPE_MTE2>();
 }
 
-// GM rows -> L1 NZ: `valid` rows of `cols` elements (row pitch `pitch`) by CopyNzRows; when `zeroTail`,
-// the rows [valid, rows) of the tile are zeroed first (padding that reaches a contraction).
+// GM rows -> L1 NZ without the closing wait: `valid` rows of `cols` elements (row pitch `pitch`) by
+// CopyNzRows; when `zeroTail`, the rows [valid, rows) of the tile are zeroed first (padding that reaches
+// a contraction).
 template <typename T>
-__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+__aicore__ inline void LoadNzCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                                  int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
 {
     const int64_t rpad = CeilDiv(rows, 16) * 16;
     WaitMte1ToMte2();
     if (zeroTail && valid < rows) ZeroNz(dst, rpad, CeilDiv(cols, 16) * 16);
     CopyNzRows(dst, src, 0, valid, rpad, cols, pitch, rowwise);
+}
+// LoadNzCopy and its wait: the tile is in L1 when it returns.
+template <typename T>
+__aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                              int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    LoadNzCopy(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
     WaitMte2ToMte1();
+}
+// LoadNz without its closing wait (the IR knob Load.wait_at_read): the MTE2 -> MTE1 flag is set right
+// after the copy, on an event ID allocated for it (TPipe::AllocEventID, include/basic_api/kernel_tpipe.h:469),
+// so that it orders after this copy alone; WaitLoaded waits on it just before the tile's first reader
+// and releases the ID (:471). Between the two, MTE2 runs the next copies and MTE1/M the matmuls of tiles
+// already loaded.
+template <typename T>
+__aicore__ inline TEventID LoadNzAsync(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
+                                       int64_t cols, int64_t pitch, bool zeroTail, bool rowwise)
+{
+    LoadNzCopy(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
+    const TEventID id = GetTPipePtr()->AllocEventID<HardEvent::MTE2_MTE1>();
+    SetFlag<HardEvent::MTE2_MTE1>(id);
+    return id;
+}
+__aicore__ inline void WaitLoaded(TEventID id)
+{
+    WaitFlag<HardEvent::MTE2_MTE1>(id);
+    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);
 }
 
 // c (+)= op(a) @ op(b) on the cube: a, b NZ in L1 (stored with rows ar/br), c NZ fp32 in L0C of m x n.

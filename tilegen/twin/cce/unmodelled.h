@@ -92,7 +92,6 @@ template <typename... A> inline int64_t sflbits(A&&...) { cce_rt::Fail("sflbits"
 template <typename... A> inline void st_dev(A&&...) { cce_rt::Fail("st_dev", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void trap(A&&...) { cce_rt::Fail("trap", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vand(A&&...) { cce_rt::Fail("vand", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vbrcb(A&&...) { cce_rt::Fail("vbrcb", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgadd(A&&...) { cce_rt::Fail("vcgadd", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgmax(A&&...) { cce_rt::Fail("vcgmax", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcmpv_eq(A&&...) { cce_rt::Fail("vcmpv_eq", "CCE intrinsic not modelled by the tilegen twin"); }

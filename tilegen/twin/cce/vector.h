@@ -478,19 +478,22 @@ inline void VcMaxMin(const char* what, uint64_t dst, uint64_t src, uint64_t repe
         if (better) { b.any = true; b.v = v; b.idx = x.l; }
     }
     using I = std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>;
+    // dstRepStride unit (ReduceRepeat.md, table 3): the pair for VALUE_INDEX / INDEX_VALUE, sizeof(T) for
+    // ONLY_VALUE, 4 bytes (a uint32_t) for ONLY_INDEX; each result occupies one unit.
+    const uint64_t unit = order == ONLY_VALUE ? sizeof(T) : order == ONLY_INDEX ? 4 : 2 * sizeof(T);
     for (size_t r = 0; r < best.size(); ++r) {
         if (!best[r].any) continue;
-        const uint64_t a = dst + r * dRep * 2 * sizeof(T);
-        uint8_t* p = cce_rt::Local(what, cce_rt::UB, a, 2 * sizeof(T));
+        const uint64_t a = dst + r * dRep * unit;
+        uint8_t* p = cce_rt::Local(what, cce_rt::UB, a, unit);
         const T v = static_cast<T>(best[r].v);
         const I i = static_cast<I>(best[r].idx);
         switch (order) {
             case VALUE_INDEX: cce_rt::Store<T>(p, v); cce_rt::Store<I>(p + sizeof(T), i); break;
             case INDEX_VALUE: cce_rt::Store<I>(p, i); cce_rt::Store<T>(p + sizeof(T), v); break;
             case ONLY_VALUE: cce_rt::Store<T>(p, v); break;
-            case ONLY_INDEX: cce_rt::Store<I>(p, i); break;
+            case ONLY_INDEX: cce_rt::Store<uint32_t>(p, static_cast<uint32_t>(i)); break;
         }
-        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, a, 2 * sizeof(T));
+        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, a, unit);
     }
 }
 template <typename T>
@@ -502,6 +505,39 @@ template <typename T>
 inline void vcmin(__ubuf__ T* dst, __ubuf__ T* src, uint64_t repeat, uint64_t dRep, uint64_t sBlk, uint64_t sRep, Order_t order)
 {
     VcMaxMin<T, false>("vcmin", cce_rt::AddrOf(dst), cce_rt::AddrOf(src), repeat, dRep, sBlk, sRep, order);
+}
+
+// ---- broadcast (Brcb doc, Memory矢量计算/数据填充/Brcb.md; call site kernel_operator_vec_brcb_impl.h) ------
+// vbrcb(dst, src, dstBlkStride, dstRepStride, repeat): repeat r reads the 8 elements src[8r .. 8r+7] and fills
+// the 32-byte block dst + (r * dstRepStride + j * dstBlkStride) * 32 with src[8r + j] (dstBlkStride 0 reads
+// as 1, the doc's pseudo-code). No mask: the API resets it before the call. Elements are 2 or 4 bytes.
+template <typename T>
+inline void vbrcb(__ubuf__ T* dst, __ubuf__ T* src, uint64_t dstBlk, uint64_t dstRep, uint64_t repeat)
+{
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "tilegen twin: vbrcb takes 16- or 32-bit elements");
+    const char* what = "vbrcb";
+    cce_rt::RequireAiv(what);
+    if (repeat > 255) cce_rt::Fail(what, "repeatTime %llu > 255", (unsigned long long)repeat);
+    const uint64_t d = cce_rt::AddrOf(dst), s = cce_rt::AddrOf(src);
+    cce_rt::Align(what, cce_rt::UB, d, 32);
+    cce_rt::Align(what, cce_rt::UB, s, 32);
+    const uint64_t blk = dstBlk == 0 ? 1 : dstBlk;
+    const uint64_t dHi = d + ((repeat - 1) * dstRep + 7 * blk) * 32 + 32, sHi = s + repeat * 8 * sizeof(T);
+    if (repeat > 0 && d < sHi && s < dHi) cce_rt::Fail(what, "src must not overlap dst");
+    const uint32_t op = cce_rt::Issue(PIPE_V);
+    std::vector<T> v(repeat * 8);
+    for (uint64_t i = 0; i < repeat * 8; ++i) {
+        const uint64_t a = s + i * sizeof(T);
+        v[i] = cce_rt::Load<T>(cce_rt::Local(what, cce_rt::UB, a, sizeof(T)));
+        cce_rt::TouchRead(what, PIPE_V, cce_rt::UB, a, sizeof(T));
+    }
+    for (uint64_t r = 0; r < repeat; ++r)
+        for (uint64_t j = 0; j < 8; ++j) {
+            const uint64_t a = d + (r * dstRep + j * blk) * 32;
+            uint8_t* p = cce_rt::Local(what, cce_rt::UB, a, 32);
+            for (uint64_t e = 0; e < 32 / sizeof(T); ++e) cce_rt::Store<T>(p + e * sizeof(T), v[r * 8 + j]);
+            cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, a, 32);
+        }
 }
 
 #endif  // TILEGEN_CCE_VECTOR_H

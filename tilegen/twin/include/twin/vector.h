@@ -63,6 +63,8 @@ enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };                    
 enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };  // [P:Select]
 enum class MaskMode : uint8_t { NORMAL = 0, COUNTER };                                           // [P:SetVectorMask]
 enum class ReduceOrder : uint8_t { ORDER_VALUE_INDEX = 0, ORDER_INDEX_VALUE, ORDER_ONLY_VALUE, ORDER_ONLY_INDEX };  // [P:WholeReduceMax]
+// [I:impl/utils/common_types.h:25] the reduction of ReduceRepeat (MIN not emulated)
+enum class ReduceType { NONE = -1, SUM = 0, MAX, MIN };
 constexpr uint64_t MASK_PLACEHOLDER = 0;
 
 // Precision configs [P:Exp, P:Ln, P:Div, P:Sqrt, P:Reciprocal]. INTRINSIC flushes subnormals to 0.
@@ -985,14 +987,16 @@ inline void WholeReduce(const char* api, bool isMax, const AscendC::LocalTensor<
     if (R > 255) Fail(api, "repeatTime > 255", S);
     if (dstRepStride < 0 || srcBlkStride < 0 || srcRepStride < 0) Fail(api, "negative stride", S);
     Opnd os{&s, sizeof(T), static_cast<uint64_t>(srcBlkStride), static_cast<uint64_t>(srcRepStride), "src"};
-    CheckBounds(api, os, R, L, P);
+    const uint64_t sEnd = CheckBounds(api, os, R, L, P);
     using AscendC::ReduceOrder;
     uint64_t unit = !isMax ? sizeof(T)
                     : (order == ReduceOrder::ORDER_ONLY_VALUE ? sizeof(T)
                        : order == ReduceOrder::ORDER_ONLY_INDEX ? 4
                                                                : 2 * sizeof(T));
     uint64_t write = isMax && (order == ReduceOrder::ORDER_VALUE_INDEX || order == ReduceOrder::ORDER_INDEX_VALUE) ? 2 * sizeof(T) : unit;
-    CheckRange(api, d, 0, (R - 1) * static_cast<uint64_t>(dstRepStride) * unit + write, "dst", S);
+    const uint64_t dEnd = (R - 1) * static_cast<uint64_t>(dstRepStride) * unit + write;
+    CheckRange(api, d, 0, dEnd, "dst", S);
+    trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {trace::Loc(dst, dEnd)}, {trace::Loc(src, sEnd)});
     std::vector<T> res(R);
     std::vector<uint32_t> idx(R);
     std::vector<T> lanes(P);
@@ -1073,6 +1077,31 @@ TWIN_VEC_WHOLE_REDUCE_MASKED(const int32_t mask)
 TWIN_VEC_WHOLE_REDUCE_MASKED(const uint64_t mask[])
 #undef TWIN_VEC_WHOLE_REDUCE_MASKED
 
+// [P:ReduceRepeat, I:include/basic_api/kernel_operator_vec_reduce_intf.h:72,80] the 9.1.0 name of
+// WholeReduceSum/WholeReduceMax (deprecated there: "WholeReduceMax(deprecated, use ReduceRepeat instead)",
+// impl/basic_api/kernel_operator_vec_reduce_intf_impl.h:764): one result per repeat, the same engine;
+// dst and src of one type on A2 (ReduceRepeatCommon's static_assert), order ignored for SUM.
+#define TWIN_VEC_REDUCE_REPEAT_MASKED(MASK_PARAM)                                                                      \
+    template <ReduceType reduceType, typename T, typename U, bool isSetMask = true>                                    \
+    inline void ReduceRepeat(const LocalTensor<T>& dst, const LocalTensor<U>& src, MASK_PARAM, const int32_t repeatTime, \
+                             const int32_t dstRepStride, const int32_t srcBlkStride, const int32_t srcRepStride,       \
+                             ReduceOrder order = ReduceOrder::ORDER_VALUE_INDEX)                                       \
+    {                                                                                                                  \
+        static_assert(std::is_same_v<T, U>, "twin: ReduceRepeat needs one dst and src type on A2");                    \
+        static_assert(reduceType == ReduceType::SUM || reduceType == ReduceType::MAX,                                  \
+                      "twin: ReduceRepeat emulates SUM and MAX");                                                      \
+        twin::RequireAiv("ReduceRepeat", "P:ReduceRepeat");                                                            \
+        uint64_t R;                                                                                                    \
+        twin::vec::Lanes L = twin::vec::MaskLanes("ReduceRepeat", mask, 256 / sizeof(T), isSetMask,                    \
+                                                  static_cast<uint64_t>(repeatTime), R);                               \
+        const bool isMax = reduceType == ReduceType::MAX;                                                              \
+        twin::vec::WholeReduce(isMax ? "ReduceRepeatMax" : "ReduceRepeatSum", isMax, dst, src, L, R, dstRepStride,     \
+                               srcBlkStride, srcRepStride, isMax ? order : ReduceOrder::ORDER_ONLY_VALUE);             \
+    }
+TWIN_VEC_REDUCE_REPEAT_MASKED(const int32_t mask)
+TWIN_VEC_REDUCE_REPEAT_MASKED(const uint64_t mask[])
+#undef TWIN_VEC_REDUCE_REPEAT_MASKED
+
 // ================================ Brcb [P:Brcb, ascendc-api §5.4] ================================
 // Repeat r reads src0[8r..8r+7]; block j of repeat r (dst + (r*dstRepStride + j*dstBlkStride)*32) is filled
 // with src0[8r+j]. dstBlkStride 0 is treated as 1; src0 must not overlap dst.
@@ -1095,6 +1124,7 @@ inline void Brcb(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const ui
     twin::CheckRange(api, d, 0, dEnd, "dst", S);
     uint64_t dLo = d.addr, dHi = d.addr + dEnd, sLo = s.addr, sHi = s.addr + R * 8 * sizeof(T);
     if (dLo < sHi && sLo < dHi) twin::Fail(api, "src0 must not overlap dst", S);
+    twin::trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {twin::trace::Loc(dst, dEnd)}, {twin::trace::Loc(src0, R * 8 * sizeof(T))});
     constexpr uint32_t epb = 32 / sizeof(T);
     for (uint64_t r = 0; r < R; ++r)
         for (uint64_t j = 0; j < 8; ++j) {
@@ -1138,6 +1168,19 @@ inline void CheckCmp(const char* api, const char* S, CMPMODE m, uint32_t count)
         twin::Fail(api, twin::Fmt("count*sizeof(T) = %llu bytes is not a multiple of 256",
                                   static_cast<unsigned long long>(static_cast<uint64_t>(count) * sizeof(T))),
                    S);
+    // The count form sets no mask on A2: CompareScalarCompute and CompareCompute (impl/basic_api/dav_c220/
+    // kernel_operator_vec_cmp_impl.h:370, 154 at asc-devkit 0da921b9) issue count / (256 / sizeof(T)) repeats
+    // under the mask register as it is, so a
+    // level-0 call's narrower mask before it would compare only those lanes. The twin requires all lanes.
+    const twin::CoreCtx& c = *twin::t_core;
+    const bool full = !c.maskCounter && c.maskLo == ~0ull && (sizeof(T) == 4 || c.maskHi == ~0ull);
+    if (!full)
+        twin::Fail(api,
+                   twin::Fmt("the count form runs under the mask register, which a level-0 call left at %016llx:%016llx%s "
+                             "(ResetMask() first)",
+                             static_cast<unsigned long long>(c.maskHi), static_cast<unsigned long long>(c.maskLo),
+                             c.maskCounter ? " in counter mode" : ""),
+                   "I:impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:370");
 }
 }  // namespace detail_cmp
 
@@ -1277,6 +1320,56 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
         std::memcpy(&b, s1->Ptr() + static_cast<uint64_t>(i) * sizeof(T), sizeof(T));
         return b;
     });
+}
+
+// ================================ CreateVecIndex [P:CreateVecIndex] ================================
+// Count form, I:include/basic_api/kernel_operator_vec_createvecindex_intf.h:50: dst[i] = firstValue + i for
+// i < count (half/int16_t/float/int32_t; float and half add in float). The instructions are those of the
+// dav-c220 implementation (impl/basic_api/dav_c220/kernel_operator_vec_createvecindex_impl.h at
+// asc-devkit 0da921b9), so that the trace costs what the NPU runs: the first 32-byte block by scalar
+// SetValue, an S->V flag pair, then each further block of the first repeat and each further repeat as
+// an Adds of the block (repeat) before it plus its element count, a PipeBarrier<PIPE_V> after each but
+// the tail of the last repeat.
+// The caller orders the scalar writes after the vector pipe's last use of dst (a V->S flag).
+template <typename T>
+inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t count)
+{
+    const char* api = "CreateVecIndex";
+    constexpr const char* S = "P:CreateVecIndex";
+    twin::RequireAiv(api, S);
+    twin::vec::CheckType<T>(api, twin::vec::kF16 | twin::vec::kI16 | twin::vec::kF32 | twin::vec::kI32, S);
+    twin::vec::UbOperand(api, dst, "dst");
+    auto value = [&](uint32_t i) -> T {
+        if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<int64_t>(firstValue) + i);
+        else return static_cast<T>(static_cast<float>(firstValue) + static_cast<float>(i));
+    };
+    constexpr uint32_t blk = 32 / sizeof(T), rep = 256 / sizeof(T);
+    const uint32_t first = count < blk ? count : blk;
+    for (uint32_t i = 0; i < first; ++i) dst.SetValue(i, value(i));
+    const TEventID ev = GetTPipePtr()->FetchEventID(HardEvent::S_V);
+    SetFlag<HardEvent::S_V>(ev);
+    WaitFlag<HardEvent::S_V>(ev);
+    if (count <= blk) return;
+    const UnaryRepeatParams p;
+    const uint32_t inRep = count >= rep ? rep : count;  // the first repeat: whole blocks, then a tail
+    for (uint32_t b = 1; b < inRep / blk; ++b) {
+        Adds(dst[b * blk], dst[(b - 1) * blk], static_cast<T>(blk), static_cast<uint64_t>(blk), 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (inRep % blk != 0) {
+        const uint32_t at = inRep / blk * blk;
+        Adds(dst[at], dst[at - blk], static_cast<T>(blk), static_cast<uint64_t>(inRep % blk), 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (count <= rep) return;
+    for (uint32_t r = 1; r < count / rep; ++r) {
+        Adds(dst[r * rep], dst[(r - 1) * rep], static_cast<T>(rep), static_cast<uint64_t>(rep), 1, p);
+        PipeBarrier<PIPE_V>();
+    }
+    if (count % rep != 0) {
+        const uint32_t at = count / rep * rep;
+        Adds(dst[at], dst[at - rep], static_cast<T>(rep), static_cast<uint64_t>(count % rep), 1, p);  // no barrier after it
+    }
 }
 
 }  // namespace AscendC
