@@ -397,6 +397,7 @@ def _physical_shape(shape):
 LAUNCHES = {"direct": 0, "ordinary": 0}  # launch counters, for tests and benchmarks
 _DIRECT = {}  # key (see above) -> launch(grid, stream, args) of the compiled kernel, or None: Triton's path
 _DIRECT_ON = os.environ.get("TRITON_INTERPRET") != "1"
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)  # where Triton >= 3.4 keeps the launch hooks
 _LAUNCHER_PARAMS = ("gridX", "gridY", "gridZ", "stream", "function", "kernel_metadata", "launch_metadata", "launch_enter_hook", "launch_exit_hook")
 
 
@@ -409,14 +410,9 @@ def _device_stream():
 
 
 def _hooks_idle():
-    """No launch hook is set: None, or an empty hook chain (Triton >= 3.7 keeps chains)."""
-    try:
-        from triton import knobs
-
-        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    except (ImportError, AttributeError):
-        return False
-    return all(h is None or getattr(h, "calls", None) == [] for h in hooks)
+    """No launch hook is set: each is None, or an empty hook chain (Triton >= 3.7 keeps chains)."""
+    enter, exit_ = getattr(_RUNTIME_KNOBS, "launch_enter_hook", 0), getattr(_RUNTIME_KNOBS, "launch_exit_hook", 0)
+    return (enter is None or getattr(enter, "calls", 0) == []) and (exit_ is None or getattr(exit_, "calls", 0) == [])
 
 
 def _launcher_form(run):
@@ -486,9 +482,12 @@ def _launch_fwd(t):
         ((-((-Sq) // (Br))), Hq, B, ),
         (t["Q"], t["K"], t["V"], t["O"], t["L"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), B, Hq, Hkv, Sq, Sk),
-        dict(Br=Br, Bc=Bc, **CONSTS),
+        _CONSTEXPRS_fwd,
         8, 3,
     )
+
+
+_CONSTEXPRS_fwd = dict(Br=64, Bc=64, **CONSTS)
 
 
 def _launch_pre(t):
@@ -500,9 +499,12 @@ def _launch_pre(t):
         ((-((-Sq) // (Br))), Hq, B, ),
         (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
         (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
-        dict(Br=Br, Bc=Bc, **CONSTS),
+        _CONSTEXPRS_pre,
         4, 2,
     )
+
+
+_CONSTEXPRS_pre = dict(Br=32, Bc=128, **CONSTS)
 
 
 def _launch_main(t):
@@ -514,9 +516,12 @@ def _launch_main(t):
         ((-((-Sk) // (Bc))), Hkv, B, ),
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
-        dict(Br=Br, Bc=Bc, **CONSTS),
+        _CONSTEXPRS_main,
         4, 3,
     )
+
+
+_CONSTEXPRS_main = dict(Br=32, Bc=128, **CONSTS)
 
 
 def _launch_post(t):
@@ -528,9 +533,12 @@ def _launch_post(t):
         ((-((-Sq) // (Br))), Hq, B, ),
         (t["dQ_ws"], t["dQ"], ),
         (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
-        dict(Br=Br, Bc=Bc, **CONSTS),
+        _CONSTEXPRS_post,
         4, 2,
     )
+
+
+_CONSTEXPRS_post = dict(Br=32, Bc=128, **CONSTS)
 
 
 
