@@ -295,3 +295,13 @@ def test_a_launcher_refusing_the_arguments_falls_back_for_good(mod):
     assert len(run.calls) == 1  # tried once
     _check_ordinary(kernel, tensors, ints, 3)
     assert mod.LAUNCHES == {"direct": 0, "ordinary": 3}
+
+
+def test_the_table_is_emptied_when_full(mod, monkeypatch):
+    monkeypatch.setattr(mod, "_DIRECT_LIMIT", 2)
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    tensors, _ = _args()
+    for n in range(3):
+        mod._launch(kernel, (3, 2), tensors, (1, 1, n), dict(CONSTS), 4, 2)
+    assert len(mod._DIRECT) == 1

@@ -357,6 +357,7 @@ def _physical_shape(shape):
 
 LAUNCHES = {"direct": 0, "ordinary": 0}  # launch counters, for tests and benchmarks
 _DIRECT = {}  # key (see above) -> launch(grid, stream, args) of the compiled kernel, or None: Triton's path
+_DIRECT_LIMIT = 1024  # keys kept
 _DIRECT_ON = os.environ.get("TRITON_INTERPRET") != "1"
 _RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)  # where Triton >= 3.4 keeps the launch hooks
 _LAUNCHER_PARAMS = ("gridX", "gridY", "gridZ", "stream", "function", "kernel_metadata", "launch_metadata", "launch_enter_hook", "launch_exit_hook")
@@ -417,7 +418,7 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
     key = None
     if _DIRECT_ON:
         device, stream = _device_stream()
-        key = (kernel, device, ints, *[(x.dtype, x.data_ptr() % 16 == 0) for x in tensors])
+        key = (id(kernel), device, ints, *[(x.dtype, x.data_ptr() % 16 == 0) for x in tensors])
         direct = _DIRECT.get(key)
         if direct is not None and _hooks_idle():
             try:
@@ -430,6 +431,8 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
     compiled = kernel[grid](*tensors, *ints, **consts, num_warps=num_warps, num_stages=num_stages)
     LAUNCHES["ordinary"] += 1
     if key is not None and key not in _DIRECT:
+        if len(_DIRECT) >= _DIRECT_LIMIT:  # stride-varying workloads: start again
+            _DIRECT.clear()
         _DIRECT[key] = _direct_launch(kernel, compiled, len(tensors) + len(ints), consts)
 
 
