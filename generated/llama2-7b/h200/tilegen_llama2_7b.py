@@ -447,7 +447,7 @@ def _launch_fwd(t):
         (t["Q"], t["K"], t["V"], t["O"], t["L"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd,
-        4, 3,
+        num_warps=4, num_stages=3,
     )
 
 
@@ -464,7 +464,7 @@ def _launch_pre(t):
         (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
         (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_pre,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 
@@ -481,7 +481,7 @@ def _launch_main(t):
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
-        8, 2,
+        num_warps=8, num_stages=2,
     )
 
 
@@ -498,7 +498,7 @@ def _launch_post(t):
         (t["dQ_ws"], t["dQ"], ),
         (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_post,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 

@@ -510,7 +510,7 @@ def _launch_fwd_classify(t):
         (t["doc"], t["BM"], ),
         (*t["doc"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd_classify,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 
@@ -527,7 +527,7 @@ def _launch_fwd(t):
         (t["Q"], t["K"], t["V"], t["O"], t["L"], t["doc"], t["BM"], t["BM_kvn"], t["BM_kvi"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), *t["doc"].stride(), *t["BM"].stride(), *t["BM_kvn"].stride(), *t["BM_kvi"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd,
-        8, 3,
+        num_warps=8, num_stages=3,
     )
 
 
@@ -544,7 +544,7 @@ def _launch_bwd_classify(t):
         (t["doc"], t["BM"], ),
         (*t["doc"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_bwd_classify,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 
@@ -561,7 +561,7 @@ def _launch_pre(t):
         (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
         (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_pre,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 
@@ -578,7 +578,7 @@ def _launch_main(t):
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], t["doc"], t["BM"], t["BM_qn"], t["BM_qi"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), *t["doc"].stride(), *t["BM"].stride(), *t["BM_qn"].stride(), *t["BM_qi"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
-        4, 3,
+        num_warps=4, num_stages=3,
     )
 
 
@@ -595,7 +595,7 @@ def _launch_post(t):
         (t["dQ_ws"], t["dQ"], ),
         (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_post,
-        4, 2,
+        num_warps=4, num_stages=2,
     )
 
 
