@@ -3,9 +3,9 @@ fallbacks, the skipped input checks of ``trusted=True`` and the shared workspace
 
 Triton's interpreter (``TRITON_INTERPRET=1``) has no compiled kernels, so the direct path is checked
 with fake kernel objects standing in for a ``JITFunction`` and the ``CompiledKernel`` its launch
-returns: the launcher must receive what Triton's own launch of the installed version (3.2 to 3.9:
+returns: the launcher must receive what Triton's own launch passes (Triton 3.9's ``JITFunction.run``:
 ``run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook,
-*args)``) would pass, and every form it does not recognise must take the ordinary launch, with the
+*args)``, every parameter's value in args), and every form it does not recognise must take the ordinary launch, with the
 ordinary arguments. The skipped checks are compared bitwise with the checked path in the interpreter.
 tests/test_gpu_percall.py checks on a GPU that the direct path is taken and gives the same bits.
 """
@@ -124,7 +124,7 @@ def test_launcher_built_without_constexprs_gets_the_runtime_arguments_alone(mod)
 def test_launcher_with_a_shorter_named_prefix_is_accepted(mod):
     calls = []
 
-    def run(gridX, gridY, gridZ, stream, function, *args):  # Triton 3.4's CudaLauncher.__call__ form
+    def run(gridX, gridY, gridZ, stream, function, *args):  # fewer named parameters, the rest in *args
         calls.append((gridX, gridY, gridZ, stream, function, *args))
 
     kernel = Kernel(Compiled(run))
@@ -136,7 +136,7 @@ def test_launcher_with_a_shorter_named_prefix_is_accepted(mod):
 def test_launcher_taking_everything_as_args_is_accepted(mod):
     calls = []
 
-    def run(*args, **kwargs):  # Triton 3.2's CudaLauncher.__call__ form
+    def run(*args, **kwargs):  # everything in *args
         calls.append(args)
 
     kernel = Kernel(Compiled(run))
@@ -204,7 +204,7 @@ def test_hooks_idle_reads_triton_knobs(mod, monkeypatch):
 
     assert mod._hooks_idle()  # no profiler in the test process
     chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):  # Triton >= 3.7: a hook chain
+    if hasattr(chain, "add"):  # Triton 3.9: a hook chain
         hook = lambda metadata: None  # noqa: E731
         chain.add(hook)
         try:

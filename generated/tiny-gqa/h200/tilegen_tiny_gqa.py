@@ -398,7 +398,7 @@ LAUNCHES = {"direct": 0, "ordinary": 0}  # launch counters, for tests and benchm
 _DIRECT = {}  # key (see above) -> launch(grid, stream, args) of the compiled kernel, or None: Triton's path
 _DIRECT_LIMIT = 1024  # keys kept
 _DIRECT_ON = os.environ.get("TRITON_INTERPRET") != "1"
-_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)  # where Triton >= 3.4 keeps the launch hooks
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)  # where Triton keeps the launch hooks (3.9; None: older)
 _LAUNCHER_PARAMS = ("gridX", "gridY", "gridZ", "stream", "function", "kernel_metadata", "launch_metadata", "launch_enter_hook", "launch_exit_hook")
 
 
@@ -411,7 +411,7 @@ def _device_stream():
 
 
 def _hooks_idle():
-    """No launch hook is set: each is None, or an empty hook chain (Triton >= 3.7 keeps chains)."""
+    """No launch hook is set: each is None, or an empty hook chain (Triton 3.9 keeps chains)."""
     enter, exit_ = getattr(_RUNTIME_KNOBS, "launch_enter_hook", 0), getattr(_RUNTIME_KNOBS, "launch_exit_hook", 0)
     return (enter is None or getattr(enter, "calls", 0) == []) and (exit_ is None or getattr(exit_, "calls", 0) == [])
 
@@ -431,7 +431,7 @@ def _direct_launch(kernel, compiled, n_args, consts):
     `function`, `packed_metadata` and `src.signature`; the launcher's named parameters must be a prefix
     of _LAUNCHER_PARAMS followed by *args; the constexprs must be the kernel's last parameters, and the
     signature the launcher was built from must hold either every parameter (the constexprs are then
-    passed too, as Triton >= 3.2 does) or the `n_args` runtime ones alone."""
+    passed too, as Triton 3.9 does) or the `n_args` runtime ones alone."""
     try:
         names = list(kernel.arg_names)
         if hasattr(compiled, "result") or sorted(names[n_args:]) != sorted(consts):
