@@ -365,4 +365,4 @@ def test_sinks_refused_by_name_where_not_emitted(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     module = (tmp_path / "gpu" / "tilegen_custom.py").read_text()
-    assert "def forward(q, k, v, *, sinks, poison=False):" in module and 'dparams["sinks"]' in module
+    assert "def forward(q, k, v, *, sinks, poison=False, trusted=False):" in module and 'dparams["sinks"]' in module
