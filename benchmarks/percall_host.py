@@ -3,9 +3,15 @@
     PYTHONPATH=. python benchmarks/percall_host.py [--runs 2000] [--json benchmarks/results/percall_host.json]
 
 The fast path (tilegen.torch's plan cache) is timed on CPU tensors of the tiny problem (1×1×128×64,
-fp16, causal, BNSD) with the loaded module replaced by a stub that allocates what the generated module
-allocates (forward: O, L; backward: D, dQ_ws, dQ, dK, dV) and launches nothing, and counts the launches
-the real module makes (1 forward, 3 backward: pre, main, post). Beside it, the pieces a hit skips, each
+fp16, causal, BNSD) twice: with the loaded module replaced by a stub that allocates what the generated
+module allocates (forward: O, L; backward: D and dQ_ws in one buffer, dQ, dK, dV) and launches nothing
+(1 launch forward, 3 backward: pre, main, post, counted); and through the real generated module with
+its kernels stubbed (``StubKernel``: ``kernel[grid](...)`` launches nothing and returns a compiled
+kernel whose launcher does nothing; the current device and stream a constant), so that the module's
+own host code is timed: its checks, allocations and launch path, ``direct`` (the compiled kernel's
+launcher called from a specialisation's second launch) or not (every launch through
+``kernel[grid](...)``; the stub costs far less than Triton's ``JITFunction.run``, which needs a GPU
+driver and is not timed here). Beside them, the pieces a hit skips, each
 timed alone as the slow path runs them once per custom-op call (twice per forward+backward): the
 target check (reads the target file), the module cache key (reads and hashes it again), the spec
 (built and validated), and the custom-op dispatcher with its autograd wrapper (a custom op of
@@ -22,6 +28,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -34,15 +41,82 @@ class StubModule:
 
     launches = 0
 
-    def forward(self, q, k, v):
+    def forward(self, q, k, v, **kw):
         StubModule.launches += 1
         return torch.empty_like(q), torch.empty(q.shape[:3], dtype=torch.float32)
 
-    def backward(self, q, k, v, o, lse, do):
+    def backward(self, q, k, v, o, lse, do, **kw):
         StubModule.launches += 3
-        torch.empty(lse.shape, dtype=torch.float32)  # D
-        torch.empty(q.shape, dtype=torch.float32)  # dQ_ws
+        torch.empty(lse.numel() + q.numel(), dtype=torch.float32)  # D and dQ_ws
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+class StubCompiled:
+    """A compiled kernel whose launcher (Triton 3.9's form) does nothing."""
+
+    function = packed_metadata = None
+
+    def __init__(self, n_params):
+        self.src = SimpleNamespace(signature=dict.fromkeys(range(n_params)))
+
+    @staticmethod
+    def run(gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook, *args):
+        pass
+
+
+class StubKernel:
+    """A JITFunction's ``kernel[grid](...)`` that launches nothing and returns a :class:`StubCompiled`."""
+
+    def __init__(self, jit):
+        self.jit = jit
+        self.arg_names = list(jit.arg_names)
+        self.compiled = StubCompiled(len(self.arg_names))
+
+    def __getitem__(self, grid):
+        return self.launch
+
+    def launch(self, *args, **kwargs):
+        return self.compiled
+
+
+def stub_kernels(module, direct: bool):
+    """Replace `module`'s kernels with :class:`StubKernel`; the direct path on or off."""
+    for name in dir(module):
+        if name.endswith("_kernel") and not isinstance(getattr(module, name), StubKernel):
+            setattr(module, name, StubKernel(getattr(module, name)))
+    if hasattr(module, "_DIRECT_ON"):  # absent before the direct path
+        module._DIRECT_ON = direct
+        module._DIRECT.clear()
+        module._device_stream = lambda: (0, 0)
+
+
+def triton_specialisation(module, q, k, v):
+    """fn() running what Triton's ``JITFunction.run`` does on the host before a launch of the forward
+    kernel and the direct path skips: the argument binder with its specialisation (dtypes, 16-byte
+    alignment, integer classes) and the kernel-cache key; built for an sm_90 target without a driver
+    (Triton 3.9's internals: ``create_function_from_signature``, ``compute_cache_key``), or None where
+    this Triton's differ."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.backends.nvidia.compiler import CUDABackend
+        from triton.runtime.jit import compute_cache_key, create_function_from_signature
+
+        kernel = getattr(module.fwd_kernel, "jit", module.fwd_kernel)
+        binder = create_function_from_signature(kernel.signature, kernel.params, CUDABackend(GPUTarget("cuda", 90, 32)))
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:3], dtype=torch.float32)
+        args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(), *lse.stride(), *q.shape[:2], k.shape[1], q.shape[2], k.shape[2])
+        kw = dict(module._CONSTEXPRS_fwd, num_warps=8, num_stages=3, debug=False, instrumentation_mode="", fpsan_homomorphic_casts=False)
+        cache = {}
+
+        def fn():
+            _, specialization, options = binder(*args, **kw)
+            compute_cache_key(cache, specialization, options)
+
+        fn()
+        return fn
+    except Exception as e:  # another Triton: not timed
+        print(f"Triton's specialisation not timed: {type(e).__name__}: {e}")
+        return None
 
 
 def per_call(fn, runs: int) -> float:
@@ -83,6 +157,20 @@ def main(argv=None) -> dict:
     res["fast path: forward (no grad)"] = per_call(fwd, n)
     res["fast path: forward + backward"] = per_call(fwd_bwd, n)
     tt._op_plan = real_op_plan
+
+    # the real generated module, kernels stubbed
+    tt._PLANS.clear()
+    module = tt._op_plan(q, k, v, "BNSD", None, -1, 0, "top_left", None, "h200").module  # decorated, never compiled
+    for direct in (False, True):
+        stub_kernels(module, direct)
+        how = "direct launches" if direct else "every launch through kernel[grid]"
+        res[f"fast path, generated module ({how}): forward (no grad)"] = per_call(fwd, n)
+        res[f"fast path, generated module ({how}): forward + backward"] = per_call(fwd_bwd, n)
+    if hasattr(module, "LAUNCHES"):
+        print(f"generated module launches: {module.LAUNCHES}")
+        spec = triton_specialisation(module, q, k, v)
+        if spec is not None:
+            res["Triton's JITFunction.run host work the direct path skips (binder + cache key), per forward launch"] = per_call(spec, n)
 
     # the pieces of the slow path (per custom-op call)
     res["slow path piece: target check (_check_gpu_target)"] = per_call(lambda: tt._check_gpu_target("h200"), n // 4)

@@ -146,3 +146,72 @@ def test_cuda_graph_capture_and_replay_match_eager(case):
             else:
                 assert torch.equal(a, b), (seed, name)
         _close(replayed, _reference(case, *new), f"replay seed {seed}")
+
+
+DIRECT_CASES = {
+    # name: (Hq, Hkv, dtype, causal)
+    "mha-causal-bf16": (4, 4, torch.bfloat16, True),
+    "mha-full-fp16": (4, 4, torch.float16, False),
+    "gqa-causal-fp16": (8, 2, torch.float16, True),
+    "gqa-full-bf16": (8, 2, torch.bfloat16, False),
+}
+
+
+@pytest.mark.parametrize("strategy", ["separate", "atomic"])
+@pytest.mark.parametrize("case", list(DIRECT_CASES))
+def test_direct_launch_is_taken_and_gives_the_ordinary_bits(case, strategy, monkeypatch):
+    """The generated module's direct launch (through the compiled kernel, from a specialisation's
+    second launch) against Triton's ordinary launch of the same kernels: bitwise the same out, lse, dk,
+    dv (and dq with the deterministic "separate" strategy; with float atomics the order of dq's adds
+    may differ), and every launch after the first is direct (LAUNCHES counter)."""
+    from tilegen.backends import triton as triton_backend
+    from tilegen.spec import AttentionSpec
+
+    hq, hkv, dtype, causal = DIRECT_CASES[case]
+    spec = AttentionSpec(batch=2, heads_q=hq, heads_kv=hkv, seq_q=200, seq_k=200, head_dim_qk=64, head_dim_v=64,
+                         dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype], window=(-1, 0) if causal else (-1, -1),
+                         layout="BNSD", name="direct")
+    m = triton_backend.load(spec, "h200", strategy)
+    monkeypatch.setattr(m, "_DIRECT", {})
+    monkeypatch.setattr(m, "LAUNCHES", {"direct": 0, "ordinary": 0})
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, do = (torch.randn(2, hq, 200, 64, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    k, v = (torch.randn(2, hkv, 200, 64, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+
+    def run():
+        o, lse = m.forward(q, k, v, poison=True)
+        return [o, lse, *m.backward(q, k, v, o, lse, do, poison=True)]
+
+    monkeypatch.setattr(m, "_DIRECT_ON", False)
+    ordinary = run()
+    assert m.LAUNCHES["direct"] == 0
+    n = m.LAUNCHES["ordinary"]  # launches per forward + backward
+    monkeypatch.setattr(m, "_DIRECT_ON", True)
+    first = run()  # ordinary launches, the compiled kernels kept
+    assert m.LAUNCHES == {"direct": 0, "ordinary": 2 * n}
+    direct = [run() for _ in range(2)]
+    assert m.LAUNCHES == {"direct": 2 * n, "ordinary": 2 * n}, m.LAUNCHES
+    torch.cuda.synchronize()
+    for got in (first, *direct):
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), ordinary, got):
+            assert not a.isnan().any(), name
+            if name == "dq" and strategy == "atomic":
+                assert (a.float() - b.float()).abs().max().item() <= 1e-2, name
+            else:
+                assert torch.equal(a, b), name
+
+
+def test_direct_launch_on_the_fast_path_after_the_first_call(monkeypatch):
+    """tilegen.torch's plan cache hit launches every kernel directly: 1 + the backward's launches per
+    forward + backward after the first call."""
+    import tilegen.torch as tt
+
+    monkeypatch.setattr(tt, "_PLANS", {})
+    q, k, v, do = _make("sdpa-causal-bf16", seed=3)
+    xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    tt.scaled_dot_product_attention(*xs, is_causal=True).backward(do)
+    m = next(iter(tt._PLANS.values())).module
+    before = dict(m.LAUNCHES)
+    tt.scaled_dot_product_attention(*xs, is_causal=True).backward(do)
+    assert m.LAUNCHES["ordinary"] == before["ordinary"]
+    assert m.LAUNCHES["direct"] - before["direct"] >= 2

@@ -359,7 +359,7 @@ def test_sinks_emitted_by_both_generators(tmp_path):
                              capture_output=True, text=True)
         assert run.returncode == 0, run.stderr
     module = (tmp_path / "h200" / "tilegen_custom.py").read_text()
-    assert "def forward(q, k, v, *, sinks, poison=False):" in module and 'dparams["sinks"]' in module
+    assert "def forward(q, k, v, *, sinks, poison=False, trusted=False):" in module and 'dparams["sinks"]' in module
     kernels = (tmp_path / "ascend910b2" / "fwd_kernels.asc").read_text()
     assert "sinks" in kernels
 

@@ -684,18 +684,20 @@ def _fast_out(q, k, v, plan: "_Plan") -> torch.Tensor:
     module's forward alone (no autograd node)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _FastAttention.apply(q, k, v, plan)[0]
-    return plan.module.forward(q, k, v)[0].contiguous()
+    return plan.module.forward(q, k, v, trusted=True)[0].contiguous()
 
 
 class _FastAttention(torch.autograd.Function):
     """Eager autograd over a plan's module: ``forward`` → (out, lse) as :func:`attention_fwd` returns
     them, ``backward`` → (dq, dk, dv) as :func:`attention_bwd`; lse takes no gradient and there is no
-    second derivative (NotImplementedError, as the custom ops)."""
+    second derivative (NotImplementedError, as the custom ops). The module's input checks are skipped
+    (``trusted=True``): the plan's key proved q, k, v, and dout is checked against out here (autograd
+    already gives it out's shape and dtype; its strides may be anything, the kernels take strides)."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan):
-        out, lse = plan.module.forward(q, k, v)
-        out, lse = out.contiguous(), lse.contiguous()
+        out, lse = plan.module.forward(q, k, v, trusted=True)  # lse: a new contiguous [B, Hq, Sq] tensor
+        out = out.contiguous()
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.module = plan.module
         ctx.mark_non_differentiable(lse)
@@ -706,7 +708,8 @@ class _FastAttention(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise NotImplementedError(NO_SECOND_DERIVATIVE)
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ctx.module.backward(q, k, v, out, lse, dout)
+        trusted = dout.dtype == out.dtype and dout.shape == out.shape
+        dq, dk, dv = ctx.module.backward(q, k, v, out, lse, dout, trusted=trusted)
         return dq.contiguous(), dk.contiguous(), dv.contiguous(), None
 
 

@@ -1392,6 +1392,7 @@ def _program_context(sched: Scheduled) -> dict:
         fills.setdefault((rows, value), []).append(name)
     fill_lines = [{"rows": rows, "what": f"{' and '.join(names)} hold {value!r} there"} for (rows, value), names in fills.items()]
     prediction = sched.log.schedule.prediction if sched.log.schedule is not None else None
+    workspaces = shared_workspaces(tensors)
     return {
         "kind": sched.kind,
         "name": program.name,
@@ -1401,9 +1402,20 @@ def _program_context(sched: Scheduled) -> dict:
         "skipped": [sk.line() for sk in sched.skipped],
         "kernels": kernels,
         "tensors": tensors,
+        "workspaces": workspaces,
+        "workspace_names": [t["name"] for t in workspaces],
         "fills": fill_lines,
         "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),
     }
+
+
+def shared_workspaces(tensors: list[dict]) -> list[dict]:
+    """The workspaces (tensor contexts of kind "workspace", no fill) of the first workspace's dtype that
+    the module allocates in one buffer (``_workspaces``: one allocation per call instead of one per
+    tensor), in program order; empty when fewer than two share it."""
+    ws = [t for t in tensors if t["kind"] == "workspace" and t["fill"] is None]
+    ws = [t for t in ws if t["dtype"] == ws[0]["dtype"]] if ws else []
+    return ws if len(ws) > 1 else []
 
 
 def _fill_text(value: float) -> str:

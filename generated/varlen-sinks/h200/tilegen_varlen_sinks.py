@@ -60,6 +60,7 @@ Schedule (h200):
     dQ strategy: atomic.
 """
 
+import math
 import os
 
 import torch
@@ -409,6 +410,19 @@ def _alloc(shape, dtype, device, poison, layout, fill=None):
     return x.permute(0, 2, 1, 3) if layout == "BSND" else x
 
 
+def _workspaces(shapes, dtype, device, poison):
+    """Contiguous tensors of `shapes` and `dtype` in one allocation, each starting on a 16-byte
+    boundary (Triton specialises a pointer on it); NaN-filled when `poison`, else uninitialized."""
+    per = max(1, 16 // dtype.itemsize)
+    sizes = [math.prod(s) for s in shapes]
+    starts, n = [], 0
+    for size in sizes:
+        starts.append(n)
+        n += -(-size // per) * per
+    buf = _new((n,), dtype, device, poison)
+    return [buf[a : a + size].view(shape) for a, size, shape in zip(starts, sizes, shapes)]
+
+
 def _check(name, x, shape, dtype):
     """Raise ValueError unless `x` is a tensor of `dtype` whose physical shape is `shape`."""
     if not isinstance(x, torch.Tensor):
@@ -422,90 +436,200 @@ def _check(name, x, shape, dtype):
 def _physical_shape(shape):
     return (shape[0], shape[2], shape[1], shape[3]) if LAYOUT == "BSND" else tuple(shape)
 
+# --- launches ---------------------------------------------------------------------------------------
+#
+# The first launch of a kernel for a specialisation goes through Triton (`kernel[grid](...)`: it binds
+# and specialises the arguments, compiles or finds the kernel, launches it) and returns the compiled
+# kernel; later launches with the same specialisation call the compiled kernel's launcher directly,
+# with the arguments in the order of the kernel's parameters, as Triton's own launch passes them. The
+# key holds everything Triton specialises on here: the current device, every tensor's dtype and
+# 16-byte alignment, and the integer arguments' values (exact: finer than Triton's "== 1", "% 16 == 0"
+# and 32/64-bit classes); the constexprs, warps and stages are constants of each `_launch_*`. Where the
+# launch form is not recognised (`_direct_launch` returns None), a launch hook is set (profilers), or
+# under TRITON_INTERPRET=1, every launch takes Triton's path.
+
+LAUNCHES = {"direct": 0, "ordinary": 0}  # launch counters, for tests and benchmarks
+_DIRECT = {}  # key (see above) -> launch(grid, stream, args) of the compiled kernel, or None: Triton's path
+_DIRECT_LIMIT = 1024  # keys kept
+_DIRECT_ON = os.environ.get("TRITON_INTERPRET") != "1"
+_RUNTIME_KNOBS = getattr(getattr(triton, "knobs", None), "runtime", None)  # where Triton keeps the launch hooks (3.9; None: older)
+_LAUNCHER_PARAMS = ("gridX", "gridY", "gridZ", "stream", "function", "kernel_metadata", "launch_metadata", "launch_enter_hook", "launch_exit_hook")
+
+
+def _device_stream():
+    """(device index, raw stream) as Triton's launch reads them."""
+    from triton.runtime import driver
+
+    device = driver.active.get_current_device()
+    return device, driver.active.get_current_stream(device)
+
+
+def _hooks_idle():
+    """No launch hook is set: each is None, or an empty hook chain (Triton 3.9 keeps chains)."""
+    enter, exit_ = getattr(_RUNTIME_KNOBS, "launch_enter_hook", 0), getattr(_RUNTIME_KNOBS, "launch_exit_hook", 0)
+    return (enter is None or getattr(enter, "calls", 0) == []) and (exit_ is None or getattr(exit_, "calls", 0) == [])
+
+
+def _launcher_form(run):
+    """`run`'s named parameters are a prefix of _LAUNCHER_PARAMS, followed by *args (and maybe **kwargs)."""
+    import inspect
+
+    params = [p for p in inspect.signature(run).parameters.values() if p.kind != p.VAR_KEYWORD]
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return bool(params) and params[-1].kind == params[-1].VAR_POSITIONAL and tuple(named) == _LAUNCHER_PARAMS[: len(named)]
+
+
+def _direct_launch(kernel, compiled, n_args, consts):
+    """launch(grid, stream, args) through `compiled` (what `kernel[grid](...)` returned), or None when
+    the installed Triton's form is not recognised: `compiled` must have `run` (the launcher),
+    `function`, `packed_metadata` and `src.signature`; the launcher's named parameters must be a prefix
+    of _LAUNCHER_PARAMS followed by *args; the constexprs must be the kernel's last parameters, and the
+    signature the launcher was built from must hold either every parameter (the constexprs are then
+    passed too, as Triton 3.9 does) or the `n_args` runtime ones alone."""
+    try:
+        names = list(kernel.arg_names)
+        if hasattr(compiled, "result") or sorted(names[n_args:]) != sorted(consts):
+            return None
+        n_sig = len(compiled.src.signature)
+        tail = tuple(consts[n] for n in names[n_args:]) if n_sig == len(names) else () if n_sig == n_args else None
+        run = compiled.run
+        if tail is None or not _launcher_form(run):
+            return None
+        function, metadata = compiled.function, compiled.packed_metadata
+    except Exception:  # any other form: Triton's path
+        return None
+
+    def launch(grid, stream, args):
+        run(*grid, stream, function, metadata, None, None, None, *args, *tail)
+
+    return launch
+
+
+def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
+    """Launch `kernel` on `grid` (1 to 3 axes) with the pointer arguments `tensors`, then the integer
+    arguments `ints` (strides, shapes), then the constexprs `consts` (name -> value)."""
+    key = None
+    if _DIRECT_ON:
+        device, stream = _device_stream()
+        key = (id(kernel), device, ints, *[(x.dtype, x.data_ptr() % 16 == 0) for x in tensors])
+        direct = _DIRECT.get(key)
+        if direct is not None and _hooks_idle():
+            try:
+                direct((*grid, 1, 1)[:3], stream, (*tensors, *ints))
+            except TypeError:  # arguments refused before any launch: Triton's path from now on
+                _DIRECT[key] = None
+            else:
+                LAUNCHES["direct"] += 1
+                return
+    compiled = kernel[grid](*tensors, *ints, **consts, num_warps=num_warps, num_stages=num_stages)
+    LAUNCHES["ordinary"] += 1
+    if key is not None and key not in _DIRECT:
+        if len(_DIRECT) >= _DIRECT_LIMIT:  # stride-varying workloads: start again
+            _DIRECT.clear()
+        _DIRECT[key] = _direct_launch(kernel, compiled, len(tensors) + len(ints), consts)
+
 
 
 def _launch_fwd_classify(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 128, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sk) // (Bc))), (-((-Sq) // (Br))), 1, )
-    fwd_classify_kernel[grid](
-t["k_seq"], t["q_off"], t["q_seq"], t["BM"], 
-*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        fwd_classify_kernel,
+        ((-((-Sk) // (Bc))), (-((-Sq) // (Br))), 1, ),
+        (t["k_seq"], t["q_off"], t["q_seq"], t["BM"], ),
+        (*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_fwd_classify,
         num_warps=4, num_stages=2,
     )
+
+
+_CONSTEXPRS_fwd_classify = dict(Br=128, Bc=64, **CONSTS)
 
 
 def _launch_fwd(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 128, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sq) // (Br))), Hq, B, )
-    fwd_kernel[grid](
-t["Q"], t["K"], t["V"], t["O"], t["L"], t["k_seq"], t["q_off"], t["q_seq"], t["sinks"], t["BM"], t["BM_kvn"], t["BM_kvi"], 
-*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["sinks"].stride(), *t["BM"].stride(), *t["BM_kvn"].stride(), *t["BM_kvi"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        fwd_kernel,
+        ((-((-Sq) // (Br))), Hq, B, ),
+        (t["Q"], t["K"], t["V"], t["O"], t["L"], t["k_seq"], t["q_off"], t["q_seq"], t["sinks"], t["BM"], t["BM_kvn"], t["BM_kvi"], ),
+        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["sinks"].stride(), *t["BM"].stride(), *t["BM_kvn"].stride(), *t["BM_kvi"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_fwd,
         num_warps=8, num_stages=3,
     )
+
+
+_CONSTEXPRS_fwd = dict(Br=128, Bc=64, **CONSTS)
 
 
 def _launch_bwd_classify(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sk) // (Bc))), (-((-Sq) // (Br))), 1, )
-    bwd_classify_kernel[grid](
-t["k_seq"], t["q_off"], t["q_seq"], t["BM"], 
-*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        bwd_classify_kernel,
+        ((-((-Sk) // (Bc))), (-((-Sq) // (Br))), 1, ),
+        (t["k_seq"], t["q_off"], t["q_seq"], t["BM"], ),
+        (*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_bwd_classify,
         num_warps=4, num_stages=2,
     )
+
+
+_CONSTEXPRS_bwd_classify = dict(Br=32, Bc=128, **CONSTS)
 
 
 def _launch_pre(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sq) // (Br))), Hq, B, )
-    pre_kernel[grid](
-t["O"], t["dO"], t["D"], t["dQ_ws"], t["q_seq"], 
-*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["q_seq"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        pre_kernel,
+        ((-((-Sq) // (Br))), Hq, B, ),
+        (t["O"], t["dO"], t["D"], t["dQ_ws"], t["q_seq"], ),
+        (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["q_seq"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_pre,
         num_warps=4, num_stages=2,
     )
+
+
+_CONSTEXPRS_pre = dict(Br=32, Bc=128, **CONSTS)
 
 
 def _launch_main(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sk) // (Bc))), Hkv, B, )
-    main_kernel[grid](
-t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], t["k_seq"], t["q_off"], t["q_seq"], t["BM"], t["BM_qn"], t["BM_qi"], 
-*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), *t["BM_qn"].stride(), *t["BM_qi"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        main_kernel,
+        ((-((-Sk) // (Bc))), Hkv, B, ),
+        (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], t["k_seq"], t["q_off"], t["q_seq"], t["BM"], t["BM_qn"], t["BM_qi"], ),
+        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), *t["BM_qn"].stride(), *t["BM_qi"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_main,
         num_warps=4, num_stages=3,
     )
+
+
+_CONSTEXPRS_main = dict(Br=32, Bc=128, **CONSTS)
 
 
 def _launch_post(t):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    grid = ((-((-Sq) // (Br))), Hq, B, )
-    post_kernel[grid](
-t["dQ_ws"], t["dQ"], t["q_seq"], 
-*t["dQ_ws"].stride(), *t["dQ"].stride(), *t["q_seq"].stride(), 
-        B, Hq, Hkv, Sq, Sk,
-        Br=Br, Bc=Bc, **CONSTS,
+    _launch(
+        post_kernel,
+        ((-((-Sq) // (Br))), Hq, B, ),
+        (t["dQ_ws"], t["dQ"], t["q_seq"], ),
+        (*t["dQ_ws"].stride(), *t["dQ"].stride(), *t["q_seq"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_post,
         num_warps=4, num_stages=2,
     )
+
+
+_CONSTEXPRS_post = dict(Br=32, Bc=128, **CONSTS)
 
 
 
@@ -600,7 +724,7 @@ INDEX_ONLY_MASK = False
 BLOCK_SHAPES = {"bwd": [1, 1, 4, 2], "fwd": [1, 1, 1, 3]}
 TILE_SIZES = {"bwd": [32, 128], "fwd": [128, 64]}  # kind -> [Br, Bc] of its block table
 
-def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False):
+def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False, trusted=False):
     """Attention forward: (o, lse).
 
     Args:
@@ -612,6 +736,8 @@ def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False):
             softmax denominator, no value; an empty row gets lse = sinks[h]).
         blocks: None (the classify kernel classifies the tiles) or `tile_lists("fwd", table)`.
         poison: fill the outputs with NaN before the launch (tests: an unwritten element shows).
+        trusted: skip the checks of the inputs' shapes and dtypes (the caller has made them: tilegen.torch's
+            plan cache on a hit).
 
     Returns:
         o: like q with Dv, DTYPE; lse: float32 [B, Hq, Sq], natural-log logsumexp (-inf: empty row).
@@ -623,19 +749,20 @@ def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False):
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     Br, Bc = 128, 64
     device = q.device
+    if not trusted:
+        _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.bfloat16)
+        _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.bfloat16)
+        _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.bfloat16)
+        _check("sinks", sinks, (Hq,), torch.float32)
     t = {}
-    _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.bfloat16)
     t["Q"] = _logical(q)
-    _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.bfloat16)
     t["K"] = _logical(k)
-    _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.bfloat16)
     t["V"] = _logical(v)
     t["O"] = _alloc((B, Hq, Sq, Dv), torch.bfloat16, device, poison, "BSND", fill=0.0)
     t["L"] = _new((B, Hq, Sq), torch.float32, device, poison, fill=float("-inf"))
     t["k_seq"] = params["k_seq"]
     t["q_off"] = params["q_off"]
     t["q_seq"] = params["q_seq"]
-    _check("sinks", sinks, (Hq,), torch.float32)
     t["sinks"] = sinks
     t["BM"] = _alloc((1, 1, (-((-Sq) // (Br))), (-((-Sk) // (Bc)))), torch.float32, device, poison, "BNSD")
 
@@ -644,7 +771,7 @@ def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False):
     return _logical(t["O"]), t["L"]
 
 
-def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=False):
+def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=False, trusted=False):
     """Attention backward (recompute; dQ strategy atomic): (dq, dk, dv, dparams).
 
     Args:
@@ -653,6 +780,7 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
         params: as for `forward`.
         blocks: None (the classify kernel classifies the tiles) or `tile_lists("bwd", table)`.
         poison: fill outputs and workspaces with NaN before the launches.
+        trusted: as for `forward`.
 
     Returns:
         dq like q, dk like k, dv like v (DTYPE, LAYOUT); dk and dv summed over each GQA group.
@@ -667,21 +795,21 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     Br, Bc = 32, 128
     device = q.device
+    if not trusted:
+        _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.bfloat16)
+        _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.bfloat16)
+        _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.bfloat16)
+        _check("o", o, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
+        _check("lse", lse, (B, Hq, Sq), torch.float32)
+        _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
     t = {}
-    _check("q", q, _physical_shape((B, Hq, Sq, Dqk)), torch.bfloat16)
+    (t["D"], t["dQ_ws"], ) = _workspaces(((B, Hq, Sq), (B, Hq, Sq, Dqk), ), torch.float32, device, poison)
     t["Q"] = _logical(q)
-    _check("k", k, _physical_shape((B, Hkv, Sk, Dqk)), torch.bfloat16)
     t["K"] = _logical(k)
-    _check("v", v, _physical_shape((B, Hkv, Sk, Dv)), torch.bfloat16)
     t["V"] = _logical(v)
-    _check("o", o, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
     t["O"] = _logical(o)
-    _check("lse", lse, (B, Hq, Sq), torch.float32)
     t["L"] = lse
-    _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
     t["dO"] = _logical(do)
-    t["D"] = _new((B, Hq, Sq), torch.float32, device, poison)
-    t["dQ_ws"] = _alloc((B, Hq, Sq, Dqk), torch.float32, device, poison, "BNSD")
     t["dQ"] = _alloc((B, Hq, Sq, Dqk), torch.bfloat16, device, poison, "BSND", fill=0.0)
     t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.bfloat16, device, poison, "BSND", fill=0.0)
     t["dV"] = _alloc((B, Hkv, Sk, Dv), torch.bfloat16, device, poison, "BSND", fill=0.0)

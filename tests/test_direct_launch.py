@@ -1,0 +1,307 @@
+"""The generated Triton module's launches: the direct path through a compiled kernel, its detection and
+fallbacks, the skipped input checks of ``trusted=True`` and the shared workspace allocation; on the CPU.
+
+Triton's interpreter (``TRITON_INTERPRET=1``) has no compiled kernels, so the direct path is checked
+with fake kernel objects standing in for a ``JITFunction`` and the ``CompiledKernel`` its launch
+returns: the launcher must receive what Triton's own launch passes (Triton 3.9's ``JITFunction.run``:
+``run(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook,
+*args)``, every parameter's value in args), and every form it does not recognise must take the ordinary launch, with the
+ordinary arguments. The skipped checks are compared bitwise with the checked path in the interpreter.
+tests/test_gpu_percall.py checks on a GPU that the direct path is taken and gives the same bits.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated: CPU tensors, no GPU
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tilegen.backends import triton as triton_backend  # noqa: E402
+from tilegen.spec import AttentionSpec  # noqa: E402
+
+STREAM = 77  # the fake current stream
+NAMES = ["x_ptr", "y_ptr", "x_s0", "y_s0", "n", "Br", "G"]  # two pointers, three ints, two constexprs
+CONSTS = {"G": 2, "Br": 16}  # in another order than the parameters
+
+
+def _module(dtype="fp16", causal=True, hq=2, hkv=2):
+    spec = AttentionSpec(batch=1, heads_q=hq, heads_kv=hkv, seq_q=24, seq_k=24, head_dim_qk=16, head_dim_v=16, dtype=dtype,
+                         window=(-1, 0) if causal else (-1, -1), layout="BNSD", name="direct")
+    return triton_backend.load(spec, "h200")
+
+
+class Launcher:
+    """A launcher of Triton 3.9's form; records its calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook, *args):
+        self.calls.append((gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook, *args))
+
+
+class Compiled:
+    def __init__(self, run, n_signature=len(NAMES)):
+        self.run = run
+        self.function = "function"
+        self.packed_metadata = "metadata"
+        self.src = SimpleNamespace(signature=dict.fromkeys(NAMES[:n_signature], "i32"))
+
+
+class Kernel:
+    """A JITFunction's launch interface: ``kernel[grid](*args, **kwargs)`` records and returns `compiled`."""
+
+    arg_names = NAMES
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+            return self.compiled
+
+        return launch
+
+
+@pytest.fixture()
+def mod(monkeypatch):
+    """A module with the direct path on (as on a GPU), a fake current device and stream, empty tables."""
+    m = _module()
+    monkeypatch.setattr(m, "_DIRECT_ON", True)
+    monkeypatch.setattr(m, "_DIRECT", {})
+    monkeypatch.setattr(m, "LAUNCHES", {"direct": 0, "ordinary": 0})
+    monkeypatch.setattr(m, "_device_stream", lambda: (0, STREAM))
+    return m
+
+
+def _args():
+    x, y = torch.zeros(64), torch.zeros(64)
+    return (x, y), (1, 1, 64)
+
+
+def _launch_twice(m, kernel, tensors, ints):
+    for _ in range(2):
+        m._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+
+
+ORDINARY = ((3, 2), None, {"Br": 16, "G": 2, "num_warps": 4, "num_stages": 2})
+
+
+def _check_ordinary(kernel, tensors, ints, n):
+    assert len(kernel.calls) == n
+    for grid, args, kwargs in kernel.calls:
+        assert grid == (3, 2) and kwargs == ORDINARY[2]
+        assert args == (*tensors, *ints)
+
+
+def test_direct_after_first_launch_with_constexprs_in_parameter_order(mod):
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    _check_ordinary(kernel, tensors, ints, 1)  # the first launch went through Triton
+    assert mod.LAUNCHES == {"direct": 1, "ordinary": 1}
+    assert run.calls == [(3, 2, 1, STREAM, "function", "metadata", None, None, None, *tensors, *ints, 16, 2)]
+
+
+def test_launcher_built_without_constexprs_gets_the_runtime_arguments_alone(mod):
+    run = Launcher()
+    kernel = Kernel(Compiled(run, n_signature=5))
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    assert run.calls == [(3, 2, 1, STREAM, "function", "metadata", None, None, None, *tensors, *ints)]
+
+
+def test_launcher_with_a_shorter_named_prefix_is_accepted(mod):
+    calls = []
+
+    def run(gridX, gridY, gridZ, stream, function, *args):  # fewer named parameters, the rest in *args
+        calls.append((gridX, gridY, gridZ, stream, function, *args))
+
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    assert calls == [(3, 2, 1, STREAM, "function", "metadata", None, None, None, *tensors, *ints, 16, 2)]
+
+
+def test_launcher_taking_everything_as_args_is_accepted(mod):
+    calls = []
+
+    def run(*args, **kwargs):  # everything in *args
+        calls.append(args)
+
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    assert calls == [(3, 2, 1, STREAM, "function", "metadata", None, None, None, *tensors, *ints, 16, 2)]
+
+
+def _other_forms():
+    def named_otherwise(grid, stream, *args):
+        raise AssertionError("called")
+
+    def fixed(gridX, gridY, gridZ, stream, function, kernel_metadata, launch_metadata, launch_enter_hook, launch_exit_hook, a, b):
+        raise AssertionError("called")
+
+    future = Compiled(Launcher())
+    future.result = lambda: None  # an asynchronous compile's future
+    no_function = Compiled(Launcher())
+    del no_function.function
+    return {
+        "run named otherwise": Compiled(named_otherwise),
+        "run without *args": Compiled(fixed),
+        "signature of neither length": Compiled(Launcher(), n_signature=6),
+        "interpreter (None)": None,
+        "future": future,
+        "no function": no_function,
+    }
+
+
+@pytest.mark.parametrize("form", list(_other_forms()))
+def test_unrecognised_forms_take_the_ordinary_launch_every_time(mod, form):
+    compiled = _other_forms()[form]
+    kernel = Kernel(compiled)
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    _check_ordinary(kernel, tensors, ints, 2)
+    assert mod.LAUNCHES == {"direct": 0, "ordinary": 2}
+    if compiled is not None and isinstance(compiled.run, Launcher):
+        assert compiled.run.calls == []
+
+
+def test_constexprs_not_last_take_the_ordinary_launch(mod, monkeypatch):
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    kernel.arg_names = ["x_ptr", "Br", "y_ptr", "x_s0", "y_s0", "n", "G"]
+    tensors, ints = _args()
+    _launch_twice(mod, kernel, tensors, ints)
+    _check_ordinary(kernel, tensors, ints, 2)
+    assert run.calls == []
+
+
+def test_a_launch_hook_takes_the_ordinary_launch(mod, monkeypatch):
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    monkeypatch.setattr(mod, "_hooks_idle", lambda: False)
+    mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    _check_ordinary(kernel, tensors, ints, 2)
+    assert run.calls == []
+
+
+def test_hooks_idle_reads_triton_knobs(mod, monkeypatch):
+    from triton import knobs
+
+    assert mod._hooks_idle()  # no profiler in the test process
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):  # Triton 3.9: a hook chain
+        hook = lambda metadata: None  # noqa: E731
+        chain.add(hook)
+        try:
+            assert not mod._hooks_idle()
+        finally:
+            chain.remove(hook)
+    else:
+        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+        assert not mod._hooks_idle()
+    assert mod._hooks_idle()
+
+
+@pytest.mark.parametrize("change", ["alignment", "dtype", "stride", "device"])
+def test_a_change_of_the_specialisation_launches_ordinarily_again(mod, monkeypatch, change):
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    if change == "alignment":
+        tensors = (tensors[0][1:], tensors[1])  # 4 bytes off a 16-byte boundary
+    elif change == "dtype":
+        tensors = (tensors[0].half(), tensors[1])
+    elif change == "stride":
+        ints = (2, 1, 64)
+    else:
+        monkeypatch.setattr(mod, "_device_stream", lambda: (1, STREAM))
+    mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    assert len(kernel.calls) == 2 and run.calls == []
+    mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    assert len(run.calls) == 1  # the new specialisation is direct from its second launch
+
+
+def test_interpreter_never_takes_the_direct_path():
+    m = _module()
+    assert not m._DIRECT_ON
+
+
+def test_workspaces_start_on_16_byte_boundaries_and_do_not_overlap():
+    m = _module()
+    shapes = ((1, 1, 3), (1, 1, 3, 5), (7,))
+    xs = m._workspaces(shapes, torch.float32, "cpu", poison=True)
+    assert [tuple(x.shape) for x in xs] == list(shapes)
+    assert all(x.is_contiguous() and x.data_ptr() % 16 == 0 and x.isnan().all() for x in xs)
+    for i, x in enumerate(xs):
+        x.fill_(i)
+    assert [x.unique().tolist() for x in xs] == [[0.0], [1.0], [2.0]]
+    assert len({x.untyped_storage().data_ptr() for x in xs}) == 1  # one allocation
+
+
+@pytest.mark.parametrize("dtype,causal,hkv", [("fp16", True, 2), ("bf16", False, 1)])
+def test_trusted_calls_give_bitwise_the_checked_results(dtype, causal, hkv):
+    m = _module(dtype, causal, hkv=hkv)
+    gen = torch.Generator().manual_seed(3)
+    td = m.DTYPE
+    q, do = (torch.randn(1, 2, 24, 16, generator=gen).to(td) for _ in range(2))
+    k, v = (torch.randn(1, hkv, 24, 16, generator=gen).to(td) for _ in range(2))
+    checked = m.forward(q, k, v, poison=True)
+    trusted = m.forward(q, k, v, poison=True, trusted=True)
+    grads_checked = m.backward(q, k, v, *checked, do, poison=True)
+    grads_trusted = m.backward(q, k, v, *trusted, do.transpose(2, 3).contiguous().transpose(2, 3), poison=True, trusted=True)
+    for a, b in zip((*checked, *grads_checked), (*trusted, *grads_trusted)):
+        assert torch.equal(a, b) and not a.isnan().any()
+    with pytest.raises(ValueError, match="q.dtype"):
+        m.forward(q.float(), k, v)
+
+
+def test_the_installed_nvidia_launcher_has_a_recognised_form():
+    import functools
+
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    launcher = getattr(driver, "CudaLauncher", None)
+    if launcher is None:
+        pytest.skip("no CudaLauncher in this Triton")
+    assert _module()._launcher_form(functools.partial(launcher.__call__, None))
+
+
+def test_a_launcher_refusing_the_arguments_falls_back_for_good(mod):
+    class Refusing(Launcher):
+        def __call__(self, *args):
+            super().__call__(*args)
+            raise TypeError("function takes exactly 12 arguments")
+
+    run = Refusing()
+    kernel = Kernel(Compiled(run))
+    tensors, ints = _args()
+    for _ in range(3):
+        mod._launch(kernel, (3, 2), tensors, ints, dict(CONSTS), 4, 2)
+    assert len(run.calls) == 1  # tried once
+    _check_ordinary(kernel, tensors, ints, 3)
+    assert mod.LAUNCHES == {"direct": 0, "ordinary": 3}
+
+
+def test_the_table_is_emptied_when_full(mod, monkeypatch):
+    monkeypatch.setattr(mod, "_DIRECT_LIMIT", 2)
+    run = Launcher()
+    kernel = Kernel(Compiled(run))
+    tensors, _ = _args()
+    for n in range(3):
+        mod._launch(kernel, (3, 2), tensors, (1, 1, n), dict(CONSTS), 4, 2)
+    assert len(mod._DIRECT) == 1
