@@ -1057,13 +1057,14 @@ class _ExtrasAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, sinks, alibi)
         ctx.cfg, ctx.plan, ctx.kw = cfg, plan, kw
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # lse takes no gradient: no zero-filled dlse per call
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, sinks, alibi = ctx.saved_tensors
         cfg = ctx.cfg
-        dout = dout.contiguous()
+        dout = torch.zeros_like(out) if dout is None else dout.contiguous()
         if not _triton_path(q):
             from . import api
 
