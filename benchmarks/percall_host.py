@@ -21,7 +21,9 @@ tensors take; here CPU tensors with ``_triton_path`` saying yes) for benchmarks/
 batch of 16384 tokens in 16 sequences (:func:`varlen_gpu.seq_lengths`), bf16, H 16, D 128, causal,
 with and without sinks. The module is :class:`VarlenStub` (the generated module's varlen interface:
 uninitialised allocations as there, no launches; tile sizes 128 × 64 forward, 64 × 128 backward). Rows: a repeated call
-(a hit of the plan table) and a first call (the table emptied before each call: a miss), forward
+(a hit of the plan table), a first call (the table emptied before each call: a miss) and a new
+packing of the same shapes each call (seeded lengths, a new seed per call, max_seqlen = tokens; its
+spec and module are known, its offsets' arrays and block tables are built), forward
 without gradient and forward + backward (``torch.autograd.grad``: no gradient accumulation), and
 the autograd engine's own share for these tensors (a stub ``torch.autograd.Function``); ms per call.
 """
@@ -29,6 +31,7 @@ the autograd engine's own share for these tensors (a stub ``torch.autograd.Funct
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -98,27 +101,34 @@ def varlen_main(runs: int, json_path: str | None) -> dict:
     sinks = torch.zeros(heads, requires_grad=True)
     plans = getattr(tt, "_PLANS", {})
 
-    def call(grad: bool, with_sinks: bool, miss: bool):
-        if miss:
+    seeds = itertools.count(1)
+
+    def call(grad: bool, with_sinks: bool, miss: str):
+        c, m = cu, longest
+        if miss == "first call (miss)":
             plans.clear()
+        elif miss == "new packing (miss, module known)":
+            c = torch.from_numpy(np.concatenate([[0], np.cumsum(seq_lengths(tokens, docs, next(seeds)))]).astype(np.int32))
+            m = tokens
         s = sinks if with_sinks else None
         if grad:
             leaves = xs + ([s] if with_sinks else [])
-            torch.autograd.grad(tt.flash_attn_varlen_func(*xs, cu, cu, longest, longest, causal=True, sinks=s), leaves, do)
+            torch.autograd.grad(tt.flash_attn_varlen_func(*xs, c, c, m, m, causal=True, sinks=s), leaves, do)
         else:
             with torch.no_grad():
-                tt.flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True, sinks=s.detach() if s is not None else None)
+                tt.flash_attn_varlen_func(q, k, v, c, c, m, m, causal=True, sinks=s.detach() if s is not None else None)
 
     res = {}
     for with_sinks in (False, True):
-        for miss in (False, True):
+        for miss in ("repeated call (hit)", "first call (miss)", "new packing (miss, module known)"):
             for grad in (False, True):
-                name = f"varlen {'first call (miss)' if miss else 'repeated call (hit)'}: {'forward + backward' if grad else 'forward (no grad)'}{', sinks' if with_sinks else ''}"
+                name = f"varlen {miss}: {'forward + backward' if grad else 'forward (no grad)'}{', sinks' if with_sinks else ''}"
                 res[name] = per_call(lambda: call(grad, with_sinks, miss), runs) / 1e3
 
     class Bare(torch.autograd.Function):  # torch's own share: the autograd engine over these tensors
         @staticmethod
         def forward(ctx, q, k, v):
+            ctx.set_materialize_grads(False)  # as _ExtrasAttention
             return torch.empty_like(q), torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
         @staticmethod

@@ -356,30 +356,45 @@ def test_plan_hit_is_bitwise_the_miss_and_builds_nothing(fresh_plans, target16, 
     n = len(built)
     _public(tt, target16, q, k, v, cu_q, cu_k, sinks=sinks)
     assert len(built) == n
+    # a new packing of the same shapes: no spec, the known module, gradients of its own offsets
+    cu_q2, cu_k2 = np.array([0, 15, 30, 40], np.int32), np.array([0, 5, 40, 55], np.int32)
+    ours = _varlen(tt, target16, q, k, v, do, cu_q2, cu_k2, "fp32", causal=True, sinks=sinks)
+    assert len(built) == n
+    _check(q, k, v, do, cu_q2, cu_k2, "fp32", ours, causal=True, sinks=sinks)
 
 
 def test_plan_key_changes_miss(fresh_plans, target16):
-    """Each of offsets, window, softcap, sinks present, dtype, strides and max_seqlen_q gives another
-    plan (a spec is built), and each result matches the reference of its own arguments."""
+    """Each of window, softcap, sinks present, dtype and strides gives another plan with its own spec;
+    other offsets or max_seqlen_q give another plan without a spec (the spec does not hold them: the
+    module of the known shapes is reused, the offsets' arrays and block tables are new); each result
+    matches the reference of its own arguments."""
     tt, built = fresh_plans
     q, k, v, do = _data(45, 55, 2, 1, 16, "fp32", seed=12)
     cu_q, cu_k = np.array([0, 9, 30, 44], np.int32), np.array([0, 20, 21, 50], np.int32)
     sinks = np.array([0.5, -1.0], np.float32)
     base = dict(causal=True, window=(-1, -1), softcap=0.0, sinks=None, max_q=None, transpose=False, dtype="fp32")
-    variants = [{}, dict(window=(5, 0)), dict(softcap=2.0), dict(sinks=sinks), dict(dtype="fp16"), dict(transpose=True), dict(max_q=30)]
+    variants = [{}, dict(window=(5, 0)), dict(softcap=2.0), dict(sinks=sinks), dict(dtype="fp16"), dict(transpose=True)]
     outs = []
     for i, change in enumerate(variants):
         outs.append(_public(tt, target16, q, k, v, cu_q, cu_k, **{**base, **change}))
         assert len(built) == i + 1, change
-    _public(tt, target16, q, k, v, np.array([0, 9, 31, 44], np.int32), cu_k, **base)  # other offsets
-    assert len(built) == len(variants) + 1
+    misses = tt.PLAN_STATS["misses"]
+    other_cu_q = np.array([0, 9, 31, 44], np.int32)
+    packed = _public(tt, target16, q, k, v, other_cu_q, cu_k, **base)  # other offsets
+    longer = _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, "max_q": 30})
+    assert len(built) == len(variants) and tt.PLAN_STATS["misses"] == misses + 2
     for change in variants:  # all kept: each a hit now
         _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, **change})
-    assert len(built) == len(variants) + 1
+    _public(tt, target16, q, k, v, other_cu_q, cu_k, **base)
+    assert len(built) == len(variants) and tt.PLAN_STATS["misses"] == misses + 2
     ro = reference(q, k, v, do, cu_q, cu_k, scale=16 ** -0.5, causal=True)[0]
-    assert np.abs(outs[5].numpy() - ro).max() < 1e-5 and torch.equal(outs[5], outs[0]) and torch.equal(outs[6], outs[0])
+    assert np.abs(outs[5].numpy() - ro).max() < 1e-5 and torch.equal(outs[5], outs[0]) and torch.equal(longer, outs[0])
     rw = reference(q, k, v, do, cu_q, cu_k, scale=16 ** -0.5, window=(5, 0))[0]
     assert np.abs(outs[1].numpy() - rw).max() < 1e-5
+    rp = reference(q, k, v, do, other_cu_q, cu_k, scale=16 ** -0.5, causal=True)[0]
+    assert np.abs(packed.numpy() - rp).max() < 1e-5 and not torch.equal(packed, outs[0])
+    with pytest.raises(api.SpecError, match="max_seqlen_q"):  # a new packing's offsets are checked
+        _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, "max_q": 3})
 
 
 def test_dense_sinks_plan_hit_builds_no_spec(triton_path, target16, monkeypatch):

@@ -956,7 +956,10 @@ def _varlen_blocks(module, kind: str, cfg, total_q: int, total_k: int, device) -
 # and modification time are compared on a hit, as for the fast path. A hit builds and checks no spec,
 # loads no module and copies no offset-derived array to the device: the sinks and slopes, whose values
 # change between calls (they are learnt), are the only per-call inputs, read on the device (no host
-# synchronisation). The backward takes the forward's plan from ``ctx``.
+# synchronisation). The backward takes the forward's plan from ``ctx``. The spec does not hold the
+# offsets, so a packed batch's plan is also kept under its key without the offsets and max_seqlen_q/k
+# (``packing=False``): a new packing of known shapes and arguments (training: one per step) builds no
+# spec and loads no module; only its offsets are checked and their arrays and block tables built.
 
 
 @dataclass(frozen=True, eq=False)
@@ -985,13 +988,14 @@ class _ExtrasPlan:
     blocks: dict
 
 
-def _extras_key(q, k, v, sinks, alibi, cfg: _Extras):
-    """The plan key of an extras call, or None where no plan is kept (see :func:`_eager_plain`)."""
+def _extras_key(q, k, v, sinks, alibi, cfg: _Extras, packing: bool = True):
+    """The plan key of an extras call, or None where no plan is kept (see :func:`_eager_plain`);
+    ``packing=False``: without the offsets and max_seqlen_q/k (what the spec and module depend on)."""
     if not _eager_plain(q, k, v, sinks, alibi):
         return None
     key = ("extras", cfg.kind, _meta(q), _meta(k), _meta(v), None if sinks is None else _meta(sinks), None if alibi is None else _meta(alibi),
            type(cfg.scale), cfg.scale, cfg.window, cfg.softcap, cfg.deterministic, cfg.target)
-    if cfg.kind == "varlen":
+    if cfg.kind == "varlen" and packing:
         key += (np.asarray(cfg.cu_q, np.int64).tobytes(), np.asarray(cfg.cu_k, np.int64).tobytes(),
                 type(cfg.max_q), cfg.max_q, type(cfg.max_k), cfg.max_k)
     try:
@@ -1003,8 +1007,9 @@ def _extras_key(q, k, v, sinks, alibi, cfg: _Extras):
 
 def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
     """The plan of an extras call on the Triton path: a hit of the plan table, else built (the spec
-    built and checked, errors naming the argument; the module loaded; the offsets' arrays copied to
-    the device once) and kept.
+    built and checked, errors naming the argument, and the module loaded, unless a plan of the same
+    shapes and arguments with other offsets has them; the offsets' arrays copied to the device once)
+    and kept.
 
     Raises:
         SpecError (ValueError): a bad argument (on a miss; a hit had the same key, hence passed).
@@ -1020,10 +1025,21 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
     alibi_np, sinks_np = _np_or_none(alibi), _np_or_none(sinks)
     device = q.device
     inside = seq = None
+    module = known = None
     if cfg.kind == "varlen":
-        spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
-                                               max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
-                                               alibi_slopes=alibi_np, sinks=sinks_np)
+        shapes_key = None if key is None else _extras_key(q, k, v, sinks, alibi, cfg, packing=False) + ("module",)
+        known = _lookup(shapes_key)
+        if known is not None:
+            # a new packing of known shapes and arguments: the spec does not hold the offsets, so its
+            # module is the known plan's; the offsets are checked and their arrays built here
+            lay = api.varlen_layout(cfg.cu_q, cfg.cu_k, q.shape[0], k.shape[0], cfg.max_q, cfg.max_k)
+            api._check_sinks(sinks_np, q.shape[1])
+            arrays = api._varlen_mods(lay, cfg.window, cfg.softcap, alibi_np, q.shape[1])[3]
+            spec, module = None, known.module
+        else:
+            spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
+                                                   max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
+                                                   alibi_slopes=alibi_np, sinks=sinks_np)
         params = {n: torch.from_numpy(np.ascontiguousarray(a)).to(device) for n, a in arrays.items() if n != "alibi_slopes"}
         inside = torch.from_numpy(lay.q_inside).to(device)
         if alibi is not None and alibi.dim() == 2:
@@ -1034,11 +1050,16 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
         spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
         spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
         params = {}
-    module = None if spec is None else triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
-    plan = _ExtrasPlan(module, _stamp(cfg.target), params if spec is not None and spec.mods is not None else None, inside, seq,
-                       cfg, q.shape[0], k.shape[0], {})
+    if known is not None:
+        with_params = known.params is not None
+    else:
+        module = None if spec is None else triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
+        with_params = spec is not None and spec.mods is not None
+    plan = _ExtrasPlan(module, _stamp(cfg.target), params if with_params else None, inside, seq, cfg, q.shape[0], k.shape[0], {})
     if key is not None:
         _store(key, plan)
+        if cfg.kind == "varlen" and known is None and module is not None:
+            _store(shapes_key, plan)  # read for its module (and whether it takes params) by later packings
     return plan
 
 
@@ -1236,7 +1257,8 @@ def flash_attn_varlen_func(
     plan key (the offsets, max_seqlen_q/k, the tensors' dtype, device, shape and strides, sinks and
     slopes present with theirs, scale, window, softcap, deterministic, target; ``_PLANS``, LRU): a
     repeated call builds and checks none of them again and reads no tensor on the host but the
-    offsets (the sinks' finiteness is checked on the first call of a key only).
+    offsets (the sinks' finiteness is checked on the first call of a key only). New offsets with
+    known shapes and arguments reuse the spec and module; their arrays and block tables are built.
 
     Raises:
         UnsupportedArgument (NotImplementedError): dropout, returned probabilities, a paged KV cache.
