@@ -19,11 +19,25 @@ attention_fwd's schema with a stub body, against a torch.autograd.Function with 
 Medians of per-call means over 5 rounds of the process's CPU time (``time.process_time``: a
 machine shared with other work slows it less than wall time); µs per call. What the GPU adds (the launches themselves) is
 measured by benchmarks/gpu_table.py's per-call row.
+
+    PYTHONPATH=. python benchmarks/percall_host.py --varlen [--varlen-runs 20] [--json ...]
+
+``--varlen``: the host cost of one ``flash_attn_varlen_func`` call on the Triton path (the one CUDA
+tensors take; here CPU tensors with ``_triton_path`` saying yes) for benchmarks/varlen_gpu.py's packed
+batch of 16384 tokens in 16 sequences (:func:`varlen_gpu.seq_lengths`), bf16, H 16, D 128, causal,
+with and without sinks. The module is :class:`VarlenStub` (the generated module's varlen interface:
+uninitialised allocations as there, no launches; tile sizes 128 × 64 forward, 64 × 128 backward). Rows: a repeated call
+(a hit of the plan table), a first call (the table emptied before each call: a miss) and a new
+packing of the same shapes each call (seeded lengths, a new seed per call, max_seqlen = tokens; its
+spec and module are known, its offsets' arrays and block tables are built), forward
+without gradient and forward + backward (``torch.autograd.grad``: no gradient accumulation), and
+the autograd engine's own share for these tensors (a stub ``torch.autograd.Function``); ms per call.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -117,6 +131,91 @@ def triton_specialisation(module, q, k, v):
     except Exception as e:  # another Triton: not timed
         print(f"Triton's specialisation not timed: {type(e).__name__}: {e}")
         return None
+class VarlenStub:
+    """The generated varlen module's interface (forward/backward with params, sinks, blocks; the host
+    block tables' TILE_SIZES, BLOCK_SHAPES, tile_lists): allocations as there, no launches."""
+
+    __name__ = "varlen_stub"
+    TILE_SIZES = {"fwd": [128, 64], "bwd": [64, 128]}
+
+    def __init__(self, total_q: int, total_k: int):
+        br, bc = self.TILE_SIZES["fwd"]
+        bbr, bbc = self.TILE_SIZES["bwd"]
+        self.BLOCK_SHAPES = {"fwd": [1, 1, -(-total_q // br), -(-total_k // bc)], "bwd": [1, 1, -(-total_q // bbr), -(-total_k // bbc)]}
+
+    def tile_lists(self, kind, bm):
+        return {"BM": bm}
+
+    def forward(self, q, k, v, *, params=None, sinks=None, blocks=None):
+        return torch.empty_like(q), torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+    def backward(self, q, k, v, o, lse, do, *, params=None, sinks=None, blocks=None):
+        torch.empty(lse.shape, dtype=torch.float32)  # D
+        grads = (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v))
+        return grads + ({"sinks": torch.empty(q.shape[2])},) if sinks is not None else grads
+
+
+def varlen_main(runs: int, json_path: str | None) -> dict:
+    """The ``--varlen`` rows (see the module docstring): ms per call."""
+    import numpy as np
+
+    import tilegen.backends.triton as tb
+    from varlen_gpu import seq_lengths
+
+    tokens, docs, heads, dim = 16384, 16, 16, 128
+    cu = torch.from_numpy(np.concatenate([[0], np.cumsum(seq_lengths(tokens, docs))]).astype(np.int32))
+    longest = int((cu[1:] - cu[:-1]).max())
+    stub = VarlenStub(tokens, tokens)
+    tt._triton_path = lambda x: True
+    tb.load = lambda *a, **kw: stub
+    q, k, v, do = (torch.randn(tokens, heads, dim).to(torch.bfloat16) for _ in range(4))
+    xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    sinks = torch.zeros(heads, requires_grad=True)
+    plans = getattr(tt, "_PLANS", {})
+
+    seeds = itertools.count(1)
+
+    def call(grad: bool, with_sinks: bool, miss: str):
+        c, m = cu, longest
+        if miss == "first call (miss)":
+            plans.clear()
+        elif miss == "new packing (miss, module known)":
+            c = torch.from_numpy(np.concatenate([[0], np.cumsum(seq_lengths(tokens, docs, next(seeds)))]).astype(np.int32))
+            m = tokens
+        s = sinks if with_sinks else None
+        if grad:
+            leaves = xs + ([s] if with_sinks else [])
+            torch.autograd.grad(tt.flash_attn_varlen_func(*xs, c, c, m, m, causal=True, sinks=s), leaves, do)
+        else:
+            with torch.no_grad():
+                tt.flash_attn_varlen_func(q, k, v, c, c, m, m, causal=True, sinks=s.detach() if s is not None else None)
+
+    res = {}
+    for with_sinks in (False, True):
+        for miss in ("repeated call (hit)", "first call (miss)", "new packing (miss, module known)"):
+            for grad in (False, True):
+                name = f"varlen {miss}: {'forward + backward' if grad else 'forward (no grad)'}{', sinks' if with_sinks else ''}"
+                res[name] = per_call(lambda: call(grad, with_sinks, miss), runs) / 1e3
+
+    class Bare(torch.autograd.Function):  # torch's own share: the autograd engine over these tensors
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.set_materialize_grads(False)  # as _ExtrasAttention
+            return torch.empty_like(q), torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, dout, dlse):
+            return torch.empty_like(dout), torch.empty_like(dout), torch.empty_like(dout)
+
+    res["baseline: autograd.Function with a stub body, forward + backward"] = per_call(lambda: torch.autograd.grad(Bare.apply(*xs)[0], xs, do), runs) / 1e3
+    width = max(map(len, res))
+    for name, ms in res.items():
+        print(f"{name:<{width}}  {ms:8.3f} ms")
+    out = {"ms_per_call": res, "tokens": tokens, "sequences": docs, "heads": heads, "head_dim": dim, "runs": runs, "torch": torch.__version__}
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(out, indent=1) + "\n")
+    return out
 
 
 def per_call(fn, runs: int) -> float:
@@ -133,8 +232,13 @@ def per_call(fn, runs: int) -> float:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=2000)
-    ap.add_argument("--json", default="benchmarks/results/percall_host.json")
+    ap.add_argument("--json", default=None, help="default benchmarks/results/percall_host.json (--varlen: percall_host_varlen.json)")
+    ap.add_argument("--varlen", action="store_true", help="time flash_attn_varlen_func's host cost instead (see the docstring)")
+    ap.add_argument("--varlen-runs", type=int, default=20)
     args = ap.parse_args(argv)
+    if args.varlen:
+        return varlen_main(args.varlen_runs, args.json or "benchmarks/results/percall_host_varlen.json")
+    args.json = args.json or "benchmarks/results/percall_host.json"
     n = args.runs
 
     q, k, v = (torch.randn(1, 1, 128, 64, dtype=torch.float16) for _ in range(3))

@@ -282,3 +282,146 @@ def test_host_table_is_cached_and_replaces_the_classify_kernel(triton_path, targ
     assert len(calls) == n
     assert np.array_equal(first[0], again[0]) and np.array_equal(first[2]["dq"], again[2]["dq"])
     _check(q, k, v, do, cu_q, cu_k, "fp32", again, causal=True)
+
+
+# --- the plan cache of the extras path (issue 15's per-call host cost) ------------------------------
+
+
+@pytest.fixture
+def fresh_plans(triton_path, monkeypatch):
+    """An empty plan table and a count of the varlen specs built."""
+    from tilegen import api as api_mod
+
+    monkeypatch.setattr(triton_path, "_PLANS", {})
+    built = []
+    original = api_mod.varlen_spec
+    monkeypatch.setattr(api_mod, "varlen_spec", lambda *a, **kw: built.append(a) or original(*a, **kw))
+    return triton_path, built
+
+
+def _public(tt, target, q, k, v, cu_q, cu_k, dtype="fp32", *, causal=True, window=(-1, -1), softcap=0.0, sinks=None, max_q=None, transpose=False):
+    """flash_attn_varlen_func on the Triton path, forward only; q/k/v as views of [H, T, D] storage
+    when ``transpose`` (other strides, same values)."""
+    def t(x):
+        x = torch.tensor(np.asarray(x, np.float32)).to(_T[dtype])
+        return x.transpose(0, 1).contiguous().transpose(0, 1) if transpose else x
+
+    with torch.no_grad():
+        return tt.flash_attn_varlen_func(t(q), t(k), t(v), torch.tensor(cu_q), torch.tensor(cu_k), max_q, None, causal=causal,
+                                         window_size=window, softcap=softcap, sinks=None if sinks is None else torch.tensor(sinks), target=target)
+
+
+def test_plan_hit_is_bitwise_the_miss_and_builds_nothing(fresh_plans, target16, monkeypatch):
+    """Forward + backward twice with sinks: the second call (a hit) gives bitwise the out, lse, dq, dk,
+    dv, dsinks of the first (a miss), builds no varlen spec (forward or backward) and passes the very
+    parameter tensors of the first call to the module (no new array, no host-to-device copy)."""
+    tt, built = fresh_plans
+    from tilegen.backends import triton as tb
+
+    q, k, v, do = _data(45, 55, 2, 1, 16, "fp32", seed=11)
+    cu_q, cu_k = np.array([0, 9, 30, 44], np.int32), np.array([0, 20, 21, 50], np.int32)
+    sinks = np.array([0.5, -1.0], np.float32)
+    seen = []
+    real_load = tb.load
+
+    def load(*a, **kw):  # record the params every launch of the module receives
+        module = real_load(*a, **kw)
+        for name in ("forward", "backward"):
+            fn = getattr(module, name)
+            if not hasattr(fn, "_recorded"):
+                def rec(*x, _fn=fn, **kws):
+                    seen.append(dict(kws.get("params") or {}))
+                    return _fn(*x, **kws)
+                rec._recorded = True
+                monkeypatch.setattr(module, name, rec)
+        return module
+
+    monkeypatch.setattr(tb, "load", load)
+    miss = _varlen(tt, target16, q, k, v, do, cu_q, cu_k, "fp32", causal=True, sinks=sinks)
+    assert len(built) == 1 and len(seen) == 2
+    first = seen[:]
+    hits = tt.PLAN_STATS["hits"]
+    hit = _varlen(tt, target16, q, k, v, do, cu_q, cu_k, "fp32", causal=True, sinks=sinks)
+    assert len(built) == 1, "a hit builds no spec"
+    assert tt.PLAN_STATS["hits"] == hits + 1
+    assert len(seen) == 4 and set(first[0]) == {"q_seq", "k_seq", "q_off"}
+    for before, now in zip(first, seen[2:]):
+        assert all(now[n] is before[n] for n in before), "a hit passes the plan's device arrays"
+    assert miss[0].tobytes() == hit[0].tobytes() and miss[1].tobytes() == hit[1].tobytes()
+    for name in ("dq", "dk", "dv", "dsinks"):
+        assert miss[2][name].tobytes() == hit[2][name].tobytes(), name
+    _check(q, k, v, do, cu_q, cu_k, "fp32", hit, causal=True, sinks=sinks)
+    # the public entry point: its second call builds no spec either (no up-front check on a hit)
+    _public(tt, target16, q, k, v, cu_q, cu_k, sinks=sinks)
+    n = len(built)
+    _public(tt, target16, q, k, v, cu_q, cu_k, sinks=sinks)
+    assert len(built) == n
+    # a new packing of the same shapes: no spec, the known module, gradients of its own offsets
+    cu_q2, cu_k2 = np.array([0, 15, 30, 40], np.int32), np.array([0, 5, 40, 55], np.int32)
+    ours = _varlen(tt, target16, q, k, v, do, cu_q2, cu_k2, "fp32", causal=True, sinks=sinks)
+    assert len(built) == n
+    _check(q, k, v, do, cu_q2, cu_k2, "fp32", ours, causal=True, sinks=sinks)
+
+
+def test_plan_key_changes_miss(fresh_plans, target16):
+    """Each of window, softcap, sinks present, dtype and strides gives another plan with its own spec;
+    other offsets or max_seqlen_q give another plan without a spec (the spec does not hold them: the
+    module of the known shapes is reused, the offsets' arrays and block tables are new); each result
+    matches the reference of its own arguments."""
+    tt, built = fresh_plans
+    q, k, v, do = _data(45, 55, 2, 1, 16, "fp32", seed=12)
+    cu_q, cu_k = np.array([0, 9, 30, 44], np.int32), np.array([0, 20, 21, 50], np.int32)
+    sinks = np.array([0.5, -1.0], np.float32)
+    base = dict(causal=True, window=(-1, -1), softcap=0.0, sinks=None, max_q=None, transpose=False, dtype="fp32")
+    variants = [{}, dict(window=(5, 0)), dict(softcap=2.0), dict(sinks=sinks), dict(dtype="fp16"), dict(transpose=True)]
+    outs = []
+    for i, change in enumerate(variants):
+        outs.append(_public(tt, target16, q, k, v, cu_q, cu_k, **{**base, **change}))
+        assert len(built) == i + 1, change
+    misses = tt.PLAN_STATS["misses"]
+    other_cu_q = np.array([0, 9, 31, 44], np.int32)
+    packed = _public(tt, target16, q, k, v, other_cu_q, cu_k, **base)  # other offsets
+    longer = _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, "max_q": 30})
+    assert len(built) == len(variants) and tt.PLAN_STATS["misses"] == misses + 2
+    for change in variants:  # all kept: each a hit now
+        _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, **change})
+    _public(tt, target16, q, k, v, other_cu_q, cu_k, **base)
+    assert len(built) == len(variants) and tt.PLAN_STATS["misses"] == misses + 2
+    ro = reference(q, k, v, do, cu_q, cu_k, scale=16 ** -0.5, causal=True)[0]
+    assert np.abs(outs[5].numpy() - ro).max() < 1e-5 and torch.equal(outs[5], outs[0]) and torch.equal(longer, outs[0])
+    rw = reference(q, k, v, do, cu_q, cu_k, scale=16 ** -0.5, window=(5, 0))[0]
+    assert np.abs(outs[1].numpy() - rw).max() < 1e-5
+    rp = reference(q, k, v, do, other_cu_q, cu_k, scale=16 ** -0.5, causal=True)[0]
+    assert np.abs(packed.numpy() - rp).max() < 1e-5 and not torch.equal(packed, outs[0])
+    with pytest.raises(api.SpecError, match="max_seqlen_q"):  # a new packing's offsets are checked
+        _public(tt, target16, q, k, v, cu_q, cu_k, **{**base, "max_q": 3})
+
+
+def test_dense_sinks_plan_hit_builds_no_spec(triton_path, target16, monkeypatch):
+    """flash_attn_func(sinks=...) on the Triton path: a second call builds no spec and gives bitwise
+    the first call's output."""
+    monkeypatch.setattr(triton_path, "_PLANS", {})
+    calls = []
+    original = triton_path._spec
+    monkeypatch.setattr(triton_path, "_spec", lambda *a, **kw: calls.append(a) or original(*a, **kw))
+    q, k, v, _ = _data(20, 24, 2, 1, 16, "fp32", seed=13)
+    t = lambda x: torch.tensor(x[None])  # noqa: E731
+    sinks = torch.tensor([0.25, -0.5])
+    with torch.no_grad():
+        first = triton_path.flash_attn_func(t(q), t(k), t(v), causal=True, softcap=3.0, sinks=sinks, target=target16)
+        again = triton_path.flash_attn_func(t(q), t(k), t(v), causal=True, softcap=3.0, sinks=sinks, target=target16)
+    assert len(calls) == 1 and torch.equal(first, again)
+
+
+def test_plan_table_drops_the_least_recently_used(monkeypatch):
+    """A full plan table drops its least recently used key, not every key."""
+    import tilegen.torch as tt
+
+    monkeypatch.setattr(tt, "_PLANS", {})
+    monkeypatch.setattr(tt, "_PLAN_LIMIT", 3)
+    plan = tt._Plan(None, tt._stamp("h200"))
+    for key in ("a", "b", "c"):
+        tt._store(key, plan)
+    assert tt._lookup("a") is plan  # "a" is now the most recently used
+    tt._store("d", plan)
+    assert list(tt._PLANS) == ["c", "a", "d"] and tt._lookup("b") is None

@@ -582,11 +582,13 @@ def _check_gpu_target(target: str) -> None:
 # autograd function over the same module calls. Keys of two kinds share one table: the entry points'
 # own arguments (``("sdpa", ...)``, ``("flash", ...)``), so that even their argument checks are skipped
 # on a hit, and the custom ops' arguments (``("op", ...)``), for calls under ``torch.compile``. Calls
-# with mods, sinks, softcap or ALiBi never take it. Nothing on it reads a tensor's values on the host
+# with mods never take it; calls with sinks, softcap or ALiBi and packed batches keep their own plans
+# in the same table (``("extras", ...)``, :class:`_ExtrasPlan`). The table is bounded: a full one
+# drops its least recently used key. Nothing on it reads a tensor's values on the host
 # (no device synchronisation), so it can be captured in a CUDA graph.
 
 _PLANS: dict[tuple, "_Plan"] = {}
-_PLAN_LIMIT = 256  # keys kept; the table is emptied when full (shape-varying workloads rebuild)
+_PLAN_LIMIT = 256  # keys kept; a full table drops its least recently used key (LRU)
 PLAN_STATS = {"hits": 0, "misses": 0}  # counters of the table, for tests and benchmarks
 _FAST_DEVICES = ("cuda",)  # devices whose calls take the fast path (tests add "cpu": the Triton interpreter)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -627,17 +629,21 @@ def _meta(x: torch.Tensor) -> tuple:
 
 
 def _lookup(key) -> "_Plan | None":
-    plan = _PLANS.get(key) if key is not None else None
+    """The plan of ``key`` if its target file is unchanged (it becomes the most recently used)."""
+    plan = _PLANS.pop(key, None) if key is not None else None
     if plan is not None and _fresh(plan):
         PLAN_STATS["hits"] += 1
+        _PLANS[key] = plan  # a dict keeps insertion order: the end is the most recently used
         return plan
     return None
 
 
 def _store(key, plan: "_Plan") -> None:
+    """Keep ``plan`` under ``key``; a full table drops its least recently used key."""
     PLAN_STATS["misses"] += 1
-    if len(_PLANS) >= _PLAN_LIMIT:
-        _PLANS.clear()
+    _PLANS.pop(key, None)
+    while len(_PLANS) >= _PLAN_LIMIT:
+        del _PLANS[next(iter(_PLANS))]
     _PLANS[key] = plan
 
 
@@ -662,14 +668,20 @@ def _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_st
     return plan
 
 
+def _eager_plain(*xs) -> bool:
+    """Plain tensors (no subclass, fake tensors among them; None allowed) in an eager call: not under
+    ``torch.compile``, a dispatch mode or a torch.func transform, where calls must be seen as they are."""
+    if any(x is not None and type(x) not in _PLAIN for x in xs):
+        return False
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active())
+
+
 def _fast_key(kind: str, q, k, v, *scalars):
     """The entry-point key of an eager call that may take the fast path, or None: under
     ``torch.compile``, a dispatch mode or a torch.func transform (the custom ops must be seen there),
     for tensor subclasses (fake tensors among them), for devices outside ``_FAST_DEVICES`` and for an
     unhashable argument."""
-    if type(q) not in _PLAIN or type(k) not in _PLAIN or type(v) not in _PLAIN or q.device.type not in _FAST_DEVICES:
-        return None
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or torch._C._are_functorch_transforms_active():
+    if q.device.type not in _FAST_DEVICES or not _eager_plain(q, k, v):
         return None
     key = (kind, _meta(q), _meta(k), _meta(v), *((type(x), x) for x in scalars))
     try:
@@ -928,44 +940,155 @@ def _triton_path(x: torch.Tensor) -> bool:
     return x.device.type == "cuda"
 
 
-_VARLEN_BLOCKS: dict = {}  # (module, kind, offsets, token counts, window, device) -> its tile_lists
-_VARLEN_BLOCKS_MAX = 64
-
-
 def _varlen_blocks(module, kind: str, cfg, total_q: int, total_k: int, device) -> dict:
     """The ``blocks=`` argument of the module's ``kind`` ("fwd"/"bwd") program for a varlen call: the
     block classes of the packed batch in closed form on the host (:func:`tilegen.api.varlen_block_classes`
-    for the program's ``TILE_SIZES``) and their tile lists, on ``device``. Cached per module (its tile
-    sizes), offsets, token counts, window and device (the oldest of 64 entries goes first), so a
-    training loop over one packing computes them once."""
+    for the program's ``TILE_SIZES``) and their tile lists, on ``device``. Computed once per plan
+    (:func:`_plan_blocks`), so a training loop over one packing computes them once."""
     from . import api
 
-    key = (module.__name__, kind, cfg.cu_q.astype(np.int64).tobytes(), cfg.cu_k.astype(np.int64).tobytes(), total_q, total_k, tuple(cfg.window), str(device))
-    hit = _VARLEN_BLOCKS.get(key)
+    br, bc = module.TILE_SIZES[kind]
+    table = api.varlen_block_classes(cfg.cu_q.astype(np.int64), cfg.cu_k.astype(np.int64), total_q, total_k, br, bc, cfg.window)
+    return module.tile_lists(kind, torch.from_numpy(table).view(module.BLOCK_SHAPES[kind]).to(device))
+
+
+# The plan of an extras call on the Triton path, kept in the plan table (``_PLANS``, LRU) under a key
+# of everything it depends on (:func:`_extras_key`): the tensors' dtype, device, shape and strides
+# (q, k, v, and the sinks' and slopes' when given), the scale, window, softcap, deterministic flag,
+# target name and, for a packed batch, the offsets' values and max_seqlen_q/k. The target file's size
+# and modification time are compared on a hit, as for the fast path. A hit builds and checks no spec,
+# loads no module and copies no offset-derived array to the device: the sinks and slopes, whose values
+# change between calls (they are learnt), are the only per-call inputs, read on the device (no host
+# synchronisation). The backward takes the forward's plan from ``ctx``. The spec does not hold the
+# offsets, so a packed batch's plan is also kept under its key without the offsets and max_seqlen_q/k
+# (``packing=False``): a new packing of known shapes and arguments (training: one per step) builds no
+# spec and loads no module; only its offsets are checked and their arrays and block tables built.
+
+
+@dataclass(frozen=True, eq=False)
+class _ExtrasPlan:
+    """What an extras call on the Triton path needs beyond its tensors.
+
+    Attributes:
+        module: the loaded Triton module, or None for a packed batch without a query or key token.
+        stamp: (path, mtime_ns, size) of the target file (see :func:`_fresh`).
+        params: the parameter arrays fixed by the key, on the device (varlen: int32 q_seq, k_seq,
+            q_off); None when the spec has no mod (no ``params=`` argument).
+        inside: varlen: bool [total_q] on the device, the query tokens inside a sequence.
+        seq: varlen with [num_seqs, Hq] slopes: int64 [total_q], each token's sequence (0 outside).
+        cfg, total_q, total_k: what :func:`_varlen_blocks` reads.
+        blocks: varlen: kind ("fwd"/"bwd") -> tile lists, filled on first use (:func:`_plan_blocks`).
+    """
+
+    module: Any
+    stamp: tuple
+    params: Any
+    inside: Any
+    seq: Any
+    cfg: Any
+    total_q: int
+    total_k: int
+    blocks: dict
+
+
+def _extras_key(q, k, v, sinks, alibi, cfg: _Extras, packing: bool = True):
+    """The plan key of an extras call, or None where no plan is kept (see :func:`_eager_plain`);
+    ``packing=False``: without the offsets and max_seqlen_q/k (what the spec and module depend on)."""
+    if not _eager_plain(q, k, v, sinks, alibi):
+        return None
+    key = ("extras", cfg.kind, _meta(q), _meta(k), _meta(v), None if sinks is None else _meta(sinks), None if alibi is None else _meta(alibi),
+           type(cfg.scale), cfg.scale, cfg.window, cfg.softcap, cfg.deterministic, cfg.target)
+    if cfg.kind == "varlen" and packing:
+        key += (np.asarray(cfg.cu_q, np.int64).tobytes(), np.asarray(cfg.cu_k, np.int64).tobytes(),
+                type(cfg.max_q), cfg.max_q, type(cfg.max_k), cfg.max_k)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
+    """The plan of an extras call on the Triton path: a hit of the plan table, else built (the spec
+    built and checked, errors naming the argument, and the module loaded, unless a plan of the same
+    shapes and arguments with other offsets has them; the offsets' arrays copied to the device once)
+    and kept.
+
+    Raises:
+        SpecError (ValueError): a bad argument (on a miss; a hit had the same key, hence passed).
+    """
+    from . import api
+    from .backends import triton as triton_backend
+    from .mods import mods_from_api
+
+    key = _extras_key(q, k, v, sinks, alibi, cfg)
+    plan = _lookup(key)
+    if plan is not None:
+        return plan
+    alibi_np, sinks_np = _np_or_none(alibi), _np_or_none(sinks)
+    device = q.device
+    inside = seq = None
+    module = known = None
+    if cfg.kind == "varlen":
+        shapes_key = None if key is None else _extras_key(q, k, v, sinks, alibi, cfg, packing=False) + ("module",)
+        known = _lookup(shapes_key)
+        if known is not None:
+            # a new packing of known shapes and arguments: the spec does not hold the offsets, so its
+            # module is the known plan's; the offsets are checked and their arrays built here
+            lay = api.varlen_layout(cfg.cu_q, cfg.cu_k, q.shape[0], k.shape[0], cfg.max_q, cfg.max_k)
+            api._check_sinks(sinks_np, q.shape[1])
+            arrays = api._varlen_mods(lay, cfg.window, cfg.softcap, alibi_np, q.shape[1])[3]
+            spec, module = None, known.module
+        else:
+            spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
+                                                   max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
+                                                   alibi_slopes=alibi_np, sinks=sinks_np)
+        params = {n: torch.from_numpy(np.ascontiguousarray(a)).to(device) for n, a in arrays.items() if n != "alibi_slopes"}
+        inside = torch.from_numpy(lay.q_inside).to(device)
+        if alibi is not None and alibi.dim() == 2:
+            seq = torch.from_numpy(np.maximum(lay.q_seq, 0).astype(np.int64)).to(device)
+    else:
+        score = api._fa_score_mod(None, cfg.softcap, alibi_np)
+        score_text, _, decls, _, _ = mods_from_api(score, None)
+        spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
+        spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
+        params = {}
+    if known is not None:
+        with_params = known.params is not None
+    else:
+        module = None if spec is None else triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
+        with_params = spec is not None and spec.mods is not None
+    plan = _ExtrasPlan(module, _stamp(cfg.target), params if with_params else None, inside, seq, cfg, q.shape[0], k.shape[0], {})
+    if key is not None:
+        _store(key, plan)
+        if cfg.kind == "varlen" and known is None and module is not None:
+            _store(shapes_key, plan)  # read for its module (and whether it takes params) by later packings
+    return plan
+
+
+def _plan_blocks(plan: _ExtrasPlan, kind: str) -> dict:
+    """The plan's tile lists of ``kind`` (computed on first use)."""
+    hit = plan.blocks.get(kind)
     if hit is None:
-        br, bc = module.TILE_SIZES[kind]
-        table = api.varlen_block_classes(cfg.cu_q.astype(np.int64), cfg.cu_k.astype(np.int64), total_q, total_k, br, bc, cfg.window)
-        hit = module.tile_lists(kind, torch.from_numpy(table).view(module.BLOCK_SHAPES[kind]).to(device))
-        if len(_VARLEN_BLOCKS) >= _VARLEN_BLOCKS_MAX:
-            del _VARLEN_BLOCKS[next(iter(_VARLEN_BLOCKS))]
-        _VARLEN_BLOCKS[key] = hit
+        hit = plan.blocks[kind] = _varlen_blocks(plan.module, kind, plan.cfg, plan.total_q, plan.total_k, plan.inside.device)
     return hit
 
 
 class _ExtrasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sinks, alibi, cfg: _Extras):
-        out, lse, module, kw = _extras_forward(q, k, v, sinks, alibi, cfg)
+        out, lse, plan, kw = _extras_forward(q, k, v, sinks, alibi, cfg)
         ctx.save_for_backward(q, k, v, out, lse, sinks, alibi)
-        ctx.cfg, ctx.module, ctx.kw = cfg, module, kw
+        ctx.cfg, ctx.plan, ctx.kw = cfg, plan, kw
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # lse takes no gradient: no zero-filled dlse per call
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse, sinks, alibi = ctx.saved_tensors
         cfg = ctx.cfg
-        dout = dout.contiguous()
+        dout = torch.zeros_like(out) if dout is None else dout.contiguous()
         if not _triton_path(q):
             from . import api
 
@@ -984,7 +1107,7 @@ class _ExtrasAttention(torch.autograd.Function):
                 dsinks = torch.from_numpy(dparams["sinks"]) if sinks is not None else None
                 dalibi = torch.from_numpy(dparams["alibi_slopes"]) if alibi is not None else None
             dq, dk, dv = (_from_numpy(g, x) for g, x in zip(res[:3], (q, k, v)))
-        elif ctx.module is None:  # a packed batch without a query or key token: nothing ran
+        elif ctx.plan.module is None:  # a packed batch without a query or key token: nothing ran
             dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
             dsinks = None if sinks is None else torch.zeros_like(sinks)
             dalibi = None if alibi is None else torch.zeros_like(alibi)
@@ -992,8 +1115,8 @@ class _ExtrasAttention(torch.autograd.Function):
             lift = (lambda x: x.unsqueeze(0)) if cfg.kind == "varlen" else (lambda x: x)
             kw = dict(ctx.kw)
             if "blocks" in kw:
-                kw["blocks"] = _varlen_blocks(ctx.module, "bwd", cfg, q.shape[0], k.shape[0], q.device)
-            res = ctx.module.backward(lift(q), lift(k), lift(v), lift(out), lift(lse), lift(dout), **kw)
+                kw["blocks"] = _plan_blocks(ctx.plan, "bwd")
+            res = ctx.plan.module.backward(lift(q), lift(k), lift(v), lift(out), lift(lse), lift(dout), **kw)
             dq, dk, dv = (g.reshape(x.shape) for g, x in zip(res[:3], (q, k, v)))
             dparams = res[3] if len(res) > 3 else {}
             dsinks = dparams["sinks"] if sinks is not None else None
@@ -1018,59 +1141,49 @@ def _fold_alibi(g, alibi, cfg):
 
 
 def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
-    """(out, lse, Triton module or None, the module's keyword arguments or None).
+    """(out, lse, :class:`_ExtrasPlan` or None, the module's keyword arguments or None).
 
     On the Triton path a packed batch runs as one batch (B = 1) whose guarded kernels never write the
     tokens outside every sequence; the module allocates out = 0 and lse = −inf, which those tokens
-    keep (no masking after the kernels)."""
+    keep (no masking after the kernels). The plan comes from the plan table (:func:`_extras_plan`);
+    the sinks and slopes are passed as they are now, on the device."""
     from . import api
 
     device = q.device.type
     if device == "npu":
         _npu_refusal()
-    alibi_np = _np_or_none(alibi)
-    sinks_np = _np_or_none(sinks)
     if not _triton_path(q):
-        kw = dict(softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap, alibi_slopes=alibi_np, sinks=sinks_np)
+        kw = dict(softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap, alibi_slopes=_np_or_none(alibi), sinks=_np_or_none(sinks))
         if cfg.kind == "varlen":
             o, lse = api.attention_varlen(_to_numpy(q), _to_numpy(k), _to_numpy(v), cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q, max_seqlen_k=cfg.max_k, **kw)
         else:
             o, lse = api.attention(_to_numpy(q), _to_numpy(k), _to_numpy(v), layout="BSND", **kw)
         return _from_numpy(o, q), torch.from_numpy(np.ascontiguousarray(lse, dtype=np.float32)), None, None
-    from .backends import triton as triton_backend
-    from .mods import mods_from_api
-
-    if cfg.kind == "varlen":
-        spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
-                                               max_seqlen_k=cfg.max_k, softmax_scale=cfg.scale, window=cfg.window, softcap=cfg.softcap,
-                                               alibi_slopes=alibi_np, sinks=sinks_np)
-        if spec is None:  # no query or no key token: every row is empty
-            out = q.new_zeros((*q.shape[:2], v.shape[2]))
-            lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
-            if sinks is not None:
-                lse[:, torch.from_numpy(lay.q_inside).to(q.device)] = sinks.detach().float().view(-1, 1)
-            return out, lse, None, None
-        params = {n: torch.from_numpy(np.ascontiguousarray(a)).to(q.device) for n, a in arrays.items()}
-        q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    else:
-        score = api._fa_score_mod(None, cfg.softcap, alibi_np)
-        score_text, _, decls, _, _ = mods_from_api(score, None)
-        spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
-        spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
-        params = {"alibi_slopes": alibi.detach().float().contiguous()} if alibi is not None else {}
-        q4, k4, v4 = q, k, v
-    module = triton_backend.load(spec, cfg.target, "separate" if cfg.deterministic else None)
+    plan = _extras_plan(q, k, v, sinks, alibi, cfg)
+    if plan.module is None:  # no query or no key token: every row is empty (lse = σ_h inside a sequence)
+        out = q.new_zeros((*q.shape[:2], v.shape[2]))
+        lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
+        if sinks is not None:
+            lse = torch.where(plan.inside, sinks.detach().float().view(-1, 1), lse)
+        return out, lse, plan, None
     kw = {}
-    if spec.mods is not None:
+    if plan.params is not None:
+        params = dict(plan.params)
+        if alibi is not None:
+            slopes = alibi.detach().float()
+            if plan.seq is not None:  # varlen [num_seqs, Hq]: one row per query token, 0 outside every sequence
+                slopes = torch.where(plan.inside[:, None], slopes[plan.seq], slopes.new_zeros(()))
+            params["alibi_slopes"] = slopes.contiguous()
         kw["params"] = params
     if sinks is not None:
         kw["sinks"] = sinks.detach().float().contiguous()
     if cfg.kind == "varlen":
-        kw["blocks"] = _varlen_blocks(module, "fwd", cfg, q.shape[0], k.shape[0], q.device)
-    out, lse = module.forward(q4, k4, v4, **kw)
-    if cfg.kind == "varlen":
+        kw["blocks"] = _plan_blocks(plan, "fwd")
+        out, lse = plan.module.forward(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), **kw)
         out, lse = out[0], lse[0]
-    return out.contiguous(), lse.contiguous(), module, kw
+    else:
+        out, lse = plan.module.forward(q, k, v, **kw)
+    return out.contiguous(), lse.contiguous(), plan, kw
 
 
 def _check_extras(q, sinks, alibi_slopes, softcap):
@@ -1126,8 +1239,10 @@ def flash_attn_varlen_func(
         q: [total_q, Hq, D] (TND); k: [total_k, Hkv, D]; v: [total_k, Hkv, Dv]; one dtype (float16,
             bfloat16, float32) and device.
         cu_seqlens_q, cu_seqlens_k: int32 tensors [num_seqs + 1] of non-decreasing token offsets
-            (read on the host); empty sequences are legal; tokens past the last offset belong to no
-            sequence and get out = 0 and zero gradients.
+            (read on the host: CUDA tensors are copied to the host, one synchronisation per call that
+            cannot be avoided, since the offsets decide the plan; pass CPU tensors to have none);
+            empty sequences are legal; tokens past the last offset belong to no sequence and get
+            out = 0 and zero gradients.
         max_seqlen_q, max_seqlen_k: at least the longest sequence (checked; None allowed).
         dropout_p: must be 0.0. softmax_scale: None → 1/√D.
         causal, window_size: aligned bottom-right within each sequence (FlashAttention >= 2.1).
@@ -1140,6 +1255,13 @@ def flash_attn_varlen_func(
 
     Returns:
         out [total_q, Hq, Dv] in q's dtype.
+
+    On CUDA the spec, the module, the offsets' arrays on the device and the block tables are kept per
+    plan key (the offsets, max_seqlen_q/k, the tensors' dtype, device, shape and strides, sinks and
+    slopes present with theirs, scale, window, softcap, deterministic, target; ``_PLANS``, LRU): a
+    repeated call builds and checks none of them again and reads no tensor on the host but the
+    offsets (the sinks' finiteness is checked on the first call of a key only). New offsets with
+    known shapes and arguments reuse the spec and module; their arrays and block tables are built.
 
     Raises:
         UnsupportedArgument (NotImplementedError): dropout, returned probabilities, a paged KV cache.
@@ -1173,10 +1295,12 @@ def flash_attn_varlen_func(
     cap = _check_extras(q, sinks, alibi_slopes, softcap)
     from . import api
 
-    # every check of the shapes and offsets once, before anything runs
-    api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cu[0], cu[1], max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                    softmax_scale=softmax_scale, window=window, softcap=cap,
-                    alibi_slopes=_np_or_none(alibi_slopes), sinks=_np_or_none(sinks))
+    # every check of the shapes and offsets once, before anything runs (on the Triton path the plan's
+    # miss makes them, before any kernel; a hit has the key of a call that passed them)
+    if not _triton_path(q):
+        api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cu[0], cu[1], max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                        softmax_scale=softmax_scale, window=window, softcap=cap,
+                        alibi_slopes=_np_or_none(alibi_slopes), sinks=_np_or_none(sinks))
     cfg = _Extras("varlen", None if softmax_scale is None else float(softmax_scale), tuple(window), cap, deterministic, target,
                   cu[0], cu[1], max_seqlen_q, max_seqlen_k)
     return _ExtrasAttention.apply(q, k, v, sinks, alibi_slopes, cfg)[0]
