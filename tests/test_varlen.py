@@ -383,3 +383,13 @@ def test_tilegen_run_checks_a_packed_batch_with_sinks():
     rows = np.array([True, True, True, False])
     assert _outside("", {"O": written}, rows) == [("O", False)]
     assert not dataclasses.replace(report, outside=[("O", False)]).ok
+
+
+def test_torch_sinks_of_an_integer_dtype_named_by_their_dtype():
+    """An integer sinks tensor is refused in one line naming ``sinks.dtype`` and the dtype given."""
+    from tilegen.torch import flash_attn_func
+
+    q = torch.zeros(1, 8, 2, 16)
+    with pytest.raises(SpecError, match=r"^sinks\.dtype = 'torch\.int32' is invalid; accepted: a floating-point dtype") as exc:
+        flash_attn_func(q, q, q, sinks=torch.zeros(2, dtype=torch.int32))
+    assert "\n" not in str(exc.value)

@@ -625,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128 (with --target: checked against it)")
     run.add_argument("--unfused", action="store_true", help="check only the unfused (store P) backward")
     run.add_argument("--json", action="store_true", help="print the result (comparisons, tile sizes, traffic) as JSON")
-    run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD) from an .npz file instead of random ones")
+    run.add_argument("--data", metavar="NPZ", help="inputs Q, K, V, dO (logical BNSD), and sinks [Hq] for a spec with sinks, from an .npz file instead of random ones")
     run.add_argument("--data-index", type=int, default=0, metavar="I", help="which entry of a leading axis in --data (default 0)")
     run.add_argument("--twin", action="store_true", help="also run the generated Ascend C kernels on the CPU twin (needs g++)")
     run.add_argument("--twin-target", metavar="T", help=f"the Ascend target for --twin (default {DEFAULT_TWIN_TARGET}; only with --twin)")

@@ -1192,8 +1192,10 @@ def _check_extras(q, sinks, alibi_slopes, softcap):
     for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
         if x is None:
             continue
-        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        if not isinstance(x, torch.Tensor):
             raise SpecError(name, type(x).__name__, "a floating-point torch.Tensor or None")
+        if not x.dtype.is_floating_point:
+            raise SpecError(f"{name}.dtype", str(x.dtype), "a floating-point dtype (torch.float32, torch.bfloat16, torch.float16, torch.float64)")
         if x.device != q.device:
             raise SpecError(f"{name}.device", str(x.device), f"q's device {q.device}")
     if sinks is not None and tuple(sinks.shape) != (hq,):
