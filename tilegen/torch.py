@@ -683,10 +683,14 @@ def _fast_key(kind: str, q, k, v, *scalars):
     unhashable argument."""
     if q.device.type not in _FAST_DEVICES or not _eager_plain(q, k, v):
         return None
-    key = (kind, _meta(q), _meta(k), _meta(v), *((type(x), x) for x in scalars))
+    return _hashable((kind, _meta(q), _meta(k), _meta(v), *((type(x), x) for x in scalars)))
+
+
+def _hashable(key):
+    """``key``, or None when an argument in it is unhashable (the slow path's checks then name it)."""
     try:
         hash(key)
-    except TypeError:  # an unhashable argument: the checks of the slow path name it
+    except TypeError:
         return None
     return key
 
@@ -1001,11 +1005,7 @@ def _extras_key(q, k, v, sinks, alibi, cfg: _Extras, packing: bool = True):
     if cfg.kind == "varlen" and packing:
         key += (np.asarray(cfg.cu_q, np.int64).tobytes(), np.asarray(cfg.cu_k, np.int64).tobytes(),
                 type(cfg.max_q), cfg.max_q, type(cfg.max_k), cfg.max_k)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return _hashable(key)
 
 
 def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
