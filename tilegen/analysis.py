@@ -38,7 +38,7 @@ from . import dtypes
 from .exprs import UnboundSymbol, evaluate
 from .ir import Elementwise, Kernel, Load, Loop, Mask, MatMul, ModOp, Program, RowReduce, Store, grid_loops, walk
 
-UNIFORM_ROLES = ("batch", "head")
+UNIFORM_ROLES = ("batch", "head", "head_split")  # loops whose every trip does the same work
 
 
 @dataclass

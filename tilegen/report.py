@@ -227,6 +227,9 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}")
             for line in (rows or {}).get("skipped", []):
                 lines.append(f"  {line}")
+            if emitted and "group_split" in emitted:
+                heavy = ", heavy first" if emitted["heavy_first"] else ""
+                lines.append(f"  group split: {emitted['group_split']}{heavy} ({emitted['group_split_source']})")
             for name, launch in (emitted or {}).get("launch", {}).items():
                 lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']})")
             levels = list(tgt["levels"])

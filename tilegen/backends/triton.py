@@ -124,6 +124,7 @@ RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value);
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
 TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
+ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "Br", "Bc", "group_split", "heavy_first", "source")  # the rest are phases
 
 
 # --- the [triton] section of a target file ---------------------------------------------------------
@@ -150,6 +151,9 @@ class ScheduleRow:
     knobs: dict[str, Knobs]
     source: str
     index: int = -1  # its position among the file's [[triton.schedule]] rows
+    group: int | None = None  # applies only when G = Hq / Hkv is this (None: any)
+    group_split: int | None = None  # backward: programs sharing the query heads of one KV head
+    heavy_first: bool | None = None  # backward: the K/V-tile grid axis outermost
 
     def describe(self) -> str:
         """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
@@ -160,12 +164,13 @@ class ScheduleRow:
         """{kernel phase: num_stages} this row launches with (``"*"``: the phases it leaves to ``default``)."""
         return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
 
-    def matches(self, program: str, head_dim: int, causal: bool, dtype: str) -> bool:
+    def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> bool:
         return (
             self.program == program
             and self.head_dim == head_dim
             and (self.causal is None or self.causal == causal)
             and (self.dtype is None or self.dtype == dtype)
+            and (self.group is None or self.group == group)
         )
 
 
@@ -178,15 +183,15 @@ class TritonConfig:
     default: Knobs
     rows: tuple[ScheduleRow, ...]
 
-    def row(self, program: str, head_dim: int, causal: bool, dtype: str) -> ScheduleRow | None:
+    def row(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> ScheduleRow | None:
         """The first row (file order: most specific first) that applies, or None."""
-        for row in self.matching(program, head_dim, causal, dtype):
+        for row in self.matching(program, head_dim, causal, dtype, group):
             return row
         return None
 
-    def matching(self, program: str, head_dim: int, causal: bool, dtype: str) -> list[ScheduleRow]:
+    def matching(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> list[ScheduleRow]:
         """Every row that applies, in file order."""
-        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype)]
+        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype, group)]
 
 
 def _knobs(data: Any, where: str, source: str) -> Knobs:
@@ -235,12 +240,23 @@ def triton_config(target: Target) -> TritonConfig:
             if br not in target.tiles["Br"] or bc not in target.tiles["Bc"]:
                 raise TargetError(f"{rw}: Br = {br!r}, Bc = {bc!r} are invalid; accepted: Br in {target.tiles['Br']}, Bc in {target.tiles['Bc']}")
             tiles = (br, bc)
+        group = row.get("group")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
+            raise TargetError(f"{rw}.group = {group!r} is invalid; accepted: a positive integer (G = Hq / Hkv) or absent for any")
+        split = row.get("group_split")
+        if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 64):
+            raise TargetError(f"{rw}.group_split = {split!r} is invalid; accepted: an integer from 1 to 64 (reduced to a divisor of G) or absent for 1")
+        heavy = row.get("heavy_first")
+        if heavy is not None and not isinstance(heavy, bool):
+            raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
+        if (split is not None or heavy is not None) and not str(row.get("program")).startswith("bwd"):
+            raise TargetError(f"{rw}: group_split and heavy_first are backward knobs; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
         knobs = {
             phase: _knobs(value, f"{rw}.{phase}", source)
             for phase, value in row.items()
-            if phase not in ("program", "head_dim", "causal", "dtype", "Br", "Bc", "source")
+            if phase not in ROW_KEYS
         }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n))
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy))
     return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
 
 
@@ -276,6 +292,7 @@ class Scheduled:
     row: ScheduleRow | None
     skipped: tuple[Skipped, ...] = ()
     given: bool = False  # the caller forced the tile sizes
+    split_source: str = ""  # backward: where group_split and heavy_first come from
 
     def tiles_source(self) -> str:
         """Where the tile sizes come from: the caller, a ``[[triton.schedule]]`` row (with its source), or
@@ -298,6 +315,15 @@ class Scheduled:
             "Bc": env["Bc"],
             "kernels": [k.name for k in self.program.kernels],
             "tiles_source": self.tiles_source(),
+            **(
+                {
+                    "group_split": self.program.attr("group_split", 1),
+                    "heavy_first": bool(self.program.attr("heavy_first", False)),
+                    "group_split_source": self.split_source,
+                }
+                if self.kind != "fwd"
+                else {}
+            ),
             "launch": {
                 k.name: {"num_warps": self.knobs[k.phase].num_warps, "num_stages": self.knobs[k.phase].num_stages, "source": self._knob_source(k.phase)}
                 for k in self.program.kernels
@@ -350,12 +376,15 @@ def schedule(
         if kind == "fwd":
             program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages)
         else:
-            program = pipeline.compile_backward(spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages)
+            split, heavy, _ = group_knobs(spec, row)
+            program = pipeline.compile_backward(
+                spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, group_split=split, heavy_first=heavy
+            )
         return program, log
 
     out = []
     for kind in ("fwd", f"bwd-{strategy}"):
-        rows = cfg.matching(kind, head_dim, causal, spec.dtype)
+        rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group)
         forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
         skipped: list[Skipped] = []
         row = None
@@ -380,8 +409,22 @@ def schedule(
         for phase, value in (knobs or {}).items():
             if phase in chosen:
                 chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped), given=forced is not None))
+        split_source = group_knobs(spec, row)[2] if kind != "fwd" else ""
+        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
     return out[0], out[1]
+
+
+def group_knobs(spec: AttentionSpec, row: ScheduleRow | None) -> tuple[int, bool, str]:
+    """(group_split, heavy_first, where they come from) of the backward of ``spec`` under ``row``: the
+    row's values, the split reduced to the largest divisor of G = Hq / Hkv not above it; 1 and false
+    when the row gives none."""
+    split = row.group_split if row is not None and row.group_split is not None else None
+    heavy = bool(row.heavy_first) if row is not None and row.heavy_first is not None else False
+    if split is None and not heavy:
+        return 1, False, "the default (one program per KV head and K/V tile; no row sets group_split or heavy_first)"
+    value = max(d for d in range(1, min(split or 1, spec.group) + 1) if spec.group % d == 0)
+    clamped = f", reduced to {value}, the largest divisor of G = {spec.group} not above it" if split is not None and value != split else ""
+    return value, heavy, f"the target's {row.describe()}{clamped}: {row.source}"
 
 
 # --- expressions -------------------------------------------------------------------------------------
@@ -1406,6 +1449,8 @@ def _program_context(sched: Scheduled) -> dict:
         "workspace_names": [t["name"] for t in workspaces],
         "fills": fill_lines,
         "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),
+        "group_split": int(program.attr("group_split", 1)),
+        "heavy_first": bool(program.attr("heavy_first", False)),
     }
 
 

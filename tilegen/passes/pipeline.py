@@ -196,20 +196,39 @@ def compile_backward(
     tile_sizes=None,
     log: PassLog | None = None,
     num_stages=None,
+    group_split: int = 1,
+    heavy_first: bool = False,
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound;
-    ``num_stages`` as :func:`schedule`.
+    ``num_stages`` as :func:`schedule`. ``group_split`` (programs sharing the query heads of one KV
+    head, a divisor of G) and ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's
+    schedule knobs (:func:`tilegen.passes.group.split_group`); the defaults leave the program as built.
 
-    Results are cached on disk (:mod:`tilegen.cache`)."""
+    Results are cached on disk (:mod:`tilegen.cache`).
+
+    Raises:
+        SpecError: an unknown dq strategy, or ``group_split`` not a divisor of G, or knobs on an
+            unfused program."""
+    from .group import check_split, split_group
+
     log = log if log is not None else PassLog()
     if dq_strategy not in DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
+    split = check_split(group_split)
+    if spec.group % split:
+        raise SpecError("group_split", group_split, f"a divisor of G = {spec.group} (the query heads per KV head)")
+    knobbed = split > 1 or bool(heavy_first)
+    if knobbed and not fused:
+        raise SpecError("group_split", group_split, "1 with heavy_first off for an unfused backward (the knobs split the fused main kernel)")
     stages = _stages_key(num_stages)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_backward(spec))
         if fused:
             program = fuse_backward(program, dq_strategy, inner)
+        if knobbed:
+            program = inner.record(f"split group ({split}{', heavy first' if heavy_first else ''})", split_group(program, split, bool(heavy_first)))
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    return _cached(("backward", spec, fused, dq_strategy, target_key(target), tile_sizes, stages), log, build)
+    key = ("backward", spec, fused, dq_strategy, target_key(target), tile_sizes, stages)
+    return _cached(key + ((split, bool(heavy_first)) if knobbed else ()), log, build)
