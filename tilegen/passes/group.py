@@ -13,7 +13,7 @@ axis for all; the Triton backend reduces a target row's split to the largest div
 (dK already scaled) into the workspaces ``dK_part`` [B, Hkv, S, Sk, Dqk] and ``dV_part`` [B, Hkv, S,
 Sk, Dv], every element written by exactly one program (a tile whose Q range is empty stores zeros),
 so they need no zero fill; a new kernel ``post_kv`` (phase ``post``) sums the S partials of each
-tile in ascending hs, casts, and writes dK, dV. The sum's order is fixed, so the result is the same on
+row in ascending hs, casts, and writes dK, dV. The sum's order is fixed, so the result is the same on
 every run, unlike fp32 atomics into one workspace, which would also need a zeroing pass first and
 make S programs contend for each element. Cost: 2·S·4 bytes per element of dK and dV written and
 read again (for B·N = 16k tokens, Hkv = 2, D = 128, S = 4: 64 MiB, about 15 µs of HBM at 4.3 TB/s).
@@ -37,7 +37,7 @@ from ..errors import SpecError
 from ..ir import (
     B,
     Access,
-    Bc,
+    Br,
     Buffer,
     Elementwise,
     Fill,
@@ -50,11 +50,12 @@ from ..ir import (
     Store,
     Tensor,
     _index,
+    Sk,
     b,
+    ceil_div,
     grid_loops,
     hkv,
-    j,
-    kv_tiles,
+    i,
     map_body,
     walk,
 )
@@ -143,24 +144,28 @@ def _split_body(program: Program, main: Kernel, body, split: int):
 
 
 def _post_kv(program: Program, main: Kernel, stored: dict, split: int) -> Kernel:
-    """post_kv: per (b, hkv, K/V tile j), dK = Σ_hs dK_part, dV = Σ_hs dV_part (hs ascending), cast."""
+    """post_kv: per (b, hkv, Br rows i of the keys), dK = Σ_hs dK_part, dV = Σ_hs dV_part (hs
+    ascending), cast. Its tiles have Br rows, not Bc: it holds six [rows, D] tiles at once, which at
+    Bc = 128, D = 128 would need 320 KiB of the H200's 256 KiB of registers in the placement's count
+    (and every kernel must fit the tile sizes chosen), while Br ≤ Bc on every measured backward row."""
     bufs, head, loop, tail = [], [], [], []
     for name, (acc, store) in stored.items():
         cols = store.dst.tile[1]
         part, total, low = f"{name}_p", f"{name}_sum", f"{name}c"
         dt = program.tensor(name).dtype
-        bufs += [Buffer(part, (Bc, cols), "fp32"), Buffer(total, (Bc, cols), "fp32"), Buffer(low, (Bc, cols), dt)]
+        bufs += [Buffer(part, (Br, cols), "fp32"), Buffer(total, (Br, cols), "fp32"), Buffer(low, (Br, cols), dt)]
         head.append(Fill(total, 0.0))
         loop += [
-            Load(part, Access(PARTS[name], (b, hkv, hs, j * Bc, sympy.Integer(0)), (Bc, cols)), pad=0.0),
+            Load(part, Access(PARTS[name], (b, hkv, hs, i * Br, sympy.Integer(0)), (Br, cols)), pad=0.0),
             Elementwise(total, "add", (total, part)),
         ]
-        tail += [Elementwise(low, "cast", (total,)), Store(store.dst, low, rows=store.rows)]
+        dst = Access(store.dst.tensor, (b, hkv, i * Br, sympy.Integer(0)), (Br, cols))
+        tail += [Elementwise(low, "cast", (total,)), Store(dst, low, rows=store.rows)]
     body = (
         *head,
         Loop(hs, sympy.Integer(0), sympy.Integer(split), tuple(loop), role="head_split", note="the group's shares, in order"),
         *tail,
     )
-    for var, extent, role in ((j, kv_tiles(), "kv_tile"), (hkv, Hkv, "head"), (b, B, "batch")):
+    for var, extent, role in ((i, ceil_div(Sk, Br), "kv_rows"), (hkv, Hkv, "head"), (b, B, "batch")):
         body = (Loop(var, sympy.Integer(0), extent, tuple(body), kind="parallel", role=role),)
     return Kernel("post_kv", "post", tuple(bufs), body)
