@@ -97,6 +97,17 @@ def test_split_program_in_the_interpreter(name, heavy):
         assert_grads_ok(spec, (out["dQ"], out["dK"], out["dV"]), data)
 
 
+def test_split_with_the_separate_dq_strategy():
+    spec = make_spec(name="sep", **SPECS["gqa8/2-causal"])
+    data = inputs(spec, seed=6)
+    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=TILES), {n: data[n] for n in "QKV"})
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
+    program = pipeline.compile_backward(spec, tile_sizes=TILES, dq_strategy="separate", group_split=4, heavy_first=True)
+    assert [k.name for k in program.kernels] == ["pre", "main", "post_kv", "dq"]
+    out, _ = interpret(program, feeds)
+    assert_grads_ok(spec, (out["dQ"], out["dK"], out["dV"]), data)
+
+
 def test_split_must_divide_the_group():
     spec = make_spec(heads_q=6, heads_kv=2)  # G = 3
     with pytest.raises(SpecError, match=r"group_split = 2 is invalid; accepted: a divisor of G = 3"):
