@@ -140,16 +140,16 @@ def _split_body(program: Program, main: Kernel, body, split: int):
         raise ValueError(f"split_group: kernel main stores {sorted(stored)}; expected dK and dV")
     dead = {s.src for _, s in stored.values()}
     new = map_body(new, lambda s: None if isinstance(s, Elementwise) and s.op == "cast" and s.dst in dead else s)
-    return new, _post_kv(program, main, stored, split)
+    return new, _post_kv(program, stored, split)
 
 
-def _post_kv(program: Program, main: Kernel, stored: dict, split: int) -> Kernel:
+def _post_kv(program: Program, stored: dict, split: int) -> Kernel:
     """post_kv: per (b, hkv, Br rows i of the keys), dK = Σ_hs dK_part, dV = Σ_hs dV_part (hs
     ascending), cast. Its tiles have Br rows, not Bc: it holds six [rows, D] tiles at once, which at
     Bc = 128, D = 128 would need 320 KiB of the H200's 256 KiB of registers in the placement's count
     (and every kernel must fit the tile sizes chosen), while Br ≤ Bc on every measured backward row."""
     bufs, head, loop, tail = [], [], [], []
-    for name, (acc, store) in stored.items():
+    for name, (_, store) in stored.items():
         cols = store.dst.tile[1]
         part, total, low = f"{name}_p", f"{name}_sum", f"{name}c"
         dt = program.tensor(name).dtype
