@@ -85,6 +85,7 @@ class Target:
     timeline: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [timeline]: cost table of tilegen.timeline
     digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
+    gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.cost.predict_gpu
 
     def level(self, name: str) -> Level:
         for lvl in self.levels:
@@ -207,6 +208,7 @@ def _parse(where: str, raw: bytes) -> Target:
         overhead=section("overhead"),
         path=where,
         timeline=section("timeline"),
+        gpu_model=section("gpu_model"),
         digest=hashlib.sha256(raw).hexdigest(),
         sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
     )
