@@ -30,7 +30,7 @@ import numpy as np
 
 from .analysis import Counts, count
 from .errors import TilegenError
-from .ir import Load, Loop, MatMul, Program, Store, walk
+from .ir import Elementwise, Load, Loop, MatMul, Program, Store, walk
 from .targets import Target
 
 
@@ -450,7 +450,9 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
 # Registers per thread: the kernel's RF footprint over its 32·num_warps threads plus ``base_registers``
 # (addresses, operand fragments); spill = max(0, registers − 255) / 255. Resident programs c =
 # min(⌊SMEM / shared bytes⌋, ⌊64K / (32 · warps · min(255, registers))⌋, ⌊64 / warps⌋), at least 1,
-# the shared bytes being the SMEM footprint less the dots' register operands (:func:`register_operands`).
+# the shared bytes being the SMEM footprint less the dots' register operands (:func:`register_operands`),
+# the registers the RF footprint less the dot results the module fuses into an accumulator
+# (:func:`fused_temporaries`).
 # Programs fill the SMs in waves of SMs·c; the last, partial wave puts ⌈rest / SMs⌉ programs on its
 # busiest SM (wave quantisation). A kernel without a tile loop (the backward's pre and post kernels)
 # keeps the roofline's time. Every kernel adds the launch overhead. The model ignores load imbalance
@@ -561,6 +563,23 @@ def register_operands(kernel) -> set[str]:
     return (left & written) - loaded - other
 
 
+def fused_temporaries(kernel) -> set[str]:
+    """Buffers ``T`` of ``kernel`` that are a dot's result (no accumulate, alpha 1) read once, by an add
+    into an accumulator ``X = X + T``: the Triton module emits ``X = tl.dot(a, b, X)`` instead
+    (:func:`tilegen.backends.triton.fuse_accumulation`), so ``T`` takes no registers (PV of the
+    forward)."""
+    reads: dict[str, int] = {}
+    for stmt, _ in walk(kernel.body):
+        for name in stmt.buffers_read():
+            reads[name] = reads.get(name, 0) + 1
+    dots = {stmt.dst for stmt, _ in walk(kernel.body) if isinstance(stmt, MatMul) and not stmt.accumulate and stmt.alpha == 1.0}
+    out = set()
+    for stmt, _ in walk(kernel.body):
+        if isinstance(stmt, Elementwise) and stmt.op == "add" and len(set(stmt.args)) == 2 and stmt.dst in stmt.args:
+            out.update(a for a in stmt.args if a != stmt.dst and a in dots and reads.get(a) == 1)
+    return out
+
+
 def uses_gpu_model(target: Target) -> bool:
     """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a GPU target
     whose ``[gpu_model]`` table has every parameter) rather than the roofline."""
@@ -589,7 +608,7 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
     """
     from . import dtypes
     from .exprs import evaluate
-    from .passes.footprint import buffer_bytes, footprints
+    from .passes.footprint import footprints
 
     if target.kind != "gpu":
         raise TilegenError(f"the GPU cost model needs a GPU target; {target.name} is kind {target.kind!r}")
@@ -607,14 +626,13 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
     smem = target.level(target.placement["operand"])
     rf = target.level(target.placement["result"])
     peaks: dict[tuple[str, str], int] = {}
+    absent = {}  # per kernel, per level: buffers the emitted module does not keep there
+    for kernel in program.kernels:
+        absent[kernel.name, smem.name] = register_operands(kernel)
+        absent[kernel.name, rf.name] = fused_temporaries(kernel)
     for fp in footprints(program, target):
         key = (fp.kernel, fp.level.name)
-        value = int(fp.value(env))
-        if fp.level.name == smem.name:  # less the dots' register operands (see the comment above)
-            kern = program.kernel(fp.kernel)
-            kb = {b.name: b for b in kern.buffers}
-            value -= sum(buffer_bytes(kb[n], fp.level, env) for n in set(fp.peak_term(env)) & register_operands(kern))
-        peaks[key] = max(peaks.get(key, 0), value)
+        peaks[key] = max(peaks.get(key, 0), int(fp.bound(env, absent.get(key, set()))))
     tensors = {t.name: t for t in program.tensors}
     out = []
     flops = 0
@@ -622,12 +640,11 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
         c = counts[kernel.name]
         flops += c.flops.get("matmul", 0)
         loop = _innermost_tile_loop(kernel)
-        if loop is None or not c.flops.get("matmul"):
-            k = roof[kernel.name]
-            out.append(GpuKernelPrediction(kernel.name, kernel.phase, c.programs, warps.get(kernel.phase, default_warps(target)) if warps else default_warps(target),
-                                           1, 1, 0.0, 0.0, {"roofline": k.time_s - launch}, k.time_s - launch))
-            continue
         w = (warps or {}).get(kernel.phase, default_warps(target))
+        if loop is None or not c.flops.get("matmul"):
+            t = roof[kernel.name].time_s - launch
+            out.append(GpuKernelPrediction(kernel.name, kernel.phase, c.programs, w, 1, 1, 0.0, 0.0, {"roofline": t}, t))
+            continue
         bufs = {b.name: b for b in kernel.buffers}
         numel = lambda name: math.prod(int(evaluate(d, env)) for d in bufs[name].shape)  # noqa: E731
         mma = per_pair = 0.0
