@@ -160,6 +160,8 @@ def inspect_report(
                 "skipped": [sk.line() for sk in sched.skipped],
             }
             entry["emitted"] = sched.choice()  # what `tilegen generate` writes in its manifest
+            entry["origin"] = _origins(sched)
+            entry["model"] = _gpu_model_entry(sched, tgt)
             out["programs"].append(entry)
         return out
     if "fwd" in programs:
@@ -176,6 +178,34 @@ def inspect_report(
             )
         )
     return out
+
+
+def _origins(sched) -> dict:
+    """Where each emitted value comes from, in one word: ``measured row`` (a ``[[triton.schedule]]``
+    row), ``model`` (the block-size search scored by the GPU cost model), ``default``
+    (``[triton.default]``) or ``caller``; ``tiles`` and ``launch`` {kernel: origin}."""
+    def of(source: str) -> str:
+        if source == "given by the caller":
+            return "caller"
+        if source.startswith("the target's triton.schedule"):
+            return "measured row"
+        if source.startswith("the cost model"):
+            return "model"
+        return "default"
+
+    choice = sched.choice()
+    return {"tiles": of(choice["tiles_source"]), "launch": {k: of(v["source"]) for k, v in choice["launch"].items()}}
+
+
+def _gpu_model_entry(sched, target: Target) -> dict | None:
+    """The GPU cost model's prediction (:func:`tilegen.cost.predict_gpu`) of the schedule as emitted
+    (its tiles, stages and num_warps per kernel), or None when the target has no ``[gpu_model]``."""
+    from .cost import predict_gpu, uses_gpu_model
+
+    if not uses_gpu_model(target):
+        return None
+    pred = predict_gpu(sched.program, target, {phase: k.num_warps for phase, k in sched.knobs.items()})
+    return {"label": "model (prediction)", **pred.as_dict()}
 
 
 def _compiled_report(label: str, compile_, target: Target | None, expressions: bool) -> dict:
@@ -224,16 +254,24 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 how = "forced by the user" if emitted["tiles_source"] == "given by the caller" else f"from {emitted['tiles_source']}"
                 if emitted["tiles_source"].startswith("the cost model"):
                     how = f"the cost model: the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
-            lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}")
+            origin = prog.get("origin")
+            lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}" + (f" [{origin['tiles']}]" if origin else ""))
             for line in (rows or {}).get("skipped", []):
                 lines.append(f"  {line}")
             if emitted and "group_split" in emitted:
                 heavy = ", heavy first" if emitted["heavy_first"] else ""
                 lines.append(f"  group split: {emitted['group_split']}{heavy} ({emitted['group_split_source']})")
             for name, launch in (emitted or {}).get("launch", {}).items():
-                lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']})")
+                tag = f" [{origin['launch'][name]}]" if origin else ""
+                lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']}){tag}")
+            model = prog.get("model")
+            if model:
+                per = ", ".join(f"{k['name']} {format_seconds(k['time_s'])}" for k in model["kernels"])
+                lines.append(f"  {model['label']}: {format_seconds(model['time_s'])}, {model['tflops']:.0f} TFLOP/s of matmul "
+                             f"for this schedule (GPU cost model, tilegen.cost.predict_gpu; {per}; launches included)")
             levels = list(tgt["levels"])
-            lines.append("  " + f"{'Br':>4} {'Bc':>4} {'roofline':>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
+            scored = "model" if model else "roofline"
+            lines.append("  " + f"{'Br':>4} {'Bc':>4} {scored:>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
             for c in feasible[:candidates]:
                 mark = "*" if (c["Br"], c["Bc"]) == (tiles["Br"], tiles["Bc"]) else " "
                 peaks = "  ".join(f"{format_bytes(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)

@@ -4,7 +4,8 @@ A target file gives the on-chip levels (capacity, reserved bytes, alignment, fra
 unit), the core counts and clock, the peak rates per unit and dtype (TFLOP/s; vector and exp in tera
 element-operations/s), HBM and L2 bandwidth (GB/s), the placement rules and the tile-size candidates;
 an Ascend target may add ``[timeline]``, the cost per instruction kind of the emitted code (cycles,
-bytes per cycle) that :mod:`tilegen.timeline` and :func:`tilegen.cost.predict_emitted` use.
+bytes per cycle) that :mod:`tilegen.timeline` and :func:`tilegen.cost.predict_emitted` use, and a GPU
+target ``[gpu_model]``, the parameters of :func:`tilegen.cost.predict_gpu` (each fitted or sourced).
 Every figure is a table ``{ value = ..., source = "...", estimate = true? }``: the source is kept so
 that reports can show where a number comes from, and estimates are marked.
 """
@@ -85,6 +86,7 @@ class Target:
     timeline: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [timeline]: cost table of tilegen.timeline
     digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
+    gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.cost.predict_gpu
 
     def level(self, name: str) -> Level:
         for lvl in self.levels:
@@ -207,6 +209,7 @@ def _parse(where: str, raw: bytes) -> Target:
         overhead=section("overhead"),
         path=where,
         timeline=section("timeline"),
+        gpu_model=section("gpu_model"),
         digest=hashlib.sha256(raw).hexdigest(),
         sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
     )

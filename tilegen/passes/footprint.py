@@ -112,10 +112,14 @@ class Footprint:
         values = [buffer_bytes(b, self.level, env) for b in parts]
         return sum(values) if env is not None else sympy.Add(*values, self.level.scratch_bytes, evaluate=False)
 
-    def bound(self, env: Mapping[str, int]) -> int:
+    def bound(self, env: Mapping[str, int], without: frozenset[str] | set[str] = frozenset()) -> int:
         """The liveness bound for bound sizes: the largest set of buffers live together (plus the
-        level's backend scratch when any buffer uses the level)."""
-        peak = max((self._term_bytes(parts, env) for _, parts in self.terms), default=0)
+        level's backend scratch when any buffer uses the level); ``without``: buffers left out (ones a
+        backend keeps elsewhere, for :func:`tilegen.cost.predict_gpu`)."""
+        def keep(parts):
+            return parts if parts and parts[0] == "staging" else tuple(b for b in parts if b.name not in without)
+
+        peak = max((self._term_bytes(keep(parts), env) for _, parts in self.terms), default=0)
         return peak + (self.level.scratch_bytes if peak and self.intervals else 0)
 
     def value(self, env: Mapping[str, int]) -> int:

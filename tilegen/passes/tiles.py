@@ -5,8 +5,10 @@ than needed to cover a sequence (when a smaller candidate already covers it) is 
 candidate the program is bound, its footprints (:mod:`tilegen.passes.footprint`) are evaluated per
 level and kernel, and it is rejected with the level and the bytes by which it overflows when any
 level's peak exceeds the level's usable capacity; the feasible ones are scored with the cost model
-(:func:`tilegen.cost.predict`). The fastest wins; ties go to the larger tile area, then the larger Br,
-so the choice is deterministic.
+(:func:`tilegen.cost.predict`; on a GPU target with a ``[gpu_model]`` table, :func:`tilegen.cost.predict_gpu`
+at the target's default ``num_warps``, which is what a kernel without a measured ``[[triton.schedule]]``
+row launches with: the roofline ties every Br there, this model does not). The fastest wins; ties go to
+the larger tile area, then the larger Br, so the choice is deterministic.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..cost import Prediction, predict
+from ..cost import Prediction, predict, predict_gpu, uses_gpu_model
 from ..errors import NoTileFits, ScheduleError
 from ..ir import Bc, Br, Program
 from ..targets import Target
@@ -73,7 +75,8 @@ def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], b
     )
     time_s = None
     if score and not overflow:
-        time_s = predict(program.bind({Br: br, Bc: bc}), target).time_s
+        bound = program.bind({Br: br, Bc: bc})
+        time_s = predict_gpu(bound, target).time_s if uses_gpu_model(target) else predict(bound, target).time_s
     return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)
 
 
