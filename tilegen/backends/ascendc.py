@@ -52,7 +52,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import handoff_direction
+from ..passes.lower import handoff_direction, stmt_unit
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -581,11 +581,7 @@ def _live_spans(kernel: Kernel, level: str):
 
 
 def _unit_of_stmt(stmt, buffers: dict[str, Buffer], tensors) -> str:
-    if isinstance(stmt, Load):
-        return buffers[stmt.dst].unit
-    if isinstance(stmt, Store):
-        return buffers[stmt.src].unit
-    return buffers[stmt.buffers_written()[0]].unit
+    return stmt_unit(stmt, {name: b.unit for name, b in buffers.items()})
 
 
 def lower_kernel(

@@ -95,8 +95,9 @@ CROSS_CORE_FLAG_IDS = 11
 PIPELINE_SLOTS = 2  # GM slots of a hand-off a pipelined loop passes: tile j + 1 is written while tile j is read
 
 
-def _unit(stmt: Stmt, units: dict[str, str | None]) -> str | None:
-    """The unit that runs ``stmt`` (the owner of the buffer it loads into, stores from, or writes)."""
+def stmt_unit(stmt: Stmt, units) -> str | None:
+    """The unit that runs ``stmt`` (the owner of the buffer it loads into, stores from, or writes);
+    ``units``: buffer name -> its unit (``Buffer.unit``)."""
     if isinstance(stmt, Load):
         return units.get(stmt.dst)
     if isinstance(stmt, Store):
@@ -116,7 +117,7 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     late_written: set[str] = set()
     stages = []
     for stmt in loop.body:
-        if _unit(stmt, units) != "cube":
+        if stmt_unit(stmt, units) != "cube":
             stages.append(1)  # the vector's part is not skewed
             continue
         reads, writes = set(stmt.buffers_read()), set(stmt.buffers_written())
@@ -126,7 +127,7 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
             late_read |= reads
             late_written |= writes
         stages.append(1 if late else 0)
-    cube = [(s, g) for s, g in zip(loop.body, stages) if _unit(s, units) == "cube"]
+    cube = [(s, g) for s, g in zip(loop.body, stages) if stmt_unit(s, units) == "cube"]
     if not any(g == 0 for _, g in cube) or not any(g == 1 for _, g in cube):
         return None
     sends0 = [s for s, g in cube if g == 0 and isinstance(s, Store) and s.dst.tensor in handoff]
