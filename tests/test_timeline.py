@@ -187,7 +187,8 @@ def test_pipeline_handoffs_is_an_ir_knob():
 
 def test_pipeline_handoffs_declines_an_illegal_loop():
     """V is loaded in stage 0 and read in stage 1: legal only while it has two copies. With one, stage 0 of
-    tile j + 1 would overwrite the V tile P·V of tile j still reads, so the pass leaves the program as it is."""
+    tile j + 1 would overwrite the V tile P·V of tile j still reads, so the pass leaves the program as it is;
+    likewise when stage 1 stores into a GM tensor stage 0 loads."""
     import dataclasses
 
     from tilegen.passes import lower, pipeline
@@ -202,6 +203,17 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     single = dataclasses.replace(k, buffers=tuple(dataclasses.replace(b, stages=1) if b.name == "Vj" else b for b in k.buffers))
     prog = dataclasses.replace(before, kernels=(single,))
     assert lower.pipeline_handoffs(prog, tgt) is prog
+    # a stage-1 store into the GM tensor a stage-0 load reads: tile j + 1's load would pass tile j's store
+    from tilegen.ir import Load, Loop, Store, map_body
+
+    def edit(stmt):
+        if isinstance(stmt, Loop) and any(isinstance(s, Load) and s.dst == "Kj" for s in stmt.body):
+            k_load = next(s for s in stmt.body if isinstance(s, Load) and s.dst == "Kj")
+            return dataclasses.replace(stmt, body=stmt.body + (Store(k_load.src, "PV"),))
+        return stmt
+
+    feedback = dataclasses.replace(before, kernels=(dataclasses.replace(k, body=map_body(k.body, edit)),))
+    assert lower.pipeline_handoffs(feedback, tgt) is feedback
 
 
 @needs_cxx

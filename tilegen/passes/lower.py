@@ -106,6 +106,17 @@ def stmt_unit(stmt: Stmt, units) -> str | None:
     return units.get(written[0]) if written else None
 
 
+def _access(stmt: Stmt, handoff: set[str]) -> tuple[set[str], set[str]]:
+    """What ``stmt`` reads and writes: its buffers, and the GM tensors it loads or stores as ``gm:NAME``
+    (not the hand-offs, which the slots and flags order)."""
+    reads, writes = set(stmt.buffers_read()), set(stmt.buffers_written())
+    if isinstance(stmt, Load) and stmt.src.tensor not in handoff:
+        reads.add(f"gm:{stmt.src.tensor}")
+    if isinstance(stmt, Store) and stmt.dst.tensor not in handoff:
+        writes.add(f"gm:{stmt.dst.tensor}")
+    return reads, writes
+
+
 def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bufs: dict) -> tuple[int, ...] | None:
     """The stages of ``loop``'s statements (see :func:`pipeline_handoffs`), or None where pipelining the
     cube's part is not legal or gains nothing."""
@@ -120,7 +131,7 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
         if stmt_unit(stmt, units) != "cube":
             stages.append(1)  # the vector's part is not skewed
             continue
-        reads, writes = set(stmt.buffers_read()), set(stmt.buffers_written())
+        reads, writes = _access(stmt, handoff)
         recv = isinstance(stmt, Load) and stmt.src.tensor in handoff
         late = recv or bool(reads & late_written) or bool(writes & (late_read | late_written))
         if late:
@@ -138,13 +149,14 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     touched = [set(), set()]
     written = [set(), set()]
     for s, g in cube:
-        touched[g] |= set(s.buffers_read()) | set(s.buffers_written())
-        written[g] |= set(s.buffers_written())
+        reads, writes = _access(s, handoff)
+        touched[g] |= reads | writes
+        written[g] |= writes
     for name in touched[0] & touched[1]:
-        writers = [s for s, g in cube if name in s.buffers_written()]
+        writers = [s for s, g in cube if name in _access(s, handoff)[1]]
         if not writers:
-            continue  # read-only in the loop (a K/V tile of the outer loop)
-        if name in written[1] or bufs[name].stages < 2 or len(writers) != 1:
+            continue  # read-only in the loop (a K/V tile of the outer loop, an input tensor)
+        if name.startswith("gm:") or name in written[1] or bufs[name].stages < 2 or len(writers) != 1:
             return None
         if not isinstance(writers[0], Load) or writers[0].rows or writers[0].src.tensor in handoff:
             return None
@@ -206,6 +218,8 @@ def pipeline_handoffs(program: Program, target) -> Program:
             return (handoff_direction(program, t.name), t.name in early)
 
         groups = list(dict.fromkeys(group(t) for t in order))
+        if len(groups) + len(order) > CROSS_CORE_FLAG_IDS:
+            return program  # not even that fits: the program keeps one ready id per direction
         ready = {t.name: groups.index(group(t)) for t in order}
     tensors = tuple(
         dataclasses.replace(t, slots=PIPELINE_SLOTS if t.name in piped else 1, ready=ready[t.name]) if t.kind == "handoff" else t
