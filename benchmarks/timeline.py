@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy]
+        [--wait-at-copy] [--no-pipeline]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -10,6 +10,8 @@ of the cube (AIC.M) and vector (AIV.V) pipes of the longest kernel. Needs g++ (t
 ``--mask-every-tile`` measures the schedule before the mask-cut-tiles-only pass (the pass replaced by
 the identity, the compile cache off): MaskTile does its work on every tile. ``--wait-at-copy`` measures
 the schedule before the wait-at-first-read pass (likewise): every L1 copy is waited for at once.
+``--no-pipeline`` measures the schedule before the pipeline-handoffs pass (likewise): one GM slot per
+hand-off, one ready flag per direction, the cube and the vector taking turns.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ def main() -> None:
     ap.add_argument("--json")
     ap.add_argument("--mask-every-tile", action="store_true", help="without the mask-cut-tiles-only pass")
     ap.add_argument("--wait-at-copy", action="store_true", help="without the wait-at-first-read pass")
+    ap.add_argument("--no-pipeline", action="store_true", help="without the pipeline-handoffs pass")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline:
         import os
 
         from tilegen.passes import lower
@@ -40,6 +43,8 @@ def main() -> None:
             lower.mask_cut_tiles_only = lambda program: program
         if args.wait_at_copy:
             lower.wait_at_first_read = lambda program, levels: program
+        if args.no_pipeline:
+            lower.pipeline_handoffs = lambda program, target: program
     rows = []
     print("| spec | program | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.MTE2, AIV.V, AIV.S |")
     print("|---|---|---|---|---|---|---|")

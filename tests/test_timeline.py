@@ -160,6 +160,84 @@ def test_wait_at_first_read_is_an_ir_knob():
             assert not any(s.wait_at_read for s in loads)
 
 
+def test_pipeline_handoffs_is_an_ir_knob():
+    """The pass gives the forward's K/V loop stages (K and V loads, S = Q Kᵀ and its hand-off: 0; the rest:
+    1), two GM slots and an own ready flag id to every hand-off the loop passes; the backward's Q loop too
+    (S and dP: stage 0; dV, dK, dQ: stage 1). Never on a Triton target."""
+    from tilegen.ir import Load, Loop, MatMul, Store, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("tiny")
+    fwd = pipeline.compile_forward(spec, target="ascend910b2", log=pipeline.PassLog())
+    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
+    early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
+    assert early == {"Kj", "Vj", "S", "ws_S"}
+    hand = {t.name: t for t in fwd.tensors if t.kind == "handoff"}
+    assert {t.slots for t in hand.values()} == {2} and len({t.ready for t in hand.values()}) == len(hand) >= 3
+    bwd = pipeline.compile_backward(spec, target="ascend910b2", log=pipeline.PassLog())
+    loops = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
+    assert len(loops) == 1
+    stage0 = {s.dst.tensor for s, g in zip(loops[0].body, loops[0].stages) if g == 0 and isinstance(s, Store)}
+    assert stage0 == {"ws_S", "ws_dP"}
+    assert max(t.ready for t in bwd.tensors if t.kind == "handoff") < 11
+    for prog in (pipeline.compile_forward(spec, target="h200"), pipeline.compile_backward(spec, target="h200")):
+        assert not any(isinstance(s, Loop) and s.stages for k in prog.kernels for s, _ in walk(k.body))
+        assert all(t.slots == 1 and t.ready == -1 for t in prog.tensors)
+
+
+def test_pipeline_handoffs_declines_an_illegal_loop():
+    """V is loaded in stage 0 and read in stage 1: legal only while it has two copies. With one, stage 0 of
+    tile j + 1 would overwrite the V tile P·V of tile j still reads, so the pass leaves the program as it is;
+    likewise when stage 1 stores into a GM tensor stage 0 loads."""
+    import dataclasses
+
+    from tilegen.passes import lower, pipeline
+    from tilegen.targets import load_target
+
+    log = pipeline.PassLog()
+    pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
+    before = dict(log.steps)["wait-at-first-read"]
+    tgt = load_target("ascend910b2")
+    assert lower.pipeline_handoffs(before, tgt) != before
+    k = before.kernels[0]
+    single = dataclasses.replace(k, buffers=tuple(dataclasses.replace(b, stages=1) if b.name == "Vj" else b for b in k.buffers))
+    prog = dataclasses.replace(before, kernels=(single,))
+    assert lower.pipeline_handoffs(prog, tgt) is prog
+    # a stage-1 store into the GM tensor a stage-0 load reads: tile j + 1's load would pass tile j's store
+    from tilegen.ir import Load, Loop, Store, map_body
+
+    def edit(stmt):
+        if isinstance(stmt, Loop) and any(isinstance(s, Load) and s.dst == "Kj" for s in stmt.body):
+            k_load = next(s for s in stmt.body if isinstance(s, Load) and s.dst == "Kj")
+            return dataclasses.replace(stmt, body=stmt.body + (Store(k_load.src, "PV"),))
+        return stmt
+
+    feedback = dataclasses.replace(before, kernels=(dataclasses.replace(k, body=map_body(k.body, edit)),))
+    assert lower.pipeline_handoffs(feedback, tgt) is feedback
+
+
+@needs_cxx
+def test_pipelined_handoff_without_its_flag_is_reported():
+    """The pipelined forward passes S through two GM slots with its own ready flag. With the vector's wait
+    on that ready flag taken out, or the cube's wait for a free slot, the twin fails the run (the sets
+    nothing waits for), so the timeline is never computed from it: no faster timeline from a missing flag."""
+    import re
+
+    from tilegen.backends.twin import TwinError
+
+    spec = builtin_spec("tiny")
+    files = ascendc.generate(spec, "ascend910b2").files
+    src = files["fwd_kernels.asc"]
+    trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
+    free = re.findall(r"\n *if \(n_ws_S >= 2LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
+    ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 2LL\))", src)
+    assert len(free) == 2 and len(ready) == 1  # the prologue's and the steady loop's stage 0; the AIV's receive
+    for cut in (free[0], ready[0]):
+        broken = dict(files, **{"fwd_kernels.asc": src.replace(cut, "")})
+        with pytest.raises(TwinError, match="pending CrossCoreSetFlag"):
+            trace_run(twin.build(broken), spec, "fwd", 2)
+
+
 ASCEND_SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32: fp32, refused by the backend
 
 

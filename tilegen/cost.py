@@ -152,7 +152,11 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
 # is reached, so the helpers in between overlap it); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
-# the cross-core flag latency each). Per kernel instance that is a two-process schedule at helper
+# the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
+# reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
+# Loop.stages) is unrolled as the AIC issues it: stage 0 of the first pair, then per pair k stage 0 of
+# pair k + 1 before stage 1 of pair k, so the model overlaps the cube and the vector exactly where the
+# schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
 # instance, and the instances are dealt over the cores as the kernels deal them.
 
@@ -270,9 +274,16 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
     out: list[tuple[dict, bool]] = []
     for op in ops:
-        if op["kind"] != "loop":
+        if op["kind"] == "ploop":  # software-pipelined: stage 0 of pair k + 1 before stage 1 of pair k
+            if pattern:
+                out.extend((o, pattern[0]) for o in op["stage0"])
+            for k, cut in enumerate(pattern):
+                if k + 1 < len(pattern):
+                    out.extend((o, pattern[k + 1]) for o in op["stage0"])
+                out.extend((o, cut) for o in op["stage1"])
+        elif op["kind"] != "loop":
             out.append((op, False))
-        elif any(o["kind"] == "loop" for o in op["body"]):
+        elif any(o["kind"] in ("loop", "ploop") for o in op["body"]):
             out.extend(_unrolled(op["body"], pattern))
         else:
             for cut in pattern:
@@ -294,7 +305,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     sides = {"cube": _unrolled(kplan.aic.ops, pattern), "vector": _unrolled(kplan.aiv.ops, pattern)}
     pos = {s: 0 for s in sides}
     clock = {s: 0.0 for s in sides}
-    ready = {"cube": [], "vector": []}  # tokens for the side that receives: times
+    ready: dict[tuple[str, str], list[float]] = {}  # (receiving side, ready flag id) -> times set
     free: dict[str, list[float]] = {}  # free flag id -> times set by the receiver
     sent: dict[str, int] = {}
     other = {"cube": "vector", "vector": "cube"}
@@ -327,13 +338,14 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
-                    if not ready[s]:
+                    q = ready.get((s, op["ready"]))
+                    if not q:
                         break
-                    t = max(after_copies(s, t) + issue, ready[s].pop(0))
+                    t = max(after_copies(s, t) + issue, q.pop(0))
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
                     free.setdefault(op["free"], []).append(t + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):
-                    if sent.get(op["free"], 0) > 0:
+                    if sent.get(op["free"], 0) >= op["slots"]:  # a slot reused: wait for its free flag
                         q = free.get(op["free"], [])
                         if not q:
                             break
@@ -341,7 +353,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     t = after_copies(s, t)
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
-                    ready[other[s]].append(t + x_lat)
+                    ready.setdefault((other[s], op["ready"]), []).append(t + x_lat)
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t

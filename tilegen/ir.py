@@ -107,6 +107,12 @@ class Tensor:
             window per tile pair: gradient partials, zero-filled by the launcher, read by the host's
             fixed-order reduction).
         layout: for 4-d operands, the memory order the user's arrays have (``BNSD`` or ``BSND``).
+        slots: schedule knob of a ``handoff`` (set by :func:`tilegen.passes.lower.pipeline_handoffs`):
+            how many copies of the tile each core's workspace holds; the n-th tile passed goes to slot
+            n mod slots, and its producer waits for the slot to be free only when it reuses one
+            (n >= slots). 1: one slot, today's lock-step hand-off.
+        ready: schedule knob of a ``handoff`` (same pass): the cross-core flag id of its "data ready"
+            flag; -1: the id its direction shares with every other hand-off of that direction.
     """
 
     name: str
@@ -114,6 +120,8 @@ class Tensor:
     dtype: str
     kind: str
     layout: str = "BNSD"
+    slots: int = 1
+    ready: int = -1
 
     @property
     def numel(self) -> Expr:
@@ -364,6 +372,11 @@ class Loop(Stmt):
             tell that two nests iterate the same pairs.
         blocks: for a tile loop, the name of the block-class tensor [Bm, Hm, nQ, nK] (fp32 0/1/2) whose
             empty tiles the loop skips; "" for a dense loop.
+        stages: schedule knob (set by :func:`tilegen.passes.lower.pipeline_handoffs`): the software-
+            pipelining stage (0 or 1) of each statement of ``body``, in order; () when the loop is not
+            pipelined. A unit issues the stage-0 statements of iteration j + 1 before the stage-1
+            statements of iteration j (a prologue runs stage 0 of the first iteration, the last
+            iteration runs stage 1 alone). The values are those of the loop in order.
     """
 
     var: sympy.Symbol
@@ -375,6 +388,7 @@ class Loop(Stmt):
     note: str = ""
     domain: str = ""
     blocks: str = ""
+    stages: tuple[int, ...] = ()
 
     def exprs(self):
         return (self.start, self.stop)

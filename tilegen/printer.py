@@ -105,8 +105,13 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
             if stmt.blocks:
                 note += f" (skipping tiles {stmt.blocks} marks empty)"
             word = "parallel" if stmt.kind == "parallel" else "for"
+            if stmt.stages:
+                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + 1 before stage 1 of {stmt.var})"
             lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
-            lines.extend(_body_lines(stmt.body, kernel, depth + 1))
+            inner = _body_lines(stmt.body, kernel, depth + 1)
+            if stmt.stages:  # one line per statement: tag each with its stage
+                inner = [f"{ln[:len(pad) + 2]}[stage {g}] {ln[len(pad) + 2:]}" for ln, g in zip(inner, stmt.stages)]
+            lines.extend(inner)
         else:
             lines.append(pad + fmt_stmt(stmt, kernel))
     return lines
@@ -149,6 +154,8 @@ def format_program(program: Program) -> str:
     for t in program.tensors:
         shape = ", ".join(fmt_expr(s) for s in t.shape)
         layout = f"  {t.layout}" if len(t.shape) == 4 and t.kind in ("input", "output") else ""
+        if t.kind == "handoff" and (t.slots > 1 or t.ready >= 0):
+            layout += f"  ({t.slots} slots, ready flag {t.ready})"
         lines.append(f"    {t.name:<{width}}  [{shape}]  {t.dtype}  HBM {t.kind}{layout}")
     for kernel in program.kernels:
         lines.append(format_kernel(kernel, indent=1))

@@ -52,6 +52,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
+from ..passes.lower import handoff_direction, stmt_unit
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -580,11 +581,7 @@ def _live_spans(kernel: Kernel, level: str):
 
 
 def _unit_of_stmt(stmt, buffers: dict[str, Buffer], tensors) -> str:
-    if isinstance(stmt, Load):
-        return buffers[stmt.dst].unit
-    if isinstance(stmt, Store):
-        return buffers[stmt.src].unit
-    return buffers[stmt.buffers_written()[0]].unit
+    return stmt_unit(stmt, {name: b.unit for name, b in buffers.items()})
 
 
 def lower_kernel(
@@ -600,7 +597,8 @@ def lower_kernel(
     aiv.ops = _lower_body(lo, inner, "vector", counters)
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
-        side.drains = [(c, handoffs[c[2:]]["free"]) for c in side.counters]
+        # a sender waits at the end for the free flags still pending: one per slot it used
+        side.drains = [(c, handoffs[c[2:]]["free"], handoffs[c[2:]]["slots"]) for c in side.counters if c.startswith("n_")]
     used = set()
     for expr in [l.stop for l in grid] + [s for st in _stmts(kernel.body) for s in st.exprs()]:
         used |= {str(s) for s in sympy.sympify(expr).free_symbols}
@@ -632,6 +630,11 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
         for buf in [b for b in deferred if b in _reads_in(stmt)]:
             ops.append({"kind": "wait_loaded", "buf": buf})  # just before the tile's first reader
             deferred.remove(buf)
+        if isinstance(stmt, Loop) and stmt.stages:
+            op = _pipelined_loop(lo, stmt, unit, counters)
+            if op is not None:
+                ops.append(op)
+                continue
         if isinstance(stmt, Loop):
             inner = _lower_body(lo, stmt.body, unit, counters)
             if inner:
@@ -656,6 +659,50 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             ops.append(op)
     ops.extend({"kind": "wait_loaded", "buf": buf} for buf in deferred)  # no reader in the body: wait at its end
     return ops
+
+
+_BUFFER_FIELDS = ("a", "b", "c", "src", "dst", "buf")  # the fields of a plan op that name an on-chip buffer
+
+
+def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
+    """A loop with ``Loop.stages`` whose statements on ``unit`` fall in both stages: the op ``ploop``
+    (the template's prologue and steady loop; a tile the block table marks empty skips both its stages);
+    None where the unit runs it plainly.
+    ``carry``: the double-buffered tiles stage 0 loads and stage 1 reads; stage 1 reads them through a
+    copy of the view taken before stage 0 of the next iteration switches it to the other stage."""
+    parts = [tuple(s for s, g in zip(loop.body, loop.stages) if g == stage) for stage in (0, 1)]
+    mine = [[s for s in part if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit] for part in parts]
+    if not mine[0] or not mine[1]:
+        return None
+    loaded0 = {s.dst for s in parts[0] if isinstance(s, Load)}
+    read1 = {b for s in parts[1] for b in s.buffers_read()}
+    carry = sorted(loaded0 & read1)
+    stage0 = _lower_body(lo, parts[0], unit, counters)
+    stage1 = _lower_body(lo, parts[1], unit, counters)
+    for op in stage1:
+        for f in _BUFFER_FIELDS:
+            if op.get(f) in carry:
+                op[f] = f"{op[f]}_p"
+    return {
+        "kind": "ploop",
+        "var": str(loop.var),
+        "start": cexpr(loop.start, lo.consts),
+        "stop": cexpr(loop.stop, lo.consts),
+        "note": loop.note,
+        "carry": [{"name": b, "ctype": CTYPE[lo.buffers[b].dtype]} for b in carry],
+        # both stages of an empty tile are skipped (the block table), on both units alike
+        "skip": f"g_{loop.blocks}.GetValue({lo.block_offset(loop.blocks)}) == 0.0f" if loop.blocks else "",
+        "stage0": stage0,
+        "stage1": stage1,
+    }
+
+
+def _handoff_fields(lo: _Lower, handoff: str, counter: str, offset: str) -> dict:
+    """The slot and flag fields of a send or receive through ``handoff``: ``counter`` counts its tiles
+    on this side, the n-th goes to slot n mod slots (``address``: its first element)."""
+    h = lo.handoffs[handoff]
+    address = offset if h["slots"] == 1 else f"({counter}++ % {h['slots']}LL) * {h['slot_elems']}LL + {offset}"
+    return {"ready": h["ready"], "free": h["free"], "slots": h["slots"], "counter": counter, "address": address}
 
 
 def _lower_stmt(lo: _Lower, stmt, unit: str, counters) -> dict | None:
@@ -710,7 +757,9 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         }
         if handoff:
             op["kind"] = "v2c_recv"
-            op["free"] = lo.handoffs[handoff]["free"]
+            op.update(_handoff_fields(lo, handoff, f"r_{handoff}", "0"))
+            if op["slots"] > 1:
+                counters["cube"].add(f"r_{handoff}")
         return op
     if isinstance(stmt, Store):
         buf = bufs[stmt.src]
@@ -738,8 +787,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError(f"store of cube buffer {buf.name} into {stmt.dst.tensor} with a packed-batch row guard: not lowered (stores of guarded rows go through the AIV)")
         if handoff:
             op["kind"] = "c2v_send"
-            op["counter"] = f"n_{handoff}"
-            op["free"] = lo.handoffs[handoff]["free"]
+            op.update(_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
             counters["cube"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, MatMul):
@@ -850,13 +898,14 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
             if handoff:
                 op["kind"] = "c2v_recv"
-                op["free"] = lo.handoffs[handoff]["free"]
+                op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
+                if op["slots"] > 1:
+                    counters["vector"].add(f"r_{handoff}")
         else:
             op.update(kind="ub_store", atomic=stmt.accumulate)
             if handoff:
                 op["kind"] = "v2c_send"
-                op["counter"] = f"n_{handoff}"
-                op["free"] = lo.handoffs[handoff]["free"]
+                op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))
                 counters["vector"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, Fill):
@@ -1193,16 +1242,30 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         if t.kind != "handoff":
             continue
         rows, cols = (int(evaluate(d, {str(k): v for k, v in program.env})) for d in t.shape)
-        size = rows * cols * dtypes.itemsize(t.dtype)
-        free = f"tilegen::FLAG_FREE_BASE + {len(ho_list)}"
+        size = -(-rows * cols * dtypes.itemsize(t.dtype) // 512) * 512  # a slot, 512 B aligned
         ho_list.append(
-            {"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols, "free": free}
+            {"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols,
+             "slots": t.slots, "slot_elems": size // dtypes.itemsize(t.dtype), "ready_id": t.ready}
         )
         handoffs[t.name] = ho_list[-1]
-        offset += -(-size // 512) * 512
+        offset += size * t.slots
     uses: list[FieldUse] = []
-    if ho_list:  # FLAG_C2V_READY = 0, FLAG_V2C_READY = 1, then one slot-free id each (tilegen_runtime.h)
-        uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(2 + len(ho_list) - 1), f"the slot-free flag of hand-off {ho_list[-1]['name']} ({label})"))
+    # flag ids (Tensor.ready, set by the pipeline-handoffs pass): -1 is the direction's shared id
+    # (FLAG_C2V_READY = 0, FLAG_V2C_READY = 1, slot-free ids from FLAG_FREE_BASE = 2, tilegen_runtime.h);
+    # else each hand-off's ready id as the pass chose it, the free ids after the largest
+    own = [h["ready_id"] for h in ho_list if h["ready_id"] >= 0]
+    free_base = max(own) + 1 if own else None
+    for n, h in enumerate(ho_list):
+        h["elems"] += h["slot_elems"] * (h["slots"] - 1)  # the GlobalTensor spans every slot
+        if h["ready_id"] >= 0:
+            h["ready"] = f"{h['ready_id']}"
+            h["free"] = f"{free_base + n}"
+        else:
+            h["ready"] = "tilegen::FLAG_C2V_READY" if handoff_direction(program, h["name"]) == "c2v" else "tilegen::FLAG_V2C_READY"
+            h["free"] = f"tilegen::FLAG_FREE_BASE + {n}"
+    if ho_list:
+        top = free_base + len(ho_list) - 1 if own else 2 + len(ho_list) - 1
+        uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(top), f"the slot-free flag of hand-off {ho_list[-1]['name']} ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
     tensors = []
     for t in program.tensors:

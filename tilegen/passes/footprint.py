@@ -2,7 +2,10 @@
 
 For a placed program, each kernel's statements are numbered in program order and every buffer is live
 from its first to its last access; a buffer accessed inside a loop and outside it, or read in a loop
-before the loop writes it (an accumulator), is live over the whole loop. The footprint of a level is
+before the loop writes it (an accumulator), is live over the whole loop. A software-pipelined loop
+(``Loop.stages``) is numbered in the order its units issue it, stage 0 then stage 1, and a buffer its
+two stages both access is live over the whole loop (the next iteration's copy is written while this
+one's is still read: such a buffer has two stages). The footprint of a level is
 the largest sum, over program points, of the live buffers placed there:
 
     bytes(buffer) = align(prod(padded dims) · itemsize) · stages
@@ -171,6 +174,7 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
     spans: dict[str, list[int]] = {}
     loop_spans: list[tuple[int, int]] = []
     reads: set[tuple[int, str]] = set()
+    crossing: set[str] = set()  # accessed in both stages of a pipelined loop: live over the whole loop
     position = 0
 
     def visit(body):
@@ -178,7 +182,12 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
         for stmt in body:
             if isinstance(stmt, Loop):
                 start = position
-                visit(stmt.body)
+                if stmt.stages:  # a pipelined loop runs stage 0 (of the next iteration) before stage 1
+                    for stage in (0, 1):
+                        visit(tuple(s for s, g in zip(stmt.body, stmt.stages) if g == stage))
+                    crossing.update(_crossing(stmt))
+                else:
+                    visit(stmt.body)
                 loop_spans.append((start, position - 1))
                 continue
             for name in stmt.buffers_read() + stmt.buffers_written():
@@ -194,10 +203,19 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
         lo, hi = min(points), max(points)
         for start, end in loop_spans:
             inside = [p for p in points if start <= p <= end]
-            if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged):
+            if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged or name in crossing):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
     return out
+
+
+def _crossing(loop: Loop) -> set[str]:
+    """The buffers a pipelined loop's statements of both stages access."""
+    seen: list[set[str]] = [set(), set()]
+    for stmt, stage in zip(loop.body, loop.stages):
+        for s, _ in walk((stmt,)):
+            seen[stage].update(s.buffers_read() + s.buffers_written())
+    return seen[0] & seen[1]
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:

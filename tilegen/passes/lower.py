@@ -11,13 +11,20 @@
   L1) whose next statement does not read its tile gets the schedule knob ``wait_at_read``: the emitted
   code waits for the copy just before the first statement that reads the tile (LoadNzAsync/WaitLoaded),
   so that the statements in between (another copy, a matmul of tiles already there) overlap it.
+- :func:`pipeline_handoffs` (Ascend, last): software pipelining of the cube/vector hand-offs. In every
+  innermost serial loop where the cube sends a tile to the vector and later receives one back, the cube
+  statements that do not wait for the vector (the loads, S = Q Kᵀ, its hand-off) get stage 0 and the
+  rest stage 1 (``Loop.stages``): the AIC issues stage 0 of tile j + 1 before stage 1 of tile j, so it
+  computes the next tile's scores while the vector works on this one's. Every hand-off the loop passes
+  gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
+  since the cube's sends no longer come in the order the vector receives them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Elementwise, Load, Loop, Mask, MatMul, Program, Stmt, map_body, walk
+from ..ir import Elementwise, Load, Loop, Mask, MatMul, Program, Stmt, Store, map_body, walk
 
 
 def split_matmul_scale(program: Program) -> Program:
@@ -79,3 +86,153 @@ def wait_at_first_read(program: Program, levels: frozenset[str]) -> Program:
 
     kernels = tuple(dataclasses.replace(k, body=fix(k.body)) for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels)
+
+
+# Cross-core flag ids a kernel may use in mode 2: 0-10 on A2 (11-14 are SyncAll's; ascendc-api.md §7.2,
+# CrossCoreSetFlag(ISASI).md; the call: impl/basic_api/kernel_operator_block_sync_intf_impl.h:255 of
+# asc-devkit 0da921b). Each hand-off takes one "free" id; the "ready" ids come first.
+CROSS_CORE_FLAG_IDS = 11
+PIPELINE_SLOTS = 2  # GM slots of a hand-off a pipelined loop passes: tile j + 1 is written while tile j is read
+
+
+def stmt_unit(stmt: Stmt, units) -> str | None:
+    """The unit that runs ``stmt`` (the owner of the buffer it loads into, stores from, or writes);
+    ``units``: buffer name -> its unit (``Buffer.unit``)."""
+    if isinstance(stmt, Load):
+        return units.get(stmt.dst)
+    if isinstance(stmt, Store):
+        return units.get(stmt.src)
+    written = stmt.buffers_written()
+    return units.get(written[0]) if written else None
+
+
+def _access(stmt: Stmt, handoff: set[str]) -> tuple[set[str], set[str]]:
+    """What ``stmt`` reads and writes: its buffers, and the GM tensors it loads or stores as ``gm:NAME``
+    (not the hand-offs, which the slots and flags order)."""
+    reads, writes = set(stmt.buffers_read()), set(stmt.buffers_written())
+    if isinstance(stmt, Load) and stmt.src.tensor not in handoff:
+        reads.add(f"gm:{stmt.src.tensor}")
+    if isinstance(stmt, Store) and stmt.dst.tensor not in handoff:
+        writes.add(f"gm:{stmt.dst.tensor}")
+    return reads, writes
+
+
+def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bufs: dict) -> tuple[int, ...] | None:
+    """The stages of ``loop``'s statements (see :func:`pipeline_handoffs`), or None where pipelining the
+    cube's part is not legal or gains nothing."""
+    if loop.kind != "serial" or any(isinstance(s, Loop) for s in loop.body):
+        return None
+    # a cube statement is stage 1 when it receives from the vector, or depends on (reads what it writes,
+    # writes what it reads or writes) an earlier stage-1 statement of the iteration
+    late_read: set[str] = set()
+    late_written: set[str] = set()
+    stages = []
+    for stmt in loop.body:
+        if stmt_unit(stmt, units) != "cube":
+            stages.append(1)  # the vector's part is not skewed
+            continue
+        reads, writes = _access(stmt, handoff)
+        recv = isinstance(stmt, Load) and stmt.src.tensor in handoff
+        late = recv or bool(reads & late_written) or bool(writes & (late_read | late_written))
+        if late:
+            late_read |= reads
+            late_written |= writes
+        stages.append(1 if late else 0)
+    cube = [(s, g) for s, g in zip(loop.body, stages) if stmt_unit(s, units) == "cube"]
+    if not any(g == 0 for _, g in cube) or not any(g == 1 for _, g in cube):
+        return None
+    sends0 = [s for s, g in cube if g == 0 and isinstance(s, Store) and s.dst.tensor in handoff]
+    if not sends0:
+        return None  # nothing the vector waits for moves ahead
+    # a buffer both stages touch: stage 0 of j + 1 writes it while stage 1 of j still reads it, which is
+    # legal only for a double-buffered tile loaded (unguarded) in stage 0 alone and only read in stage 1
+    touched = [set(), set()]
+    written = [set(), set()]
+    for s, g in cube:
+        reads, writes = _access(s, handoff)
+        touched[g] |= reads | writes
+        written[g] |= writes
+    for name in touched[0] & touched[1]:
+        writers = [s for s, g in cube if name in _access(s, handoff)[1]]
+        if not writers:
+            continue  # read-only in the loop (a K/V tile of the outer loop, an input tensor)
+        if name.startswith("gm:") or name in written[1] or bufs[name].stages < 2 or len(writers) != 1:
+            return None
+        if not isinstance(writers[0], Load) or writers[0].rows or writers[0].src.tensor in handoff:
+            return None
+    return tuple(stages)
+
+
+def pipeline_handoffs(program: Program, target) -> Program:
+    """Set ``Loop.stages`` on the loops the cube can run one tile ahead in, ``Tensor.slots`` and
+    ``Tensor.ready`` on the hand-offs (see the module docstring). A loop is left as it is where the cube
+    sends nothing before its first receive, where it has an inner loop, where a stage-1
+    statement would have to run before a stage-0 one it depends on, or where the pipelined liveness
+    does not fit the target's levels. Without a pipelined loop the program is returned unchanged."""
+    from .footprint import kernel_footprints
+
+    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    env = {str(k): v for k, v in program.env}
+    piped: set[str] = set()  # hand-offs a pipelined loop passes
+    early: set[str] = set()  # hand-offs sent in stage 0
+
+    def fits(kernel) -> bool:
+        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
+
+    kernels = []
+    for k in program.kernels:
+        units = {b.name: b.unit for b in k.buffers}
+        bufs = {b.name: b for b in k.buffers}
+        found: list[tuple[Loop, tuple[int, ...]]] = []
+
+        def edit(stmt):
+            if isinstance(stmt, Loop):
+                stages = _stage_split(stmt, units, handoff, bufs)
+                if stages is not None:
+                    found.append((stmt, stages))
+                    return dataclasses.replace(stmt, stages=stages)
+            return stmt
+
+        new = dataclasses.replace(k, body=map_body(k.body, edit))
+        if not found or not fits(new):
+            kernels.append(k)
+            continue
+        kernels.append(new)
+        for loop, stages in found:
+            for s, g in zip(loop.body, stages):
+                if isinstance(s, (Load, Store)):
+                    t = s.src.tensor if isinstance(s, Load) else s.dst.tensor
+                    if t in handoff:
+                        piped.add(t)
+                        if g == 0 and isinstance(s, Store):
+                            early.add(t)
+    if not piped:
+        return program
+    order = [t for t in program.tensors if t.kind == "handoff"]
+    if 2 * len(order) <= CROSS_CORE_FLAG_IDS:
+        ready = {t.name: n for n, t in enumerate(order)}  # one id per hand-off
+    else:
+        # too few ids for one each: hand-offs sent in the same direction and stage keep their order on both
+        # sides, so each such group shares one id
+        def group(t):
+            return (handoff_direction(program, t.name), t.name in early)
+
+        groups = list(dict.fromkeys(group(t) for t in order))
+        if len(groups) + len(order) > CROSS_CORE_FLAG_IDS:
+            return program  # not even that fits: the program keeps one ready id per direction
+        ready = {t.name: groups.index(group(t)) for t in order}
+    tensors = tuple(
+        dataclasses.replace(t, slots=PIPELINE_SLOTS if t.name in piped else 1, ready=ready[t.name]) if t.kind == "handoff" else t
+        for t in program.tensors
+    )
+    return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors)
+
+
+def handoff_direction(program: Program, name: str) -> str:
+    """``c2v`` when the cube stores into hand-off ``name``, else ``v2c``."""
+    for k in program.kernels:
+        units = {b.name: b.unit for b in k.buffers}
+        for s, _ in walk(k.body):
+            if isinstance(s, Store) and s.dst.tensor == name:
+                return "c2v" if units.get(s.src) == "cube" else "v2c"
+    return "v2c"

@@ -78,6 +78,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # each L1 copy waited for where its tile is first read, not at once (a knob of each Load)
         program = log.record("wait-at-first-read", wait_at_first_read(program, frozenset({tgt.placement["operand"]})), tgt)
+        from .lower import pipeline_handoffs
+
+        # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
+        program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
     return program
 
 

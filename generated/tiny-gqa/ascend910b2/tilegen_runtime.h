@@ -59,11 +59,13 @@
 namespace tilegen {
 using namespace AscendC;
 
-// Cross-core flag ids (mode 2, inside one AI Core). "Ready" has one id per direction: tiles are
-// consumed in the order they are produced. "Free" has one id per workspace slot (FLAG_FREE_BASE + slot):
-// slots are refilled at different rates, so each waits for its own consumer. Mode 2 takes ids 0-15 on
-// A2, SyncAll uses 11-14 (CrossCoreSetFlag(ISASI).md), so these stay in 0-10; a producer never runs more
-// than one tile per slot ahead, so no counter passes 15.
+// Cross-core flag ids (mode 2, inside one AI Core). Without the pipeline-handoffs pass "ready" has one id
+// per direction (tiles are consumed in the order they are produced) and "free" one id per hand-off
+// (FLAG_FREE_BASE + k): hand-offs are refilled at different rates, so each waits for its own consumer.
+// A pipelined kernel numbers its flags itself (Tensor.ready: a ready id per hand-off, or per direction
+// and stage when too few ids remain; the free ids after them). Mode 2 takes ids 0-15 on A2, SyncAll uses
+// 11-14 (CrossCoreSetFlag(ISASI).md), so these stay in 0-10; a producer never runs more than its slots
+// (1 or 2) tiles per hand-off ahead, so no counter passes 15.
 constexpr uint16_t FLAG_C2V_READY = 0;
 constexpr uint16_t FLAG_V2C_READY = 1;
 constexpr uint16_t FLAG_FREE_BASE = 2;
