@@ -326,9 +326,12 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
-                    if not ready[s]:
-                        break
-                    t = max(after_copies(s, t) + issue, ready[s].pop(0))
+                    if op.get("wait", True):  # a load of a group whose flag was waited for: no wait
+                        if not ready[s]:
+                            break
+                        t = max(after_copies(s, t) + issue, ready[s].pop(0))
+                    else:
+                        t = after_copies(s, t)
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
                     free.setdefault(op["free"], []).append(t + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):
@@ -340,7 +343,8 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     t = after_copies(s, t)
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
-                    ready[other[s]].append(t + x_lat)
+                    if op.get("signal", True):  # the last store of a group sets its one ready flag
+                        ready[other[s]].append(t + x_lat)
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t

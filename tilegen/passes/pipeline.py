@@ -26,7 +26,7 @@ from .cleanup import (
     tidy_names,
 )
 from .fuse import fuse
-from .strategies import DQ_STRATEGIES, DQStrategy  # noqa: F401  (re-exported)
+from .strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
 from .verify import verify
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
@@ -66,7 +66,16 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         program = log.record("split-matmul-scale", split_matmul_scale(program))
         # the mask's work only on the tiles it cuts (a schedule knob of each Mask, rendered by MaskTile)
         program = log.record("mask-cut-tiles-only", mask_cut_tiles_only(program))
+    gm_handoff = tgt.placement.get("handoff") == "GM"
+    if gm_handoff:
+        from . import handoff
+
+        # the backward's S and dP in one cube step, P and dS in one vector step (statement order)
+        program = log.record("unit-phases", handoff.unit_phases(program))
     program = log.record("place", place(program, tgt, dict(num_stages) if num_stages else None), tgt)
+    if gm_handoff:
+        # each hand-off stored right after its producer; one ready flag per batch of hand-offs
+        program = log.record("one-handoff-per-direction", handoff.one_handoff_per_direction(program), tgt)
     forced = None
     if tile_sizes is not None:
         tiles = parse_tile_sizes(tile_sizes)
@@ -148,6 +157,26 @@ def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: Pass
 
 
 
+def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
+    """The dK/dV strategy to build: ``None`` or ``"auto"`` is ``"atomic"`` on a target whose cube hands
+    tiles to the vector unit through GM (``placement.handoff = "GM"``: Ascend 910B, where the on-chip
+    accumulators held in L0C across the Q loop bound the tiles to 32 x 64) and ``"on-chip"`` otherwise
+    (no target, GPUs).
+
+    Raises:
+        SpecError: an unknown strategy.
+    """
+    if dkv_strategy not in (None, DKV_AUTO) and dkv_strategy not in DKV_STRATEGIES:
+        raise SpecError("dkv_strategy", dkv_strategy, "one of " + ", ".join([DKV_AUTO, *DKV_STRATEGIES]))
+    if dkv_strategy in (None, DKV_AUTO):
+        if target is None:
+            return "on-chip"
+        from ..targets import load_target
+
+        return "atomic" if load_target(target).placement.get("handoff") == "GM" else "on-chip"
+    return dkv_strategy
+
+
 def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | None = None) -> Program:
     """Fuse the unfused backward's phases dv, ds, dqdk into one nest (K/V tiles outer, Q tiles inner).
 
@@ -172,7 +201,7 @@ def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | 
         at = [k.name for k in program.kernels].index("dqdk") + 1
         program = dataclasses.replace(program, kernels=program.kernels[:at] + tuple(copies) + program.kernels[at:])
         program = drop_stores(program, set(phases), {"dQ_ws"})
-        program = drop_stores(program, {f"{n}_q" for n in phases}, {"dK", "dV"})
+        program = drop_stores(program, {f"{n}_q" for n in phases}, {"dK", "dV", "dK_ws", "dV_ws"})
         program = log.record("slice dK,dV | dQ", eliminate_dead(program))
         program = log.record("fuse dv+ds+dqdk", fuse(program, phases, host="dv", name="main", phase="main"))
         program = log.record(
@@ -196,20 +225,27 @@ def compile_backward(
     tile_sizes=None,
     log: PassLog | None = None,
     num_stages=None,
+    dkv_strategy: str | None = None,
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound;
-    ``num_stages`` as :func:`schedule`.
+    ``num_stages`` as :func:`schedule`; ``dkv_strategy`` as :func:`resolve_dkv_strategy` (the
+    program's attribute ``dkv_strategy`` names the one built).
 
-    Results are cached on disk (:mod:`tilegen.cache`)."""
+    Results are cached on disk (:mod:`tilegen.cache`).
+
+    Raises:
+        SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``.
+    """
     log = log if log is not None else PassLog()
     if dq_strategy not in DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
+    dkv = resolve_dkv_strategy(dkv_strategy, target)
     stages = _stages_key(num_stages)
 
     def build(inner: PassLog) -> Program:
-        program = inner.record("build", build_backward(spec))
+        program = inner.record("build", build_backward(spec, dkv).with_attrs(dkv_strategy=dkv))
         if fused:
             program = fuse_backward(program, dq_strategy, inner)
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    return _cached(("backward", spec, fused, dq_strategy, target_key(target), tile_sizes, stages), log, build)
+    return _cached(("backward", spec, fused, dq_strategy, dkv, target_key(target), tile_sizes, stages), log, build)
