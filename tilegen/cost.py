@@ -371,7 +371,7 @@ class EmittedPrediction:
     utilization: float
 
 
-def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atomic", tile_sizes=None) -> EmittedPrediction:
+def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> EmittedPrediction:
     """The emitted-code model (see the comment above) of ``spec``'s forward (``"fwd"``) or backward
     for an Ascend ``target`` with a ``[timeline]`` table.
 
@@ -387,7 +387,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
 
     if program not in ("fwd", "bwd"):
         raise SpecError("program", program, "'fwd' or 'bwd'")
-    tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes)
+    tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes, dkv_strategy)
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the emitted-code model needs one")
     costs = Costs(tgt.timeline)

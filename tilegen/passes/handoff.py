@@ -10,7 +10,8 @@
   Loads, fills and stores have no unit of their own and take the phase of what they depend on, so a
   load stays where it was unless a dependence moves it. The pass only reorders; every dependence
   (through a buffer or an HBM tensor, read or write) keeps its order, so the values are unchanged.
-- :func:`one_handoff_per_direction` (after placement): each store into a hand-off tile moves up to
+- :func:`one_handoff_per_direction` (after placement), in every loop body without inner loops: each
+  store into a hand-off tile moves up to
   just after the last statement it depends on (its tile's producer: on Ascend the Fixpipe of S leaves
   L0C before dP is computed there), keeping the order of the stores of one direction; then the
   consecutive stores of one direction that the sending unit makes without receiving anything in
@@ -79,7 +80,9 @@ def unit_phases(program: Program, forms: tuple[str, ...] = ("fused",)) -> Progra
 
 
 def _group(body: tuple[Stmt, ...], handoff: set[str], unit_of: dict[str, str]) -> tuple[Stmt, ...]:
-    out = [dataclasses.replace(s, body=_group(s.body, handoff, unit_of)) if isinstance(s, Loop) else s for s in body]
+    if any(isinstance(s, Loop) for s in body):  # only loop bodies without inner loops are regrouped
+        return tuple(dataclasses.replace(s, body=_group(s.body, handoff, unit_of)) if isinstance(s, Loop) else s for s in body)
+    out = list(body)
 
     def is_send(s):
         return isinstance(s, Store) and s.dst.tensor in handoff
