@@ -23,7 +23,7 @@ import numpy as np
 from . import dtypes
 from .analysis import count, total
 from .memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
-from .errors import NoTileFits
+from .errors import NoTileFits, ScheduleError
 from .passes import pipeline
 from .printer import fmt_expr, format_program
 from .spec import AttentionSpec
@@ -172,7 +172,7 @@ def inspect_report(
     if "bwd" in programs:
         out["programs"].append(
             _compiled_report(
-                f"backward (fused, dq strategy {dq_strategy}, dK/dV strategy {pipeline.resolve_dkv_strategy(dkv_strategy, target)})",
+                f"backward (fused, dq strategy {dq_strategy}, dK/dV strategy {_dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy)})",
                 lambda log: pipeline.compile_backward(
                     spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log, dkv_strategy=dkv_strategy
                 ),
@@ -181,6 +181,15 @@ def inspect_report(
             )
         )
     return out
+
+
+def _dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy) -> str:
+    """The dK/dV strategy the backward is compiled with (auto resolved; through the compile cache)."""
+    try:
+        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+    except ScheduleError:
+        return dkv_strategy or "auto"
+    return str(program.attr("dkv_strategy"))
 
 
 def _compiled_report(label: str, compile_, target: Target | None, expressions: bool) -> dict:

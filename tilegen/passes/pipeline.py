@@ -158,10 +158,11 @@ def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: Pass
 
 
 def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
-    """The dK/dV strategy to build: ``None`` or ``"auto"`` is ``"atomic"`` on a target whose cube hands
-    tiles to the vector unit through GM (``placement.handoff = "GM"``: Ascend 910B, where the on-chip
-    accumulators held in L0C across the Q loop bound the tiles to 32 x 64) and ``"on-chip"`` otherwise
-    (no target, GPUs).
+    """The dK/dV strategy a request names: ``None`` or ``"auto"`` is ``"on-chip"`` without a target or
+    on a target whose cube and vector units share on-chip memory (GPUs), and stays ``"auto"`` on one
+    that hands tiles between them through GM (``placement.handoff = "GM"``: Ascend 910B), where
+    :func:`compile_backward` takes ``"atomic"`` when the larger tiles it allows make the schedule
+    faster (:func:`_auto_dkv`).
 
     Raises:
         SpecError: an unknown strategy.
@@ -173,7 +174,7 @@ def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
             return "on-chip"
         from ..targets import load_target
 
-        return "atomic" if load_target(target).placement.get("handoff") == "GM" else "on-chip"
+        return DKV_AUTO if load_target(target).placement.get("handoff") == "GM" else "on-chip"
     return dkv_strategy
 
 
@@ -241,6 +242,8 @@ def compile_backward(
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(DQ_STRATEGIES))
     dkv = resolve_dkv_strategy(dkv_strategy, target)
     stages = _stages_key(num_stages)
+    if dkv == DKV_AUTO:
+        return _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log, num_stages)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_backward(spec, dkv).with_attrs(dkv_strategy=dkv))
@@ -249,3 +252,35 @@ def compile_backward(
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
     return _cached(("backward", spec, fused, dq_strategy, dkv, target_key(target), tile_sizes, stages), log, build)
+
+
+def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_stages) -> Program:
+    """``dkv_strategy="auto"`` on a GM hand-off target: the atomic program when the cost model
+    (:func:`tilegen.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
+    by) predicts its schedule faster than the on-chip one's, whose tiles the accumulators held in L0C
+    bound (it is, from a few thousand tokens: larger tiles), or when no tile size fits the on-chip
+    one; else the on-chip program (two fewer launches, deterministic: the small specs, where the
+    launches dominate). Both compiles go through the cache; ``log`` gets the chosen one's."""
+    from ..errors import ScheduleError
+
+    logs = {name: PassLog() for name in ("on-chip", "atomic")}
+
+    def compiled(name):
+        return compile_backward(
+            spec, fused=fused, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=logs[name],
+            num_stages=num_stages, dkv_strategy=name,
+        )
+
+    try:
+        on_chip = compiled("on-chip")
+    except ScheduleError:
+        on_chip = None
+    atomic = compiled("atomic") if on_chip is not None else None
+    if on_chip is None:
+        chosen, program = "atomic", compiled("atomic")
+    else:
+        time = {n: logs[n].schedule.prediction.time_s for n in logs}
+        chosen, program = ("atomic", atomic) if time["atomic"] < time["on-chip"] else ("on-chip", on_chip)
+    log.steps.extend(logs[chosen].steps)
+    log.schedule = logs[chosen].schedule
+    return program
