@@ -129,3 +129,4 @@ def test_atomic_dkv_lets_the_tiles_grow():
     # 64 x 128 overflows L0C under the on-chip strategy (the accumulators), not under the atomic one
     assert any(c.Br == 64 and c.Bc == 128 and not c.feasible for c in on_chip.candidates)
     assert any(c.Br == 64 and c.Bc == 128 and c.feasible for c in atomic.candidates)
+
