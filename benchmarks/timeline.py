@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline]
+        [--wait-at-copy] [--no-pipeline] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -12,6 +12,12 @@ the identity, the compile cache off): MaskTile does its work on every tile. ``--
 the schedule before the wait-at-first-read pass (likewise): every L1 copy is waited for at once.
 ``--no-pipeline`` measures the schedule before the pipeline-handoffs pass (likewise): one GM slot per
 hand-off, one ready flag per direction, the cube and the vector taking turns.
+``--dkv-strategy on-chip`` builds the backward with dK, dV accumulated in L0C over the Q loop (the
+schedule before the atomic strategy; default auto: atomic on the 910B). ``--handoff-per-tile`` measures
+the schedule before the unit-phases and one-handoff-per-direction passes (both the identity, the
+compile cache off): each tile the cube and vector exchange has its own ready flag, S → P → dV and
+dP → dS → dK, dQ in two round trips. The schedule before issue 14's backward item is
+``--dkv-strategy on-chip --handoff-per-tile``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,19 @@ from tilegen.report import timeline_report
 SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32 (fp32) is refused by the Ascend C backend
 
 
+def _tiles(name: str, args, label: str) -> str:
+    """The program's Br x Bc on the target (the compile cache makes this a lookup)."""
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec(name)
+    if label == "forward":
+        program = pipeline.compile_forward(spec, target=args.target)
+    else:
+        program = pipeline.compile_backward(spec, target=args.target, dkv_strategy=args.dkv_strategy)
+    env = {str(k): v for k, v in program.env}
+    return f"{env['Br']}x{env['Bc']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="ascend910b2")
@@ -32,11 +51,13 @@ def main() -> None:
     ap.add_argument("--mask-every-tile", action="store_true", help="without the mask-cut-tiles-only pass")
     ap.add_argument("--wait-at-copy", action="store_true", help="without the wait-at-first-read pass")
     ap.add_argument("--no-pipeline", action="store_true", help="without the pipeline-handoffs pass")
+    ap.add_argument("--dkv-strategy", choices=["auto", "on-chip", "atomic"], default="auto", help="the backward's dK/dV strategy")
+    ap.add_argument("--handoff-per-tile", action="store_true", help="without the unit-phases and one-handoff-per-direction passes")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.handoff_per_tile:
         import os
 
-        from tilegen.passes import lower
+        from tilegen.passes import handoff, lower
 
         os.environ["TILEGEN_CACHE"] = "0"
         if args.mask_every_tile:
@@ -45,25 +66,29 @@ def main() -> None:
             lower.wait_at_first_read = lambda program, levels: program
         if args.no_pipeline:
             lower.pipeline_handoffs = lambda program, target: program
+        if args.handoff_per_tile:
+            handoff.unit_phases = lambda program: program
+            handoff.one_handoff_per_direction = lambda program: program
     rows = []
-    print("| spec | program | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.MTE2, AIV.V, AIV.S |")
-    print("|---|---|---|---|---|---|---|")
+    print("| spec | program | tiles | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.FIX, AIC.MTE2, AIV.V, AIV.S |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in SPECS:
-        rep = timeline_report(builtin_spec(name), args.target)
+        rep = timeline_report(builtin_spec(name), args.target, dkv_strategy=args.dkv_strategy)
         for p in rep["programs"]:
             r, m, s = p["roofline"], p["model"], p["simulated"]
             k = max(s["kernels"], key=lambda k: k["time_s"])
+            p = {**p, "tiles": _tiles(name, args, p["label"])}
             b = k["busy_fraction"]
             print(
-                f"| {name} | {p['label']} | {r['time_s'] * 1e3:.3f} ms ({r['utilization']:.1%}) | {m['time_s'] * 1e3:.3f} ms ({m['utilization']:.1%}) | "
+                f"| {name} | {p['label']} | {p['tiles']} | {r['time_s'] * 1e3:.3f} ms ({r['utilization']:.1%}) | {m['time_s'] * 1e3:.3f} ms ({m['utilization']:.1%}) | "
                 f"{s['time_s'] * 1e3:.3f} ms ({s['utilization']:.1%}) | {m['time_s'] / s['time_s']:.2f} | "
-                f"{b.get('AIC.M', 0):.1%}, {b.get('AIC.MTE2', 0):.1%}, {b.get('AIV.V', 0):.1%}, {b.get('AIV.S', 0):.1%} |",
+                f"{b.get('AIC.M', 0):.1%}, {b.get('AIC.FIX', 0):.1%}, {b.get('AIC.MTE2', 0):.1%}, {b.get('AIV.V', 0):.1%}, {b.get('AIV.S', 0):.1%} |",
                 flush=True,
             )
             rows.append({"spec": name, **{kk: v for kk, v in p.items() if kk != "_timeline"}})
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"target": args.target, "rows": rows}, f, indent=1)
+            json.dump({"target": args.target, "dkv_strategy": args.dkv_strategy, "handoff_per_tile": args.handoff_per_tile, "no_pipeline": args.no_pipeline, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,11 @@ from tilegen.spec import builtin_spec
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
 
-def run_on_twin(spec, run_spec=None, dq_strategy="atomic", blocks=3, target="ascend910b2"):
+def run_on_twin(spec, run_spec=None, dq_strategy="atomic", blocks=3, target="ascend910b2", dkv_strategy=None):
     """Generate for ``spec``, run forward then backward on the twin with ``run_spec``'s sizes (same head
     dims, dtype, mask); return data, twin outputs and interpreter outputs of the same kernels."""
     run_spec = run_spec or spec
-    gen = ascendc.generate(spec, target, dq_strategy=dq_strategy)
+    gen = ascendc.generate(spec, target, dq_strategy=dq_strategy, dkv_strategy=dkv_strategy)
     exe = twin.build(gen.files)
     data = inputs(run_spec, seed=7)
     fwd, bwd = twin.run_attention(exe, run_spec, data, blocks=blocks)
@@ -209,6 +209,25 @@ def test_ds_from_unrounded_p_on_the_twin(dq_strategy):
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
 
 
+@pytest.mark.parametrize("case", ["window-gqa-fp16-d128", "causal-top-left-mqa-bf16"])
+@pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
+def test_dkv_strategies_on_the_twin(case, dkv_strategy):
+    """Both dK/dV strategies through the generated Ascend C, against the float64 reference and the
+    interpreter running the same program: with GQA/MQA the atomics sum a group's query heads into one
+    dK_ws/dV_ws tile; the windowed and causal masks skip and cut tile pairs."""
+    spec = make_spec(**CASES[case])
+    gen = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy)
+    assert gen.manifest["dkv_strategy"] == dkv_strategy
+    assert ("bwd_post_kv" in gen.files["bwd_kernels.asc"]) == (dkv_strategy == "atomic")
+    data, fwd, bwd, feeds = run_on_twin(spec, dkv_strategy=dkv_strategy)
+    assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
+    grads, _ = interpret(pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy), feeds)
+    eps = 2.0**-10 if spec.dtype == "fp16" else 2.0**-7
+    for name in ("dQ", "dK", "dV"):
+        ref = np.asarray(grads[name], dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(bwd[name], dtype=np.float32), ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
+
+
 def test_separate_dq_strategy_on_the_twin_is_deterministic():
     spec = make_spec(heads_q=2, heads_kv=1, seq_q=160, seq_k=200, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="bf16")
     data, fwd, bwd, _ = run_on_twin(spec, dq_strategy="separate", blocks=4)
@@ -269,7 +288,7 @@ def test_twin_catches_an_accumulator_zeroed_with_blocknum_0(tmp_path):
     (asc-devkit@0da921b9 Fill.md; include/basic_api/kernel_struct_mm.h:452): the dK/dV accumulators then
     start from poisoned or stale L0A x L0B, and the run must fail."""
     spec = make_spec(seq_q=70, seq_k=70, head_dim_qk=64, head_dim_v=64, dtype="fp16")
-    gen = ascendc.generate(spec, "ascend910b2")
+    gen = ascendc.generate(spec, "ascend910b2", dkv_strategy="on-chip")  # the atomic strategy zeroes no accumulator
     broken = dict(gen.files)
     rt = broken["tilegen_runtime.h"]
     for operand, size in (("l0a", "m"), ("l0b", "n")):

@@ -166,20 +166,24 @@ def test_a_second_derivative_is_refused_in_one_line():
 
 
 def test_inspect_reports_the_forward_when_no_backward_tile_fits(tmp_path, capsys):
-    """Gemma-2's head dim 256 on 910B2: the backward's smallest tile overflows L0C (the fp32 dK and dV
-    accumulators [Bc, 256] alone are 2 x 64 KiB at Bc = 64, plus the score tile)."""
+    """Gemma-2's head dim 256 on 910B2 with the on-chip dK/dV strategy: the backward's smallest tile
+    overflows L0C (the fp32 dK and dV accumulators [Bc, 256] alone are 2 x 64 KiB at Bc = 64, plus the
+    score tile). The default (auto) takes the atomic strategy, whose L0C holds one cube step: it fits."""
     spec = tmp_path / "g.toml"
     spec.write_text('batch = 1\nheads_q = 8\nheads_kv = 4\nseq = 1024\nhead_dim = 256\ndtype = "bf16"\nmask = "causal"\n')
     assert main(["inspect", str(spec), "--target", "ascend910b2", "--no-nest"]) == 0
     out = capsys.readouterr().out
+    assert "== backward (fused, dq strategy atomic, dK/dV strategy atomic): kernels" in out and "no schedule" not in out
+    assert main(["inspect", str(spec), "--target", "ascend910b2", "--no-nest", "--dkv-strategy", "on-chip"]) == 0
+    out = capsys.readouterr().out
     assert "== forward: kernels fwd" in out and "tile sizes: Br=" in out
-    assert "== backward (fused, dq strategy atomic): no schedule" in out
+    assert "== backward (fused, dq strategy atomic, dK/dV strategy on-chip): no schedule" in out
     assert "overflows level L0C" in out
     table = out.split("rejected candidates")[1].splitlines()[2:]
     assert len(table) >= 6 and all("+" in row for row in table), table  # each rejected row marks an overflow
     import json
 
-    assert main(["inspect", str(spec), "--target", "ascend910b2", "--json"]) == 0
+    assert main(["inspect", str(spec), "--target", "ascend910b2", "--json", "--dkv-strategy", "on-chip"]) == 0
     progs = json.loads(capsys.readouterr().out)["programs"]
     assert "prediction" in progs[0] and progs[1]["rejected"] and all(r["overflow_bytes"] for r in progs[1]["rejected"])
 

@@ -83,28 +83,28 @@ CASES["everything"] = (
 _BUILDS: dict = {}
 
 
-def _build(name: str, real: bool):
-    key = (name, real)
+def _build(name: str, real: bool, dkv_strategy=None):
+    key = (name, real, dkv_strategy)
     if key not in _BUILDS:
         spec = CASES[name][0]
-        files = ascendc.generate(spec, "ascend910b2").files
-        programs = [p.program for p in ascendc.plan_programs(spec)[1]]
+        files = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy).files
+        programs = [p.program for p in ascendc.plan_programs(spec, dkv_strategy=dkv_strategy)[1]]
         exe = twin.build_real(files, os.environ["ASC_DEVKIT"]) if real else twin.build(files)
         _BUILDS[key] = (exe, programs)
     return _BUILDS[key]
 
 
-def _run(name: str, real: bool = False, blocks: int = 4):
+def _run(name: str, real: bool = False, blocks: int = 4, dkv_strategy=None):
     spec, params, _, _ = CASES[name]
-    exe, programs = _build(name, real)
+    exe, programs = _build(name, real, dkv_strategy)
     data = inputs(spec)
     fwd, bwd = twin.run_attention(exe, spec, data, blocks=blocks, params=params, programs=programs)
     return spec, data, fwd, bwd
 
 
-def _check(name: str, real: bool = False) -> None:
+def _check(name: str, real: bool = False, dkv_strategy=None) -> None:
     spec, params, score_fn, mask_fn = CASES[name]
-    spec, data, fwd, bwd = _run(name, real)
+    spec, data, fwd, bwd = _run(name, real, dkv_strategy=dkv_strategy)
     kw = dict(scale=spec.softmax_scale, score_fn=score_fn, mask_fn=mask_fn, window=spec.window, params=params)
     o, lse, grads = dense(data["Q"], data["K"], data["V"], data["dO"], **kw)
     o_pl, lse_pl, grads_pl = dense(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
@@ -122,8 +122,9 @@ def _check(name: str, real: bool = False) -> None:
 
 
 @pytest.mark.parametrize("name", ["softcap-doc-causal", "alibi-relbias-prefix"])
-def test_hand_twin_forward_and_backward_match_the_reference(name):
-    _check(name)
+@pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
+def test_hand_twin_forward_and_backward_match_the_reference(name, dkv_strategy):
+    _check(name, dkv_strategy=dkv_strategy)
 
 
 def test_parameter_gradients_are_bitwise_equal_for_any_core_count():
@@ -142,8 +143,9 @@ def _real_api_missing() -> str:
 
 
 @pytest.mark.skipif(bool(_real_api_missing()), reason=f"real-API twin needs {_real_api_missing()}")
-def test_real_api_twin_runs_every_construct():
-    _check("everything", real=True)
+@pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
+def test_real_api_twin_runs_every_construct(dkv_strategy):
+    _check("everything", real=True, dkv_strategy=dkv_strategy)
 
 
 def test_block_table_counts_visible_pairs():

@@ -277,6 +277,7 @@ def attention_backward(
     softcap=None,
     alibi_slopes=None,
     sinks=None,
+    dkv_strategy=None,
 ):
     """FlashAttention recompute backward in the interpreter (the fused program).
 
@@ -285,6 +286,9 @@ def attention_backward(
         lse: float32 [B, Hq, Sq] from the forward; do: dL/dO like o.
         dq_strategy: ``"atomic"`` (fp32 workspace, atomic adds) or ``"separate"`` (a second nest over Q
             tiles, deterministic); see ``tilegen.passes.pipeline.DQ_STRATEGIES``.
+        dkv_strategy: ``"on-chip"`` (dK, dV accumulated on chip over the Q tiles), ``"atomic"`` (each
+            tile pair's partials added atomically into fp32 workspaces) or None / ``"auto"`` (atomic
+            for an Ascend ``target``, else on-chip); see ``tilegen.passes.pipeline.DKV_STRATEGIES``.
 
         score_mod, mask_mod, softcap, alibi_slopes, sinks: as for :func:`attention` (the same the
             forward ran with; the lse of a forward with sinks already holds them, so the kernels are
@@ -319,7 +323,7 @@ def attention_backward(
         raise SpecError("lse.dtype", str(lse.dtype), accepted_lse)
     if lse.shape != expect_o[:3]:
         raise SpecError("lse.shape", lse.shape, accepted_lse)
-    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
+    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
     feeds = {
         "Q": _logical(q, layout),
         "K": _logical(k, layout),
@@ -785,7 +789,9 @@ class InspectResult:
         return format_inspect(self.report)
 
 
-def generate(spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: str = "atomic", tile_sizes=None) -> GenerateResult:
+def generate(
+    spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None
+) -> GenerateResult:
     """Write the kernels, host code, build files and manifest of ``spec`` for ``target`` into
     ``out_dir`` (created if needed), as ``tilegen generate`` does.
 
@@ -793,29 +799,35 @@ def generate(spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: st
         spec: an :class:`AttentionSpec`, a built-in spec's name or a spec file.
         target: ``ascend910b1``..``b4`` (Ascend C) or ``h200`` (Triton), or a target file.
         tile_sizes: (Br, Bc) to force for both programs.
+        dkv_strategy: how the backward reduces dK, dV: ``"on-chip"`` (accumulators held over the Q
+            loop), ``"atomic"`` (atomic adds into fp32 workspaces, Ascend C only) or None / ``"auto"``
+            (atomic on the Ascend 910B, on-chip on a GPU).
 
     Raises:
-        SpecError, TargetError, ScheduleError: a bad spec, target or output folder; no fitting tile.
+        SpecError, TargetError, ScheduleError: a bad spec, target, strategy or output folder; no fitting tile.
     """
     from .backends import generate as generate_files, write
 
     spec = _as_spec(spec)
     if out_dir is None:
         raise SpecError("out_dir", None, "a folder to write the files into")
-    generated = generate_files(spec, target, dq_strategy, tile_sizes)
+    generated = generate_files(spec, target, dq_strategy, tile_sizes, dkv_strategy)
     names = write(generated, out_dir)
     return GenerateResult(spec, generated.manifest["target"], out_dir, names, generated.manifest["schedule"], generated.manifest)
 
 
-def inspect(spec, target: str | None = None, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> InspectResult:
+def inspect(
+    spec, target: str | None = None, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd"), dkv_strategy: str | None = None
+) -> InspectResult:
     """The schedule of ``spec`` on ``target`` as ``tilegen inspect`` reports it (tile sizes and every
-    candidate, footprints against capacity, predicted traffic, FLOPs and time, the loop nest).
+    candidate, footprints against capacity, predicted traffic, FLOPs and time, the loop nest);
+    ``dkv_strategy`` as :func:`generate`.
 
     Raises:
-        SpecError, TargetError: a bad spec or target.
+        SpecError, TargetError: a bad spec, target or strategy.
     """
     from .report import inspect_report
 
     spec = _as_spec(spec)
-    report = inspect_report(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, programs=tuple(programs))
+    report = inspect_report(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, programs=tuple(programs), dkv_strategy=dkv_strategy)
     return InspectResult(spec, report["target"]["name"] if report["target"] else None, report)

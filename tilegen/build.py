@@ -137,6 +137,8 @@ def _tensors(spec: AttentionSpec, *names_kinds: tuple[str, str]) -> tuple[Tensor
         "P": ((B, Hq, Sq, Sk), "fp32"),  # fp32: dS = P∘(dP − D) reads the unrounded P (DESIGN §3)
         "dS": ((B, Hq, Sq, Sk), spec.dtype),
         "dQ_ws": ((B, Hq, Sq, Dqk), "fp32"),
+        "dK_ws": ((B, Hkv, Sk, Dqk), "fp32"),
+        "dV_ws": ((B, Hkv, Sk, Dv), "fp32"),
         "dQ": ((B, Hq, Sq, Dqk), spec.dtype),
         "dK": ((B, Hkv, Sk, Dqk), spec.dtype),
         "dV": ((B, Hkv, Sk, Dv), spec.dtype),
@@ -343,8 +345,24 @@ def _group_loop(body) -> Loop:
     return Loop(hq, hkv * G, hkv * G + G, tuple(body), role="head", note="query heads of KV head hkv")
 
 
-def build_backward(spec: AttentionSpec) -> Program:
-    """The unfused ("store P") backward of ``spec``: kernels pre, dv, ds, dqdk, post (DESIGN §5)."""
+def build_backward(spec: AttentionSpec, dkv_strategy: str = "on-chip") -> Program:
+    """The unfused ("store P") backward of ``spec``: kernels pre, dv, ds, dqdk, post (DESIGN §5).
+
+    ``dkv_strategy`` (:data:`tilegen.passes.strategies.DKV_STRATEGIES`): ``"on-chip"`` accumulates
+    dV (in dv) and dK (in dqdk) in a [Bc, D] fp32 buffer over the group's heads and visible Q tiles,
+    then casts and stores it; ``"atomic"`` adds each tile pair's partial Pᵀ dO and dSᵀ Q atomically into
+    the fp32 workspaces dV_ws and dK_ws, which the kernel ``pre_kv`` (one program per (b, hkv, K/V
+    tile)) zeroes and ``post_kv`` scales (dK by the softmax scale), casts and stores as dK, dV.
+
+    Raises:
+        SpecError: an unknown ``dkv_strategy``.
+    """
+    from .errors import SpecError
+    from .passes.strategies import DKV_STRATEGIES
+
+    if dkv_strategy not in DKV_STRATEGIES:
+        raise SpecError("dkv_strategy", dkv_strategy, "one of " + ", ".join(DKV_STRATEGIES))
+    atomic_kv = dkv_strategy == "atomic"
     dt = spec.dtype
     mask = mask_info(spec)
     scale = spec.softmax_scale
@@ -396,7 +414,11 @@ def build_backward(spec: AttentionSpec) -> Program:
         Elementwise("S", "exp", ("S",)),
         Elementwise("Pc", "cast", ("S",)),
         Store(_score_tile("P"), "S"),
-        MatMul("dV_acc", "Pc", "dOi", trans_a=True, accumulate=True),
+        *(
+            (MatMul("dVp", "Pc", "dOi", trans_a=True), Store(_kv_rows("dV_ws", hkv, Dv), "dVp", accumulate=True))
+            if atomic_kv
+            else (MatMul("dV_acc", "Pc", "dOi", trans_a=True, accumulate=True),)
+        ),
     )
     dv = Kernel(
         "dv",
@@ -410,17 +432,19 @@ def build_backward(spec: AttentionSpec) -> Program:
             Buffer("S", (Br, Bc), "fp32"),
             *((Buffer("S_raw", (Br, Bc), "fp32"),) if raw else ()),
             Buffer("Pc", (Br, Bc), dt),
-            Buffer("dV_acc", (Bc, Dv), "fp32"),
-            Buffer("dVc", (Bc, Dv), dt),
+            *((Buffer("dVp", (Bc, Dv), "fp32"),) if atomic_kv else (Buffer("dV_acc", (Bc, Dv), "fp32"), Buffer("dVc", (Bc, Dv), dt))),
         ),
         _grid(
             [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
             (
                 Load("Kj", _kv_rows("K", hkv, Dqk), rows=_guard(spec, 1)),
-                Fill("dV_acc", 0.0),
+                *(() if atomic_kv else (Fill("dV_acc", 0.0),)),
                 _group_loop((_q_tile_loop(i_start, i_stop, dv_inner, blocks),)),
-                Elementwise("dVc", "cast", ("dV_acc",)),
-                Store(_kv_rows("dV", hkv, Dv), "dVc", rows=_guard(spec, 1)),
+                *(
+                    ()
+                    if atomic_kv
+                    else (Elementwise("dVc", "cast", ("dV_acc",)), Store(_kv_rows("dV", hkv, Dv), "dVc", rows=_guard(spec, 1)))
+                ),
             ),
         ),
     )
@@ -464,7 +488,11 @@ def build_backward(spec: AttentionSpec) -> Program:
     dqdk_inner = (
         Load("Qi", _q_rows("Q", hq, Dqk), pad=0.0, rows=_guard(spec, 0)),
         Load("dSi", _score_tile("dS"), pad=0.0),
-        MatMul("dK_acc", "dSi", "Qi", trans_a=True, accumulate=True),
+        *(
+            (MatMul("dKp", "dSi", "Qi", trans_a=True), Store(_kv_rows("dK_ws", hkv, Dqk), "dKp", accumulate=True))
+            if atomic_kv
+            else (MatMul("dK_acc", "dSi", "Qi", trans_a=True, accumulate=True),)
+        ),
         MatMul("dQp", "dSi", "Kj"),
         Store(_q_rows("dQ_ws", hq, Dqk), "dQp", accumulate=True),
     )
@@ -476,18 +504,23 @@ def build_backward(spec: AttentionSpec) -> Program:
             Buffer("Qi", (Br, Dqk), dt),
             Buffer("dSi", (Br, Bc), dt),
             Buffer("dQp", (Br, Dqk), "fp32"),
-            Buffer("dK_acc", (Bc, Dqk), "fp32"),
-            Buffer("dKc", (Bc, Dqk), dt),
+            *((Buffer("dKp", (Bc, Dqk), "fp32"),) if atomic_kv else (Buffer("dK_acc", (Bc, Dqk), "fp32"), Buffer("dKc", (Bc, Dqk), dt))),
         ),
         _grid(
             [(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")],
             (
                 Load("Kj", _kv_rows("K", hkv, Dqk), pad=0.0, rows=_guard(spec, 1)),
-                Fill("dK_acc", 0.0),
+                *(() if atomic_kv else (Fill("dK_acc", 0.0),)),
                 _group_loop((_q_tile_loop(i_start, i_stop, dqdk_inner, blocks),)),
-                Elementwise("dK_acc", "mul", ("dK_acc", scale)),
-                Elementwise("dKc", "cast", ("dK_acc",)),
-                Store(_kv_rows("dK", hkv, Dqk), "dKc", rows=_guard(spec, 1)),
+                *(
+                    ()
+                    if atomic_kv
+                    else (
+                        Elementwise("dK_acc", "mul", ("dK_acc", scale)),
+                        Elementwise("dKc", "cast", ("dK_acc",)),
+                        Store(_kv_rows("dK", hkv, Dqk), "dKc", rows=_guard(spec, 1)),
+                    )
+                ),
             ),
         ),
     )
@@ -518,11 +551,14 @@ def build_backward(spec: AttentionSpec) -> Program:
         ("P", "workspace"),
         ("dS", "workspace"),
         ("dQ_ws", "workspace"),
+        *((("dK_ws", "workspace"), ("dV_ws", "workspace")) if atomic_kv else ()),
         ("dQ", "output"),
         ("dK", "output"),
         ("dV", "output"),
     )
     kernels: tuple[Kernel, ...] = (pre, dv, ds, dqdk, post)
+    if atomic_kv:
+        kernels = (pre, _pre_kv(spec), dv, ds, dqdk, post, _post_kv(spec))
     tensors += _param_tensors(mods)
     if raw:
         tensors += (Tensor("Sraw", (B, Hq, Sq, Sk), "fp32", "workspace"),)
@@ -539,6 +575,48 @@ def build_backward(spec: AttentionSpec) -> Program:
         env=tuple(sorted(shape_env(spec).items(), key=lambda kv: kv[0].name)),
         attrs=(("form", "unfused"),),
         mods=mods,
+    )
+
+
+def _kv_grid(body) -> tuple[Loop, ...]:
+    return _grid([(b, B, "batch"), (hkv, Hkv, "head"), (j, kv_tiles(), "kv_tile")], body)
+
+
+def _pre_kv(spec: AttentionSpec) -> Kernel:
+    """Zero the fp32 workspaces dK_ws, dV_ws of the atomic dK/dV strategy, one K/V tile per program."""
+    return Kernel(
+        "pre_kv",
+        "pre",
+        (Buffer("zk", (Bc, Dqk), "fp32"), Buffer("zv", (Bc, Dv), "fp32")),
+        _kv_grid(
+            (
+                Fill("zk", 0.0),
+                Store(_kv_rows("dK_ws", hkv, Dqk), "zk"),
+                Fill("zv", 0.0),
+                Store(_kv_rows("dV_ws", hkv, Dv), "zv"),
+            )
+        ),
+    )
+
+
+def _post_kv(spec: AttentionSpec) -> Kernel:
+    """dK = scale·dK_ws, dV = dV_ws in the spec's dtype (the atomic dK/dV strategy), one K/V tile per program."""
+    dt = spec.dtype
+    return Kernel(
+        "post_kv",
+        "post",
+        (Buffer("dKi", (Bc, Dqk), "fp32"), Buffer("dKc", (Bc, Dqk), dt), Buffer("dVi", (Bc, Dv), "fp32"), Buffer("dVc", (Bc, Dv), dt)),
+        _kv_grid(
+            (
+                Load("dKi", _kv_rows("dK_ws", hkv, Dqk)),
+                Elementwise("dKi", "mul", ("dKi", spec.softmax_scale)),
+                Elementwise("dKc", "cast", ("dKi",)),
+                Store(_kv_rows("dK", hkv, Dqk), "dKc", rows=_guard(spec, 1)),
+                Load("dVi", _kv_rows("dV_ws", hkv, Dv)),
+                Elementwise("dVc", "cast", ("dVi",)),
+                Store(_kv_rows("dV", hkv, Dv), "dVc", rows=_guard(spec, 1)),
+            )
+        ),
     )
 
 

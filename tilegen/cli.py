@@ -19,7 +19,7 @@ import os
 import sys
 
 from .errors import ScheduleError, SpecError, TilegenError
-from .passes.strategies import DQ_STRATEGIES
+from .passes.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES
 from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 from .targets import target_key, target_names
 
@@ -416,7 +416,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
             check_path(args.timeline, "--timeline")
             require_matplotlib()
-    options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "tiles", "program", "json", "candidates", "no_nest")}
+    options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "dkv_strategy", "tiles", "program", "json", "candidates", "no_nest")}
     # The whole report goes through the compile cache: a repeated call only loads text.
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
     _warn_memory(spec, args.target)
@@ -474,7 +474,9 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
 def _inspect_timeline(spec: AttentionSpec, args: argparse.Namespace) -> dict:
     from .report import timeline_report
 
-    return timeline_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+    return timeline_report(
+        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program], dkv_strategy=args.dkv_strategy
+    )
 
 
 def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
@@ -482,7 +484,7 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
     from .report import inspect_report
 
     programs = INSPECT_PROGRAMS[args.program]
-    report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
+    report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
     maps = None
     if spec.mask_mod:  # draw the mask's block classes where they are known before the run
         from .report import tiles_map_data
@@ -514,7 +516,8 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
         return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(
-        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json
+        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json,
+        dkv_strategy=args.dkv_strategy,
     )
     if report["programs"] and all("error" in p for p in report["programs"]):
         # nothing to show: the one-line error (a program that fits is shown beside one that does not)
@@ -557,8 +560,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     generated = _backend_guard(
         spec, args, f"--target = {target!r}",
         lambda: cached(
-            ("generate", spec, target_key(target), args.dq_strategy, args.tiles),
-            lambda: _generate(spec, target, args.dq_strategy, args.tiles),
+            ("generate", spec, target_key(target), args.dq_strategy, args.tiles, args.dkv_strategy),
+            lambda: _generate(spec, target, args.dq_strategy, args.tiles, args.dkv_strategy),
         ),
     )
     _warn_memory(spec, target)
@@ -601,10 +604,10 @@ def _mods_constructs(spec: AttentionSpec) -> str:
     return "; ".join(parts)
 
 
-def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None):
+def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None, dkv_strategy: str | None = None):
     from .backends import generate
 
-    return generate(spec, target, dq_strategy, tile_sizes)
+    return generate(spec, target, dq_strategy, tile_sizes, dkv_strategy)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -649,6 +652,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
     )
+    inspect.add_argument(
+        "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,
+        help="how the fused backward reduces dK, dV: on-chip accumulators or atomic adds into fp32 workspaces "
+        "(default auto: atomic on the Ascend 910B, on-chip elsewhere)",
+    )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.add_argument("--compare", action="store_true", help="the store-P-versus-recompute report (needs --target)")
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
@@ -684,6 +692,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
     gen.add_argument(
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+    )
+    gen.add_argument(
+        "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,
+        help="how the fused backward reduces dK, dV: on-chip accumulators or atomic adds into fp32 workspaces "
+        "(default auto: atomic on the Ascend 910B, on-chip elsewhere)",
     )
     gen.set_defaults(func=cmd_generate)
     spec = sub.add_parser("spec", help="print or write a spec as TOML (from a built-in, a file, or a HuggingFace config)")

@@ -338,10 +338,13 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
-                    q = ready.get((s, op["ready"]))
-                    if not q:
-                        break
-                    t = max(after_copies(s, t) + issue, q.pop(0))
+                    if op.get("wait", True):  # a load of a group whose flag was waited for: no wait
+                        q = ready.get((s, op["ready"]))
+                        if not q:
+                            break
+                        t = max(after_copies(s, t) + issue, q.pop(0))
+                    else:
+                        t = after_copies(s, t)
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
                     free.setdefault(op["free"], []).append(t + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):
@@ -353,7 +356,8 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     t = after_copies(s, t)
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
                     t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
-                    ready.setdefault((other[s], op["ready"]), []).append(t + x_lat)
+                    if op.get("signal", True):  # the last store of a group sets its one ready flag
+                        ready.setdefault((other[s], op["ready"]), []).append(t + x_lat)
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t
@@ -380,7 +384,7 @@ class EmittedPrediction:
     utilization: float
 
 
-def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atomic", tile_sizes=None) -> EmittedPrediction:
+def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> EmittedPrediction:
     """The emitted-code model (see the comment above) of ``spec``'s forward (``"fwd"``) or backward
     for an Ascend ``target`` with a ``[timeline]`` table.
 
@@ -396,7 +400,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
 
     if program not in ("fwd", "bwd"):
         raise SpecError("program", program, "'fwd' or 'bwd'")
-    tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes)
+    tgt, plans = ascendc.plan_programs(spec, target, dq_strategy, tile_sizes, dkv_strategy)
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the emitted-code model needs one")
     costs = Costs(tgt.timeline)

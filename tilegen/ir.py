@@ -184,13 +184,18 @@ class Load(Stmt):
 
     ``wait_at_read`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_first_read`): the
     generated code waits for the copy just before the first later statement of the same body that
-    reads ``dst``, not right after the copy. The result is the same either way."""
+    reads ``dst``, not right after the copy. The result is the same either way.
+
+    ``wait_signal`` is a schedule knob of a load from a hand-off tile (set by
+    :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when an earlier load of the same
+    body already waited for the one ready flag of this tile's group of hand-offs."""
 
     dst: str
     src: Access
     pad: float | None = None
     rows: str = ""
     wait_at_read: bool = False
+    wait_signal: bool = True
 
     def buffers_written(self):
         return (self.dst,)
@@ -206,12 +211,17 @@ class Store(Stmt):
     ``rows``: the name of an int32 input tensor [S] of row ids over the store's first tiled dimension
     (a packed batch's sequence id per token, DESIGN §3); rows whose id is negative are not written
     (tokens outside every sequence). "" writes every row.
+
+    ``signal`` is a schedule knob of a store into a hand-off tile (set by
+    :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when a later store of the same
+    group of hand-offs sets the one ready flag the receiver waits for.
     """
 
     dst: Access
     src: str
     accumulate: bool = False
     rows: str = ""
+    signal: bool = True
 
     def buffers_read(self):
         return (self.src,)

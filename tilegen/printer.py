@@ -61,12 +61,16 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
         pad = "" if stmt.pad is None else f"  (pad {stmt.pad:g})"
         if stmt.rows:
             pad += f"  (rows with {stmt.rows} >= 0, else 0)"
+        if not stmt.wait_signal:
+            pad += "  (no wait: its group's flag was waited for)"
         return f"{r(stmt.dst)} = load {fmt_access(stmt.src)}{pad}"
     if isinstance(stmt, Store):
         op = "+=" if stmt.accumulate else "="
         tag = "  (atomic add)" if stmt.accumulate else ""
         if stmt.rows:
             tag += f"  (rows with {stmt.rows} >= 0)"
+        if not stmt.signal:
+            tag += "  (no flag: a later store of its group sets it)"
         return f"{fmt_access(stmt.dst)} {op} {r(stmt.src)}{tag}"
     if isinstance(stmt, Fill):
         return f"{r(stmt.dst)} = fill({stmt.value})"

@@ -23,7 +23,7 @@ import numpy as np
 from . import dtypes
 from .analysis import count, total
 from .memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
-from .errors import NoTileFits
+from .errors import NoTileFits, ScheduleError
 from .passes import pipeline
 from .printer import fmt_expr, format_program
 from .spec import AttentionSpec
@@ -135,8 +135,11 @@ def inspect_report(
     tile_sizes=None,
     programs=("fwd", "bwd"),
     expressions: bool = False,
+    dkv_strategy: str | None = None,
 ) -> dict:
-    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring)."""
+    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring); ``dkv_strategy``
+    as :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (not for a GPU target, whose Triton
+    backward keeps dK, dV on chip)."""
     tgt = load_target(target) if target is not None else None
     out: dict = {"spec": spec.to_dict(), "target": None}
     if tgt is not None:
@@ -171,8 +174,10 @@ def inspect_report(
     if "bwd" in programs:
         out["programs"].append(
             _compiled_report(
-                f"backward (fused, dq strategy {dq_strategy})",
-                lambda log: pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log),
+                f"backward (fused, dq strategy {dq_strategy}, dK/dV strategy {_dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy)})",
+                lambda log: pipeline.compile_backward(
+                    spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log, dkv_strategy=dkv_strategy
+                ),
                 tgt,
                 expressions,
             )
@@ -206,6 +211,13 @@ def _gpu_model_entry(sched, target: Target) -> dict | None:
         return None
     pred = predict_gpu(sched.program, target, {phase: k.num_warps for phase, k in sched.knobs.items()})
     return {"label": "model (prediction)", **pred.as_dict()}
+def _dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy) -> str:
+    """The dK/dV strategy the backward is compiled with (auto resolved; through the compile cache)."""
+    try:
+        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+    except ScheduleError:
+        return dkv_strategy or "auto"
+    return str(program.attr("dkv_strategy"))
 
 
 def _compiled_report(label: str, compile_, target: Target | None, expressions: bool) -> dict:
@@ -535,13 +547,16 @@ def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, in
 # --- the timeline of the emitted code ------------------------------------------------------------------
 
 
-def timeline_report(spec: AttentionSpec, target: str, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> dict:
+def timeline_report(
+    spec: AttentionSpec, target: str, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd"), dkv_strategy: str | None = None
+) -> dict:
     """Three figures per program of ``spec`` on an Ascend ``target``, each labelled with what it is:
     ``roofline`` (:func:`tilegen.cost.predict`: every unit overlapped), ``model``
     (:func:`tilegen.cost.predict_emitted`: the emitted code's helpers, cube and vector meeting at the
     hand-offs) and ``simulated`` (:func:`tilegen.timeline.simulate_program`: the twin's instruction trace
     scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
-    utilisation = matmul FLOPs / (time x cube peak). Raises as the three functions do."""
+    utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
+    :func:`tilegen.passes.pipeline.resolve_dkv_strategy`. Raises as the three functions do."""
     from .cost import predict, predict_emitted
     from .timeline import simulate_program
 
@@ -549,11 +564,11 @@ def timeline_report(spec: AttentionSpec, target: str, *, dq_strategy: str = "ato
     out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
     for prog in programs:
         compile_ = pipeline.compile_forward if prog == "fwd" else pipeline.compile_backward
-        kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy}
+        kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy, "dkv_strategy": dkv_strategy}
         program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog(), **kwargs)
         roof = predict(program, tgt)
-        model = predict_emitted(spec, tgt, prog, dq_strategy, tile_sizes)
-        sim = simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+        model = predict_emitted(spec, tgt, prog, dq_strategy, tile_sizes, dkv_strategy)
+        sim = simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
         entry = {
             "label": sim.label,
             "roofline": {"time_s": roof.time_s, "utilization": roof.utilization},

@@ -538,7 +538,8 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
 
 
 def simulate_program(
-    spec, target, program: str = "bwd", *, dq_strategy: str = "atomic", tile_sizes=None, cache_dir=None, exact: bool | None = None
+    spec, target, program: str = "bwd", *, dq_strategy: str = "atomic", tile_sizes=None, cache_dir=None, exact: bool | None = None,
+    dkv_strategy: str | None = None,
 ) -> ProgramTimeline:
     """The timeline of ``spec``'s forward (``"fwd"``) or backward (``"bwd"``) as ``tilegen generate``
     emits it for ``target`` (see the module docstring for the two forms; ``exact`` forces one).
@@ -562,8 +563,8 @@ def simulate_program(
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the timeline needs one (targets/ascend910b2.toml has it)")
     costs = Costs(tgt.timeline)
-    gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes)
-    _, plans = ascendc.plan_programs(spec, tgt, dq_strategy, tile_sizes)
+    gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
+    _, plans = ascendc.plan_programs(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
     plan = plans[0 if program == "fwd" else 1]
     prog = plan.program
     exe = twin.build(gen.files, cache_dir)

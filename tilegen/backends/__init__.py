@@ -34,16 +34,28 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     return Generated(files, manifest)
 
 
-def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None) -> Generated:
+def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
-    (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`)."""
+    (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).
+    ``dkv_strategy`` (Ascend C only; the Triton backward keeps dK, dV on chip): as
+    :func:`tilegen.passes.pipeline.resolve_dkv_strategy`.
+
+    Raises:
+        SpecError: ``dkv_strategy="atomic"`` for a GPU target, or an unknown strategy.
+    """
     from ..targets import load_target
+
+    from ..passes.pipeline import resolve_dkv_strategy
 
     if load_target(target).kind == "gpu":
         from . import triton as backend
-    else:
-        from . import ascendc as backend
-    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+
+        if resolve_dkv_strategy(dkv_strategy, target) != "on-chip":
+            raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
+        return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+    from . import ascendc as backend
+
+    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
 
 
 def write(generated: Generated, out_dir) -> list[str]:

@@ -760,6 +760,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             op.update(_handoff_fields(lo, handoff, f"r_{handoff}", "0"))
             if op["slots"] > 1:
                 counters["cube"].add(f"r_{handoff}")
+            op["wait"] = stmt.wait_signal
         return op
     if isinstance(stmt, Store):
         buf = bufs[stmt.src]
@@ -788,6 +789,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if handoff:
             op["kind"] = "c2v_send"
             op.update(_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
+            op["signal"] = stmt.signal
             counters["cube"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, MatMul):
@@ -901,11 +903,13 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
                 op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
                 if op["slots"] > 1:
                     counters["vector"].add(f"r_{handoff}")
+                op["wait"] = stmt.wait_signal
         else:
             op.update(kind="ub_store", atomic=stmt.accumulate)
             if handoff:
                 op["kind"] = "v2c_send"
                 op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))
+                op["signal"] = stmt.signal
                 counters["vector"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, Fill):
@@ -1352,29 +1356,37 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     return tgt
 
 
-def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None):
+def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None):
     """The loaded target and the plans of the forward and backward programs (each with its
-    descriptor-field obligations in ``uses``), not yet proven. Raises as :func:`check_request`."""
+    descriptor-field obligations in ``uses``), not yet proven; ``dkv_strategy`` as
+    :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (None: atomic on the 910B). Raises as
+    :func:`check_request`, and SpecError for an unknown strategy."""
     tgt = check_request(spec, target)
     fwd = pipeline.compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog())
-    bwd = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog())
+    bwd = pipeline.compile_backward(
+        spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog(), dkv_strategy=dkv_strategy
+    )
     return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
 
 
-def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None) -> Generated:
+def generate(
+    spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None
+) -> Generated:
     """All files of the Ascend C kernel set of ``spec`` for ``target``.
 
     Every value written into a hardware descriptor is proven in range for the spec's sizes (see
     :data:`FIELDS`); those that depend on a run-time size become the host checks of ``tiling.h``
     (``TilegenRefusal``), which the torch binding and the twin harness apply before a launch.
-    ``tile_sizes`` (Br, Bc) forces the tile sizes of both programs (they must fit).
+    ``tile_sizes`` (Br, Bc) forces the tile sizes of both programs (they must fit). ``dkv_strategy``:
+    how the backward reduces dK, dV (:data:`tilegen.passes.strategies.DKV_STRATEGIES`; None or
+    ``"auto"``: ``"atomic"`` on the 910B).
 
     Raises:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201).
         SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube), or a
             descriptor field does not fit for its sizes (names the field, the value and the range).
     """
-    tgt, plans = plan_programs(spec, target, dq_strategy, tile_sizes)
+    tgt, plans = plan_programs(spec, target, dq_strategy, tile_sizes, dkv_strategy)
     guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)
@@ -1405,6 +1417,7 @@ def generate(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strat
         "target": tgt.name,
         "arch": tgt.arch,
         "dq_strategy": dq_strategy,
+        "dkv_strategy": plans[1].program.attr("dkv_strategy"),
         "schedule": {
             "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels]},
             "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels]},

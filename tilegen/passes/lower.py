@@ -209,13 +209,16 @@ def pipeline_handoffs(program: Program, target) -> Program:
     if not piped:
         return program
     order = [t for t in program.tensors if t.kind == "handoff"]
-    if 2 * len(order) <= CROSS_CORE_FLAG_IDS:
-        ready = {t.name: n for n, t in enumerate(order)}  # one id per hand-off
+    rep = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
+    units = list(dict.fromkeys(rep[t.name] for t in order))
+    if len(units) + len(order) <= CROSS_CORE_FLAG_IDS:
+        ready = {t.name: units.index(rep[t.name]) for t in order}  # one id per hand-off (or signal group)
     else:
         # too few ids for one each: hand-offs sent in the same direction and stage keep their order on both
         # sides, so each such group shares one id
         def group(t):
-            return (handoff_direction(program, t.name), t.name in early)
+            members = [n for n, r in rep.items() if r == rep[t.name]]
+            return (handoff_direction(program, t.name), any(n in early for n in members))
 
         groups = list(dict.fromkeys(group(t) for t in order))
         if len(groups) + len(order) > CROSS_CORE_FLAG_IDS:
@@ -226,6 +229,42 @@ def pipeline_handoffs(program: Program, target) -> Program:
         for t in program.tensors
     )
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors)
+
+
+def _signal_groups(program: Program) -> dict[str, str]:
+    """Hand-off name → the first hand-off of its signal group: stores whose ``signal`` is off belong
+    with the next store that signals (its one ready flag covers them), loads whose ``wait_signal`` is
+    off with the load before them that waits (pass ``one-handoff-per-direction``); a group shares one
+    ready id."""
+    rep: dict[str, str] = {t.name: t.name for t in program.tensors if t.kind == "handoff"}
+
+    def join(names):
+        root = rep[names[0]]
+        for n in names[1:]:
+            old = rep[n]
+            for k, r in rep.items():
+                if r == old:
+                    rep[k] = root
+
+    for k in program.kernels:
+        pending: list[str] = []
+        waiting: list[str] = []
+        for s, _ in walk(k.body):
+            if isinstance(s, Store) and s.dst.tensor in rep:
+                pending.append(s.dst.tensor)
+                if s.signal:
+                    join(pending)
+                    pending = []
+            elif isinstance(s, Load) and s.src.tensor in rep:
+                if s.wait_signal:
+                    if len(waiting) > 1:
+                        join(waiting)
+                    waiting = [s.src.tensor]
+                else:
+                    waiting.append(s.src.tensor)
+        if len(waiting) > 1:
+            join(waiting)
+    return rep
 
 
 def handoff_direction(program: Program, name: str) -> str:

@@ -26,7 +26,7 @@ from .cleanup import (
     tidy_names,
 )
 from .fuse import fuse
-from .strategies import DQ_STRATEGIES, DQStrategy  # noqa: F401  (re-exported)
+from .strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
 from .verify import verify
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
@@ -66,7 +66,16 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         program = log.record("split-matmul-scale", split_matmul_scale(program))
         # the mask's work only on the tiles it cuts (a schedule knob of each Mask, rendered by MaskTile)
         program = log.record("mask-cut-tiles-only", mask_cut_tiles_only(program))
+    gm_handoff = tgt.placement.get("handoff") == "GM"
+    if gm_handoff:
+        from . import handoff
+
+        # the backward's S and dP in one cube step, P and dS in one vector step (statement order)
+        program = log.record("unit-phases", handoff.unit_phases(program))
     program = log.record("place", place(program, tgt, dict(num_stages) if num_stages else None), tgt)
+    if gm_handoff:
+        # each hand-off stored right after its producer; one ready flag per batch of hand-offs
+        program = log.record("one-handoff-per-direction", handoff.one_handoff_per_direction(program), tgt)
     forced = None
     if tile_sizes is not None:
         tiles = parse_tile_sizes(tile_sizes)
@@ -152,6 +161,27 @@ def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: Pass
 
 
 
+def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
+    """The dK/dV strategy a request names: ``None`` or ``"auto"`` is ``"on-chip"`` without a target or
+    on a target whose cube and vector units share on-chip memory (GPUs), and stays ``"auto"`` on one
+    that hands tiles between them through GM (``placement.handoff = "GM"``: Ascend 910B), where
+    :func:`compile_backward` takes ``"atomic"`` when the larger tiles it allows make the schedule
+    faster (:func:`_auto_dkv`).
+
+    Raises:
+        SpecError: an unknown strategy.
+    """
+    if dkv_strategy not in (None, DKV_AUTO) and dkv_strategy not in DKV_STRATEGIES:
+        raise SpecError("dkv_strategy", dkv_strategy, "one of " + ", ".join([DKV_AUTO, *DKV_STRATEGIES]))
+    if dkv_strategy in (None, DKV_AUTO):
+        if target is None:
+            return "on-chip"
+        from ..targets import load_target
+
+        return DKV_AUTO if load_target(target).placement.get("handoff") == "GM" else "on-chip"
+    return dkv_strategy
+
+
 def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | None = None) -> Program:
     """Fuse the unfused backward's phases dv, ds, dqdk into one nest (K/V tiles outer, Q tiles inner).
 
@@ -176,7 +206,7 @@ def fuse_backward(program: Program, dq_strategy: str = "atomic", log: PassLog | 
         at = [k.name for k in program.kernels].index("dqdk") + 1
         program = dataclasses.replace(program, kernels=program.kernels[:at] + tuple(copies) + program.kernels[at:])
         program = drop_stores(program, set(phases), {"dQ_ws"})
-        program = drop_stores(program, {f"{n}_q" for n in phases}, {"dK", "dV"})
+        program = drop_stores(program, {f"{n}_q" for n in phases}, {"dK", "dV", "dK_ws", "dV_ws"})
         program = log.record("slice dK,dV | dQ", eliminate_dead(program))
         program = log.record("fuse dv+ds+dqdk", fuse(program, phases, host="dv", name="main", phase="main"))
         program = log.record(
@@ -202,17 +232,20 @@ def compile_backward(
     num_stages=None,
     group_split: int = 1,
     heavy_first: bool = False,
+    dkv_strategy: str | None = None,
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound;
-    ``num_stages`` as :func:`schedule`. ``group_split`` (programs sharing the query heads of one KV
-    head, a divisor of G) and ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's
-    schedule knobs (:func:`tilegen.passes.group.split_group`); the defaults leave the program as built.
+    ``num_stages`` as :func:`schedule`; ``dkv_strategy`` as :func:`resolve_dkv_strategy` (the
+    program's attribute ``dkv_strategy`` names the one built). ``group_split`` (programs sharing the
+    query heads of one KV head, a divisor of G) and ``heavy_first`` (K/V-tile grid axis outermost) are
+    the fused ``main`` kernel's schedule knobs (:func:`tilegen.passes.group.split_group`); the defaults
+    leave the program as built.
 
     Results are cached on disk (:mod:`tilegen.cache`).
 
     Raises:
-        SpecError: an unknown dq strategy, or ``group_split`` not a divisor of G, or knobs on an
-            unfused program."""
+        SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
+            of G, or knobs on an unfused program."""
     from .group import check_split, split_group
 
     log = log if log is not None else PassLog()
@@ -224,15 +257,50 @@ def compile_backward(
     knobbed = split > 1 or bool(heavy_first)
     if knobbed and not fused:
         raise SpecError("group_split", group_split, "1 with heavy_first off for an unfused backward (the knobs split the fused main kernel)")
+    dkv = resolve_dkv_strategy(dkv_strategy, target)
     stages = _stages_key(num_stages)
+    if dkv == DKV_AUTO:
+        return _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log, num_stages, split, bool(heavy_first))
 
     def build(inner: PassLog) -> Program:
-        program = inner.record("build", build_backward(spec))
+        program = inner.record("build", build_backward(spec, dkv).with_attrs(dkv_strategy=dkv))
         if fused:
             program = fuse_backward(program, dq_strategy, inner)
         if knobbed:
             program = inner.record(f"split group ({split}{', heavy first' if heavy_first else ''})", split_group(program, split, bool(heavy_first)))
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    key = ("backward", spec, fused, dq_strategy, target_key(target), tile_sizes, stages)
+    key = ("backward", spec, fused, dq_strategy, dkv, target_key(target), tile_sizes, stages)
     return _cached(key + ((split, bool(heavy_first)) if knobbed else ()), log, build)
+
+
+def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_stages, group_split=1, heavy_first=False) -> Program:
+    """``dkv_strategy="auto"`` on a GM hand-off target: the atomic program when the cost model
+    (:func:`tilegen.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
+    by) predicts its schedule faster than the on-chip one's, whose tiles the accumulators held in L0C
+    bound (it is, from a few thousand tokens: larger tiles), or when no tile size fits the on-chip
+    one; else the on-chip program (two fewer launches, deterministic: the small specs, where the
+    launches dominate). Both compiles go through the cache; ``log`` gets the chosen one's."""
+    from ..errors import ScheduleError
+
+    logs = {name: PassLog() for name in ("on-chip", "atomic")}
+
+    def compiled(name):
+        return compile_backward(
+            spec, fused=fused, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=logs[name],
+            num_stages=num_stages, dkv_strategy=name, group_split=group_split, heavy_first=heavy_first,
+        )
+
+    try:
+        on_chip = compiled("on-chip")
+    except ScheduleError:
+        on_chip = None
+    atomic = compiled("atomic") if on_chip is not None else None
+    if on_chip is None:
+        chosen, program = "atomic", compiled("atomic")
+    else:
+        time = {n: logs[n].schedule.prediction.time_s for n in logs}
+        chosen, program = ("atomic", atomic) if time["atomic"] < time["on-chip"] else ("on-chip", on_chip)
+    log.steps.extend(logs[chosen].steps)
+    log.schedule = logs[chosen].schedule
+    return program

@@ -21,13 +21,11 @@ inline const char* TilegenRefusal(const TilegenTiling& t)
 {
     const int64_t B = t.B, Hq = t.Hq, Hkv = t.Hkv, G = t.G, Sq = t.Sq, Sk = t.Sk;
     (void)B; (void)Hq; (void)Hkv; (void)G; (void)Sq; (void)Sk;
-    if (!(0LL <= ((-256LL) + (256LL * Hkv)) && ((-256LL) + (256LL * Hkv)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hkv - 256 (the row gap of the store of dVc into dV in main) must be in [0, 4294967295]";
+    if (!(0LL <= ((-256LL) + (256LL * Hkv)) && ((-256LL) + (256LL * Hkv)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hkv - 256 (the row gap of the store of dKc into dK in post_kv) must be in [0, 4294967295]";
     if (!(0LL <= ((-256LL) + (256LL * Hq)) && ((-256LL) + (256LL * Hq)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hq - 256 (the row gap of the store of Oc into O in fwd) must be in [0, 4294967295]";
     if (!(0LL <= ((-256LL) + (256LL * Hq)) && ((-256LL) + (256LL * Hq)) <= 4294967295LL)) return "DataCopyExtParams.srcStride = 256*Hq - 256 (the row gap of the load of O into Oi in pre) must be in [0, 4294967295]";
     if (!(0LL <= (256LL + Sk) && (256LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 256 (the column index of the mask of S_vector in fwd) must be in [0, 16777216]";
-    if (!(0LL <= (64LL + Sk) && (64LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 64 (the column index of the mask of S_vector in main) must be in [0, 16777216]";
     if (!(0LL <= (256LL + Sq) && (256LL + Sq) <= 16777216LL)) return "MaskTile.index = Sq + 256 (the column index of the mask of S_vector in fwd) must be in [0, 16777216]";
-    if (!(0LL <= (64LL + Sq) && (64LL + Sq) <= 16777216LL)) return "MaskTile.index = Sq + 64 (the column index of the mask of S_vector in main) must be in [0, 16777216]";
     if (!(1LL <= (128LL * Hkv) && (128LL * Hkv) <= 65535LL)) return "Nd2NzParams.srcDValue = 128*Hkv (the row pitch of the load of K into Kj in fwd) must be in [1, 65535]";
     if (!(1LL <= (128LL * Hq) && (128LL * Hq) <= 65535LL)) return "Nd2NzParams.srcDValue = 128*Hq (the row pitch of the load of Q into Qi in fwd) must be in [1, 65535]";
     return nullptr;

@@ -1,0 +1,132 @@
+"""The dK/dV strategies of the fused backward (on-chip accumulators, atomic adds into fp32 workspaces)
+and the hand-off passes of GM hand-off targets (unit phases, one ready flag per direction): values
+against the float64 reference in the interpreter, the statement order and the flags of the emitted
+code, the tile sizes they allow, and the one-line refusals of bad values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import assert_backward_ok, inputs, make_spec
+from tilegen.backends.interp import interpret
+from tilegen.errors import SpecError
+from tilegen.ir import Load, Loop, MatMul, Store
+from tilegen.passes import pipeline
+from tilegen.spec import builtin_spec
+
+CASES = {
+    "gqa-window": dict(heads_q=4, heads_kv=2, seq_q=130, seq_k=190, head_dim_qk=64, head_dim_v=64, window=(40, 7), dtype="fp16"),
+    "mqa-causal-top-left": dict(heads_q=3, heads_kv=1, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=32, window=(-1, 0),
+                                alignment="top_left", dtype="bf16"),
+    "empty-rows": dict(seq_q=90, seq_k=40, head_dim_qk=32, head_dim_v=32, window=(-1, 0), dtype="fp16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dq_strategy", ["atomic", "separate"])
+@pytest.mark.parametrize("target", [None, "ascend910b2"])
+def test_atomic_dkv_matches_the_float64_reference(case, dq_strategy, target):
+    """The atomic dK/dV program (with each dQ strategy, bound with default tiles or placed and tiled for
+    the 910B) in the interpreter, against the dense float64 reference (DESIGN §3's rule)."""
+    spec = make_spec(**CASES[case])
+    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, dkv_strategy="atomic")
+    assert program.attr("dkv_strategy") == "atomic"
+    names = {t.name for t in program.tensors}
+    assert {"dK_ws", "dV_ws"} <= names
+    data = inputs(spec, seed=3)
+    from tilegen import reference
+
+    kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
+    o, lse = reference.forward(data["Q"], data["K"], data["V"], **kw)
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": o.astype(data["Q"].dtype), "L": lse.astype("float32"), "dO": data["dO"]}
+    grads, _ = interpret(program, feeds)
+    assert_backward_ok(spec, (grads["dQ"], grads["dK"], grads["dV"]), data, lse=lse)
+
+
+def test_the_default_strategy_follows_the_target():
+    """auto: on-chip without a target and on a GPU; on the 910B the faster predicted schedule: atomic for
+    llama2-7b (its tiles grow from 32 x 64), on-chip for tiny (70 tokens: no larger tile is useful, and
+    the atomic form's two extra launches cost more than they save); a tile size that fits only the
+    atomic form takes it."""
+    tiny, llama = builtin_spec("tiny-gqa"), builtin_spec("llama2-7b")
+    assert pipeline.compile_backward(tiny).attr("dkv_strategy") == "on-chip"
+    assert pipeline.compile_backward(tiny, target="h200").attr("dkv_strategy") == "on-chip"
+    assert pipeline.compile_backward(tiny, target="ascend910b2").attr("dkv_strategy") == "on-chip"
+    assert pipeline.compile_backward(llama, target="ascend910b2").attr("dkv_strategy") == "atomic"
+    assert pipeline.compile_backward(llama, target="ascend910b2", dkv_strategy="on-chip").attr("dkv_strategy") == "on-chip"
+    forced = pipeline.compile_backward(llama, target="ascend910b2", tile_sizes=(128, 128))
+    assert forced.attr("dkv_strategy") == "atomic"
+
+
+def test_bad_strategies_are_refused_in_one_line():
+    spec = builtin_spec("tiny")
+    with pytest.raises(SpecError, match=r"dkv_strategy = 'sum'.*auto, on-chip, atomic") as exc:
+        pipeline.compile_backward(spec, dkv_strategy="sum")
+    assert "\n" not in str(exc.value)
+    from tilegen.backends import generate
+
+    with pytest.raises(SpecError, match="dkv_strategy = 'atomic'.*GPU target"):
+        generate(spec, "h200", dkv_strategy="atomic")
+    r = subprocess.run([sys.executable, "-m", "tilegen", "generate", "--spec", "tiny", "-o", "/nonexistent-out", "--dkv-strategy", "sum"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "invalid choice: 'sum'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _innermost(body):
+    loops = [s for s in body if isinstance(s, Loop)]
+    return _innermost(loops[0].body) if loops else body
+
+
+@pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
+def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
+    """On the 910B the backward's tile pair runs cube (S, dP) → vector (P, dS) → cube (dV, dK, dQ):
+    both matmuls reading no vector result come before every hand-off back, and the emitted AIC loop
+    sets the cube-to-vector ready flag once and waits for the vector's once per tile pair (before:
+    twice each, S → P → dV, dP → dS → dK, dQ)."""
+    from tilegen.backends import ascendc
+
+    spec = builtin_spec("llama2-7b")
+    program = pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy)
+    body = _innermost(program.kernel("main").body)
+    kinds = [(type(s).__name__, getattr(s, "dst", None)) for s in body]
+    first_back = next(n for n, s in enumerate(body) if isinstance(s, Load) and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube"))
+    before = {s.dst for s in body[:first_back] if isinstance(s, MatMul)}
+    assert before == {"S", "dP"}, kinds
+    sends = [s for s in body if isinstance(s, Store) and s.dst.tensor.startswith("ws_")]
+    assert sum(s.signal for s in sends) == 2 and len(sends) == 4  # one flag per direction
+    text = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy).files["bwd_kernels.asc"]
+    main = text[text.index("bwd_main("):]
+
+    def q_loop(side: str) -> str:  # the body of the loop over visible Q tiles (closed 4 columns left of it)
+        start = side.index("visible Q tiles")
+        return side[start : side.index("\n                }\n", start)]
+
+    aic = q_loop(main[main.index("ASCEND_IS_AIC"):main.index("ASCEND_IS_AIV")])
+    assert aic.count("CrossCoreSetFlag<2, PIPE_FIX>(tilegen::FLAG_C2V_READY)") == 1
+    assert aic.count("CrossCoreWaitFlag(tilegen::FLAG_V2C_READY)") == 1
+    aiv = q_loop(main[main.index("ASCEND_IS_AIV"):])
+    assert aiv.count("CrossCoreWaitFlag(tilegen::FLAG_C2V_READY)") == 1
+    assert aiv.count("CrossCoreSetFlag<2, PIPE_MTE3>(tilegen::FLAG_V2C_READY)") == 1
+
+
+def test_atomic_dkv_lets_the_tiles_grow():
+    """llama2-7b on the 910B: with dK, dV held in L0C across the Q loop the tiles stop at 32 x 64; with
+    the atomic strategy L0C holds only one cube step's tiles and a larger tile fits every level."""
+    spec = builtin_spec("llama2-7b")
+    logs = {}
+    for strategy in ("on-chip", "atomic"):
+        logs[strategy] = pipeline.PassLog()
+        pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=strategy, log=logs[strategy])
+    on_chip, atomic = logs["on-chip"].schedule, logs["atomic"].schedule
+    assert on_chip.chosen == (32, 64)
+    br, bc = atomic.chosen
+    assert br * bc >= 128 * 128
+    cand = atomic.chosen_candidate()
+    assert cand.feasible and dict(cand.peaks)["L0C"] <= dict(atomic.capacities)["L0C"]
+    # 64 x 128 overflows L0C under the on-chip strategy (the accumulators), not under the atomic one
+    assert any(c.Br == 64 and c.Bc == 128 and not c.feasible for c in on_chip.candidates)
+    assert any(c.Br == 64 and c.Bc == 128 and c.feasible for c in atomic.candidates)
+
