@@ -576,7 +576,7 @@ def _bound_call(kind, key, stream, args):
         buf = torch.empty(ws[0], dtype=ws[1], device=device)
         xs += [buf.as_strided(*view) for view in ws[2]]
     xs += [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in allocs]
-    try:
+    try:  # an input goes as given, not as its BNSD view: a launcher reads a tensor's data_ptr() alone
         for launch, grid, tensors, ints in launches:
             launch(grid, stream, (*[xs[i] for i in tensors], *ints))
     except TypeError:  # refused (before any launch of a new form): the ordinary path, for good
