@@ -101,6 +101,7 @@ def stub_kernels(module, direct: bool):
     if hasattr(module, "_DIRECT_ON"):  # absent before the direct path
         module._DIRECT_ON = direct
         module._DIRECT.clear()
+        getattr(module, "_BOUND", {}).clear()  # absent before the bound launch records
         module._device_stream = lambda: (0, 0)
 
 
@@ -271,7 +272,7 @@ def main(argv=None) -> dict:
         res[f"fast path, generated module ({how}): forward (no grad)"] = per_call(fwd, n)
         res[f"fast path, generated module ({how}): forward + backward"] = per_call(fwd_bwd, n)
     if hasattr(module, "LAUNCHES"):
-        print(f"generated module launches: {module.LAUNCHES}")
+        print(f"generated module launches: {module.LAUNCHES}; calls through the bound launch records: {getattr(module, 'BOUND_CALLS', None)}")
         spec = triton_specialisation(module, q, k, v)
         if spec is not None:
             res["Triton's JITFunction.run host work the direct path skips (binder + cache key), per forward launch"] = per_call(spec, n)

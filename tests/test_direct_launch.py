@@ -16,6 +16,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated: CPU tensors, no GPU
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -31,10 +32,10 @@ NAMES = ["x_ptr", "y_ptr", "x_s0", "y_s0", "n", "Br", "G"]  # two pointers, thre
 CONSTS = {"G": 2, "Br": 16}  # in another order than the parameters
 
 
-def _module(dtype="fp16", causal=True, hq=2, hkv=2):
+def _module(dtype="fp16", causal=True, hq=2, hkv=2, layout="BNSD", dq_strategy=None):
     spec = AttentionSpec(batch=1, heads_q=hq, heads_kv=hkv, seq_q=24, seq_k=24, head_dim_qk=16, head_dim_v=16, dtype=dtype,
-                         window=(-1, 0) if causal else (-1, -1), layout="BNSD", name="direct")
-    return triton_backend.load(spec, "h200")
+                         window=(-1, 0) if causal else (-1, -1), layout=layout, name="direct")
+    return triton_backend.load(spec, "h200", dq_strategy)
 
 
 class Launcher:
@@ -305,3 +306,165 @@ def test_the_table_is_emptied_when_full(mod, monkeypatch):
     for n in range(3):
         mod._launch(kernel, (3, 2), tensors, (1, 1, n), dict(CONSTS), 4, 2)
     assert len(mod._DIRECT) == 1
+
+
+# --- bound launch records (a trusted call's second run: one key, the recorded launchers) -------------
+
+
+@pytest.fixture(params=[("BNSD", None), ("BSND", "separate")], ids=["BNSD-atomic", "BSND-separate"])
+def bound(monkeypatch, request):
+    """A real module (fp16, causal; BNSD with the atomic dQ, BSND with the separate one) whose kernels are fake kernels with the real parameter lists
+    (each with its own recording launcher), the direct path on, empty tables and counters."""
+    m = _module(layout=request.param[0], dq_strategy=request.param[1])
+    monkeypatch.setattr(m, "_DIRECT_ON", True)
+    monkeypatch.setattr(m, "_DIRECT", {})
+    monkeypatch.setattr(m, "_BOUND", {})
+    monkeypatch.setattr(m, "LAUNCHES", {"direct": 0, "ordinary": 0})
+    monkeypatch.setattr(m, "BOUND_CALLS", {"forward": 0, "backward": 0})
+    monkeypatch.setattr(m, "_device_stream", lambda: (0, STREAM))
+    for name in KERNELS(m):
+        jit = getattr(m, f"{name}_kernel")
+        kernel = Kernel(Compiled(Launcher(), n_signature=len(jit.arg_names)))
+        kernel.arg_names = list(jit.arg_names)
+        kernel.compiled.src.signature = dict.fromkeys(jit.arg_names, "i32")
+        monkeypatch.setattr(m, f"{name}_kernel", kernel)
+    return m
+
+
+def KERNELS(m):  # noqa: N802 - the module's kernels, forward first
+    return [k for k in ("fwd", "pre", "main", "post", "main_dq") if hasattr(m, f"{k}_kernel")] + sorted(
+        n[: -len("_kernel")] for n in vars(m) if n.endswith("_kernel") and n[: -len("_kernel")] not in ("fwd", "pre", "main", "post", "main_dq"))
+
+
+def _qkv(m, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.randn(m._physical_shape((1, 2, 24, 16)), generator=gen).to(m.DTYPE) for _ in range(4))
+    lse = torch.zeros(1, 2, 24)
+    return q, k, v, q.clone(), lse, do  # o: any tensor of o's shape (the kernels are fakes)
+
+
+def _launched(m):
+    """Every launcher call so far, per kernel, in kernel order: (grid, stream, pointer arguments as
+    (data_ptr, dtype): all a launcher reads of a tensor (the strides are integer arguments; the record
+    passes an input as given, not its BNSD view), the integer and constexpr arguments)."""
+    out = []
+    for name in KERNELS(m):
+        kernel = getattr(m, f"{name}_kernel")
+        n_ptr = sum(1 for a in kernel.arg_names if a.endswith("_ptr"))
+        for call in kernel.compiled.run.calls:
+            args = call[9:]
+            out.append((name, call[:4], call[4:9], [(x.data_ptr(), x.dtype) for x in args[:n_ptr]], args[n_ptr:]))
+    return out
+
+
+def _kinds(entries):
+    """`entries` with the new tensors' data pointers dropped (each call allocates its own)."""
+    return [(name, grid, rest, [p[1:] for p in ptrs], ints) for name, grid, rest, ptrs, ints in entries]
+
+
+def test_bound_record_gives_the_launches_and_arguments_of_the_direct_path(bound):
+    m = bound
+    q, k, v, o, lse, do = _qkv(m)
+    m.forward(q, k, v, trusted=True)  # ordinary launches; the record is kept
+    m.backward(q, k, v, o, lse, do, trusted=True)
+    assert m.BOUND_CALLS == {"forward": 0, "backward": 0} and len(m._BOUND) == 2
+    m._BOUND.clear()  # the per-launch direct path (the record is made again)
+    out_direct = m.forward(q, k, v, trusted=True)
+    grads_direct = m.backward(q, k, v, o, lse, do, trusted=True)
+    direct = _launched(m)
+    n = len(KERNELS(m))  # launches per forward + backward
+    assert m.LAUNCHES == {"direct": n, "ordinary": n} and m.BOUND_CALLS == {"forward": 0, "backward": 0}
+    out_bound = m.forward(q, k, v, trusted=True)
+    grads_bound = m.backward(q, k, v, o, lse, do, trusted=True)
+    assert m.BOUND_CALLS == {"forward": 1, "backward": 1} and m.LAUNCHES == {"direct": 2 * n, "ordinary": n}
+    assert sum(len(getattr(m, f"{name}_kernel").calls) for name in KERNELS(m)) == n  # Triton's path: the first call only
+    launched = _launched(m)
+    assert [e[0] for e in direct] == KERNELS(m) and len(launched) == 2 * n
+    by_kernel = {}
+    for e in launched:
+        by_kernel.setdefault(e[0], []).append(e)
+    inputs = {t.data_ptr() for t in (q, k, v, o, lse, do)}
+    for name, (d, b) in by_kernel.items():  # the direct path's call, the record's call
+        assert _kinds([d]) == _kinds([b]), name  # grid, stream, launcher arguments, tensor kinds, ints, constexprs
+        for x, ((pd, *_), (pb, *_)) in enumerate(zip(d[3], b[3])):
+            assert (pd == pb) if pd in inputs else (pb not in inputs and pb % 16 == 0), (name, x)
+    # the shared workspace: one buffer, D and dQ_ws at the same offsets as the direct path's
+    if m._BOUND[next(iter(k for k in m._BOUND if k[0] == "backward"))][0] is not None:  # a shared workspace buffer
+        (_, _, _, pre_d, _), (_, _, _, pre_b, _) = by_kernel["pre"]
+        assert pre_d[3][0] - pre_d[2][0] == pre_b[3][0] - pre_b[2][0] > 0
+    for a, b in zip((*out_direct, *grads_direct), (*out_bound, *grads_bound)):
+        assert _same(a, b) and a.data_ptr() != b.data_ptr()
+
+
+def _same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and a.device == b.device
+
+
+@pytest.mark.parametrize("change", ["alignment", "stride"])
+def test_bound_record_falls_back_on_an_alignment_or_stride_change(bound, change):
+    m = bound
+    q, k, v, o, lse, do = _qkv(m)
+    for _ in range(2):
+        m.forward(q, k, v, trusted=True)
+    assert m.BOUND_CALLS["forward"] == 1
+    if change == "alignment":
+        q2 = torch.empty(q.numel() + 1, dtype=q.dtype)[1:].view(q.shape).copy_(q)  # 2 bytes off a 16-byte boundary
+        assert q2.data_ptr() % 16
+    else:
+        q2 = q.transpose(2, 3).contiguous().transpose(2, 3)  # another stride
+    ordinary = len(m.fwd_kernel.calls)
+    m.forward(q2, k, v, trusted=True)
+    assert m.BOUND_CALLS["forward"] == 1  # not the first key's record
+    assert len(m.fwd_kernel.calls) == ordinary + 1  # a new specialisation: Triton's path
+    grid, args, _ = m.fwd_kernel.calls[-1]
+    assert args[0].data_ptr() == q2.data_ptr() and args[5:9] == m._logical(q2).stride()
+    m.forward(q2, k, v, trusted=True)  # the new key's record
+    assert m.BOUND_CALLS["forward"] == 2
+    last = _launched(m)[-1]
+    assert last[3][0][0] == q2.data_ptr() and last[4][:4] == m._logical(q2).stride()
+    m.forward(q, k, v, trusted=True)  # the first key's record is still there
+    assert m.BOUND_CALLS["forward"] == 3 and _launched(m)[-1][3][0][0] == q.data_ptr()
+
+
+def test_bound_record_is_not_taken_with_a_hook_poison_or_untrusted(bound, monkeypatch):
+    m = bound
+    q, k, v, o, lse, do = _qkv(m)
+    for _ in range(2):
+        m.backward(q, k, v, o, lse, do, trusted=True)
+    assert m.BOUND_CALLS["backward"] == 1
+    m.backward(q, k, v, o, lse, do, trusted=True, poison=True)
+    m.backward(q, k, v, o, lse, do)
+    monkeypatch.setattr(m, "_hooks_idle", lambda: False)
+    bwd = KERNELS(m)[1:]
+    n = sum(len(getattr(m, f"{name}_kernel").calls) for name in bwd)
+    m.backward(q, k, v, o, lse, do, trusted=True)
+    assert m.BOUND_CALLS["backward"] == 1
+    assert sum(len(getattr(m, f"{name}_kernel").calls) for name in bwd) == n + len(bwd)  # the hook sees Triton's launches
+
+
+def test_bound_record_refused_by_the_launcher_is_dropped_for_good(bound):
+    m = bound
+
+    class Refusing(Launcher):
+        def __call__(self, *args):
+            super().__call__(*args)
+            raise TypeError("function takes exactly 12 arguments")
+
+    m.fwd_kernel.compiled.run = Refusing()
+    q, k, v, _, _, _ = _qkv(m)
+    m._DIRECT.clear()
+    m.forward(q, k, v, trusted=True)  # ordinary; the record kept
+    m.forward(q, k, v, trusted=True)  # the record's launch refused: redone on the ordinary path
+    assert m.BOUND_CALLS["forward"] == 0 and list(m._BOUND.values()) == [None]
+    assert len(m.fwd_kernel.calls) == 2 and len(m.fwd_kernel.compiled.run.calls) == 2  # the record's try, the direct path's try
+    m.forward(q, k, v, trusted=True)
+    assert m.BOUND_CALLS["forward"] == 0 and len(m.fwd_kernel.calls) == 3 and len(m.fwd_kernel.compiled.run.calls) == 2
+
+
+def test_programs_with_host_work_beyond_launches_keep_no_record():
+    spec = AttentionSpec(batch=1, heads_q=2, heads_kv=2, seq_q=24, seq_k=24, head_dim_qk=16, head_dim_v=16, dtype="fp16",
+                         window=(-1, 0), layout="BNSD", name="direct", sinks=True)
+    src = triton_backend.render(spec, "h200")
+    assert "_bound_call(" not in src.split("\ndef forward(")[1]
+    plain = triton_backend.render(dataclasses.replace(spec, sinks=False), "h200").split("\ndef forward(")[1]
+    assert plain.count("_bound_call(") == 2  # forward and backward

@@ -206,3 +206,26 @@ def test_functorch_transforms_take_the_custom_ops(fast):
     seen = []
     vmap(lambda x: seen.append(tt._fast_key("sdpa", x, k[0], v[0], True)) or x)(q)
     assert seen == [None]
+
+
+def test_fast_path_backward_fills_no_gradient_of_lse(fast, monkeypatch):
+    """lse takes no gradient: the fast path's backward gets None for it, not a zero-filled tensor (a fill
+    kernel per call on a GPU). Counted with torch's profiler over a hit whose module allocates alone."""
+
+    class Stub:
+        def forward(self, q, k, v, **kw):
+            return torch.empty_like(q), torch.empty(q.shape[:3])
+
+        def backward(self, q, k, v, o, lse, do, **kw):
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    plan = tt._Plan(Stub(), tt._stamp("h200"))
+    monkeypatch.setattr(tt, "_op_plan", lambda *a, **kw: plan)
+    q, k, v, do = _inputs()
+    xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    for _ in range(2):  # a miss, then a hit
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            torch.autograd.grad(tt.scaled_dot_product_attention(*xs, is_causal=True), xs, do)
+    names = [e.key for e in prof.key_averages()]
+    assert tt.PLAN_STATS["hits"] == 1
+    assert not {"aten::zeros", "aten::fill_", "aten::zero_"} & set(names), names

@@ -708,10 +708,14 @@ class _FastAttention(torch.autograd.Function):
     them, ``backward`` → (dq, dk, dv) as :func:`attention_bwd`; lse takes no gradient and there is no
     second derivative (NotImplementedError, as the custom ops). The module's input checks are skipped
     (``trusted=True``): the plan's key proved q, k, v, and dout is checked against out here (autograd
-    already gives it out's shape and dtype; its strides may be anything, the kernels take strides)."""
+    already gives it out's shape and dtype; its strides may be anything, the kernels take strides).
+    No gradient is materialised (``set_materialize_grads(False)``): lse's is None rather than a
+    zero-filled tensor (a fill kernel per call), and a backward that receives no gradient for out
+    returns none."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan):
+        ctx.set_materialize_grads(False)
         out, lse = plan.module.forward(q, k, v, trusted=True)  # lse: a new contiguous [B, Hq, Sq] tensor
         out = out.contiguous()
         ctx.save_for_backward(q, k, v, out, lse)
@@ -723,6 +727,8 @@ class _FastAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         if torch.is_grad_enabled():
             raise NotImplementedError(NO_SECOND_DERIVATIVE)
+        if dout is None:
+            return None, None, None, None
         q, k, v, out, lse = ctx.saved_tensors
         trusted = dout.dtype == out.dtype and dout.shape == out.shape
         dq, dk, dv = ctx.module.backward(q, k, v, out, lse, dout, trusted=trusted)

@@ -1454,6 +1454,16 @@ def _program_context(sched: Scheduled) -> dict:
     }
 
 
+def bound_launches(spec: AttentionSpec, prog: dict) -> bool:
+    """Whether the module's ``forward``/``backward`` of ``prog`` (a :func:`_program_context`) gets the
+    bound launch record (``_bind``/``_bound_call``): a repeated trusted call then allocates and calls
+    the compiled kernels' launchers with the arguments recorded on its first call. Only programs whose
+    host work is allocations and launches alone qualify: no mods (parameters, classify kernels), no
+    sinks (dsinks computed on the host), no tensor filled before the launch and no zeroed partial."""
+    plain = all(t["fill"] is None and t["kind"] in ("input", "output", "workspace") for t in prog["tensors"])
+    return spec.mods is None and not spec.sinks and plain and all(k["phase"] != "classify" for k in prog["kernels"])
+
+
 def shared_workspaces(tensors: list[dict]) -> list[dict]:
     """The workspaces (tensor contexts of kind "workspace", no fill) of the first workspace's dtype that
     the module allocates in one buffer (``_workspaces``: one allocation per call instead of one per
@@ -1517,6 +1527,8 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
     }
     context["fills"] = context["programs"][0]["fills"]
     context["bwd_fills"] = context["programs"][1]["fills"]
+    for prog in context["programs"]:
+        prog["bound"] = bound_launches(spec, prog)
     return _environment().get_template("module.py.jinja").render(**context)
 
 

@@ -412,9 +412,10 @@ def _direct_launch(kernel, compiled, n_args, consts):
     return launch
 
 
-def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
+def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages, record=None):
     """Launch `kernel` on `grid` (1 to 3 axes) with the pointer arguments `tensors`, then the integer
-    arguments `ints` (strides, shapes), then the constexprs `consts` (name -> value)."""
+    arguments `ints` (strides, shapes), then the constexprs `consts` (name -> value). `record`: a list
+    that gets (direct launch or None, the 3-axis grid, `ints`) of this launch (see `_bind`)."""
     key = None
     if _DIRECT_ON:
         device, stream = _device_stream()
@@ -427,6 +428,8 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
                 _DIRECT[key] = None
             else:
                 LAUNCHES["direct"] += 1
+                if record is not None:
+                    record.append((direct, (*grid, 1, 1)[:3], ints))
                 return
     compiled = kernel[grid](*tensors, *ints, **consts, num_warps=num_warps, num_stages=num_stages)
     LAUNCHES["ordinary"] += 1
@@ -434,10 +437,96 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
         if len(_DIRECT) >= _DIRECT_LIMIT:  # stride-varying workloads: start again
             _DIRECT.clear()
         _DIRECT[key] = _direct_launch(kernel, compiled, len(tensors) + len(ints), consts)
+    if record is not None:
+        record.append((_DIRECT.get(key) if key is not None else None, (*grid, 1, 1)[:3], ints))
+
+
+# --- bound launch records ---------------------------------------------------------------------------
+#
+# A trusted `forward`/`backward` call without poison (tilegen.torch's plan cache on a hit) whose
+# launches could all be direct leaves a record under a key of everything its launches depend on beyond
+# this module's constants: the current device and each input's strides and 16-byte alignment (the
+# shapes and dtypes are the module's own, which `trusted` vouches for). The record holds what the call
+# allocated (the shared workspace buffer with the views' shapes, strides and offsets; every other new
+# tensor's shape and strides), and per launch the direct launcher, the grid and the integer arguments
+# (strides of the inputs and of the new tensors, shapes) as that call passed them. A later call with the
+# key allocates the same, reads the current stream once and calls the launchers with its own tensors:
+# no dict, no stride(), no per-launch key. It falls back to the ordinary path (which keeps every
+# check of `_launch`) while a launch hook is set, under TRITON_INTERPRET=1, with poison, when the
+# alignment class or a stride of an input changes (another key: its first call records again), and
+# for good for a key whose launcher refuses the arguments (TypeError; the call is then redone on the
+# ordinary path, every tensor new). torch's allocators start every allocation on at least a 64-byte
+# boundary, so the new tensors keep the alignment class `_bind` checked. Nothing reads a tensor's
+# values on the host, so a CUDA graph can capture it.
+
+_BOUND = {}  # ("forward" | "backward", key (see above)) -> record (see `_bind`), or None: the ordinary path
+BOUND_CALLS = {"forward": 0, "backward": 0}  # calls that took their bound record, for tests and benchmarks
+
+
+def _bind(kind, key, record, t, inputs, workspaces, result):
+    """Keep the record of a call under (`kind`, `key`) when every launch of it could be direct:
+    `record` from `_launch` (one entry per launch, in order, each with `_LAUNCH_TENSORS[kind]`'s names),
+    `t` the call's tensors by name, `inputs` the names of the arguments (in `forward`/`backward` order),
+    `workspaces` the names of the views of the shared workspace buffer, `result` what the call returns
+    (tensors of `t`, or their BNSD/BSND transposes). Keeps None (the ordinary path) when a new tensor
+    does not start on a 16-byte boundary or a result is not found."""
+    if len(_BOUND) >= _DIRECT_LIMIT:
+        _BOUND.clear()
+    if any(launch is None for launch, _, _ in record):
+        _BOUND[(kind, key)] = None
+        return
+    names = list(inputs) + list(workspaces) + [n for n in t if n not in inputs and n not in workspaces]
+    new = [t[n] for n in names[len(inputs):]]
+    ws = None
+    if workspaces:
+        base = t[workspaces[0]]._base
+        if base is None or any(t[n]._base is not base for n in workspaces):
+            _BOUND[(kind, key)] = None
+            return
+        ws = (base.numel(), base.dtype, tuple((tuple(t[n].shape), t[n].stride(), t[n].storage_offset()) for n in workspaces))
+    allocs = tuple((tuple(x.shape), x.stride(), x.dtype) for x in new[len(workspaces):])
+    returns = [next(((i, p) for i, x in enumerate(new, len(inputs)) for p in (False, True) if r.data_ptr() == x.data_ptr()
+                     and (not p or x.dim() == 4) and _same_view(r, x.permute(0, 2, 1, 3) if p else x)), None) for r in result]
+    if any(x.data_ptr() % 16 for x in new) or None in returns:
+        _BOUND[(kind, key)] = None
+        return
+    index = {n: i for i, n in enumerate(names)}
+    launches = tuple((launch, grid, tuple(index[n] for n in tensors), ints)
+                     for (launch, grid, ints), tensors in zip(record, _LAUNCH_TENSORS[kind]))
+    _BOUND[(kind, key)] = (ws, allocs, launches, tuple(returns))
+
+
+def _same_view(a, b):
+    return tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride() and a.dtype == b.dtype
+
+
+def _bound_call(kind, key, stream, args):
+    """The result of a trusted call through its bound record, or None: no record (or a None one), a
+    launch hook set, or a launcher refusing the arguments (the record is then dropped for good)."""
+    bound = _BOUND.get((kind, key))
+    if bound is None or not _hooks_idle():
+        return None
+    ws, allocs, launches, returns = bound
+    device = args[0].device
+    xs = list(args)
+    if ws is not None:
+        buf = torch.empty(ws[0], dtype=ws[1], device=device)
+        xs += [buf.as_strided(*view) for view in ws[2]]
+    xs += [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in allocs]
+    try:  # an input goes as given, not as its BNSD view: a launcher reads a tensor's data_ptr() alone
+        for launch, grid, tensors, ints in launches:
+            launch(grid, stream, (*[xs[i] for i in tensors], *ints))
+    except TypeError:  # refused (before any launch of a new form): the ordinary path, for good
+        _BOUND[(kind, key)] = None
+        return None
+    LAUNCHES["direct"] += len(launches)
+    BOUND_CALLS[kind] += 1
+    return tuple(xs[i].permute(0, 2, 1, 3) if p else xs[i] for i, p in returns)
 
 
 
-def _launch_fwd(t):
+
+def _launch_fwd(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 64, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -447,14 +536,14 @@ def _launch_fwd(t):
         (t["Q"], t["K"], t["V"], t["O"], t["L"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd,
-        num_warps=4, num_stages=3,
+        num_warps=4, num_stages=3, record=record,
     )
 
 
 _CONSTEXPRS_fwd = dict(Br=64, Bc=64, **CONSTS)
 
 
-def _launch_pre(t):
+def _launch_pre(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 64, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -464,14 +553,14 @@ def _launch_pre(t):
         (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
         (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_pre,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_pre = dict(Br=64, Bc=128, **CONSTS)
 
 
-def _launch_main(t):
+def _launch_main(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 64, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -481,14 +570,14 @@ def _launch_main(t):
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
-        num_warps=8, num_stages=2,
+        num_warps=8, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_main = dict(Br=64, Bc=128, **CONSTS)
 
 
-def _launch_post(t):
+def _launch_post(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 64, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -498,12 +587,17 @@ def _launch_post(t):
         (t["dQ_ws"], t["dQ"], ),
         (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_post,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_post = dict(Br=64, Bc=128, **CONSTS)
 
+
+_LAUNCH_TENSORS = {  # per program, each launch's tensor names in its kernel's order (see `_bind`)
+    "forward": (("Q", "K", "V", "O", "L", ), ),
+    "backward": (("O", "dO", "D", "dQ_ws", ), ("Q", "K", "V", "L", "dO", "D", "dQ_ws", "dK", "dV", ), ("dQ_ws", "dQ", ), ),
+}
 
 
 def forward(q, k, v, *, poison=False, trusted=False):
@@ -519,6 +613,13 @@ def forward(q, k, v, *, poison=False, trusted=False):
     Returns:
         o: like q with Dv, DTYPE; lse: float32 [B, Hq, Sq], natural-log logsumexp (-inf: empty row).
     """
+    bound_key = None
+    if trusted and not poison and _DIRECT_ON:
+        device, stream = _device_stream()
+        bound_key = (device, q.stride(), k.stride(), v.stride(), q.data_ptr() % 16 == 0, k.data_ptr() % 16 == 0, v.data_ptr() % 16 == 0, )
+        result = _bound_call("forward", bound_key, stream, (q, k, v, ))
+        if result is not None:
+            return result
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     device = q.device
@@ -533,8 +634,12 @@ def forward(q, k, v, *, poison=False, trusted=False):
     t["O"] = _alloc((B, Hq, Sq, Dv), torch.bfloat16, device, poison, "BSND")
     t["L"] = _new((B, Hq, Sq), torch.float32, device, poison)
 
-    _launch_fwd(t)
-    return _logical(t["O"]), t["L"]
+    record = [] if bound_key is not None and ("forward", bound_key) not in _BOUND else None
+    _launch_fwd(t, record)
+    result = (_logical(t["O"]), t["L"])
+    if record is not None:
+        _bind("forward", bound_key, record, t, ("Q", "K", "V", ), (), result)
+    return result
 
 
 def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
@@ -548,6 +653,13 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
     Returns:
         dq like q, dk like k, dv like v (DTYPE, LAYOUT); dk and dv summed over each GQA group.
     """
+    bound_key = None
+    if trusted and not poison and _DIRECT_ON:
+        device, stream = _device_stream()
+        bound_key = (device, q.stride(), k.stride(), v.stride(), o.stride(), lse.stride(), do.stride(), q.data_ptr() % 16 == 0, k.data_ptr() % 16 == 0, v.data_ptr() % 16 == 0, o.data_ptr() % 16 == 0, lse.data_ptr() % 16 == 0, do.data_ptr() % 16 == 0, )
+        result = _bound_call("backward", bound_key, stream, (q, k, v, o, lse, do, ))
+        if result is not None:
+            return result
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     device = q.device
@@ -570,10 +682,14 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
     t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.bfloat16, device, poison, "BSND")
     t["dV"] = _alloc((B, Hkv, Sk, Dv), torch.bfloat16, device, poison, "BSND")
 
-    _launch_pre(t)
-    _launch_main(t)
-    _launch_post(t)
-    return _logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"])
+    record = [] if bound_key is not None and ("backward", bound_key) not in _BOUND else None
+    _launch_pre(t, record)
+    _launch_main(t, record)
+    _launch_post(t, record)
+    result = (_logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"]))
+    if record is not None:
+        _bind("backward", bound_key, record, t, ("Q", "K", "V", "O", "L", "dO", ), ("D", "dQ_ws", ), result)
+    return result
 
 
 class AttentionFunction(torch.autograd.Function):

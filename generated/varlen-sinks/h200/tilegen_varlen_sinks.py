@@ -505,9 +505,10 @@ def _direct_launch(kernel, compiled, n_args, consts):
     return launch
 
 
-def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
+def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages, record=None):
     """Launch `kernel` on `grid` (1 to 3 axes) with the pointer arguments `tensors`, then the integer
-    arguments `ints` (strides, shapes), then the constexprs `consts` (name -> value)."""
+    arguments `ints` (strides, shapes), then the constexprs `consts` (name -> value). `record`: a list
+    that gets (direct launch or None, the 3-axis grid, `ints`) of this launch (see `_bind`)."""
     key = None
     if _DIRECT_ON:
         device, stream = _device_stream()
@@ -520,6 +521,8 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
                 _DIRECT[key] = None
             else:
                 LAUNCHES["direct"] += 1
+                if record is not None:
+                    record.append((direct, (*grid, 1, 1)[:3], ints))
                 return
     compiled = kernel[grid](*tensors, *ints, **consts, num_warps=num_warps, num_stages=num_stages)
     LAUNCHES["ordinary"] += 1
@@ -527,10 +530,96 @@ def _launch(kernel, grid, tensors, ints, consts, num_warps, num_stages):
         if len(_DIRECT) >= _DIRECT_LIMIT:  # stride-varying workloads: start again
             _DIRECT.clear()
         _DIRECT[key] = _direct_launch(kernel, compiled, len(tensors) + len(ints), consts)
+    if record is not None:
+        record.append((_DIRECT.get(key) if key is not None else None, (*grid, 1, 1)[:3], ints))
+
+
+# --- bound launch records ---------------------------------------------------------------------------
+#
+# A trusted `forward`/`backward` call without poison (tilegen.torch's plan cache on a hit) whose
+# launches could all be direct leaves a record under a key of everything its launches depend on beyond
+# this module's constants: the current device and each input's strides and 16-byte alignment (the
+# shapes and dtypes are the module's own, which `trusted` vouches for). The record holds what the call
+# allocated (the shared workspace buffer with the views' shapes, strides and offsets; every other new
+# tensor's shape and strides), and per launch the direct launcher, the grid and the integer arguments
+# (strides of the inputs and of the new tensors, shapes) as that call passed them. A later call with the
+# key allocates the same, reads the current stream once and calls the launchers with its own tensors:
+# no dict, no stride(), no per-launch key. It falls back to the ordinary path (which keeps every
+# check of `_launch`) while a launch hook is set, under TRITON_INTERPRET=1, with poison, when the
+# alignment class or a stride of an input changes (another key: its first call records again), and
+# for good for a key whose launcher refuses the arguments (TypeError; the call is then redone on the
+# ordinary path, every tensor new). torch's allocators start every allocation on at least a 64-byte
+# boundary, so the new tensors keep the alignment class `_bind` checked. Nothing reads a tensor's
+# values on the host, so a CUDA graph can capture it.
+
+_BOUND = {}  # ("forward" | "backward", key (see above)) -> record (see `_bind`), or None: the ordinary path
+BOUND_CALLS = {"forward": 0, "backward": 0}  # calls that took their bound record, for tests and benchmarks
+
+
+def _bind(kind, key, record, t, inputs, workspaces, result):
+    """Keep the record of a call under (`kind`, `key`) when every launch of it could be direct:
+    `record` from `_launch` (one entry per launch, in order, each with `_LAUNCH_TENSORS[kind]`'s names),
+    `t` the call's tensors by name, `inputs` the names of the arguments (in `forward`/`backward` order),
+    `workspaces` the names of the views of the shared workspace buffer, `result` what the call returns
+    (tensors of `t`, or their BNSD/BSND transposes). Keeps None (the ordinary path) when a new tensor
+    does not start on a 16-byte boundary or a result is not found."""
+    if len(_BOUND) >= _DIRECT_LIMIT:
+        _BOUND.clear()
+    if any(launch is None for launch, _, _ in record):
+        _BOUND[(kind, key)] = None
+        return
+    names = list(inputs) + list(workspaces) + [n for n in t if n not in inputs and n not in workspaces]
+    new = [t[n] for n in names[len(inputs):]]
+    ws = None
+    if workspaces:
+        base = t[workspaces[0]]._base
+        if base is None or any(t[n]._base is not base for n in workspaces):
+            _BOUND[(kind, key)] = None
+            return
+        ws = (base.numel(), base.dtype, tuple((tuple(t[n].shape), t[n].stride(), t[n].storage_offset()) for n in workspaces))
+    allocs = tuple((tuple(x.shape), x.stride(), x.dtype) for x in new[len(workspaces):])
+    returns = [next(((i, p) for i, x in enumerate(new, len(inputs)) for p in (False, True) if r.data_ptr() == x.data_ptr()
+                     and (not p or x.dim() == 4) and _same_view(r, x.permute(0, 2, 1, 3) if p else x)), None) for r in result]
+    if any(x.data_ptr() % 16 for x in new) or None in returns:
+        _BOUND[(kind, key)] = None
+        return
+    index = {n: i for i, n in enumerate(names)}
+    launches = tuple((launch, grid, tuple(index[n] for n in tensors), ints)
+                     for (launch, grid, ints), tensors in zip(record, _LAUNCH_TENSORS[kind]))
+    _BOUND[(kind, key)] = (ws, allocs, launches, tuple(returns))
+
+
+def _same_view(a, b):
+    return tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride() and a.dtype == b.dtype
+
+
+def _bound_call(kind, key, stream, args):
+    """The result of a trusted call through its bound record, or None: no record (or a None one), a
+    launch hook set, or a launcher refusing the arguments (the record is then dropped for good)."""
+    bound = _BOUND.get((kind, key))
+    if bound is None or not _hooks_idle():
+        return None
+    ws, allocs, launches, returns = bound
+    device = args[0].device
+    xs = list(args)
+    if ws is not None:
+        buf = torch.empty(ws[0], dtype=ws[1], device=device)
+        xs += [buf.as_strided(*view) for view in ws[2]]
+    xs += [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in allocs]
+    try:  # an input goes as given, not as its BNSD view: a launcher reads a tensor's data_ptr() alone
+        for launch, grid, tensors, ints in launches:
+            launch(grid, stream, (*[xs[i] for i in tensors], *ints))
+    except TypeError:  # refused (before any launch of a new form): the ordinary path, for good
+        _BOUND[(kind, key)] = None
+        return None
+    LAUNCHES["direct"] += len(launches)
+    BOUND_CALLS[kind] += 1
+    return tuple(xs[i].permute(0, 2, 1, 3) if p else xs[i] for i, p in returns)
 
 
 
-def _launch_fwd_classify(t):
+
+def _launch_fwd_classify(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 128, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -540,14 +629,14 @@ def _launch_fwd_classify(t):
         (t["k_seq"], t["q_off"], t["q_seq"], t["BM"], ),
         (*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd_classify,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_fwd_classify = dict(Br=128, Bc=64, **CONSTS)
 
 
-def _launch_fwd(t):
+def _launch_fwd(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 128, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -557,14 +646,14 @@ def _launch_fwd(t):
         (t["Q"], t["K"], t["V"], t["O"], t["L"], t["k_seq"], t["q_off"], t["q_seq"], t["sinks"], t["BM"], t["BM_kvn"], t["BM_kvi"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["sinks"].stride(), *t["BM"].stride(), *t["BM_kvn"].stride(), *t["BM_kvi"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd,
-        num_warps=8, num_stages=3,
+        num_warps=8, num_stages=3, record=record,
     )
 
 
 _CONSTEXPRS_fwd = dict(Br=128, Bc=64, **CONSTS)
 
 
-def _launch_bwd_classify(t):
+def _launch_bwd_classify(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -574,14 +663,14 @@ def _launch_bwd_classify(t):
         (t["k_seq"], t["q_off"], t["q_seq"], t["BM"], ),
         (*t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_bwd_classify,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_bwd_classify = dict(Br=32, Bc=128, **CONSTS)
 
 
-def _launch_pre(t):
+def _launch_pre(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -591,14 +680,14 @@ def _launch_pre(t):
         (t["O"], t["dO"], t["D"], t["dQ_ws"], t["q_seq"], ),
         (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["q_seq"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_pre,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_pre = dict(Br=32, Bc=128, **CONSTS)
 
 
-def _launch_main(t):
+def _launch_main(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -608,14 +697,14 @@ def _launch_main(t):
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], t["k_seq"], t["q_off"], t["q_seq"], t["BM"], t["BM_qn"], t["BM_qi"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), *t["k_seq"].stride(), *t["q_off"].stride(), *t["q_seq"].stride(), *t["BM"].stride(), *t["BM_qn"].stride(), *t["BM_qi"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
-        num_warps=4, num_stages=3,
+        num_warps=4, num_stages=3, record=record,
     )
 
 
 _CONSTEXPRS_main = dict(Br=32, Bc=128, **CONSTS)
 
 
-def _launch_post(t):
+def _launch_post(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
@@ -625,12 +714,17 @@ def _launch_post(t):
         (t["dQ_ws"], t["dQ"], t["q_seq"], ),
         (*t["dQ_ws"].stride(), *t["dQ"].stride(), *t["q_seq"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_post,
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, record=record,
     )
 
 
 _CONSTEXPRS_post = dict(Br=32, Bc=128, **CONSTS)
 
+
+_LAUNCH_TENSORS = {  # per program, each launch's tensor names in its kernel's order (see `_bind`)
+    "forward": (("k_seq", "q_off", "q_seq", "BM", ), ("Q", "K", "V", "O", "L", "k_seq", "q_off", "q_seq", "sinks", "BM", "BM_kvn", "BM_kvi", ), ),
+    "backward": (("k_seq", "q_off", "q_seq", "BM", ), ("O", "dO", "D", "dQ_ws", "q_seq", ), ("Q", "K", "V", "L", "dO", "D", "dQ_ws", "dK", "dV", "k_seq", "q_off", "q_seq", "BM", "BM_qn", "BM_qi", ), ("dQ_ws", "dQ", "q_seq", ), ),
+}
 
 
 # --- mods: parameters, block-class lists, parameter gradients ---------------------------------------
@@ -766,8 +860,9 @@ def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False, trusted=F
     t["sinks"] = sinks
     t["BM"] = _alloc((1, 1, (-((-Sq) // (Br))), (-((-Sk) // (Bc)))), torch.float32, device, poison, "BNSD")
 
+    record = None
     _classified(t, _launch_fwd_classify, "fwd_classify", blocks)
-    _launch_fwd(t)
+    _launch_fwd(t, record)
     return _logical(t["O"]), t["L"]
 
 
@@ -818,10 +913,11 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
     t["q_seq"] = params["q_seq"]
     t["BM"] = _alloc((1, 1, (-((-Sq) // (Br))), (-((-Sk) // (Bc)))), torch.float32, device, poison, "BNSD")
 
+    record = None
     _classified(t, _launch_bwd_classify, "bwd_classify", blocks)
-    _launch_pre(t)
-    _launch_main(t)
-    _launch_post(t)
+    _launch_pre(t, record)
+    _launch_main(t, record)
+    _launch_post(t, record)
     dparams = {}
     _check("sinks", sinks, (Hq,), torch.float32)
     w = torch.exp(sinks.double().view(1, -1, 1) - t["L"].double()) * t["D"].double()
