@@ -426,7 +426,7 @@ def best_line(rec: dict) -> str:
         best = best_variant(rec, prog)
         if best is not None:
             parts.append(
-                f"{prog} {variant_name(best)}: {_fmt(_ratio(_tf(best, prog), _tf(fl, prog)), 2)}x flash, "
+                f"{variant_name(best) if prog == 'fwd' else 'bwd ' + variant_name(best)}: {_fmt(_ratio(_tf(best, prog), _tf(fl, prog)), 2)}x flash, "
                 f"{_fmt(_ratio(_tf(best, prog), _tf(fx, prog)), 2)}x Flex{_flex_mark(rec)}; f+b {_fmt(_ratio(_tf(best, 'fwdbwd'), _tf(fl, 'fwdbwd')), 2)}x flash, "
                 f"{_fmt(_ratio(_tf(best, 'fwdbwd'), _tf(fx, 'fwdbwd')), 2)}x Flex"
             )
@@ -617,11 +617,12 @@ def main(argv=None) -> int:
         state["rows"].append({**row, "B": b, "H": h, "Hkv": hkv, "flops_fwd": flops(b, h, row["n"], row["d"], row["causal"]), "variants": []})
     longest = 0.0  # the longest variant so far (with its row's setup, Flex apart), s: none starts unless it fits
     flex = {"spent": 0.0, "longest": 25.0}  # Flex's runs so far and the longest (a guess before the first)
-    prev = None
+    prev, ran = None, False  # the row of the last variant, and whether one ran on it since its last summary
     for rnd in args.rounds:
         for rec, v in plan(state, rnd):
-            if prev is not None and prev is not rec:
+            if prev is not None and prev is not rec and ran:
                 log(best_line(prev))
+                ran = False
             prev = rec
             if time.time() - t_start + longest > args.budget:
                 meta["skipped"].append(f"{row_label(rec)} {variant_name(v)}")
@@ -649,10 +650,11 @@ def main(argv=None) -> int:
                 elif not args.no_flex:
                     meta["flex_skipped"].append(row_label(rec))
             res = run_variant(rec, v, data[key], folder, args, log)
+            ran = True
             rec["variants"].append(res)
             longest = max(longest, time.time() - t_variant)
             log(f"round {rnd}: " + line(rec, res))
-    if prev is not None:
+    if prev is not None and ran:
         log(best_line(prev))
     meta["wall_s"] = time.time() - t_start
     meta["flex_s"] = flex["spent"]
