@@ -215,9 +215,9 @@ def test_bad_rows_are_refused_in_one_line(tb, tmp_path, extra, message):
     assert "\n" not in str(err.value)
 
 
-def test_forward_rows_take_no_group_knobs(tb, tmp_path):
+def test_forward_rows_take_no_group_split(tb, tmp_path):
     row = '[[triton.schedule]]\nprogram = "fwd"\nhead_dim = 32\ngroup_split = 2\nsource = "x"\n'
-    with pytest.raises(TargetError, match=r"group_split and heavy_first are backward knobs"):
+    with pytest.raises(TargetError, match=r"group_split is a backward knob"):
         tb.schedule(make_spec(), target_with(tmp_path, row))
 
 

@@ -273,6 +273,8 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             if emitted and "group_split" in emitted:
                 heavy = ", heavy first" if emitted["heavy_first"] else ""
                 lines.append(f"  group split: {emitted['group_split']}{heavy} ({emitted['group_split_source']})")
+            if emitted and "heavy_first_source" in emitted:
+                lines.append(f"  heavy first: {'yes' if emitted['heavy_first'] else 'no'} ({emitted['heavy_first_source']})")
             for name, launch in (emitted or {}).get("launch", {}).items():
                 tag = f" [{origin['launch'][name]}]" if origin else ""
                 lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']}){tag}")

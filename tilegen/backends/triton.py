@@ -58,7 +58,8 @@ GPU-specific lowering steps (each a function below; none changes what a kernel c
   elsewhere (L = m + log l) is converted back with ln 2. A score mod is not linear: the factor is
   applied to its result, its argument stays in natural units.
 - :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
-  from the last tile down, so the longest programs start first.
+  from the last tile down, so the longest programs start first (on launch axis 0 by default, among the
+  tiles of one head; on axis 2, across all heads, when the forward's ``heavy_first`` made it outermost).
 - :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
 - Head dims that are not powers of two are padded to one (``tl.arange`` needs it), the extra columns
   loaded as zero and never stored; offsets are computed in 64 bits when a tensor has more than 2³¹ − 1
@@ -153,7 +154,7 @@ class ScheduleRow:
     index: int = -1  # its position among the file's [[triton.schedule]] rows
     group: int | None = None  # applies only when G = Hq / Hkv is this (None: any)
     group_split: int | None = None  # backward: programs sharing the query heads of one KV head
-    heavy_first: bool | None = None  # backward: the K/V-tile grid axis outermost
+    heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
 
     def describe(self) -> str:
         """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
@@ -249,8 +250,8 @@ def triton_config(target: Target) -> TritonConfig:
         heavy = row.get("heavy_first")
         if heavy is not None and not isinstance(heavy, bool):
             raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
-        if (split is not None or heavy is not None) and not str(row.get("program")).startswith("bwd"):
-            raise TargetError(f"{rw}: group_split and heavy_first are backward knobs; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
+        if split is not None and not str(row.get("program")).startswith("bwd"):
+            raise TargetError(f"{rw}: group_split is a backward knob; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
         knobs = {
             phase: _knobs(value, f"{rw}.{phase}", source)
             for phase, value in row.items()
@@ -292,7 +293,7 @@ class Scheduled:
     row: ScheduleRow | None
     skipped: tuple[Skipped, ...] = ()
     given: bool = False  # the caller forced the tile sizes
-    split_source: str = ""  # backward: where group_split and heavy_first come from
+    split_source: str = ""  # where group_split and heavy_first (backward) or heavy_first (forward) come from
 
     def tiles_source(self) -> str:
         """Where the tile sizes come from: the caller, a ``[[triton.schedule]]`` row (with its source), or
@@ -322,7 +323,7 @@ class Scheduled:
                     "group_split_source": self.split_source,
                 }
                 if self.kind != "fwd"
-                else {}
+                else {"heavy_first": bool(self.program.attr("heavy_first", False)), "heavy_first_source": self.split_source}
             ),
             "launch": {
                 k.name: {"num_warps": self.knobs[k.phase].num_warps, "num_stages": self.knobs[k.phase].num_stages, "source": self._knob_source(k.phase)}
@@ -374,7 +375,8 @@ def schedule(
         stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
         log = pipeline.PassLog()
         if kind == "fwd":
-            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages)
+            heavy = forward_knobs(row)[0]
+            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, heavy_first=heavy)
         else:
             split, heavy, _ = group_knobs(spec, row)
             program = pipeline.compile_backward(
@@ -409,9 +411,17 @@ def schedule(
         for phase, value in (knobs or {}).items():
             if phase in chosen:
                 chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        split_source = group_knobs(spec, row)[2] if kind != "fwd" else ""
+        split_source = group_knobs(spec, row)[2] if kind != "fwd" else forward_knobs(row)[1]
         out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
     return out[0], out[1]
+
+
+def forward_knobs(row: ScheduleRow | None) -> tuple[bool, str]:
+    """(heavy_first, where it comes from) of the forward under ``row``: the row's value, false when
+    the row gives none."""
+    if row is None or row.heavy_first is None:
+        return False, "the default (Q tiles the fastest grid axis; no row sets heavy_first)"
+    return bool(row.heavy_first), f"the target's {row.describe()}: {row.source}"
 
 
 def group_knobs(spec: AttentionSpec, row: ScheduleRow | None) -> tuple[int, bool, str]:
@@ -1340,7 +1350,7 @@ class KernelLowering:
         for axis, loop in enumerate(reversed(grid)):
             start = TRITON_EXPR(loop.start)
             pid = f"tl.program_id({axis})"
-            if axis == 0 and heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
+            if heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
                 pid = f"({TRITON_EXPR(loop.stop - loop.start)} - 1 - {pid})"
             axes.append({"var": str(loop.var), "value": pid if start == "0" else f"{start} + {pid}", "size": PYTHON_EXPR(loop.stop - loop.start), "role": loop.role})
         for axis, loop in enumerate(reversed(grid)):
@@ -1451,6 +1461,7 @@ def _program_context(sched: Scheduled) -> dict:
         "predicted_us": None if prediction is None else round(prediction.time_s * 1e6, 3),
         "group_split": int(program.attr("group_split", 1)),
         "heavy_first": bool(program.attr("heavy_first", False)),
+        "heavy_note": _forward_heavy_note(program) if sched.kind == "fwd" else "",
     }
 
 
@@ -1462,6 +1473,14 @@ def bound_launches(spec: AttentionSpec, prog: dict) -> bool:
     sinks (dsinks computed on the host), no tensor filled before the launch and no zeroed partial."""
     plain = all(t["fill"] is None and t["kind"] in ("input", "output", "workspace") for t in prog["tensors"])
     return spec.mods is None and not spec.sinks and plain and all(k["phase"] != "classify" for k in prog["kernels"])
+def _forward_heavy_note(program: Program) -> str:
+    """The module docstring's line for a forward with ``heavy_first`` ("" without)."""
+    if not program.attr("heavy_first", False):
+        return ""
+    grid = grid_loops(program.kernel("fwd"))
+    reversed_ = heavy_last(program, grid[0])
+    how = ", numbered from the last tile down (the heaviest programs of every head first)" if reversed_ else " (the window gives the Q tiles about the same work)"
+    return f"heavy first: Q-tile grid axis outermost{how}"
 
 
 def shared_workspaces(tensors: list[dict]) -> list[dict]:

@@ -25,6 +25,14 @@ j varies fastest and the heavy programs of the last heads start late.
 
 Both are identities when ``split == 1`` and ``heavy_first`` is false; the program records
 ``group_split`` and ``heavy_first`` in its attrs.
+
+The forward's ``heavy_first`` (:func:`heavy_first_forward`) is the same idea for the grid (b, hq, i)
+of the ``fwd`` kernel: with a causal-like window Q tile i visits about i + 1 K/V tiles, so the heavy
+programs are the last Q tiles. The Triton lowering already numbers a Q-tile axis from the last tile
+down (``heavy_last``), but on launch axis 0 that orders the tiles of one (b, hq) only: the last heads'
+heavy tiles still start late. Like the backward's knob, the pass makes the Q-tile axis the outermost
+grid loop (launched last-varying, ``program_id(2)``), and the lowering's reversal then starts the
+last Q tile of every (b, hq) before any other.
 """
 
 from __future__ import annotations
@@ -106,14 +114,45 @@ def split_group(program: Program, split: int, heavy_first: bool = False) -> Prog
         grid.insert(2, Loop(hs, sympy.Integer(0), sympy.Integer(split), (), kind="parallel", role="head_split", note="share of the group's query heads"))
         kernels.insert(kernels.index(main) + 1, post)
     if heavy_first:
-        grid = [grid[-1]] + grid[:-1]
-    for lp in reversed(grid):
-        body = (dataclasses.replace(lp, body=tuple(body)),)
+        grid = _outermost(grid, "kv_tile")
+    body = _nest(grid, body)
     used = {n for s, _ in walk(body) for n in s.buffers_read() + s.buffers_written()}
-    main = dataclasses.replace(main, body=tuple(body), buffers=tuple(b for b in main.buffers if b.name in used))
+    main = dataclasses.replace(main, body=body, buffers=tuple(b for b in main.buffers if b.name in used))
     kernels[[k.name for k in kernels].index("main")] = main
     out = dataclasses.replace(program, tensors=tuple(tensors), kernels=tuple(kernels))
     return out.with_attrs(group_split=split, heavy_first=bool(heavy_first))
+
+
+def heavy_first_forward(program: Program) -> Program:
+    """The forward with the ``fwd`` kernel's Q-tile grid axis outermost, attr ``heavy_first`` true
+    (see the module docstring); every program computes what it did.
+
+    Raises:
+        ValueError: ``program`` has no ``fwd`` kernel with a Q-tile grid axis.
+    """
+    names = [k.name for k in program.kernels]
+    if "fwd" not in names:
+        raise ValueError(f"heavy_first_forward: program {program.name} has no fwd kernel")
+    fwd = program.kernel("fwd")
+    grid = list(grid_loops(fwd))
+    if not grid or "q_tile" not in [lp.role for lp in grid]:
+        raise ValueError(f"heavy_first_forward: kernel fwd has grid {[str(lp.var) for lp in grid]}; expected a Q-tile axis")
+    kernels = list(program.kernels)
+    kernels[names.index("fwd")] = dataclasses.replace(fwd, body=_nest(_outermost(grid, "q_tile"), grid[-1].body))
+    return dataclasses.replace(program, kernels=tuple(kernels)).with_attrs(heavy_first=True)
+
+
+def _outermost(grid: list[Loop], role: str) -> list[Loop]:
+    """The grid loops with the (first) one of ``role`` moved to the front, the others in order."""
+    at = [lp.role for lp in grid].index(role)
+    return [grid[at]] + grid[:at] + grid[at + 1 :]
+
+
+def _nest(grid: list[Loop], body) -> tuple:
+    """``body`` inside the loops of ``grid`` (outermost first)."""
+    for lp in reversed(grid):
+        body = (dataclasses.replace(lp, body=tuple(body)),)
+    return tuple(body)
 
 
 def _split_body(program: Program, main: Kernel, body, split: int):

@@ -144,19 +144,28 @@ def _stages_key(num_stages) -> tuple | None:
     return None if not num_stages else tuple(sorted((str(k), int(v)) for k, v in dict(num_stages).items()))
 
 
-def compile_forward(spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None, num_stages=None) -> Program:
+def compile_forward(
+    spec: AttentionSpec, target=None, tile_sizes=None, log: PassLog | None = None, num_stages=None, heavy_first: bool = False
+) -> Program:
     """The forward program of ``spec`` with tile sizes bound (``tile_sizes`` or the defaults);
-    ``num_stages`` as :func:`schedule`.
+    ``num_stages`` as :func:`schedule`. ``heavy_first``: the ``fwd`` kernel's Q-tile grid axis
+    outermost (a schedule knob, :func:`tilegen.passes.group.heavy_first_forward`); the default leaves
+    the program as built.
 
     Results are cached on disk (:mod:`tilegen.cache`)."""
+    from .group import heavy_first_forward
+
     log = log if log is not None else PassLog()
     stages = _stages_key(num_stages)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_forward(spec))
+        if heavy_first:
+            program = inner.record("heavy first", heavy_first_forward(program))
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
-    return _cached(("forward", spec, target_key(target), tile_sizes, stages), log, build)
+    key = ("forward", spec, target_key(target), tile_sizes, stages)
+    return _cached(key + (("heavy_first",) if heavy_first else ()), log, build)
 
 
 
