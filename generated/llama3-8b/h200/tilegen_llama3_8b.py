@@ -35,7 +35,7 @@ Schedule (h200):
       kernel fwd: grid (i, hq, b), num_warps = 4, num_stages = 3; exp2 with log2(e) folded
     llama3-8b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 2246.628 us
       kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
-      kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 2; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
+      kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
       kernel post: grid (i, hq, b), num_warps = 4, num_stages = 2
     dQ strategy: atomic.
 """
@@ -570,7 +570,7 @@ def _launch_main(t, record=None):
         (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
-        num_warps=8, num_stages=2, record=record,
+        num_warps=8, num_stages=3, record=record,
     )
 
 
