@@ -81,21 +81,21 @@ SPLITS = (1, 2, 4, GQA_GROUP)
 # (Br, Bc, num_warps, num_stages) of the main kernel per head dim; the first is the target's current
 # bwd-atomic row, the others the next best of benchmarks/results/gpu_sweep.json (non-causal, N = 4k)
 CONFIGS = {
-    128: ((64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 3)),
+    128: ((64, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 3)),
     64: ((32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 8, 2)),
 }
 ROW_ORDER = ((128, 4096), (64, 4096), (128, 16384), (64, 16384), (128, 1024), (64, 1024))
 # (Br, Bc, num_warps, num_stages) per program and head dim for the causal MHA rows (rounds 6, 9, 10):
 # the first is the target's current row, the others the next candidates (gpu_sweep.json, the GQA runs)
 MHA_CONFIGS = {
-    "bwd": {128: ((64, 128, 8, 2), (64, 128, 8, 3), (32, 64, 4, 3)), 64: ((32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 8, 2))},
+    "bwd": {128: ((64, 128, 8, 3), (64, 128, 8, 2), (32, 64, 4, 3)), 64: ((32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 8, 2))},
     "fwd": {128: ((64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)), 64: ((128, 64, 8, 3), (64, 64, 4, 4), (128, 64, 4, 3))},
 }
 # the non-causal rows of D 128 (rounds 7, 8): the current configs first, then the candidates in order.
 # 128x128 with 3 stages (fwd) and 128x128 (bwd) do not fit the target's footprint check (--dry-run
 # lists such a variant as a mismatch), so the sweep's fwd 128x128/8w/3s is run with 2 stages.
 WIDE = {
-    "bwd": ((64, 128, 8, 2), (64, 128, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3), (64, 64, 8, 3)),
+    "bwd": ((64, 128, 8, 3), (64, 128, 8, 2), (128, 64, 8, 2), (64, 64, 4, 3), (32, 128, 4, 3), (64, 64, 8, 3)),
     "fwd": ((64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (64, 128, 4, 3)),
 }
 WIDE_FIRST = 3  # round 7 takes the first three of each (the current one and two others), round 8 the rest

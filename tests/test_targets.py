@@ -300,7 +300,7 @@ def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
     assert (env["Br"], env["Bc"]) == (64, 128) and bwd.row.source.startswith("measured")
     assert [sk.row.source for sk in bwd.skipped] == ["planted: too large"]
     assert "SMEM" in bwd.skipped[0].reason
-    assert bwd.knobs["main"].num_stages == 2  # the knobs of the row used, not the skipped one
+    assert bwd.knobs["main"].num_stages == 3  # the knobs of the row used (64x128/8w/3s), not the skipped one (4)
     from tilegen.report import format_inspect, inspect_report
 
     text = format_inspect(inspect_report(spec, str(path), programs=("bwd",)), show_nest=False)
