@@ -82,7 +82,7 @@ def test_model_does_not_tie_the_backward_tiles():
 
 def _module_schedule(source: str) -> dict:
     """{kernel: (Br, Bc, num_warps, num_stages)} read from a generated module's launch functions."""
-    found = re.findall(r"def _launch_(\w+)\(t\):\n.*?Br, Bc = (\d+), (\d+)\n.*?num_warps=(\d+), num_stages=(\d+),", source, flags=re.S)
+    found = re.findall(r"def _launch_(\w+)\(t(?:, record=None)?\):\n.*?Br, Bc = (\d+), (\d+)\n.*?num_warps=(\d+), num_stages=(\d+),", source, flags=re.S)
     return {k: tuple(int(x) for x in v) for k, *v in found}
 
 
