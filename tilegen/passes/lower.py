@@ -209,16 +209,15 @@ def pipeline_handoffs(program: Program, target) -> Program:
     if not piped:
         return program
     order = [t for t in program.tensors if t.kind == "handoff"]
-    rep = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
-    units = list(dict.fromkeys(rep[t.name] for t in order))
+    group_of = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
+    units = list(dict.fromkeys(group_of[t.name] for t in order))
     if len(units) + len(order) <= CROSS_CORE_FLAG_IDS:
-        ready = {t.name: units.index(rep[t.name]) for t in order}  # one id per hand-off (or signal group)
+        ready = {t.name: units.index(group_of[t.name]) for t in order}  # one id per hand-off (or signal group)
     else:
         # too few ids for one each: hand-offs sent in the same direction and stage keep their order on both
         # sides, so each such group shares one id
         def group(t):
-            members = [n for n, r in rep.items() if r == rep[t.name]]
-            return (handoff_direction(program, t.name), any(n in early for n in members))
+            return (handoff_direction(program, t.name), any(n in early for n in group_of[t.name]))
 
         groups = list(dict.fromkeys(group(t) for t in order))
         if len(groups) + len(order) > CROSS_CORE_FLAG_IDS:
@@ -231,40 +230,29 @@ def pipeline_handoffs(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors)
 
 
-def _signal_groups(program: Program) -> dict[str, str]:
-    """Hand-off name → the first hand-off of its signal group: stores whose ``signal`` is off belong
-    with the next store that signals (its one ready flag covers them), loads whose ``wait_signal`` is
-    off with the load before them that waits (pass ``one-handoff-per-direction``); a group shares one
-    ready id."""
-    rep: dict[str, str] = {t.name: t.name for t in program.tensors if t.kind == "handoff"}
+def _signal_groups(program: Program) -> dict[str, frozenset[str]]:
+    """Hand-off name → the hand-offs of its signal group: stores whose ``signal`` is off belong with
+    the next store that signals (its one ready flag covers them), loads whose ``wait_signal`` is off
+    with the load before them that waits (pass ``one-handoff-per-direction``); a group shares one
+    ready id. The groups are the connected components of these links (networkx)."""
+    import networkx as nx
 
-    def join(names):
-        root = rep[names[0]]
-        for n in names[1:]:
-            old = rep[n]
-            for k, r in rep.items():
-                if r == old:
-                    rep[k] = root
-
+    links = nx.Graph()
+    links.add_nodes_from(t.name for t in program.tensors if t.kind == "handoff")
     for k in program.kernels:
-        pending: list[str] = []
-        waiting: list[str] = []
+        sent: str | None = None  # the previous store of an open group
+        waited: str | None = None  # the last load that waited
         for s, _ in walk(k.body):
-            if isinstance(s, Store) and s.dst.tensor in rep:
-                pending.append(s.dst.tensor)
-                if s.signal:
-                    join(pending)
-                    pending = []
-            elif isinstance(s, Load) and s.src.tensor in rep:
+            if isinstance(s, Store) and s.dst.tensor in links:
+                if sent is not None:
+                    links.add_edge(sent, s.dst.tensor)
+                sent = None if s.signal else s.dst.tensor
+            elif isinstance(s, Load) and s.src.tensor in links:
                 if s.wait_signal:
-                    if len(waiting) > 1:
-                        join(waiting)
-                    waiting = [s.src.tensor]
-                else:
-                    waiting.append(s.src.tensor)
-        if len(waiting) > 1:
-            join(waiting)
-    return rep
+                    waited = s.src.tensor
+                elif waited is not None:
+                    links.add_edge(waited, s.src.tensor)
+    return {name: frozenset(group) for group in nx.connected_components(links) for name in group}
 
 
 def handoff_direction(program: Program, name: str) -> str:
