@@ -172,6 +172,13 @@ def test_pipeline_handoffs_is_an_ir_knob():
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
     assert early == {"Kj", "Vj", "S", "ws_S"}
+    # the vector's stage 2: what takes in the cube's stage-1 P·V (acc·alpha, the receive, acc += P·V);
+    # m = m_new, after them in the body, stays stage 1 (it depends on none of them); alpha gets two copies
+    late = [(s.dst, type(s).__name__) for s, g in zip(loop.body, loop.stages) if g == 2]
+    assert late == [("acc", "Elementwise"), ("PV_vector", "Load"), ("acc", "Elementwise")]
+    assert [s.dst for s, g in zip(loop.body, loop.stages) if g == 1][-1] == "m"
+    (kernel,) = fwd.kernels
+    assert {b.name for b in kernel.buffers if b.unit == "vector" and b.stages == 2} == {"alpha"}
     hand = {t.name: t for t in fwd.tensors if t.kind == "handoff"}
     assert {t.slots for t in hand.values()} == {2} and len({t.ready for t in hand.values()}) == len(hand) >= 3
     bwd = pipeline.compile_backward(spec, target="ascend910b2", log=pipeline.PassLog())
@@ -179,6 +186,7 @@ def test_pipeline_handoffs_is_an_ir_knob():
     assert len(loops) == 1
     stage0 = {s.dst.tensor for s, g in zip(loops[0].body, loops[0].stages) if g == 0 and isinstance(s, Store)}
     assert stage0 == {"ws_S", "ws_dP"}
+    assert 2 not in loops[0].stages  # the backward's vector takes nothing back from the cube's stage 1
     assert max(t.ready for t in bwd.tensors if t.kind == "handoff") < 11
     for prog in (pipeline.compile_forward(spec, target="h200"), pipeline.compile_backward(spec, target="h200")):
         assert not any(isinstance(s, Loop) and s.stages for k in prog.kernels for s, _ in walk(k.body))
@@ -216,6 +224,48 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     assert lower.pipeline_handoffs(feedback, tgt) is feedback
 
 
+def test_vector_stage_declines_what_would_read_the_wrong_tile():
+    """The vector's stage 1 of tile j + 1 runs before its stage 2 of tile j. A stage-1 statement that
+    reads what stage 2 writes would see tile j − 1's value: it joins stage 2, and so do the stage-1
+    statements that share what it writes. A statement that reads alpha before alpha's stage-1 writer
+    in the body needs the previous tile's alpha, which a second copy does not give: the vector is not
+    skewed then; the cube still is."""
+    import dataclasses
+
+    from tilegen.ir import Elementwise, Loop, RowReduce, map_body, walk
+    from tilegen.passes import lower, pipeline
+    from tilegen.targets import load_target
+
+    log = pipeline.PassLog()
+    pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
+    before = dict(log.steps)["wait-at-first-read"]
+    tgt = load_target("ascend910b2")
+    k = before.kernels[0]
+
+    def pipelined_with(stmt):  # stmt first in the K/V loop's body
+        def edit(s):
+            if isinstance(s, Loop) and any(getattr(x, "dst", None) == "alpha" for x in s.body):
+                return dataclasses.replace(s, body=(stmt,) + s.body)
+            return s
+
+        prog = dataclasses.replace(before, kernels=(dataclasses.replace(k, body=map_body(k.body, edit)),))
+        out = lower.pipeline_handoffs(prog, tgt)
+        (loop,) = [s for kk in out.kernels for s, _ in walk(kk.body) if isinstance(s, Loop) and s.stages]
+        return [(type(s).__name__, getattr(s, "dst", None), g) for s, g in zip(loop.body, loop.stages)], out
+
+    # rowsum = rowmax(acc): reads what stage 2 writes. It joins stage 2, and with it the statements that
+    # write or read rowsum, then those of l; the softmax and P's hand-off stay in stage 1
+    stages, _ = pipelined_with(RowReduce("rowsum", "acc", "max"))
+    late = [(kind, dst) for kind, dst, g in stages if g == 2]
+    assert late == [("RowReduce", "rowsum"), ("RowReduce", "rowsum"), ("Elementwise", "l"), ("Elementwise", "l"),
+                    ("Elementwise", "acc"), ("Load", "PV_vector"), ("Elementwise", "acc")]
+    assert ("Elementwise", "Pc", 1) in stages and ("Elementwise", "alpha", 1) in stages  # Pc = cast(...)
+    # rowsum = rowsum * alpha first: it reads the previous tile's alpha. No vector skew; the cube's is kept
+    stages, out = pipelined_with(Elementwise("rowsum", "mul", ("rowsum", "alpha")))
+    assert {g for _, _, g in stages} == {0, 1}
+    assert all(b.stages == 1 for kk in out.kernels for b in kk.buffers if b.unit == "vector")
+
+
 @needs_cxx
 def test_pipelined_handoff_without_its_flag_is_reported():
     """The pipelined forward passes S through two GM slots with its own ready flag. With the vector's wait
@@ -231,8 +281,8 @@ def test_pipelined_handoff_without_its_flag_is_reported():
     trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
     free = re.findall(r"\n *if \(n_ws_S >= 2LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
     ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 2LL\))", src)
-    assert len(free) == 2 and len(ready) == 1  # the prologue's and the steady loop's stage 0; the AIV's receive
-    for cut in (free[0], ready[0]):
+    assert len(free) == 2 and len(ready) == 2  # the prologue's and the steady loop's stage 0 (cube) and stage 1 (vector)
+    for cut in (free[0], ready[0], ready[1]):
         broken = dict(files, **{"fwd_kernels.asc": src.replace(cut, "")})
         with pytest.raises(TwinError, match="pending CrossCoreSetFlag"):
             trace_run(twin.build(broken), spec, "fwd", 2)

@@ -148,15 +148,16 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
 # helpers of one core run one after another (each begins by waiting for the pipe before it), except the
 # copies whose closing wait is on the consuming pipe, not on the scalar unit (LoadNz, LoadRows, StoreRows,
-# FixpipeRows: _ASYNC): the scalar unit issues on past them, their pipe runs them in order, and the next
+# FixpipeRows: _ASYNC, and the hand-offs' copies after their flag waits): the scalar unit issues on past
+# them, their pipe runs them in order (a hand-off's flag is set on that pipe after its copy), and the next
 # compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
 # is reached, so the helpers in between overlap it); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
 # reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
-# Loop.stages) is unrolled as the AIC issues it: stage 0 of the first pair, then per pair k stage 0 of
-# pair k + 1 before stage 1 of pair k, so the model overlaps the cube and the vector exactly where the
-# schedule does. Per kernel instance that is a two-process schedule at helper
+# Loop.stages) is unrolled as each unit issues it: its earlier stage of the first pair, then per pair k
+# its earlier stage of pair k + 1 before its later stage of pair k, so the model overlaps the cube and
+# the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
 # instance, and the instances are dealt over the cores as the kernels deal them.
 
@@ -184,6 +185,8 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         return lat + nbytes / rate
 
     kind = op["kind"]
+    if kind == "rotate":  # a scalar select of the buffer's other copy
+        return issue
     es = _ESIZE.get(op.get("ctype", "float"), 4)
     if side == "vector":
         rows = int(op.get("rows", 1))
@@ -274,7 +277,7 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
     out: list[tuple[dict, bool]] = []
     for op in ops:
-        if op["kind"] == "ploop":  # software-pipelined: stage 0 of pair k + 1 before stage 1 of pair k
+        if op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + 1 before the later one of pair k
             if pattern:
                 out.extend((o, pattern[0]) for o in op["stage0"])
             for k, cut in enumerate(pattern):
@@ -295,6 +298,7 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
 # whose wait runs on the consuming pipe), by side and plan op, with the pipe they occupy.
 _ASYNC = {("cube", "l1_load"): "MTE2", ("cube", "fix_store"): "FIX", ("vector", "ub_load"): "MTE2", ("vector", "ub_store"): "MTE3"}
 _ASYNC_ISSUE = 5  # instructions a copy helper issues (two flag pairs and the copy)
+_SEND_PIPE = {"cube": "FIX", "vector": "MTE3"}  # the pipe of a hand-off's send (FixpipeRows, StoreRows)
 
 
 def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int | None = None) -> float:
@@ -342,22 +346,30 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                         q = ready.get((s, op["ready"]))
                         if not q:
                             break
-                        t = max(after_copies(s, t) + issue, q.pop(0))
-                    else:
-                        t = after_copies(s, t)
-                    t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
-                    free.setdefault(op["free"], []).append(t + x_lat)
+                        t = max(t + issue, q.pop(0))
+                    # the copy runs on MTE2 while the scalar unit issues on; the free flag is set on MTE2
+                    # after it, and the next compute helper waits for it
+                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get("MTE2", 0.0))
+                    pipe_free[s]["MTE2"] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    gate[s] = max(gate[s], end)
+                    t += _ASYNC_ISSUE * issue + issue
+                    free.setdefault(op["free"], []).append(end + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):
                     if sent.get(op["free"], 0) >= op["slots"]:  # a slot reused: wait for its free flag
                         q = free.get(op["free"], [])
                         if not q:
                             break
                         t = max(t + issue, q.pop(0))
-                    t = after_copies(s, t)
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
-                    t += _helper_cycles(op, costs, s, cut, k_step, valid) + issue
+                    # the copy runs on its pipe (Fixpipe, MTE3) while the scalar unit issues on; the ready
+                    # flag is set on that pipe after it, and the next compute helper waits for it
+                    pipe = _SEND_PIPE[s]
+                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
+                    pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    gate[s] = max(gate[s], end)
+                    t += _ASYNC_ISSUE * issue + issue
                     if op.get("signal", True):  # the last store of a group sets its one ready flag
-                        ready.setdefault((other[s], op["ready"]), []).append(t + x_lat)
+                        ready.setdefault((other[s], op["ready"]), []).append(end + x_lat)
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t

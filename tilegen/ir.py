@@ -134,7 +134,8 @@ class Buffer:
 
     Attributes:
         scope: ``LOCAL`` before placement, else a level of the target.
-        stages: 2 when the buffer is double-buffered (its load overlaps the previous iteration's use).
+        stages: 2 when the buffer is double-buffered (its load overlaps the previous iteration's use, or
+            the next iteration's stage of a pipelined loop writes it while this one's still reads it).
         unit: the compute unit that owns it after placement (``cube``/``vector`` on Ascend).
         row_split: how many vector cores share its rows (2 on Ascend's AIV pair), 1 otherwise.
     """
@@ -383,10 +384,12 @@ class Loop(Stmt):
         blocks: for a tile loop, the name of the block-class tensor [Bm, Hm, nQ, nK] (fp32 0/1/2) whose
             empty tiles the loop skips; "" for a dense loop.
         stages: schedule knob (set by :func:`tilegen.passes.lower.pipeline_handoffs`): the software-
-            pipelining stage (0 or 1) of each statement of ``body``, in order; () when the loop is not
-            pipelined. A unit issues the stage-0 statements of iteration j + 1 before the stage-1
-            statements of iteration j (a prologue runs stage 0 of the first iteration, the last
-            iteration runs stage 1 alone). The values are those of the loop in order.
+            pipelining stage (0, 1 or 2) of each statement of ``body``, in order; () when the loop is
+            not pipelined. Each unit runs its own statements in two stages: the cube's are 0 and 1, the
+            vector's 1 and 2 (all 1 where the vector is not skewed). A unit issues its earlier stage of
+            iteration j + 1 before its later stage of iteration j (a prologue runs the earlier stage
+            of the first iteration, the last iteration runs the later stage alone). The values are
+            those of the loop in order.
     """
 
     var: sympy.Symbol

@@ -110,7 +110,10 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
                 note += f" (skipping tiles {stmt.blocks} marks empty)"
             word = "parallel" if stmt.kind == "parallel" else "for"
             if stmt.stages:
-                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + 1 before stage 1 of {stmt.var})"
+                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + 1 before stage 1 of {stmt.var}"
+                if 2 in stmt.stages:
+                    note += f", the vector stage 1 of {stmt.var} + 1 before stage 2 of {stmt.var}"
+                note += ")"
             lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
             inner = _body_lines(stmt.body, kernel, depth + 1)
             if stmt.stages:  # one line per statement: tag each with its stage

@@ -661,23 +661,29 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     return ops
 
 
-_BUFFER_FIELDS = ("a", "b", "c", "src", "dst", "buf")  # the fields of a plan op that name an on-chip buffer
+_BUFFER_FIELDS = ("a", "b", "c", "src", "dst", "buf", "vec")  # the fields of a plan op that name an on-chip buffer
 
 
 def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
-    """A loop with ``Loop.stages`` whose statements on ``unit`` fall in both stages: the op ``ploop``
-    (the template's prologue and steady loop; a tile the block table marks empty skips both its stages);
-    None where the unit runs it plainly.
-    ``carry``: the double-buffered tiles stage 0 loads and stage 1 reads; stage 1 reads them through a
-    copy of the view taken before stage 0 of the next iteration switches it to the other stage."""
-    parts = [tuple(s for s, g in zip(loop.body, loop.stages) if g == stage) for stage in (0, 1)]
-    mine = [[s for s in part if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit] for part in parts]
-    if not mine[0] or not mine[1]:
+    """A loop with ``Loop.stages`` whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
+    the vector's 1 and 2): the op ``ploop`` (the template's prologue and steady loop; a tile the block
+    table marks empty skips both its stages); None where the unit runs it plainly.
+    ``carry``: the double-buffered buffers the earlier stage writes and the later one reads; the later
+    stage reads them through a copy of the view taken before the earlier stage of the next iteration
+    switches it to the other copy (a load into an L1 tile switches it itself; any other first writer
+    gets a ``rotate`` op before it)."""
+    mine = sorted({g for s, g in zip(loop.body, loop.stages) if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit})
+    if len(mine) != 2:
         return None
-    loaded0 = {s.dst for s in parts[0] if isinstance(s, Load)}
+    parts = [tuple(s for s, g in zip(loop.body, loop.stages) if g == stage) for stage in mine]
+    written0 = {b for s in parts[0] for b in s.buffers_written() if lo.buffers[b].stages > 1}
     read1 = {b for s in parts[1] for b in s.buffers_read()}
-    carry = sorted(loaded0 & read1)
+    carry = sorted(written0 & read1)
     stage0 = _lower_body(lo, parts[0], unit, counters)
+    rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
+    for name in [b for b in carry if b not in rotated]:
+        first = next(n for n, op in enumerate(stage0) if any(op.get(f) == name for f in _BUFFER_FIELDS))
+        stage0.insert(first, {"kind": "rotate", "buf": name})
     stage1 = _lower_body(lo, parts[1], unit, counters)
     for op in stage1:
         for f in _BUFFER_FIELDS:
@@ -685,6 +691,7 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
                 op[f] = f"{op[f]}_p"
     return {
         "kind": "ploop",
+        "stages": mine,
         "var": str(loop.var),
         "start": cexpr(loop.start, lo.consts),
         "stop": cexpr(loop.stop, lo.consts),

@@ -3,8 +3,8 @@
 For a placed program, each kernel's statements are numbered in program order and every buffer is live
 from its first to its last access; a buffer accessed inside a loop and outside it, or read in a loop
 before the loop writes it (an accumulator), is live over the whole loop. A software-pipelined loop
-(``Loop.stages``) is numbered in the order its units issue it, stage 0 then stage 1, and a buffer its
-two stages both access is live over the whole loop (the next iteration's copy is written while this
+(``Loop.stages``) is numbered in the order its units issue it, stage 0, 1, then 2, and a buffer two
+stages access is live over the whole loop (the next iteration's copy is written while this
 one's is still read: such a buffer has two stages). The footprint of a level is
 the largest sum, over program points, of the live buffers placed there:
 
@@ -182,8 +182,8 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
         for stmt in body:
             if isinstance(stmt, Loop):
                 start = position
-                if stmt.stages:  # a pipelined loop runs stage 0 (of the next iteration) before stage 1
-                    for stage in (0, 1):
+                if stmt.stages:  # a pipelined loop runs a unit's earlier stage (of the next iteration) first
+                    for stage in sorted(set(stmt.stages)):
                         visit(tuple(s for s, g in zip(stmt.body, stmt.stages) if g == stage))
                     crossing.update(_crossing(stmt))
                 else:
@@ -210,12 +210,13 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
 
 
 def _crossing(loop: Loop) -> set[str]:
-    """The buffers a pipelined loop's statements of both stages access."""
-    seen: list[set[str]] = [set(), set()]
+    """The buffers statements of two stages of a pipelined loop access."""
+    seen: dict[int, set[str]] = {}
     for stmt, stage in zip(loop.body, loop.stages):
         for s, _ in walk((stmt,)):
-            seen[stage].update(s.buffers_read() + s.buffers_written())
-    return seen[0] & seen[1]
+            seen.setdefault(stage, set()).update(s.buffers_read() + s.buffers_written())
+    sets = list(seen.values())
+    return {b for n, a in enumerate(sets) for o in sets[n + 1:] for b in a & o}
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:

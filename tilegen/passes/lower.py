@@ -15,7 +15,10 @@
   innermost serial loop where the cube sends a tile to the vector and later receives one back, the cube
   statements that do not wait for the vector (the loads, S = Q Kᵀ, its hand-off) get stage 0 and the
   rest stage 1 (``Loop.stages``): the AIC issues stage 0 of tile j + 1 before stage 1 of tile j, so it
-  computes the next tile's scores while the vector works on this one's. Every hand-off the loop passes
+  computes the next tile's scores while the vector works on this one's. The vector's statements that
+  take in what the cube's stage 1 sends (the forward's P·V and the O update) get stage 2: the AIV issues
+  stage 1 of tile j + 1 (the next softmax) before stage 2 of tile j, so the cube's P·V of tile j
+  overlaps it; a vector buffer both its stages use gets a second copy. Every hand-off the loop passes
   gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
   since the cube's sends no longer come in the order the vector receives them.
 """
@@ -117,9 +120,11 @@ def _access(stmt: Stmt, handoff: set[str]) -> tuple[set[str], set[str]]:
     return reads, writes
 
 
-def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bufs: dict) -> tuple[int, ...] | None:
-    """The stages of ``loop``'s statements (see :func:`pipeline_handoffs`), or None where pipelining the
-    cube's part is not legal or gains nothing."""
+def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bufs: dict,
+                 vector_skew: bool = True) -> tuple[tuple[int, ...], frozenset[str]] | None:
+    """The stages of ``loop``'s statements (see :func:`pipeline_handoffs`) and the vector buffers that
+    need a second copy, or None where pipelining the cube's part is not legal or gains nothing.
+    ``vector_skew``: also give the vector two stages (else every vector statement is stage 1)."""
     if loop.kind != "serial" or any(isinstance(s, Loop) for s in loop.body):
         return None
     # a cube statement is stage 1 when it receives from the vector, or depends on (reads what it writes,
@@ -129,7 +134,7 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     stages = []
     for stmt in loop.body:
         if stmt_unit(stmt, units) != "cube":
-            stages.append(1)  # the vector's part is not skewed
+            stages.append(1)  # the vector's part: skewed below
             continue
         reads, writes = _access(stmt, handoff)
         recv = isinstance(stmt, Load) and stmt.src.tensor in handoff
@@ -144,56 +149,147 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     sends0 = [s for s, g in cube if g == 0 and isinstance(s, Store) and s.dst.tensor in handoff]
     if not sends0:
         return None  # nothing the vector waits for moves ahead
-    # a buffer both stages touch: stage 0 of j + 1 writes it while stage 1 of j still reads it, which is
-    # legal only for a double-buffered tile loaded (unguarded) in stage 0 alone and only read in stage 1
-    touched = [set(), set()]
-    written = [set(), set()]
-    for s, g in cube:
+    if _cross_stage_conflict(cube, handoff, bufs, loaded_only=True) is None:
+        return None
+    carried: frozenset[str] = frozenset()
+    if vector_skew:
+        vstages = _vector_stages(loop, stages, units, handoff, bufs)
+        if vstages is not None:
+            stages, carried = vstages
+    return tuple(stages), carried
+
+
+def _cross_stage_conflict(part: list, handoff: set[str], bufs: dict, loaded_only: bool) -> frozenset[str] | None:
+    """One unit's statements ``part`` [(stmt, stage)] of a loop whose earlier stage of iteration j + 1
+    runs before its later stage of iteration j: the buffers that need a second copy for that, or None
+    where it is not legal. A buffer both stages touch is legal only when the earlier stage alone writes
+    it (a double-buffered tile), its first access there is a write, and the later stage only reads it;
+    ``loaded_only``: that writer must be one unguarded load, not from a hand-off (the cube's K/V tiles,
+    whose second copy the placement already gives), else the copy is added (a vector row factor)."""
+    first = min(g for _, g in part)
+    touched: dict[bool, set[str]] = {True: set(), False: set()}
+    written: dict[bool, set[str]] = {True: set(), False: set()}
+    for s, g in part:
         reads, writes = _access(s, handoff)
-        touched[g] |= reads | writes
-        written[g] |= writes
-    for name in touched[0] & touched[1]:
-        writers = [s for s, g in cube if name in _access(s, handoff)[1]]
+        touched[g == first] |= reads | writes
+        written[g == first] |= writes
+    carried = set()
+    for name in touched[True] & touched[False]:
+        writers = [s for s, _ in part if name in _access(s, handoff)[1]]
         if not writers:
             continue  # read-only in the loop (a K/V tile of the outer loop, an input tensor)
-        if name.startswith("gm:") or name in written[1] or bufs[name].stages < 2 or len(writers) != 1:
+        if name.startswith("gm:") or name in written[False]:
             return None
-        if not isinstance(writers[0], Load) or writers[0].rows or writers[0].src.tensor in handoff:
-            return None
-    return tuple(stages)
+        if loaded_only:
+            if bufs[name].stages < 2 or len(writers) != 1:
+                return None
+            if not isinstance(writers[0], Load) or writers[0].rows or writers[0].src.tensor in handoff:
+                return None
+            continue
+        early = [s for s, g in part if g == first and name in set(s.buffers_read()) | set(s.buffers_written())]
+        if name in early[0].buffers_read():
+            return None  # the next iteration's copy would start from the other copy's stale values
+        carried.add(name)
+    return frozenset(carried)
+
+
+def _vector_stages(loop: Loop, stages: list[int], units, handoff: set[str], bufs: dict):
+    """The vector's two stages of a loop whose cube stages are ``stages``: a vector statement is stage 2
+    when it receives a hand-off the cube sends in stage 1, or depends on an earlier stage-2 statement
+    of the iteration, else stage 1; the AIV then runs stage 1 of tile j + 1 (the softmax of the next
+    scores) before stage 2 of tile j (taking in this tile's P·V). Returns (stages, buffers that need a
+    second copy), or None where the vector has nothing for stage 2 or the skew is not legal: a stage-1
+    statement after a stage-2 one must not touch what that one reads or writes (it moves ahead of it)."""
+    late_sent = {s.dst.tensor for s, g in zip(loop.body, stages)
+                 if g == 1 and stmt_unit(s, units) == "cube" and isinstance(s, Store) and s.dst.tensor in handoff}
+    late_read: set[str] = set()
+    late_written: set[str] = set()
+    out = list(stages)
+    for n, stmt in enumerate(loop.body):
+        if stmt_unit(stmt, units) == "cube":
+            continue
+        reads, writes = _access(stmt, handoff)
+        recv = isinstance(stmt, Load) and stmt.src.tensor in late_sent
+        late = recv or bool(reads & late_written) or bool(writes & (late_read | late_written))
+        if late:
+            late_read |= reads
+            late_written |= writes
+            out[n] = 2
+    # a stage-1 statement joins stage 2 when it touches what a stage-2 statement writes, or writes what a
+    # stage-2 statement before it reads, until no such statement is left (stage 1 of j + 1 runs before
+    # stage 2 of j: it would see, or give, the wrong iteration's value). What is left shared is written
+    # in stage 1 and read after it in stage 2: a buffer given a second copy. A stage-1 statement after a
+    # stage-2 one runs ahead of it, which is legal: they share nothing either writes, but such a copy.
+    changed = True
+    while changed:
+        changed = False
+        late = [(n, *_access(s, handoff)) for n, (s, g) in enumerate(zip(loop.body, out)) if g == 2 and stmt_unit(s, units) != "cube"]
+        late_written = {b for _, _, w in late for b in w}
+        for n, stmt in enumerate(loop.body):
+            if out[n] == 1 and stmt_unit(stmt, units) != "cube":
+                reads, writes = _access(stmt, handoff)
+                read_before = {b for m, r, _ in late if m < n for b in r}
+                if (reads | writes) & late_written or writes & read_before:
+                    out[n] = 2
+                    changed = True
+    vector = [(s, g) for s, g in zip(loop.body, out) if stmt_unit(s, units) != "cube"]
+    if not any(g == 2 for _, g in vector) or not any(g == 1 for _, g in vector):
+        return None
+    if not any(g == 1 and isinstance(s, Store) and s.dst.tensor in handoff for s, g in vector):
+        return None  # the vector sends nothing the cube waits for ahead of its stage 2
+    carried = _cross_stage_conflict(vector, handoff, bufs, loaded_only=False)
+    if carried is None:
+        return None
+    return out, carried
 
 
 def pipeline_handoffs(program: Program, target) -> Program:
-    """Set ``Loop.stages`` on the loops the cube can run one tile ahead in, ``Tensor.slots`` and
-    ``Tensor.ready`` on the hand-offs (see the module docstring). A loop is left as it is where the cube
-    sends nothing before its first receive, where it has an inner loop, where a stage-1
-    statement would have to run before a stage-0 one it depends on, or where the pipelined liveness
-    does not fit the target's levels. Without a pipelined loop the program is returned unchanged."""
+    """Set ``Loop.stages`` on the loops the cube can run one tile ahead in (and the vector too, where it
+    takes a hand-off back from the cube's later stage), ``Tensor.slots`` and ``Tensor.ready`` on the
+    hand-offs, and a second copy (``Buffer.stages``) of a vector buffer both vector stages use (see the
+    module docstring). A loop is left as it is where the cube sends nothing before its first receive,
+    where it has an inner loop, where a later-stage statement would have to run before an earlier-stage
+    one it depends on, or where the pipelined liveness does not fit the target's levels (the vector's
+    skew alone is dropped first). The vector is skewed only where every hand-off gets its own ready id.
+    Without a pipelined loop the program is returned unchanged."""
     from .footprint import kernel_footprints
 
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
     env = {str(k): v for k, v in program.env}
     piped: set[str] = set()  # hand-offs a pipelined loop passes
     early: set[str] = set()  # hand-offs sent in stage 0
+    order = [t for t in program.tensors if t.kind == "handoff"]
+    group_of = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
+    units = list(dict.fromkeys(group_of[t.name] for t in order))
+    own_ids = len(units) + len(order) <= CROSS_CORE_FLAG_IDS
 
     def fits(kernel) -> bool:
         return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
 
-    kernels = []
-    for k in program.kernels:
-        units = {b.name: b.unit for b in k.buffers}
+    def pipelined(k, vector_skew: bool):
+        unit_of = {b.name: b.unit for b in k.buffers}
         bufs = {b.name: b for b in k.buffers}
         found: list[tuple[Loop, tuple[int, ...]]] = []
+        copies: set[str] = set()
 
         def edit(stmt):
             if isinstance(stmt, Loop):
-                stages = _stage_split(stmt, units, handoff, bufs)
-                if stages is not None:
-                    found.append((stmt, stages))
-                    return dataclasses.replace(stmt, stages=stages)
+                split = _stage_split(stmt, unit_of, handoff, bufs, vector_skew)
+                if split is not None:
+                    found.append((stmt, split[0]))
+                    copies.update(split[1])
+                    return dataclasses.replace(stmt, stages=split[0])
             return stmt
 
-        new = dataclasses.replace(k, body=map_body(k.body, edit))
+        body = map_body(k.body, edit)
+        buffers = tuple(dataclasses.replace(b, stages=2) if b.name in copies else b for b in k.buffers)
+        return dataclasses.replace(k, body=body, buffers=buffers), found
+
+    kernels = []
+    for k in program.kernels:
+        new, found = pipelined(k, own_ids)
+        if found and not fits(new) and own_ids:
+            new, found = pipelined(k, False)
         if not found or not fits(new):
             kernels.append(k)
             continue
@@ -208,14 +304,11 @@ def pipeline_handoffs(program: Program, target) -> Program:
                             early.add(t)
     if not piped:
         return program
-    order = [t for t in program.tensors if t.kind == "handoff"]
-    group_of = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
-    units = list(dict.fromkeys(group_of[t.name] for t in order))
-    if len(units) + len(order) <= CROSS_CORE_FLAG_IDS:
+    if own_ids:
         ready = {t.name: units.index(group_of[t.name]) for t in order}  # one id per hand-off (or signal group)
     else:
         # too few ids for one each: hand-offs sent in the same direction and stage keep their order on both
-        # sides, so each such group shares one id
+        # sides (the vector is not skewed here), so each such group shares one id
         def group(t):
             return (handoff_direction(program, t.name), any(n in early for n in group_of[t.name]))
 

@@ -115,8 +115,8 @@ class _Checker:
                 var = str(stmt.var)
                 if var in loop_vars:
                     self.fail(self.kernel, f"loop variable {var} shadows an enclosing loop")
-                if stmt.stages and (len(stmt.stages) != len(stmt.body) or set(stmt.stages) - {0, 1}):
-                    self.fail(self.kernel, f"loop over {var}: stages {stmt.stages} do not give 0 or 1 to each of its {len(stmt.body)} statements")
+                if stmt.stages and (len(stmt.stages) != len(stmt.body) or set(stmt.stages) - {0, 1, 2}):
+                    self.fail(self.kernel, f"loop over {var}: stages {stmt.stages} do not give 0, 1 or 2 to each of its {len(stmt.body)} statements")
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner
