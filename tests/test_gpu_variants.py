@@ -94,8 +94,8 @@ def test_new_rounds_plan_heavy_first_on_and_off_and_fwd_rows():
 
 def test_dry_run_of_the_new_rounds_finds_every_variant_emitted(capsys, monkeypatch):
     monkeypatch.setattr(gv, "MHA_ORDER", (4096,))
-    monkeypatch.setattr(gv, "ROUND_ROWS", {**gv.ROUND_ROWS, **{r: [k for k in gv.ROUND_ROWS[r] if k[1] == 4096] for r in range(6, 11)}})
-    assert gv.main(["--dry-run", "--rounds", "6", "7", "8", "9", "10"]) == 0
+    monkeypatch.setattr(gv, "ROUND_ROWS", {**gv.ROUND_ROWS, **{r: [k for k in gv.ROUND_ROWS[r] if k[1] == 4096] for r in (8, 10)}})
+    assert gv.main(["--dry-run", "--rounds", "8", "10"]) == 0
     out = capsys.readouterr().out
     assert "0 mismatches" in out and "MISMATCH" not in out
 

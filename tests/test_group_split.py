@@ -156,14 +156,14 @@ def _bnsd(x):
     return torch.from_numpy(np.ascontiguousarray(x).copy())
 
 
-@pytest.mark.parametrize("name", ["gqa8/2-causal", "gqa6/3-window-bottom-right", "gqa8/2-none"])
+@pytest.mark.parametrize("name", ["gqa8/2-causal", "gqa6/3-window-bottom-right"])
 def test_split_triton_kernels(tb, tmp_path, name):
     spec = make_spec(name=name.replace("/", "_"), **SPECS[name])
     data = inputs(spec, seed=7)
     q, k, v, do = (_bnsd(data[n]) for n in ("Q", "K", "V", "dO"))
     g = spec.heads_q // spec.heads_kv
     results = {}
-    for split in splits(spec):
+    for split in sorted({1, g}):  # one program per KV head, and the whole group split (the interpreter tests take 2)
         heavy = split == g  # both orders of the grid
         target = target_with(tmp_path, split_row(32, g, split, heavy), f"s{split}")
         fwd, bwd = tb.schedule(spec, target)

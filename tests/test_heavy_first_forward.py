@@ -117,7 +117,7 @@ def _bnsd(x):
     return torch.from_numpy(np.ascontiguousarray(x).copy())
 
 
-@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("name", ["gqa8/2-causal-bottom-right", "gqa6/3-window-bottom-right"])  # the interpreter tests take all
 def test_heavy_first_forward_triton(tb, tmp_path, name):
     spec = make_spec(name=name.replace("/", "_"), **SPECS[name])
     data = inputs(spec, seed=12)
@@ -139,9 +139,10 @@ def test_heavy_first_forward_triton(tb, tmp_path, name):
         module = tb.load(spec, target)
         o, lse = module.forward(q, k, v, poison=True)
         assert_forward_matches_torch(spec, o.numpy(), lse.numpy(), data)
-        qq, kk, vv = (x.clone().requires_grad_(True) for x in (q, k, v))
-        grads = torch.autograd.grad(module.attention(qq, kk, vv), (qq, kk, vv), do)
-        assert_grads_ok(spec, [x.numpy() for x in grads], data)
+        if heavy:  # the backward after the heavy-first forward, through autograd
+            qq, kk, vv = (x.clone().requires_grad_(True) for x in (q, k, v))
+            grads = torch.autograd.grad(module.attention(qq, kk, vv), (qq, kk, vv), do)
+            assert_grads_ok(spec, [x.numpy() for x in grads], data)
         outs[heavy] = (o, lse)
     assert torch.equal(outs[True][0], outs[False][0]) and torch.equal(outs[True][1], outs[False][1])
 
