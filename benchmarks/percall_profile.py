@@ -4,7 +4,7 @@
 
 Runs gpu_table.py's per-call problem (1×1×128×64 bf16 causal, ``Impl``) through tilegen and through SDPA
 flash, and prints for each: µs per forward+backward (CUDA events around ``--calls`` back-to-back calls,
-median of 7 loops, as gpu_table.py's per-call row), and the torch.profiler table of the host operators
+median of 7 loops; gpu_table.py's per-call row interleaves the paths round by round), and the torch.profiler table of the host operators
 (self CPU time per call, top 20), so that the share of the autograd engine, of the allocations and of
 each launch can be read. Writes ``percall_profile.txt`` under ``--out`` (default benchmarks/results).
 Needs a CUDA device.
@@ -19,25 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_table import Impl, make_inputs  # noqa: E402
+from gpu_table import Impl, loop_us, make_inputs  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
-    import torch
-
+    """µs per call: the median of 7 loops of ``calls`` calls (gpu_table.loop_us) after 20 warm-up calls."""
     for _ in range(20):
         fn()
-    times = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+    return statistics.median(loop_us(fn, calls) for _ in range(7))
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile]
+        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -11,7 +11,9 @@ of the cube (AIC.M) and vector (AIV.V) pipes of the longest kernel. Needs g++ (t
 the identity, the compile cache off): MaskTile does its work on every tile. ``--wait-at-copy`` measures
 the schedule before the wait-at-first-read pass (likewise): every L1 copy is waited for at once.
 ``--no-pipeline`` measures the schedule before the pipeline-handoffs pass (likewise): one GM slot per
-hand-off, one ready flag per direction, the cube and the vector taking turns.
+hand-off, one ready flag per direction, the cube and the vector taking turns. ``--no-vector-stage``
+measures it with the pass's vector skew left out (likewise): the cube one tile ahead, the vector's
+statements in one stage (the forward's softmax of tile j + 1 waits for the O update of tile j).
 ``--dkv-strategy on-chip`` builds the backward with dK, dV accumulated in L0C over the Q loop (the
 schedule before the atomic strategy; default auto: atomic on the 910B). ``--handoff-per-tile`` measures
 the schedule before the unit-phases and one-handoff-per-direction passes (both the identity, the
@@ -51,10 +53,11 @@ def main() -> None:
     ap.add_argument("--mask-every-tile", action="store_true", help="without the mask-cut-tiles-only pass")
     ap.add_argument("--wait-at-copy", action="store_true", help="without the wait-at-first-read pass")
     ap.add_argument("--no-pipeline", action="store_true", help="without the pipeline-handoffs pass")
+    ap.add_argument("--no-vector-stage", action="store_true", help="the pipeline-handoffs pass without its vector skew")
     ap.add_argument("--dkv-strategy", choices=["auto", "on-chip", "atomic"], default="auto", help="the backward's dK/dV strategy")
     ap.add_argument("--handoff-per-tile", action="store_true", help="without the unit-phases and one-handoff-per-direction passes")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.handoff_per_tile:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile:
         import os
 
         from tilegen.passes import handoff, lower
@@ -66,6 +69,8 @@ def main() -> None:
             lower.wait_at_first_read = lambda program, levels: program
         if args.no_pipeline:
             lower.pipeline_handoffs = lambda program, target: program
+        if args.no_vector_stage:
+            lower._vector_stages = lambda *a: None
         if args.handoff_per_tile:
             handoff.unit_phases = lambda program: program
             handoff.one_handoff_per_direction = lambda program: program
@@ -88,7 +93,8 @@ def main() -> None:
             rows.append({"spec": name, **{kk: v for kk, v in p.items() if kk != "_timeline"}})
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"target": args.target, "dkv_strategy": args.dkv_strategy, "handoff_per_tile": args.handoff_per_tile, "no_pipeline": args.no_pipeline, "rows": rows}, f, indent=1)
+            json.dump({"target": args.target, "dkv_strategy": args.dkv_strategy, "handoff_per_tile": args.handoff_per_tile, "no_pipeline": args.no_pipeline,
+                       "no_vector_stage": args.no_vector_stage, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

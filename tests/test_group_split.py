@@ -156,7 +156,7 @@ def _bnsd(x):
     return torch.from_numpy(np.ascontiguousarray(x).copy())
 
 
-@pytest.mark.parametrize("name", ["gqa8/2-causal", "gqa6/3-window-bottom-right"])
+@pytest.mark.parametrize("name", ["gqa8/2-causal"])  # under TRITON_INTERPRET: the interpreter tests take every spec
 def test_split_triton_kernels(tb, tmp_path, name):
     spec = make_spec(name=name.replace("/", "_"), **SPECS[name])
     data = inputs(spec, seed=7)
