@@ -54,7 +54,7 @@ def _fields(sq, sk, d, dtype="fp32", window=(-1, -1), hq=1, hkv=1):
                 window=window, alignment="bottom_right")
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 # Shrunk failures found by this test, kept as regular examples (each once failed the accuracy rule's
 # floor in fp32, where results sit at fp32's own noise: see tilegen/check.py).
