@@ -322,6 +322,12 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     def after_copies(s: str, t: float) -> float:
         return max(t, gate[s])
 
+    def copy(s: str, pipe: str, t: float, op: dict, cut: bool) -> float:
+        """Issue ``op``'s copy at ``t`` on ``pipe`` of side ``s`` (after the pipe's earlier copies): its end."""
+        start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
+        pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+        return end
+
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False
         for s in sides:
@@ -331,8 +337,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 t = clock[s]
                 pipe = _ASYNC.get((s, kind))
                 if pipe is not None:
-                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
-                    pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    end = copy(s, pipe, t, op, cut)
                     if op.get("defer"):
                         deferred[s][op["dst"]] = end
                     else:
@@ -349,8 +354,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                         t = max(t + issue, q.pop(0))
                     # the copy runs on MTE2 while the scalar unit issues on; the free flag is set on MTE2
                     # after it, and the next compute helper waits for it
-                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get("MTE2", 0.0))
-                    pipe_free[s]["MTE2"] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    end = copy(s, "MTE2", t, op, cut)
                     gate[s] = max(gate[s], end)
                     t += _ASYNC_ISSUE * issue + issue
                     free.setdefault(op["free"], []).append(end + x_lat)
@@ -363,9 +367,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
                     # the copy runs on its pipe (Fixpipe, MTE3) while the scalar unit issues on; the ready
                     # flag is set on that pipe after it, and the next compute helper waits for it
-                    pipe = _SEND_PIPE[s]
-                    start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
-                    pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    end = copy(s, _SEND_PIPE[s], t, op, cut)
                     gate[s] = max(gate[s], end)
                     t += _ASYNC_ISSUE * issue + issue
                     if op.get("signal", True):  # the last store of a group sets its one ready flag

@@ -127,29 +127,18 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     ``vector_skew``: also give the vector two stages (else every vector statement is stage 1)."""
     if loop.kind != "serial" or any(isinstance(s, Loop) for s in loop.body):
         return None
-    # a cube statement is stage 1 when it receives from the vector, or depends on (reads what it writes,
-    # writes what it reads or writes) an earlier stage-1 statement of the iteration
-    late_read: set[str] = set()
-    late_written: set[str] = set()
-    stages = []
-    for stmt in loop.body:
-        if stmt_unit(stmt, units) != "cube":
-            stages.append(1)  # the vector's part: skewed below
-            continue
-        reads, writes = _access(stmt, handoff)
-        recv = isinstance(stmt, Load) and stmt.src.tensor in handoff
-        late = recv or bool(reads & late_written) or bool(writes & (late_read | late_written))
-        if late:
-            late_read |= reads
-            late_written |= writes
-        stages.append(1 if late else 0)
+    # a cube statement is stage 1 when it receives from the vector (or depends on one that does); the
+    # vector's part is stage 1 here and skewed below
+    is_cube = [stmt_unit(s, units) == "cube" for s in loop.body]
+    late = _late(loop.body, is_cube, handoff, handoff)
+    stages = [(1 if n in late else 0) if cube else 1 for n, cube in enumerate(is_cube)]
     cube = [(s, g) for s, g in zip(loop.body, stages) if stmt_unit(s, units) == "cube"]
     if not any(g == 0 for _, g in cube) or not any(g == 1 for _, g in cube):
         return None
     sends0 = [s for s, g in cube if g == 0 and isinstance(s, Store) and s.dst.tensor in handoff]
     if not sends0:
         return None  # nothing the vector waits for moves ahead
-    if _cross_stage_conflict(cube, handoff, bufs, loaded_only=True) is None:
+    if _carried(cube, handoff, bufs, loaded_only=True) is None:
         return None
     carried: frozenset[str] = frozenset()
     if vector_skew:
@@ -159,7 +148,26 @@ def _stage_split(loop: Loop, units: dict[str, str | None], handoff: set[str], bu
     return tuple(stages), carried
 
 
-def _cross_stage_conflict(part: list, handoff: set[str], bufs: dict, loaded_only: bool) -> frozenset[str] | None:
+def _late(body, mine: list[bool], handoff: set[str], receives: set[str]) -> set[int]:
+    """The positions in ``body`` of one unit's statements (``mine``) that belong to the later stage: a
+    statement that receives a hand-off of ``receives``, or depends on (reads what it writes, writes what
+    it reads or writes) an earlier such statement of the iteration."""
+    late_read: set[str] = set()
+    late_written: set[str] = set()
+    out = set()
+    for n, stmt in enumerate(body):
+        if not mine[n]:
+            continue
+        reads, writes = _access(stmt, handoff)
+        recv = isinstance(stmt, Load) and stmt.src.tensor in receives
+        if recv or reads & late_written or writes & (late_read | late_written):
+            late_read |= reads
+            late_written |= writes
+            out.add(n)
+    return out
+
+
+def _carried(part: list, handoff: set[str], bufs: dict, loaded_only: bool) -> frozenset[str] | None:
     """One unit's statements ``part`` [(stmt, stage)] of a loop whose earlier stage of iteration j + 1
     runs before its later stage of iteration j: the buffers that need a second copy for that, or None
     where it is not legal. A buffer both stages touch is legal only when the earlier stage alone writes
@@ -198,23 +206,12 @@ def _vector_stages(loop: Loop, stages: list[int], units, handoff: set[str], bufs
     when it receives a hand-off the cube sends in stage 1, or depends on an earlier stage-2 statement
     of the iteration, else stage 1; the AIV then runs stage 1 of tile j + 1 (the softmax of the next
     scores) before stage 2 of tile j (taking in this tile's P·V). Returns (stages, buffers that need a
-    second copy), or None where the vector has nothing for stage 2 or the skew is not legal: a stage-1
-    statement after a stage-2 one must not touch what that one reads or writes (it moves ahead of it)."""
+    second copy), or None where the vector has nothing for stage 2 or the skew is not legal (a stage-1
+    statement reading a buffer before its stage-1 writer, where stage 2 reads it too)."""
     late_sent = {s.dst.tensor for s, g in zip(loop.body, stages)
                  if g == 1 and stmt_unit(s, units) == "cube" and isinstance(s, Store) and s.dst.tensor in handoff}
-    late_read: set[str] = set()
-    late_written: set[str] = set()
-    out = list(stages)
-    for n, stmt in enumerate(loop.body):
-        if stmt_unit(stmt, units) == "cube":
-            continue
-        reads, writes = _access(stmt, handoff)
-        recv = isinstance(stmt, Load) and stmt.src.tensor in late_sent
-        late = recv or bool(reads & late_written) or bool(writes & (late_read | late_written))
-        if late:
-            late_read |= reads
-            late_written |= writes
-            out[n] = 2
+    is_vector = [stmt_unit(s, units) != "cube" for s in loop.body]
+    out = [2 if n in _late(loop.body, is_vector, handoff, late_sent) else g for n, g in enumerate(stages)]
     # a stage-1 statement joins stage 2 when it touches what a stage-2 statement writes, or writes what a
     # stage-2 statement before it reads, until no such statement is left (stage 1 of j + 1 runs before
     # stage 2 of j: it would see, or give, the wrong iteration's value). What is left shared is written
@@ -223,21 +220,21 @@ def _vector_stages(loop: Loop, stages: list[int], units, handoff: set[str], bufs
     changed = True
     while changed:
         changed = False
-        late = [(n, *_access(s, handoff)) for n, (s, g) in enumerate(zip(loop.body, out)) if g == 2 and stmt_unit(s, units) != "cube"]
+        late = [(n, *_access(s, handoff)) for n, (s, g) in enumerate(zip(loop.body, out)) if g == 2 and is_vector[n]]
         late_written = {b for _, _, w in late for b in w}
         for n, stmt in enumerate(loop.body):
-            if out[n] == 1 and stmt_unit(stmt, units) != "cube":
+            if out[n] == 1 and is_vector[n]:
                 reads, writes = _access(stmt, handoff)
                 read_before = {b for m, r, _ in late if m < n for b in r}
                 if (reads | writes) & late_written or writes & read_before:
                     out[n] = 2
                     changed = True
-    vector = [(s, g) for s, g in zip(loop.body, out) if stmt_unit(s, units) != "cube"]
+    vector = [(s, g) for s, g, v in zip(loop.body, out, is_vector) if v]
     if not any(g == 2 for _, g in vector) or not any(g == 1 for _, g in vector):
         return None
     if not any(g == 1 and isinstance(s, Store) and s.dst.tensor in handoff for s, g in vector):
         return None  # the vector sends nothing the cube waits for ahead of its stage 2
-    carried = _cross_stage_conflict(vector, handoff, bufs, loaded_only=False)
+    carried = _carried(vector, handoff, bufs, loaded_only=False)
     if carried is None:
         return None
     return out, carried
