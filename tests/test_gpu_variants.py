@@ -100,9 +100,30 @@ def test_dry_run_of_the_new_rounds_finds_every_variant_emitted(capsys, monkeypat
     assert "0 mismatches" in out and "MISMATCH" not in out
 
 
-def test_a_run_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
+def _fake_gpu(monkeypatch, make_inputs, bench):
+    """The GPU pieces of a variants run faked on the CPU: ``make_inputs`` and ``bench`` as given, SDPA
+    flash and Flex as SDPA on the CPU (Flex without its compilation), a CUDA device that is "available"."""
     import gpu_table
 
+    orig_run = gpu_table.Impl.run
+
+    def run_sdpa(self):
+        import torch.nn.functional as F
+
+        if self.impl in ("flash", "flex"):
+            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal, enable_gqa=self.gqa)
+        return orig_run(self)
+
+    monkeypatch.setattr(gv, "make_inputs", make_inputs)
+    monkeypatch.setattr(gv, "bench", bench)
+    monkeypatch.setattr(gpu_table.Impl, "run", run_sdpa)
+    monkeypatch.setattr(gpu_table.Impl, "_flex_setup", lambda self: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+
+
+def test_a_run_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
     def make_inputs(b, h, hkv, n, d, dtype, seed=0):
         g = torch.Generator().manual_seed(seed)
         return [torch.randn((1, heads, 32, d), generator=g).to(torch.bfloat16) for heads in (8, 1, 1, 8)]
@@ -113,22 +134,7 @@ def test_a_run_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
         split = int(path.target.split("_")[-2]) if isinstance(path, gv.Variant) else 3
         return 1.0 / split  # ms: split 8 is the fastest
 
-    monkeypatch.setattr(gpu_table.Impl, "_flex_setup", lambda self: None)
-
-    def run_sdpa(self):
-        import torch.nn.functional as F
-
-        if self.impl in ("flash", "flex"):
-            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal, enable_gqa=self.gqa)
-        return orig_run(self)
-
-    orig_run = gpu_table.Impl.run
-    monkeypatch.setattr(gv, "make_inputs", make_inputs)
-    monkeypatch.setattr(gv, "bench", bench)
-    monkeypatch.setattr(gpu_table.Impl, "run", run_sdpa)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _fake_gpu(monkeypatch, make_inputs, bench)
     # one causal and one non-causal row of D 64 only, so that the test stays short
     monkeypatch.setattr(gv, "ROW_ORDER", ((64, 4096),))
     out = tmp_path / "out"
@@ -167,8 +173,6 @@ def test_the_budget_skips_variants(tmp_path, monkeypatch, capsys):
 def test_a_run_of_the_new_rounds_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
     """Rounds 6 and 9 on one causal MHA row: heavy_first on and off for both programs, then the other
     configs at the better heavy_first; Flex measured on the row (its fake is SDPA on the CPU)."""
-    import gpu_table
-
     def make_inputs(b, h, hkv, n, d, dtype, seed=0):
         g = torch.Generator().manual_seed(seed)
         return [torch.randn((1, heads, 32, d), generator=g).to(torch.bfloat16) for heads in (2, 2, 2, 2)]
@@ -180,21 +184,7 @@ def test_a_run_of_the_new_rounds_with_fake_gpu_pieces(tmp_path, monkeypatch, cap
             return 0.5 if "_1.toml" in path.target else 1.0  # heavy_first on: twice as fast
         return 1.0 if path.impl == "flash" else 0.8  # Flex faster than flash
 
-    def run_sdpa(self):
-        import torch.nn.functional as F
-
-        if self.impl in ("flash", "flex"):
-            return F.scaled_dot_product_attention(self.q, self.k, self.v, is_causal=self.causal, enable_gqa=self.gqa)
-        return orig_run(self)
-
-    orig_run = gpu_table.Impl.run
-    monkeypatch.setattr(gv, "make_inputs", make_inputs)
-    monkeypatch.setattr(gv, "bench", bench)
-    monkeypatch.setattr(gpu_table.Impl, "run", run_sdpa)
-    monkeypatch.setattr(gpu_table.Impl, "_flex_setup", lambda self: None)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake")
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    _fake_gpu(monkeypatch, make_inputs, bench)
     monkeypatch.setattr(gv, "ROUND_ROWS", {**gv.ROUND_ROWS, 6: [(128, 4096, True, False)], 9: [(128, 4096, True, False)]})
     out = tmp_path / "out"
     rc = gv.main(["--budget", "10000", "--out", str(out), "--rounds", "6", "9", "--stem", "mha"])

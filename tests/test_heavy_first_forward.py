@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from helpers import inputs, make_spec  # noqa: E402
-from test_group_split import assert_grads_ok, target_with  # noqa: E402
+from test_group_split import _bnsd, assert_grads_ok, target_with, tb  # noqa: E402,F401  (tb: the Triton backend fixture)
 from tilegen import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.check import compare, longest_sum  # noqa: E402
@@ -103,18 +103,6 @@ def test_heavy_first_forward_in_the_interpreter(name):
 
 
 # --- the target rows and the Triton module ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tb():
-    pytest.importorskip("triton")
-    from tilegen.backends import triton as backend
-
-    return backend
-
-
-def _bnsd(x):
-    return torch.from_numpy(np.ascontiguousarray(x).copy())
 
 
 @pytest.mark.parametrize("name", ["gqa8/2-causal-bottom-right"])  # under TRITON_INTERPRET: the interpreter tests take every spec
