@@ -41,34 +41,11 @@ except Exception:  # pragma: no cover - an environment without triton
 needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton cannot be imported")
 
 
-def _patch_interpreter_bf16_dot():
-    """Triton's interpreter (3.6 to 3.9) multiplies bfloat16 ``tl.dot`` operands as their raw uint16
-    storage; widen them to float32 first (exact) so that bf16 kernels can be checked on a CPU. Compiled
-    kernels on a GPU are not affected."""
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
-
-    if getattr(ti.InterpreterBuilder.create_dot, "_widens_bf16", False):
-        return
-    original = ti.InterpreterBuilder.create_dot
-
-    def widen(handle):
-        if handle.dtype == tl.bfloat16:
-            return ti.TensorHandle((handle.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
-        return handle
-
-    def create_dot(self, a, b, d, *rest):
-        return original(self, widen(a), widen(b), d, *rest)
-
-    create_dot._widens_bf16 = True
-    ti.InterpreterBuilder.create_dot = create_dot
-
-
 @pytest.fixture(scope="module")
 def tb():
     if not HAVE_TRITON:
         pytest.skip("triton cannot be imported")
-    _patch_interpreter_bf16_dot()
+    # a bf16 module patches the interpreter for bf16 itself when it is imported (module.py.jinja)
     from tilegen.backends import triton as backend
 
     return backend
@@ -133,6 +110,41 @@ def test_generated_kernels_match_reference(tb, case):
         assert np.all(np.asarray(o[:, :, :32], dtype=np.float32) == 0)
         assert np.all(lse[:, :, :32] == -np.inf)
         assert np.all(np.asarray(grads[0][:, :, :32], dtype=np.float32) == 0)
+
+
+_BF16_CAST_CHECK = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np, triton.language as tl
+from triton.runtime import interpreter as ti
+original = ti.InterpreterBuilder.create_dot
+def create_dot(self, *args):  # a bf16 dot widened by other code first, with the module's marker
+    return original(self, *args)
+create_dot._widens_bf16 = True
+ti.InterpreterBuilder.create_dot = create_dot
+from tilegen.backends import triton as tb
+from tilegen.spec import AttentionSpec
+spec = AttentionSpec(batch=1, heads_q=1, heads_kv=1, seq_q=16, seq_k=16, head_dim_qk=16, head_dim_v=16, dtype="bf16")
+tb.load(spec, dq_strategy="atomic", tile_sizes=(16, 16))
+x = np.array([0x3F80C000, 0x3F808000, 0x3F818000], np.uint32).view(np.float32)  # above / at / at a tie
+out = ti.interpreter_builder.cast_impl(ti.TensorHandle(x, tl.float32), tl.bfloat16)
+print(" ".join(hex(int(u)) for u in np.asarray(out.data).view(np.uint16)))
+"""
+
+
+@needs_triton
+def test_bf16_interpreter_cast_rounds_whatever_patched_first():
+    """A bf16 module imported after other code widened the interpreter's bf16 dot (and marked it as
+    the module does) still makes the fp32 → bf16 cast round to nearest even, as a GPU does. In a fresh
+    process: the patch is process-wide. (A shared marker once left the cast truncating whenever another
+    patch ran first, and dsinks then missed the accuracy rule by 2×, depending on test order.)"""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _BF16_CAST_CHECK], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # nearest even: 0x3f80c000 lies above the midpoint (up); 0x3f808000 and 0x3f818000 are ties (to the even one)
+    assert run.stdout.split() == ["0x3f81", "0x3f80", "0x3f82"], run.stdout
 
 
 @needs_triton

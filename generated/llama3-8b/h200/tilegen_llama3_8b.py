@@ -65,8 +65,7 @@ def _bf16_in_the_interpreter():
     from triton.runtime import interpreter as ti
 
     original = ti.InterpreterBuilder.create_dot
-    if getattr(original, "_widens_bf16", False):
-        return
+    cast = ti.InterpreterBuilder.cast_impl
 
     def widen(handle):
         if handle.dtype == tl.bfloat16:
@@ -76,8 +75,6 @@ def _bf16_in_the_interpreter():
     def create_dot(self, a, b, d, *rest):
         return original(self, widen(a), widen(b), d, *rest)
 
-    cast = ti.InterpreterBuilder.cast_impl
-
     def cast_impl(self, src, dst_type):
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
             u = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -86,9 +83,13 @@ def _bf16_in_the_interpreter():
             return ti.TensorHandle(r, tl.bfloat16)
         return cast(self, src, dst_type)
 
-    create_dot._widens_bf16 = True
-    ti.InterpreterBuilder.create_dot = create_dot
-    ti.InterpreterBuilder.cast_impl = cast_impl
+    # each patch once per process, on its own marker: a create_dot widened elsewhere still gets the cast
+    if not getattr(original, "_widens_bf16", False):
+        create_dot._widens_bf16 = True
+        ti.InterpreterBuilder.create_dot = create_dot
+    if not getattr(cast, "_rounds_bf16", False):
+        cast_impl._rounds_bf16 = True
+        ti.InterpreterBuilder.cast_impl = cast_impl
 
 
 if os.environ.get("TRITON_INTERPRET") == "1" and DTYPE == torch.bfloat16:
