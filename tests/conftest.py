@@ -3,6 +3,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+# Under pytest-xdist (the README's test command runs one worker per core): one thread per worker for
+# torch and NumPy's BLAS, set before either is imported, so that the workers do not oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 # A fresh compile cache per test session: every distinct compile runs its passes at least once here,
 # and nothing is read from (or left in) the user's cache.
 os.environ["TILEGEN_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilegen-test-cache-")
