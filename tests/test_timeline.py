@@ -368,3 +368,66 @@ def test_bad_program_is_one_line():
         predict_emitted(builtin_spec("tiny"), "ascend910b2", "both")
     with pytest.raises(SpecError, match="program"):
         simulate_program(builtin_spec("tiny"), "ascend910b2", "both")
+
+
+def test_l2_levels_from_the_trace_byte_ranges():
+    """Two blocks of one launch (hand traces): the K tile both copy is L2-resident in both; each one's
+    own Q tile stays HBM; a block's second atomic Fixpipe into the same dK_ws rows is L2 (its first is
+    HBM); a hand-off copy (already level 1) is untouched. Priced at the L2 or HBM rate accordingly."""
+    from tilegen.timeline import l2_levels
+
+    k_tile, q0, q1 = ("G", 0, 4096), ("G", 8192, 12288), ("G", 12288, 16384)
+
+    def aic(q):
+        dk = ("G", 20000 + q[1], 24096 + q[1])  # this block's own dK_ws rows
+        return [
+            Instr("MTE2", "DataCopyNd2Nz", 4096, 0, 0, (("L1", 0, 4096),), (k_tile,)),
+            Instr("MTE2", "DataCopyNd2Nz", 4096, 0, 0, (("L1", 4096, 8192),), (q,)),
+            Instr("FIX", "Fixpipe", 4096, 32, 0, (dk,), (("C", 0, 4096),)),
+            Instr("FIX", "Fixpipe", 4096, 32, 0, (dk,), (("C", 0, 4096),)),
+            Instr("FIX", "Fixpipe", 4096, 32, 1, (("G", 90000, 94096),), (("C", 0, 4096),)),
+        ]
+
+    out = l2_levels({0: {"AIC": aic(q0)}, 1: {"AIC": aic(q1)}})
+    assert out[0]["AIC"][2].writes == aic(q0)[2].writes
+    for b in (0, 1):
+        assert [i.c for i in out[b]["AIC"]] == [1, 0, 0, 1, 1]
+    costs = Costs(dict(COSTS.t, mte2_hbm_bytes_per_cycle=32, gm_hbm_latency_cycles=40))
+    assert costs.duration(out[0]["AIC"][0]) == 10 + 4096 / 128  # L2: latency 10, 128 B/cycle
+    assert costs.duration(out[0]["AIC"][1]) == 40 + 4096 / 32  # HBM: latency 40, 32 B/cycle
+
+
+def test_l2_reuse_names_the_reaccessed_tensors():
+    """llama2-7b on 910B2: the forward re-reads K and V (every Q-tile instance), the backward's main
+    kernel Q, dO, L, D and its atomic dQ/dK/dV workspaces; nothing else. An L2 too small for the heads
+    in flight takes none as resident."""
+    from tilegen.analysis import l2_reuse
+    from tilegen.ir import Load, walk
+
+    _, plans = ascendc.plan_programs(builtin_spec("llama2-7b"), "ascend910b2")
+    got = {}
+    for plan in plans:
+        for k in plan.program.kernels:
+            r = l2_reuse(plan.program, k, 24, 192 << 20)
+            got[k.name] = sorted({(s.src if isinstance(s, Load) else s.dst).tensor for s, _ in walk(k.body) if id(s) in r.stmts})
+            if k.name == "main":
+                small = l2_reuse(plan.program, k, 24, 1 << 20)
+                assert not small.fits and not small.stmts and small.working_set == r.working_set
+    assert got.pop("fwd") == ["K", "V"]
+    assert got.pop("main") == ["D", "L", "Q", "dK_ws", "dO", "dQ_ws", "dV_ws"]
+    assert all(v == [] for v in got.values()), got
+
+
+def test_hbm_floor_is_each_tensor_once():
+    """The backward's pre kernel of llama2-7b (B 1, H 32, S 4096, D 128, fp16) reads O and dO and
+    writes D (fp32) and zeroes dQ_ws (fp32): 2·2 + 4/128 + 4 bytes per element of [B, H, S, D], once,
+    at the target's HBM bandwidth (1382 GB/s)."""
+    from tilegen.analysis import count
+    from tilegen.cost import hbm_floor_s
+
+    tgt = load_target("ascend910b2")
+    _, plans = ascendc.plan_programs(builtin_spec("llama2-7b"), tgt)
+    prog = plans[1].program
+    pre = next(k for k in prog.kernels if k.name == "pre")
+    n = 32 * 4096 * 128
+    assert hbm_floor_s(prog, pre, count(prog)[pre.name], tgt) == pytest.approx((2 * 2 * n + 4 * n // 128 + 4 * n) / 1382e9)

@@ -546,3 +546,81 @@ def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
             hit = block_classes(mods, sizes=env, window=window, offset=offset, br=br, bc=bc, params=params, source=source)
         _CLASS_CACHE[key] = hit
     return hit
+
+
+# --- L2 residency of re-accessed GM regions ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class L2Reuse:
+    """Which GM accesses of a kernel touch a region that the launch touches more than once.
+
+    Attributes:
+        stmts: ``id`` of each ``Load``/``Store`` on a GM tensor (not a hand-off workspace) with an
+            enclosing loop (a grid axis or a serial loop of more than one trip) whose variable its
+            indices do not depend on: another trip of that loop, on this core or on another core at
+            about the same time, accesses the same region again.
+        working_set: bytes of those tensors that the instances in flight hold at once: one (batch,
+            head) slice of each, times the heads in flight (the grid's instances are dealt over the
+            cores in order, so ``cores`` consecutive instances span at most ceil(cores / instances
+            per head) + 1 heads).
+        fits: ``working_set`` fits in the target's L2 (``memory.l2_bytes``); when it does not, no
+            access is taken as L2-resident.
+    """
+
+    stmts: frozenset
+    working_set: int
+    fits: bool
+
+
+def l2_reuse(program: Program, kernel: Kernel, cores: int, l2_bytes: int) -> L2Reuse:
+    """The GM accesses of ``kernel`` whose regions are re-accessed within its launch (:class:`L2Reuse`).
+
+    This is the rule the emitted-code cost model (:mod:`tilegen.cost`) uses to price a re-accessed
+    region at the L2 rates: in the forward every Q-tile instance reads the same K and V tiles, in the
+    backward every K/V-tile instance reads the same Q, dO, L and D tiles and adds into the same dQ rows.
+    The timeline (:mod:`tilegen.timeline`) finds the same accesses independently, from the byte ranges
+    of the twin's trace. ``cores``: the launch's parallel units; ``l2_bytes``: the L2 size in bytes
+    (910B2: 192 MiB, CANN's Ascend910B2.ini ``l2_size``).
+    """
+    env = {str(k): v for k, v in program.env}
+    tensors = {t.name: t for t in program.tensors}
+    grid = grid_loops(kernel)
+    values = dict(env)
+    instances, per_head = 1, 1
+    for loop in grid:
+        values[str(loop.var)] = evaluate(loop.start, values)
+        n = max(int(evaluate(loop.stop, values)) - int(values[str(loop.var)]), 0)
+        instances *= n
+        if loop.role not in ("batch", "head"):
+            per_head *= n
+    heads = max(instances // max(per_head, 1), 1)
+    in_flight = min(heads, -(-cores // max(per_head, 1)) + 1)
+
+    def trips(loop: Loop, outer: tuple[Loop, ...]) -> int:
+        try:
+            table = dict(env)
+            for o in outer:  # the outer loops at their first trip
+                table[str(o.var)] = evaluate(o.start, table)
+            return int(np.max(evaluate(loop.stop - loop.start, table)))
+        except (UnboundSymbol, TypeError, ValueError):
+            return 2  # bounds that depend on data: taken as several trips
+
+    stmts, reused = set(), set()
+    for stmt, loops in walk(kernel.body):
+        access = stmt.src if isinstance(stmt, Load) else stmt.dst if isinstance(stmt, Store) else None
+        if access is None or tensors[access.tensor].kind == "handoff":
+            continue
+        used = set().union(*(sympy.sympify(e).free_symbols for e in access.index))
+        if any(l.var not in used and trips(l, loops[:k]) > 1 for k, l in enumerate(loops)):
+            stmts.add(id(stmt))
+            reused.add(access.tensor)
+    ws = 0
+    for name in reused:
+        t = tensors[name]
+        shape = [int(evaluate(d, env)) for d in t.shape]
+        lead = shape[0] * shape[1] if len(shape) >= 3 else 1
+        ws += math.prod(shape) * dtypes.itemsize(t.dtype) // max(lead, 1)
+    ws *= in_flight
+    fits = ws <= l2_bytes
+    return L2Reuse(frozenset(stmts) if fits else frozenset(), ws, fits)

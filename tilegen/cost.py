@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dtypes
 from .analysis import Counts, count
 from .errors import TilegenError
 from .ir import Elementwise, Load, Loop, MatMul, Program, Store, walk
@@ -194,7 +195,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             n = rows * es if op.get("vector") else rows * int(op["cols"]) * es
             write = kind in ("ub_store", "v2c_send")
             extra = 2 * issue if op.get("atomic") else 0.0
-            return max(5 * issue + extra, 2 * fl + dma(n, kind in ("c2v_recv", "v2c_send"), write))
+            return max(5 * issue + extra, 2 * fl + dma(n, kind in ("c2v_recv", "v2c_send") or op.get("l2", False), write))
         if kind == "fill":
             return max(issue, vec(int(op["count"]), es))
         if kind in ("scalar", "adds", "binary"):
@@ -242,7 +243,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         raise TilegenError(f"the emitted-code model has no cost for the vector op {kind}")
     if kind in ("l1_load", "v2c_recv"):
         rows, cols = int(op["rows"]), int(op["cols"])
-        l2 = kind == "v2c_recv"
+        l2 = kind == "v2c_recv" or op.get("l2", False)
         if op.get("rowwise"):
             return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
         return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
@@ -264,7 +265,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         return max(9 * issue, 3 * fl + fill + c["mmad_startup_cycles"] + m1 * n1)
     if kind in ("fix_store", "c2v_send"):
         nbytes = int(op["m"]) * int(op["cols"]) * 4
-        l2 = kind == "c2v_send"
+        l2 = kind == "c2v_send" or op.get("l2", False)
         lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
         rate = c["fix_l2_bytes_per_cycle"] if l2 else c["fix_hbm_bytes_per_cycle"]
         extra = 2 * issue if op.get("atomic") else 0.0
@@ -388,6 +389,23 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     return max(clock.values())
 
 
+def hbm_floor_s(program, kernel, counts: Counts, target) -> float:
+    """The least time (s) of one launch of ``kernel`` set by the chip's HBM bandwidth: every GM tensor
+    it touches (hand-off workspaces excepted) crosses HBM once, whole (its later accesses are the L2
+    hits of :func:`tilegen.analysis.l2_reuse`). Used by both the emitted-code model and the timeline,
+    whose per-core rates alone would let L2-resident re-reads outrun the chip's HBM."""
+    from .exprs import evaluate
+
+    env = {str(k): v for k, v in program.env}
+    tensors = {t.name: t for t in program.tensors}
+    nbytes = 0
+    for name in set(counts.bytes_read) | set(counts.bytes_written):
+        t = tensors[name]
+        if t.kind != "handoff":
+            nbytes += int(evaluate(t.numel, env)) * dtypes.itemsize(t.dtype)
+    return nbytes / target.bytes_per_s("hbm")
+
+
 @dataclass(frozen=True)
 class EmittedPrediction:
     """The emitted-code model of one program: seconds per kernel (in launch order, launch overhead
@@ -451,7 +469,8 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         p_full = sim(3, 0) - sim(2, 0)  # the steady period of a pair the mask does not cut
         per_tile = np.array([sim(min(int(f), 2), int(c), v) + max(int(f) - 2, 0) * p_full
                              for f, c, v in zip(pairs - cut, cut, valid)])
-        out.append((kplan.name, deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock))
+        t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock
+        out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + launch * len(out)
     util = flops / (time_s * tgt.matmul_flops(_matmul_dtype(prog))) if time_s > 0 else 0.0

@@ -33,6 +33,12 @@ visits; cut: those the mask cuts); the fit gives every instance of the full laun
 dealt over the cores as the kernel deals them (``pid = core, core + cores, …``), consecutive instances
 on a core are added (no overlap across instance boundaries), and the kernel time is the slowest core.
 The result says which form was used, which instances were scheduled and the fit's worst residual.
+
+GM levels: a copy into or out of the hand-off workspace is L2-resident (the trace says so); a copy of
+an HBM tensor whose byte range another block of the launch also copies, or this block copied before,
+is made L2-resident too (:func:`l2_levels`), unless the re-accessed tensors of the heads in flight
+exceed the L2 (:func:`tilegen.analysis.l2_reuse`); each launch takes at least the chip's HBM floor
+(:func:`tilegen.cost.hbm_floor_s`), and its form says when that binds.
 """
 
 from __future__ import annotations
@@ -369,6 +375,52 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
 # ---------------------------------------------------------------------------------------------------
 # a spec's program on the twin, scheduled
 
+def _floored(end: float, floor_s: float, clock: float) -> tuple[float, str]:
+    """A launch's cycles raised to the chip's HBM floor (:func:`tilegen.cost.hbm_floor_s`), and a note
+    for its form when the floor binds."""
+    if floor_s * clock > end:
+        return floor_s * clock, f"; bound by the chip's HBM bandwidth ({floor_s * 1e6:.2f} us > {end / clock * 1e6:.2f} us scheduled)"
+    return end, ""
+
+
+_GM_COPIES = ("DataCopyPad", "DataCopy", "DataCopyNd2Nz", "Fixpipe")
+
+
+def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, list[Instr]]]:
+    """The traces of one launch's blocks with every GM copy of an HBM tensor (level 0) that re-touches
+    a region of the launch made L2-resident (level 1, priced at the L2 rates): a byte range that
+    another block also copies (the instances run at about the same time and share the L2), or that the
+    same block copied before. The first touch within a block that no other block shares stays HBM.
+    Ranges are compared exactly (a tile copy's first and last byte, as the trace records it), so two
+    strided tiles whose spans interleave are not mistaken for one. This reads the byte ranges of the
+    trace alone; the emitted-code model finds its L2 accesses from the IR
+    (:func:`tilegen.analysis.l2_reuse`), and the two are compared by tests/test_timeline.py."""
+    users: dict[tuple, set] = defaultdict(set)
+    for b, cores in blocks.items():
+        for ins_list in cores.values():
+            for ins in ins_list:
+                if ins.kind in _GM_COPIES and ins.c == 0:
+                    for r in ins.reads + ins.writes:
+                        if r[0] == "G":
+                            users[r].add(b)
+    out: dict[int, dict[str, list[Instr]]] = {}
+    for b, cores in blocks.items():
+        seen: set = set()
+        new_cores = {}
+        for core in sorted(cores):
+            lst = []
+            for ins in cores[core]:
+                if ins.kind in _GM_COPIES and ins.c == 0:
+                    gm = [r for r in ins.reads + ins.writes if r[0] == "G"]
+                    if gm and all(len(users[r]) > 1 or r in seen for r in gm):
+                        ins = Instr(ins.pipe, ins.kind, ins.a, ins.b, 1, ins.writes, ins.reads)
+                    seen.update(gm)
+                lst.append(ins)
+            new_cores[core] = lst
+        out[b] = new_cores
+    return out
+
+
 EXACT_RECORDS = 40_000  # programs whose trace is estimated at most this long are scheduled whole
 RECORDS_PER_PAIR = 800  # trace records per visited tile pair (both sides), for that estimate
 SAMPLES = 5  # program instances scheduled per kernel in the cost-only form
@@ -550,9 +602,9 @@ def simulate_program(
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.generate`.
         TwinError: no C++ compiler, or the twin run failed.
     """
-    from .analysis import count
+    from .analysis import count, l2_reuse
     from .backends import ascendc, twin
-    from .cost import _matmul_dtype
+    from .cost import _matmul_dtype, hbm_floor_s
     from .targets import load_target
 
     from .errors import SpecError
@@ -579,10 +631,14 @@ def simulate_program(
     if exact is None:
         exact = pairs_total * RECORDS_PER_PAIR <= EXACT_RECORDS
     out: list[KernelTimeline] = []
+    l2_ok = [l2_reuse(prog, k, cores, int(tgt.bandwidth["l2_bytes"].value)).fits if "l2_bytes" in tgt.bandwidth else False
+             for k in kernels_ir]
+    floors = [hbm_floor_s(prog, k, counts[k.name], tgt) for k in kernels_ir]
     if exact:
         traces = trace_run(exe, spec, program, cores)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             blocks = traces.get(n, {})
+            blocks = l2_levels(blocks) if l2_ok[n] else blocks
             scheds = {b: simulate_block(c, costs) for b, c in sorted(blocks.items())}
             end = max((s.end for s in scheds.values()), default=0.0)
             total: dict[str, float] = defaultdict(float)
@@ -590,9 +646,10 @@ def simulate_program(
                 for key, v in _busy_by_type(s.busy).items():
                     total[key] += v
             rep = max(scheds.values(), key=lambda s: s.end) if scheds else None
+            end, note = _floored(end, floors[n], clock)
             out.append(
                 KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end), rep.critical_share() if rep else {},
-                               f"whole launch ({len(scheds)} blocks)", block=rep)
+                               f"whole launch ({len(scheds)} blocks){note}", block=rep)
             )
     else:
         g = spec.heads_q // spec.heads_kv
@@ -613,6 +670,8 @@ def simulate_program(
             if sig not in seen and len(picks) < SAMPLES:
                 seen.add(sig)
                 picks.append(t)
+        if len(picks) < 2 and tiles > 1:  # a second instance: the regions the instances share show in the trace (l2_levels)
+            picks.append(next(t for t in order if t not in picks))
         need = max(t_n for t_n, _, _ in info) * g  # >= every kernel's instances at one batch, one KV head
         for n, (t_n, _, _) in enumerate(info):
             if not any(p < t_n for p in picks):
@@ -622,6 +681,7 @@ def simulate_program(
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
+            blocks = l2_levels(blocks) if l2_ok[n] else blocks
             samples = [t for t in picks if t < t_n and t in blocks]
             scheds = {t: simulate_block(blocks[t], costs) for t in samples}
             keys = sorted({key for s in scheds.values() for key in _busy_by_type(s.busy)})
@@ -637,9 +697,10 @@ def simulate_program(
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
             rep = scheds[rep_t] if rep_t is not None else None
+            end, note = _floored(end, floors[n], clock)
             form = (
                 f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
-                f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}); {programs[n]} instances dealt over {cores} cores"
+                f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}); {programs[n]} instances dealt over {cores} cores{note}"
             )
             out.append(KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end),
                                       rep.critical_share() if rep else {}, form, samples, resid, rep))

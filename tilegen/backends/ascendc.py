@@ -31,6 +31,7 @@ from .. import dtypes
 from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
+from ..analysis import l2_reuse
 from .. import ir
 from ..ir import (
     Access,
@@ -341,6 +342,12 @@ class _Lower:
         self.modplan = AM.recognise(program.mods) if program.mods is not None else None
         self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
         self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
+        # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
+        self.l2 = l2_reuse(program, kernel, target.parallel_units, int(target.bandwidth["l2_bytes"].value)) if "l2_bytes" in target.bandwidth else None
+
+    def l2_resident(self, stmt) -> bool:
+        """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.analysis.l2_reuse`)."""
+        return self.l2 is not None and id(stmt) in self.l2.stmts
 
     # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
     def need(self, field_name: str, value, what: str) -> None:
@@ -760,6 +767,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": cols,
             "pitch": pitch,
             "zero_tail": stmt.pad is not None,
+            "l2": lo.l2_resident(stmt),
             "defer": False,  # Load.wait_at_read: set by _lower_body, which places the wait
         }
         if handoff:
@@ -788,6 +796,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": cols,
             "pitch": pitch,
             "atomic": stmt.accumulate,
+            "l2": lo.l2_resident(stmt),
         }
         if lo.tensors[stmt.dst.tensor].dtype != "fp32":
             raise TargetError(f"store of cube buffer {buf.name} into {lo.tensors[stmt.dst.tensor].dtype} tensor: Fixpipe casts are not lowered")
@@ -900,6 +909,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cpad": lo.cpad(buf) if len(dims) == 2 else 1,
             "vector": len(dims) == 1,
             "ids": "" if handoff else lo.row_ids(stmt, access, shift),
+            "l2": lo.l2_resident(stmt),
         }
         if op["ids"] and op["vector"] and isinstance(stmt, Store) and half > lo.scratch_cols():
             raise TargetError(f"the guarded store of {buf.name} stages {half} elements in sc_col, which holds {lo.scratch_cols()}")
