@@ -561,9 +561,10 @@ class L2Reuse:
             indices do not depend on: another trip of that loop, on this core or on another core at
             about the same time, accesses the same region again.
         working_set: bytes of those tensors that the instances in flight hold at once: one (batch,
-            head) slice of each, times the heads in flight (the grid's instances are dealt over the
-            cores in order, so ``cores`` consecutive instances span at most ceil(cores / instances
-            per head) + 1 heads).
+            head) slice of each, times that tensor's heads per head of the grid (a GQA backward's
+            instance of one KV head touches the G query heads of Q), times the (batch, head) pairs of
+            the grid in flight (the grid's instances are dealt over the cores in order, so ``cores``
+            consecutive instances span at most ceil(cores / instances per head) + 1 of them).
         fits: ``working_set`` fits in the target's L2 (``memory.l2_bytes``); when it does not, no
             access is taken as L2-resident.
     """
@@ -587,31 +588,60 @@ def l2_reuse(program: Program, kernel: Kernel, cores: int, l2_bytes: int) -> L2R
     tensors = {t.name: t for t in program.tensors}
     grid = grid_loops(kernel)
     values = dict(env)
-    instances, per_head = 1, 1
+    instances, per_head, grid_heads = 1, 1, 1
     for loop in grid:
         values[str(loop.var)] = evaluate(loop.start, values)
         n = max(int(evaluate(loop.stop, values)) - int(values[str(loop.var)]), 0)
         instances *= n
-        if loop.role not in ("batch", "head"):
+        if loop.role == "head":
+            grid_heads *= n
+        elif loop.role != "batch":
             per_head *= n
     heads = max(instances // max(per_head, 1), 1)
     in_flight = min(heads, -(-cores // max(per_head, 1)) + 1)
 
     def trips(loop: Loop, outer: tuple[Loop, ...]) -> int:
+        """The most trips ``loop`` makes: outer tile loops over their whole range (a causal loop makes
+        one trip at the first Q tile and many at the last), batch and head loops at their start."""
         try:
             table = dict(env)
-            for o in outer:  # the outer loops at their first trip
-                table[str(o.var)] = evaluate(o.start, table)
+            for o in outer:
+                lo, hi = np.min(evaluate(o.start, table)), np.max(evaluate(o.stop, table))
+                table[str(o.var)] = lo if o.role in UNIFORM_ROLES or hi - lo <= 1 else np.arange(int(lo), int(hi))
             return int(np.max(evaluate(loop.stop - loop.start, table)))
         except (UnboundSymbol, TypeError, ValueError):
-            return 2  # bounds that depend on data: taken as several trips
+            return 2  # bounds that cannot be evaluated so: taken as several trips
+
+    def overlapping(inner: Loop, outer: Loop, enclosing: tuple[Loop, ...]) -> bool:
+        """Whether ``inner``'s ranges at two consecutive values of ``outer``'s variable overlap (the
+        causal K/V loop at Q tiles i and i + 1: yes; a GQA group's heads of KV heads h and h + 1: no),
+        the other enclosing loops at their start; bounds that do not use the variable overlap."""
+        names = sympy.sympify(inner.start).free_symbols | sympy.sympify(inner.stop).free_symbols
+        if outer.var not in names:
+            return True
+        try:
+            table = dict(env)
+            for o in enclosing:
+                table[str(o.var)] = evaluate(o.start, table)
+            v0 = table[str(outer.var)]
+            lo0, hi0 = evaluate(inner.start, table), evaluate(inner.stop, table)
+            table[str(outer.var)] = v0 + 1
+            lo1, hi1 = evaluate(inner.start, table), evaluate(inner.stop, table)
+            return bool(max(lo0, lo1) < min(hi0, hi1))
+        except (UnboundSymbol, TypeError, ValueError):
+            return True
 
     stmts, reused = set(), set()
     for stmt, loops in walk(kernel.body):
         access = stmt.src if isinstance(stmt, Load) else stmt.dst if isinstance(stmt, Store) else None
         if access is None or tensors[access.tensor].kind == "handoff":
             continue
+        # the variables the region depends on: those of its indices, and through an inner loop's bounds
+        # those of the loops outside it (a GQA backward's hq runs over [G·hkv, G·hkv + G): Q[hq] depends on hkv)
         used = set().union(*(sympy.sympify(e).free_symbols for e in access.index))
+        for k in range(len(loops) - 1, -1, -1):
+            if loops[k].var in used:
+                used |= {o.var for o in loops[:k] if not overlapping(loops[k], o, loops[:k])}
         if any(l.var not in used and trips(l, loops[:k]) > 1 for k, l in enumerate(loops)):
             stmts.add(id(stmt))
             reused.add(access.tensor)
@@ -619,8 +649,10 @@ def l2_reuse(program: Program, kernel: Kernel, cores: int, l2_bytes: int) -> L2R
     for name in reused:
         t = tensors[name]
         shape = [int(evaluate(d, env)) for d in t.shape]
-        lead = shape[0] * shape[1] if len(shape) >= 3 else 1
-        ws += math.prod(shape) * dtypes.itemsize(t.dtype) // max(lead, 1)
+        if len(shape) >= 3:  # [B, H, ...]: one (b, h) slice, times the tensor's heads per grid head
+            ws += math.prod(shape[2:]) * dtypes.itemsize(t.dtype) * max(1, -(-shape[1] // grid_heads))
+        else:
+            ws += math.prod(shape) * dtypes.itemsize(t.dtype)
     ws *= in_flight
     fits = ws <= l2_bytes
     return L2Reuse(frozenset(stmts) if fits else frozenset(), ws, fits)
