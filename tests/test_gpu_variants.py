@@ -123,10 +123,18 @@ def _fake_gpu(monkeypatch, make_inputs, bench):
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
 
-def test_a_run_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
+def _small_inputs(heads):
+    """A fake of the benchmark's input maker: bf16 q, k, v, do of 32 tokens with ``heads`` heads each,
+    whatever sizes the row asks for (seeded)."""
     def make_inputs(b, h, hkv, n, d, dtype, seed=0):
         g = torch.Generator().manual_seed(seed)
-        return [torch.randn((1, heads, 32, d), generator=g).to(torch.bfloat16) for heads in (8, 1, 1, 8)]
+        return [torch.randn((1, hd, 32, d), generator=g).to(torch.bfloat16) for hd in heads]
+
+    return make_inputs
+
+
+def test_a_run_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
+    make_inputs = _small_inputs((8, 1, 1, 8))  # q, k, v, do heads: GQA 8 / 1
 
     def bench(fn, warmup, rep):
         fn()
@@ -173,9 +181,7 @@ def test_the_budget_skips_variants(tmp_path, monkeypatch, capsys):
 def test_a_run_of_the_new_rounds_with_fake_gpu_pieces(tmp_path, monkeypatch, capsys):
     """Rounds 6 and 9 on one causal MHA row: heavy_first on and off for both programs, then the other
     configs at the better heavy_first; Flex measured on the row (its fake is SDPA on the CPU)."""
-    def make_inputs(b, h, hkv, n, d, dtype, seed=0):
-        g = torch.Generator().manual_seed(seed)
-        return [torch.randn((1, heads, 32, d), generator=g).to(torch.bfloat16) for heads in (2, 2, 2, 2)]
+    make_inputs = _small_inputs((2, 2, 2, 2))
 
     def bench(fn, warmup, rep):
         fn()

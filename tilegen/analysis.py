@@ -656,3 +656,11 @@ def l2_reuse(program: Program, kernel: Kernel, cores: int, l2_bytes: int) -> L2R
     ws *= in_flight
     fits = ws <= l2_bytes
     return L2Reuse(frozenset(stmts) if fits else frozenset(), ws, fits)
+
+
+def target_l2_reuse(program: Program, kernel: Kernel, target) -> L2Reuse | None:
+    """:func:`l2_reuse` on ``target``'s parallel units and L2 size (``bandwidth.l2_bytes``); None for a
+    target file that gives no L2 size (then no GM copy of an HBM tensor is taken as L2-resident)."""
+    if "l2_bytes" not in target.bandwidth:
+        return None
+    return l2_reuse(program, kernel, target.parallel_units, int(target.bandwidth["l2_bytes"].value))

@@ -43,6 +43,7 @@ exceed the L2 (:func:`tilegen.analysis.l2_reuse`); each launch takes at least th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from collections import defaultdict, deque
@@ -415,7 +416,7 @@ def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, 
                 if ins.kind in _GM_COPIES and ins.c == 0:
                     gm = [r for r in ins.reads + ins.writes if r[0] == "G"]
                     if gm and all(len(users[r]) > 1 or r in seen for r in gm):
-                        ins = Instr(ins.pipe, ins.kind, ins.a, ins.b, 1, ins.writes, ins.reads)
+                        ins = dataclasses.replace(ins, c=1)
                     seen.update(gm)
                 lst.append(ins)
             new_cores[core] = lst
@@ -604,7 +605,7 @@ def simulate_program(
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.generate`.
         TwinError: no C++ compiler, or the twin run failed.
     """
-    from .analysis import count, l2_reuse
+    from .analysis import count, target_l2_reuse
     from .backends import ascendc, twin
     from .cost import _matmul_dtype, hbm_floor_s
     from .targets import load_target
@@ -633,8 +634,7 @@ def simulate_program(
     if exact is None:
         exact = pairs_total * RECORDS_PER_PAIR <= EXACT_RECORDS
     out: list[KernelTimeline] = []
-    l2_ok = [l2_reuse(prog, k, cores, int(tgt.bandwidth["l2_bytes"].value)).fits if "l2_bytes" in tgt.bandwidth else False
-             for k in kernels_ir]
+    l2_ok = [(r := target_l2_reuse(prog, k, tgt)) is not None and r.fits for k in kernels_ir]
     floors = [hbm_floor_s(prog, k, counts[k.name], tgt) for k in kernels_ir]
     if exact:
         traces = trace_run(exe, spec, program, cores)

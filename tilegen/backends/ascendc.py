@@ -31,7 +31,7 @@ from .. import dtypes
 from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
-from ..analysis import l2_reuse
+from ..analysis import target_l2_reuse
 from .. import ir
 from ..ir import (
     Access,
@@ -343,7 +343,7 @@ class _Lower:
         self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
         self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
         # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
-        self.l2 = l2_reuse(program, kernel, target.parallel_units, int(target.bandwidth["l2_bytes"].value)) if "l2_bytes" in target.bandwidth else None
+        self.l2 = target_l2_reuse(program, kernel, target)
 
     def l2_resident(self, stmt) -> bool:
         """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.analysis.l2_reuse`)."""
