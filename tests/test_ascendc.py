@@ -319,9 +319,9 @@ def test_twin_catches_an_accumulator_zeroed_with_blocknum_0(tmp_path):
     broken = dict(gen.files)
     rt = broken["tilegen_runtime.h"]
     for operand, size in (("l0a", "m"), ("l0b", "n")):
-        good = f"Fill({operand}, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv({size}, 16)), 0, T(0)));"
+        good = f"Fill(cube.{operand}, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv({size}, 16)), 0, T(0)));"
         assert good in rt
-        rt = rt.replace(good, f"InitConstValue({operand}, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv({size}, 16)), T(0)));")
+        rt = rt.replace(good, f"InitConstValue(cube.{operand}, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv({size}, 16)), T(0)));")
     broken["tilegen_runtime.h"] = rt
     exe = twin.build(broken, cache_dir=tmp_path)
     data = inputs(spec, seed=5)

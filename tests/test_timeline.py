@@ -143,6 +143,64 @@ def test_deferred_copy_without_its_flag_is_reported():
             simulate_block(block, costs)
 
 
+@needs_cxx
+@pytest.mark.parametrize("event", ["FIX_M", "M_MTE1"])
+def test_cube_pingpong_without_its_flag_is_reported(event):
+    """The cube's L0 halves (tilegen::Cube): an Mmad into an L0C half waits for the Fixpipe that last
+    drained it (FIX_M), a LoadData into an L0A/L0B half for the Mmad that last read it (M_MTE1). With
+    either SetFlag/WaitFlag pair taken out of tilegen_runtime.h the twin still computes (program order)
+    but the timeline reports the race in the backward instead of a shorter time. (The timeline finds a
+    race where the two accesses overlap in its schedule: in tiny's forward the hand-off waits space the
+    products out, so there the same cut goes unseen.) One causal head of 512 tokens at D = 128: tiles
+    64 x 64, every product one chunk."""
+    from helpers import make_spec
+
+    spec = make_spec(seq_q=512, seq_k=512, head_dim_qk=128, head_dim_v=128, dtype="fp16", window=(-1, 0))
+    files = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files
+    assert "tilegen::MatmulStore<half>(cube" in files["bwd_kernels.asc"]
+    costs = Costs(load_target("ascend910b2").timeline)
+    runtime = files["tilegen_runtime.h"]
+    if event == "FIX_M":
+        cut = ["        if (cube.cBusy[h]) WaitFlag<HardEvent::FIX_M>(cube.cFree[h]);  // the Fixpipe that last drained this half\n",
+               "            SetFlag<HardEvent::FIX_M>(cube.cFree[h]);\n            cube.cBusy[h] = true;\n"]
+    else:
+        cut = ["        if (cube.abBusy[h]) WaitFlag<HardEvent::M_MTE1>(cube.abFree[h]);  // the Mmad that last read this half\n",
+               "        SetFlag<HardEvent::M_MTE1>(cube.abFree[h]);\n        cube.abBusy[h] = true;\n"]
+    for text in cut:
+        assert runtime.count(text) == 1
+        runtime = runtime.replace(text, "")
+    for launch in trace_run(twin.build(files), spec, "bwd", 1).values():
+        for block in launch.values():
+            simulate_block(block, costs)
+    bad = trace_run(twin.build(dict(files, **{"tilegen_runtime.h": runtime})), spec, "bwd", 1)
+    with pytest.raises(TimelineError, match="race on AIC: (Mmad2 on M .* before Fixpipe|LoadData on MTE1 .* before Mmad2)"):
+        for launch in bad.values():
+            for block in launch.values():
+                simulate_block(block, costs)
+
+
+def test_l0c_pingpong_is_an_ir_knob():
+    """The pass chunks every product of a kernel whose L0C buffers are each a fresh product stored at
+    once (the forward; the atomic backward's main kernel), as few chunks as fit half of L0C (64 KiB):
+    128 x 256 fp32 is two of 128 columns, 160 x 192 two of 96; a kernel with an accumulator held in L0C
+    (the on-chip dK/dV strategy) keeps the level whole; Triton targets never get the knob."""
+    from tilegen.ir import MatMul, walk
+    from tilegen.passes import pipeline
+
+    def chunks(prog):
+        return {s.dst: s.n_chunk for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, MatMul)}
+
+    spec = builtin_spec("llama2-7b")
+    assert chunks(pipeline.compile_forward(spec, target="ascend910b2", tile_sizes=(128, 256))) == {"S": 128, "PV": 128}
+    bwd = pipeline.compile_backward(spec, target="ascend910b2", tile_sizes=(160, 192), dkv_strategy="atomic")
+    assert chunks(bwd) == {"S": 96, "dP": 96, "dVp": 64, "dKp": 64, "dQp": 64}  # 160 x 128 fp32 is 80 KiB: two chunks
+    tiny = builtin_spec("tiny")
+    on_chip = pipeline.compile_backward(tiny, target="ascend910b2", dkv_strategy="on-chip")
+    assert set(chunks(on_chip).values()) == {0}
+    for prog in (pipeline.compile_forward(tiny, target="h200"), pipeline.compile_backward(tiny, target="h200")):
+        assert set(chunks(prog).values()) == {0}
+
+
 def test_wait_at_first_read_is_an_ir_knob():
     """The pass sets Load.wait_at_read on the forward's K and V tile loads of an Ascend target (their next
     statement does not read them), never on a Triton target, nor on a hand-off's load."""

@@ -33,12 +33,12 @@ if twin.real_compiler() is None:
 # ZeroAcc's fills as the runtime wrote them before: InitConstValueParams(repeatTimes, value) leaves
 # blockNum = 0 (include/basic_api/kernel_struct_mm.h), a NOP on A2 (Fill.md).
 ZERO_ACC_FIXED = (
-    "Fill(l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));\n"
-    "    Fill(l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));"
+    "Fill(cube.l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));\n"
+    "    Fill(cube.l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));"
 )
 ZERO_ACC_BLOCKNUM_0 = (
-    "Fill(l0a, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(m, 16)), T(0)));\n"
-    "    Fill(l0b, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(n, 16)), T(0)));"
+    "Fill(cube.l0a, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(m, 16)), T(0)));\n"
+    "    Fill(cube.l0b, InitConstValueParams<T>(static_cast<uint16_t>(CeilDiv(n, 16)), T(0)));"
 )
 
 

@@ -248,17 +248,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
         return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
     if kind == "matmul":
-        m, n, k = int(op["m"]), int(op["n"]), int(op["k"])
-        m1, n1 = math.ceil(m / 16), math.ceil(n / 16)
-        s_cycles = chain = 0.0
-        for k0 in range(0, k, k_step):
-            kc1 = math.ceil(min(k_step, k - k0) / 16)
-            load_a = m1 * (c["mte1_startup_cycles"] + kc1 * 512 / c["l0a_bytes_per_cycle"])
-            load_b = kc1 * (c["mte1_startup_cycles"] + n1 * 512 / c["l0b_bytes_per_cycle"])
-            mmad = c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"]
-            chain += fl + load_a + load_b + fl + mmad
-            s_cycles += (5 + m1 + kc1) * issue
-        return max(s_cycles + 2 * issue, chain + fl)
+        return max(_matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), c, k_step))
     if kind == "zero_acc":
         m1, n1 = math.ceil(int(op["m"]) / 16), math.ceil(int(op["n"]) / 16)
         fill = 2 * c["mte1_startup_cycles"] + (m1 + n1) * 512 / c["l0a_bytes_per_cycle"]
@@ -271,6 +261,30 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         extra = 2 * issue if op.get("atomic") else 0.0
         return max(5 * issue + extra, 2 * fl + c["fix_startup_cycles"] + lat + nbytes / rate)
     raise TilegenError(f"the emitted-code model has no cost for the cube op {kind}")
+
+
+def _matmul_cycles(m: int, n: int, k: int, c, k_step: int) -> tuple[float, float]:
+    """(scalar issue, MTE1 + M) cycles of MatmulTile for an m x k by k x n product: per k-step the
+    LoadData of both operands (MTE1) into one half of L0A/L0B, then the Mmad (M); the halves alternate,
+    so the loads of a step run beside the Mmad of the step before (tilegen::Cube)."""
+    issue, fl = c.issue(), c["flag_cycles"]
+    m1, n1 = math.ceil(m / 16), math.ceil(n / 16)
+    loads, mmads = [], []
+    s_cycles = 0.0
+    for k0 in range(0, k, k_step):
+        kc1 = math.ceil(min(k_step, k - k0) / 16)
+        load_a = m1 * (c["mte1_startup_cycles"] + kc1 * 512 / c["l0a_bytes_per_cycle"])
+        load_b = kc1 * (c["mte1_startup_cycles"] + n1 * 512 / c["l0b_bytes_per_cycle"])
+        loads.append(fl + load_a + load_b)
+        mmads.append(fl + c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"])
+        s_cycles += (5 + m1 + kc1) * issue
+    chain = loads[0] + sum(max(mm, nxt) for mm, nxt in zip(mmads, loads[1:] + [0.0]))
+    return s_cycles + 2 * issue, chain + fl
+
+
+def _chunks(n: int, width: int) -> list[int]:
+    """The column widths of a product of n columns computed in chunks of ``width`` (MatMul.n_chunk)."""
+    return [min(width, n - n0) for n0 in range(0, n, width)]
 
 
 def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
@@ -323,11 +337,41 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     def after_copies(s: str, t: float) -> float:
         return max(t, gate[s])
 
+    half_free = [0.0, 0.0]  # the AIC's L0C halves (tilegen::Cube): free from (cycles)
+    ring = [0]  # the half the next chunk takes
+
     def copy(s: str, pipe: str, t: float, op: dict, cut: bool) -> float:
-        """Issue ``op``'s copy at ``t`` on ``pipe`` of side ``s`` (after the pipe's earlier copies): its end."""
-        start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
-        pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+        """Issue ``op``'s copy at ``t`` on ``pipe`` of side ``s`` (after the pipe's earlier copies): its end.
+        A store with a chunked product (MatmulStore) computes each chunk on M when its L0C half is free
+        and drains it on FIX: the end of the last Fixpipe; M stays busy until the last chunk's Mmad."""
+        product = op.get("product")
+        if product is None:
+            start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
+            if pipe == "FIX":  # FixpipeRows waits for the Mmads before it (M -> FIX)
+                start = max(start, pipe_free[s].get("M", 0.0))
+            pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+            return end
+        m, k = int(product["m"]), int(product["k"])
+        m_free = max(after_copies(s, t), pipe_free[s].get("M", 0.0))
+        end = t
+        for nc in _chunks(int(product["n"]), int(product["n_chunk"])):
+            h = ring[0]
+            m_free = max(m_free, half_free[h]) + _matmul_cycles(m, nc, k, costs, k_step)[1]
+            start = max(m_free, pipe_free[s].get(pipe, 0.0))
+            part = dict(op, cols=nc)
+            pipe_free[s][pipe] = end = half_free[h] = start + _helper_cycles(part, costs, s, cut, k_step, valid)
+            ring[0] = 1 - h
+        pipe_free[s]["M"] = m_free
         return end
+
+    def issued(op: dict) -> float:
+        """Scalar cycles to issue ``op`` when it is a copy (a chunked product's Mmads included)."""
+        product = op.get("product")
+        if product is None:
+            return _ASYNC_ISSUE * issue
+        chunks = _chunks(int(product["n"]), int(product["n_chunk"]))
+        steps = math.ceil(int(product["k"]) / k_step)
+        return len(chunks) * (_ASYNC_ISSUE + steps * (7 + math.ceil(int(product["m"]) / 16))) * issue
 
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False
@@ -337,7 +381,10 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 kind = op["kind"]
                 t = clock[s]
                 pipe = _ASYNC.get((s, kind))
-                if pipe is not None:
+                if pipe is not None and op.get("product"):  # MatmulStore: nothing on the AIC waits for its Fixpipes
+                    copy(s, pipe, t, op, cut)
+                    t += issued(op)
+                elif pipe is not None:
                     end = copy(s, pipe, t, op, cut)
                     if op.get("defer"):
                         deferred[s][op["dst"]] = end
@@ -367,12 +414,21 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                         t = max(t + issue, q.pop(0))
                     sent[op["free"]] = sent.get(op["free"], 0) + 1
                     # the copy runs on its pipe (Fixpipe, MTE3) while the scalar unit issues on; the ready
-                    # flag is set on that pipe after it, and the next compute helper waits for it
+                    # flag is set on that pipe after it, and the next compute helper waits for it (not
+                    # after a chunked product: the next Mmads wait for their L0C half only)
                     end = copy(s, _SEND_PIPE[s], t, op, cut)
-                    gate[s] = max(gate[s], end)
-                    t += _ASYNC_ISSUE * issue + issue
+                    if not op.get("product"):
+                        gate[s] = max(gate[s], end)
+                    t += issued(op) + issue
                     if op.get("signal", True):  # the last store of a group sets its one ready flag
                         ready.setdefault((other[s], op["ready"]), []).append(end + x_lat)
+                elif s == "cube" and kind == "matmul":  # Mmads on M after the ones before; the scalar unit issues on
+                    n_issue, busy = _matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), costs, k_step)
+                    pipe_free[s]["M"] = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + busy
+                    t += n_issue
+                elif s == "cube" and kind == "zero_acc":  # waits for every Mmad before it (M -> MTE1)
+                    t = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    pipe_free[s]["M"] = t
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t

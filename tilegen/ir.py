@@ -242,7 +242,14 @@ class Fill(Stmt):
 
 @dataclass(frozen=True)
 class MatMul(Stmt):
-    """dst (+)= alpha * op(a) @ op(b); op(x) = xᵀ when the flag is set. Inputs fp16/bf16/fp32, dst fp32."""
+    """dst (+)= alpha * op(a) @ op(b); op(x) = xᵀ when the flag is set. Inputs fp16/bf16/fp32, dst fp32.
+
+    ``n_chunk`` is a schedule knob (set by :func:`tilegen.passes.lower.l0c_pingpong`): 0 computes dst
+    whole; n > 0 (a multiple of 16) computes it in column chunks of n, each in one half of the result
+    level (L0C) in turn, and the next statement (the Store of dst, the only reader) drains each chunk
+    while the other half accumulates the next. The values are unchanged: each column of dst is the same
+    dot products.
+    """
 
     dst: str
     a: str
@@ -251,6 +258,7 @@ class MatMul(Stmt):
     trans_b: bool = False
     accumulate: bool = False
     alpha: float = 1.0
+    n_chunk: int = 0
 
     def buffers_read(self):
         return (self.a, self.b) + ((self.dst,) if self.accumulate else ())

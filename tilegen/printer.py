@@ -79,7 +79,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
         bb = r(stmt.b) + ("ᵀ" if stmt.trans_b else "")
         scale = "" if stmt.alpha == 1.0 else f"{stmt.alpha:.6g} * "
         op = "+=" if stmt.accumulate else "="
-        return f"{r(stmt.dst)} {op} {scale}{a} @ {bb}"
+        chunk = f"  (in column chunks of {stmt.n_chunk}, L0C ping-pong)" if stmt.n_chunk else ""
+        return f"{r(stmt.dst)} {op} {scale}{a} @ {bb}{chunk}"
     if isinstance(stmt, Elementwise):
         args = [r(a) for a in stmt.args]
         if stmt.op in _BINARY:

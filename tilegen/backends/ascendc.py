@@ -264,6 +264,7 @@ class Side:
     counters: list[str] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)  # (counter, flag) waited once at the end
     ops: list[dict] = field(default_factory=list)
+    chunked: bool = False  # the cube's products run through the halves of L0C (MatMul.n_chunk)
 
 
 @dataclass
@@ -344,6 +345,8 @@ class _Lower:
         self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
         # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
         self.l2 = target_l2_reuse(program, kernel, target)
+        # the cube's products run in column chunks through the halves of L0C (tilegen::MatmulStore)
+        self.chunked = any(isinstance(s, MatMul) and s.n_chunk for s in _stmts(kernel.body))
 
     def l2_resident(self, stmt) -> bool:
         """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.analysis.l2_reuse`)."""
@@ -391,6 +394,10 @@ class _Lower:
         )
         for level_name, position in levels:
             level = self.target.level(level_name)
+            if unit == "cube" and level_name == self.target.placement["result"] and self.chunked:
+                # the products are chunked (MatMul.n_chunk): the whole level is the two halves of tilegen::Cube
+                side.pools.append((f"pool_{level_name.lower()}", position, level.usable))
+                continue
             spans = _live_spans(self.kernel, level_name)
             if not spans:
                 continue
@@ -505,10 +512,11 @@ class _Lower:
                 a, b = self.buffers[stmt.a], self.buffers[stmt.b]
                 m, k = (self.dims(a)[1], self.dims(a)[0]) if stmt.trans_a else self.dims(a)
                 n = self.dims(b)[0] if stmt.trans_b else self.dims(b)[1]
+                n = min(n, stmt.n_chunk) if stmt.n_chunk else n  # a chunked product loads a chunk's columns
                 rows, cols = (m, min(k, self.step)) if role == "left" else (min(k, self.step), n)
                 raw = -(-rows // 16) * 16 * -(-cols // 16) * 16 * dtypes.itemsize(a.dtype)
                 best = max(best, -(-raw // int(level.alignment.value)) * int(level.alignment.value) * 2)
-        if best:  # ZeroAcc needs a 16-wide zero tile of any accumulator's rows/cols
+        if best and not self.chunked:  # ZeroAcc needs a 16-wide zero tile of any accumulator's rows/cols
             for name, buf in self.buffers.items():
                 if buf.scope == self.target.placement["result"]:
                     m, n = self.dims(buf)
@@ -597,6 +605,7 @@ def lower_kernel(
     """One kernel's plan; appends its descriptor-field obligations (:class:`FieldUse`) to ``uses``."""
     lo = _Lower(program, kernel, target, spec, handoffs, uses)
     aic, aiv = lo.side("cube"), lo.side("vector")
+    aic.chunked = lo.chunked
     grid = grid_loops(kernel)
     inner = grid[-1].body if grid else kernel.body
     counters: dict[str, set] = {"cube": set(), "vector": set()}
@@ -660,15 +669,29 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
+            if op["kind"] in ("fix_store", "c2v_send") and ops and ops[-1]["kind"] == "matmul" and ops[-1]["n_chunk"]:
+                # a chunked product and its store are one MatmulStore (the verifier: the store is next)
+                op["product"] = ops.pop()
+                lo.need("FixpipeParamsV220_nSize", min(op["product"]["n_chunk"], op["cols"]), f"the chunked store of {op['src']}")
             if op["kind"] == "l1_load" and stmt.wait_at_read:
                 op["defer"] = True
                 deferred.append(stmt.dst)
             ops.append(op)
     ops.extend({"kind": "wait_loaded", "buf": buf} for buf in deferred)  # no reader in the body: wait at its end
+    if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
+        raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops
 
 
 _BUFFER_FIELDS = ("a", "b", "c", "src", "dst", "buf", "vec")  # the fields of a plan op that name an on-chip buffer
+
+
+def _buffer_refs(op: dict):
+    """(op, field) for every field of ``op`` that names an on-chip buffer, a fused product's included."""
+    for part in (op, op.get("product") or {}):
+        for f in _BUFFER_FIELDS:
+            if f in part:
+                yield part, f
 
 
 def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
@@ -689,13 +712,13 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     stage0 = _lower_body(lo, parts[0], unit, counters)
     rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
     for name in [b for b in carry if b not in rotated]:
-        first = next(n for n, op in enumerate(stage0) if any(op.get(f) == name for f in _BUFFER_FIELDS))
+        first = next(n for n, op in enumerate(stage0) if any(part[f] == name for part, f in _buffer_refs(op)))
         stage0.insert(first, {"kind": "rotate", "buf": name})
     stage1 = _lower_body(lo, parts[1], unit, counters)
     for op in stage1:
-        for f in _BUFFER_FIELDS:
-            if op.get(f) in carry:
-                op[f] = f"{op[f]}_p"
+        for part, f in _buffer_refs(op):
+            if part[f] in carry:
+                part[f] = f"{part[f]}_p"
     return {
         "kind": "ploop",
         "stages": mine,
@@ -816,8 +839,9 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError("a matmul kept its scale: run the split-matmul-scale lowering first")
         if a.dtype not in ("fp16", "bf16"):
             raise TargetError(f"the cube path takes fp16 or bf16 operands, {a.name} is {a.dtype}")
-        _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}")
+        _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}", stmt.n_chunk)
         return {
+            "n_chunk": stmt.n_chunk,
             "kind": "matmul",
             "c": c.name,
             "a": a.name,
@@ -843,11 +867,14 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
     raise TargetError(f"no cube lowering for {type(stmt).__name__}")
 
 
-def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: bool, what: str) -> None:
+def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: bool, what: str, n_chunk: int = 0) -> None:
     """The largest LoadData2DParams and MmadParams values MatmulTile (tilegen_runtime.h) writes for an
-    m x k by k x n product contracted in steps of k_step: the last step starts at k0 = k0max."""
+    m x k by k x n product contracted in steps of k_step: the last step starts at k0 = k0max; with
+    ``n_chunk`` (MatmulStore) the columns come in chunks of that width, the last from n0max."""
     step = lo.step
     m1, n1, k16 = -(-m // 16), -(-n // 16), -(-k // 16)
+    nc = min(n_chunk, n) if n_chunk else n
+    n0max16 = (n - 1) // nc * nc // 16  # first fractal column of the last chunk
     k0max = (k - 1) // step * step
     kc_max = min(step, k)
     a_rows16 = k16 if trans_a else m1
@@ -857,11 +884,12 @@ def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: b
     lo.need("LoadData2DParams_startIndex", (m1 - 1) * a_rows16 + k0max // 16 if trans_a else k0max // 16 * a_rows16 + m1 - 1,
             f"the L0A load of {what}")
     lo.need("LoadData2DParams_srcStride", 1 if trans_a else a_rows16, f"the L0A load of {what}")
-    lo.need("LoadData2DParams_repeatTimes", n1, f"the L0B load of {what}")
-    lo.need("LoadData2DParams_startIndex", last_kk * b_rows16 if trans_b else last_kk, f"the L0B load of {what}")
+    lo.need("LoadData2DParams_repeatTimes", -(-nc // 16), f"the L0B load of {what}")
+    lo.need("LoadData2DParams_startIndex", last_kk * b_rows16 + n0max16 if trans_b else last_kk + n0max16 * b_rows16,
+            f"the L0B load of {what}")
     lo.need("LoadData2DParams_srcStride", 1 if trans_b else b_rows16, f"the L0B load of {what}")
     lo.need("MmadParams_m", m, what)
-    lo.need("MmadParams_n", n, what)
+    lo.need("MmadParams_n", nc, what)
     lo.need("MmadParams_k", kc_max, what)
 
 

@@ -21,6 +21,12 @@
   overlaps it; a vector buffer both its stages use gets a second copy. Every hand-off the loop passes
   gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
   since the cube's sends no longer come in the order the vector receives them.
+- :func:`l0c_pingpong` (Ascend, after placement and tiles): in a kernel whose every result-level (L0C)
+  buffer is a fresh product stored at once and read by nothing else (every cube product of the forward
+  and of the atomic backward), each matmul gets the knob ``n_chunk``: it is computed in column chunks
+  that take the two halves of L0C in turn, so that the Fixpipe of one chunk runs while the cube computes
+  the next (the cube tile inside the exchanged block: two levels of tiling). A kernel with an
+  accumulator held in L0C across statements keeps the whole level for it.
 """
 
 from __future__ import annotations
@@ -353,3 +359,60 @@ def handoff_direction(program: Program, name: str) -> str:
             if isinstance(s, Store) and s.dst.tensor == name:
                 return "c2v" if units.get(s.src) == "cube" else "v2c"
     return "v2c"
+
+
+def l0c_pingpong(program: Program, target) -> Program:
+    """Set ``MatMul.n_chunk`` in every kernel whose buffers on the target's result level are each
+    written by one non-accumulating matmul, stored by the next statement and read by nothing else (see
+    the module docstring). The chunks are as few as fit one half of the level's usable bytes at the
+    bound tile sizes, of balanced widths rounded up to 16 columns: a 128 x 256 product in the 128 KiB L0C
+    of the 910B (``targets/ascend910b2.toml``) runs as two chunks of 128 columns. Kernels without such
+    products are unchanged."""
+    from ..exprs import evaluate
+
+    level_name = target.placement["result"]
+    half = target.level(level_name).usable // 2
+    env = {str(k): v for k, v in program.env}
+
+    def chunkable(k) -> bool:
+        result = {b.name for b in k.buffers if b.scope == level_name}
+        if not result:
+            return False
+        readers = [b for s, _ in walk(k.body) if not isinstance(s, Loop) for b in s.buffers_read()]
+        producers: dict[str, int] = {}
+        bodies = [(k.body, ())] + [(s.body, s.stages) for s, _ in walk(k.body) if isinstance(s, Loop)]
+        for body, stages in bodies:
+            for n, s in enumerate(body):
+                written = set(s.buffers_written()) & result if not isinstance(s, Loop) else set()
+                for name in written:
+                    nxt = body[n + 1] if n + 1 < len(body) else None
+                    fresh = isinstance(s, MatMul) and not s.accumulate
+                    stored = isinstance(nxt, Store) and nxt.src == name and (not stages or stages[n] == stages[n + 1])
+                    if not (fresh and stored and readers.count(name) == 1):
+                        return False
+                    producers[name] = producers.get(name, 0) + 1
+        return set(producers) == result
+
+    def chunk(k, stmt: MatMul) -> int:
+        bufs = {b.name: b for b in k.buffers}
+        a, b = bufs[stmt.a], bufs[stmt.b]
+        m = int(evaluate(a.shape[1] if stmt.trans_a else a.shape[0], env))
+        n = int(evaluate(b.shape[0] if stmt.trans_b else b.shape[1], env))
+        widest = half // (-(-m // 16) * 16 * 4) // 16 * 16
+        if widest < 16:
+            return 0
+        count = -(-n // widest)  # as few chunks as fit, of balanced widths
+        return -(-(-(-n // count)) // 16) * 16
+
+    kernels = []
+    for k in program.kernels:
+        if not chunkable(k):
+            kernels.append(k)
+            continue
+        widths = {id(s): chunk(k, s) for s, _ in walk(k.body) if isinstance(s, MatMul)}
+        if min(widths.values()) < 16:
+            kernels.append(k)
+            continue
+        edit = lambda s: dataclasses.replace(s, n_chunk=widths[id(s)]) if isinstance(s, MatMul) else s  # noqa: E731
+        kernels.append(dataclasses.replace(k, body=map_body(k.body, edit)))
+    return dataclasses.replace(program, kernels=tuple(kernels))

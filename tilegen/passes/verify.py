@@ -18,6 +18,8 @@ Checks, per kernel:
 
 from __future__ import annotations
 
+from collections import Counter
+
 import sympy
 
 from ..errors import VerifyError
@@ -41,6 +43,7 @@ from ..ir import (
     Sk,
     Sq,
     Store,
+    walk,
 )
 
 _SIZE_NAMES = {str(s) for s in SHAPE_SYMBOLS + TILE_SYMBOLS}
@@ -99,6 +102,7 @@ class _Checker:
                     self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
         self.bufs = bufs
         self.kernel = kernel
+        self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())
         self.block(kernel.body, frozenset(), set())
 
     def exprs_ok(self, stmt, loop_vars: frozenset[str]) -> None:
@@ -107,9 +111,19 @@ class _Checker:
             if unknown:
                 self.fail(self.kernel, f"`{_fmt(stmt)}` uses {sorted(unknown)}, which no enclosing loop binds")
 
+    def chunked(self, stmt: MatMul, nxt) -> None:
+        """A matmul with the knob ``n_chunk`` (L0C ping-pong): a multiple of 16, a fresh product, drained
+        by the next statement (its Store), which is its only reader."""
+        if stmt.n_chunk % 16 or stmt.n_chunk < 0 or stmt.accumulate:
+            self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk {stmt.n_chunk} needs a positive multiple of 16 and a product that does not accumulate")
+        if not (isinstance(nxt, Store) and nxt.src == stmt.dst) or self.readers[stmt.dst] != 1:
+            self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk needs the next statement to store {stmt.dst} and nothing else to read it")
+
     def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
         defined = set(defined)
-        for stmt in body:
+        for n, stmt in enumerate(body):
+            if isinstance(stmt, MatMul) and stmt.n_chunk:
+                self.chunked(stmt, body[n + 1] if n + 1 < len(body) else None)
             self.exprs_ok(stmt, loop_vars)
             if isinstance(stmt, Loop):
                 var = str(stmt.var)

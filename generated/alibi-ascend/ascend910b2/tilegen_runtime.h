@@ -779,25 +779,81 @@ __aicore__ inline void WaitLoaded(TEventID id)
     GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);
 }
 
-// c (+)= op(a) @ op(b) on the cube: a, b NZ in L1 (stored with rows ar/br), c NZ fp32 in L0C of m x n.
-// op(a) is m x k (a stored m x k, or k x m when transA); op(b) is k x n (b stored k x n, or n x k when
-// transB). The contraction runs in steps of `kStep` through the two halves of L0A and L0B.
+// The cube's L0 buffers and their ping-pong state. L0A and L0B are used in halves: the k-steps of the
+// matmuls take them in turn, and the LoadData into a half waits (its M_MTE1 event) only for the Mmad that
+// last read that half, so MTE1 fills one half while M works on the other. In a kernel whose products are
+// chunked (the IR knob MatMul.n_chunk: Init got an L0C tensor), L0C is used in halves the same way: the
+// Mmads into a half wait (its FIX_M event) only for the Fixpipe that last drained it, so FIX drains one
+// chunk while M computes the next. Event IDs come from TPipe::AllocEventID (include/basic_api/
+// kernel_tpipe.h:469; the AIC's TPipe::Init holds M_MTE1 0-2 itself, impl/basic_api/kernel_tpipe_impl.h:101),
+// and Drain waits for the last of each and releases them (:471) before the kernel ends.
 template <typename T>
-__aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor<T>& a, const LocalTensor<T>& b,
-                                  const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t halfA, int64_t halfB, int64_t m,
-                                  int64_t n, int64_t k, bool transA, bool transB, bool accumulate, int64_t kStep)
+struct Cube {
+    LocalTensor<T> l0a, l0b;
+    LocalTensor<float> l0c;
+    int64_t halfA = 0, halfB = 0, halfC = 0, kStep = 0;
+    TEventID abFree[2];
+    TEventID cFree[2];
+    bool abBusy[2] = {false, false};
+    bool cBusy[2] = {false, false};
+    int64_t ab = 0, c = 0;
+
+    __aicore__ inline void Init(const LocalTensor<T>& a, const LocalTensor<T>& b, int64_t step)
+    {
+        l0a = a;
+        l0b = b;
+        halfA = static_cast<int64_t>(a.GetSize()) / 2;
+        halfB = static_cast<int64_t>(b.GetSize()) / 2;
+        kStep = step;
+        abFree[0] = GetTPipePtr()->AllocEventID<HardEvent::M_MTE1>();
+        abFree[1] = GetTPipePtr()->AllocEventID<HardEvent::M_MTE1>();
+    }
+    __aicore__ inline void InitC(const LocalTensor<float>& acc)
+    {
+        l0c = acc;
+        halfC = static_cast<int64_t>(acc.GetSize()) / 2;
+        cFree[0] = GetTPipePtr()->AllocEventID<HardEvent::FIX_M>();
+        cFree[1] = GetTPipePtr()->AllocEventID<HardEvent::FIX_M>();
+    }
+    __aicore__ inline void Drain()
+    {
+        for (int64_t h = 0; h < 2; ++h) {
+            if (abBusy[h]) WaitFlag<HardEvent::M_MTE1>(abFree[h]);
+            abBusy[h] = false;
+            GetTPipePtr()->ReleaseEventID<HardEvent::M_MTE1>(abFree[h]);
+            if (halfC > 0) {
+                if (cBusy[h]) WaitFlag<HardEvent::FIX_M>(cFree[h]);
+                cBusy[h] = false;
+                GetTPipePtr()->ReleaseEventID<HardEvent::FIX_M>(cFree[h]);
+            }
+        }
+    }
+};
+
+// c (+)= op(a) @ op(b) on the cube: a, b NZ in L1 (stored with rows ar/br), c NZ fp32 in L0C of m x n.
+// op(a) is m x k (a stored m x k, or k x m when transA); op(b) is k x n, the columns [n0, n0 + n) of a
+// product bN wide (b stored k x bN, or bN x k when transB). The contraction runs in steps of cube.kStep
+// through the halves of L0A and L0B in turn (see Cube). The caller orders c's writes after its earlier
+// readers (FixpipeRows waits FIX -> M; MatmulStore the half's FIX_M event).
+template <typename T>
+__aicore__ inline void MatmulTile(Cube<T>& cube, const LocalTensor<float>& c, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                                  int64_t m, int64_t n, int64_t k, bool transA, bool transB, bool accumulate, int64_t n0 = 0,
+                                  int64_t bN = -1)
 {
+    if (bN < 0) bN = n;
     const int64_t m1 = CeilDiv(m, 16);
     const int64_t n1 = CeilDiv(n, 16);
-    const int64_t aRows16 = transA ? CeilDiv(k, 16) : m1;  // fractal rows of a as stored
-    const int64_t bRows16 = transB ? n1 : CeilDiv(k, 16);  // fractal rows of b as stored
-    int64_t stage = 0;
-    for (int64_t k0 = 0; k0 < k; k0 += kStep, stage ^= 1) {
-        const int64_t kc = Min64(kStep, k - k0);
+    const int64_t aRows16 = transA ? CeilDiv(k, 16) : m1;   // fractal rows of a as stored
+    const int64_t bRows16 = transB ? CeilDiv(bN, 16) : CeilDiv(k, 16);  // fractal rows of b as stored
+    const int64_t nOff = n0 / 16;  // the first fractal column of op(b) this product takes
+    for (int64_t k0 = 0; k0 < k; k0 += cube.kStep) {
+        const int64_t kc = Min64(cube.kStep, k - k0);
         const int64_t kc1 = CeilDiv(kc, 16);
-        const LocalTensor<T> la = l0a[stage * halfA];
-        const LocalTensor<T> lb = l0b[stage * halfB];
-        WaitMToMte1();
+        const int64_t h = cube.ab;
+        const LocalTensor<T> la = cube.l0a[h * cube.halfA];
+        const LocalTensor<T> lb = cube.l0b[h * cube.halfB];
+        if (cube.abBusy[h]) WaitFlag<HardEvent::M_MTE1>(cube.abFree[h]);  // the Mmad that last read this half
+        cube.abBusy[h] = false;
         for (int64_t mi = 0; mi < m1; ++mi) {  // ZZ: fractal (mi, kk) at mi * kc1 + kk
             LoadData2DParams p;
             p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, kc1);
@@ -816,11 +872,11 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
             LoadData2DParams p;
             p.repeatTimes = TILEGEN_NARROW(LoadData2DParams_repeatTimes, n1);
             if (!transB) {
-                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, k0 / 16 + kk);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, k0 / 16 + kk + nOff * bRows16);
                 p.srcStride = TILEGEN_NARROW(LoadData2DParams_srcStride, bRows16);
                 p.ifTranspose = true;
             } else {
-                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16 + kk) * bRows16);
+                p.startIndex = TILEGEN_NARROW(LoadData2DParams_startIndex, (k0 / 16 + kk) * bRows16 + nOff);
                 p.srcStride = 1;
                 p.ifTranspose = false;
             }
@@ -830,8 +886,10 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
         MmadParams mp(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), TILEGEN_NARROW(MmadParams_k, kc), 0, false,
                       !accumulate && k0 == 0);
         Mmad(c, la, lb, mp);
+        SetFlag<HardEvent::M_MTE1>(cube.abFree[h]);
+        cube.abBusy[h] = true;
+        cube.ab = 1 - h;
     }
-    WaitMToMte1();
 }
 
 // c = 0 (an m x n L0C accumulator): a zero 16-column A tile times a zero 16-row B tile. Each tile is
@@ -839,16 +897,15 @@ __aicore__ inline void MatmulTile(const LocalTensor<float>& c, const LocalTensor
 // one repeat of that many blocks (blockNum; the two-argument InitConstValueParams leaves blockNum = 0,
 // which fills nothing: Fill.md).
 template <typename T>
-__aicore__ inline void ZeroAcc(const LocalTensor<float>& c, const LocalTensor<T>& l0a, const LocalTensor<T>& l0b, int64_t m,
-                               int64_t n)
+__aicore__ inline void ZeroAcc(Cube<T>& cube, const LocalTensor<float>& c, int64_t m, int64_t n)
 {
     static_assert(sizeof(T) == 2, "ZeroAcc fills 16 x 16 fractals of 2-byte elements (512 B blocks)");
-    WaitMToMte1();
-    Fill(l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));
-    Fill(l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));
+    WaitMToMte1();  // every Mmad issued so far has read its L0A/L0B operands
+    Fill(cube.l0a, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(m, 16)), 0, T(0)));
+    Fill(cube.l0b, InitConstValueParams<T>(1, TILEGEN_NARROW(InitConstValueParams_blockNum, CeilDiv(n, 16)), 0, T(0)));
     WaitMte1ToM();
-    Mmad(c, l0a, l0b, MmadParams(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), 16, 0, false, true));
-    WaitMToMte1();
+    Mmad(c, cube.l0a, cube.l0b, MmadParams(TILEGEN_NARROW(MmadParams_m, m), TILEGEN_NARROW(MmadParams_n, n), 16, 0, false, true));
+    WaitMToMte1();  // the next LoadData into L0A/L0B after this Mmad has read them
 }
 
 // L0C (m x n fp32, NZ) -> GM rows (`valid` rows, `cols` columns, row pitch `pitch`), fp32; `atomic` adds.
@@ -864,6 +921,38 @@ __aicore__ inline void FixpipeRows(const GlobalTensor<float>& dst, const LocalTe
     Fixpipe<float, float, CFG_ROW_MAJOR>(dst, c, p);
     if (atomic) DisableDmaAtomic();
     WaitFixToM();
+}
+
+// dst (+)= op(a) @ op(b) (m x n fp32, `valid` rows of row pitch `pitch`; `atomic` adds) for a product
+// that nothing reads on the cube: computed in column chunks of nChunk (the IR knob MatMul.n_chunk), each
+// in one half of L0C in turn and drained by Fixpipe while the next chunk is computed in the other half
+// (see Cube). Each chunk's Fixpipe waits for its Mmads (M -> FIX); the next Mmads into its half wait for
+// it (the half's FIX_M event).
+template <typename T>
+__aicore__ inline void MatmulStore(Cube<T>& cube, const GlobalTensor<float>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                                   int64_t m, int64_t n, int64_t k, bool transA, bool transB, int64_t nChunk, int64_t valid,
+                                   int64_t pitch, bool atomic)
+{
+    for (int64_t n0 = 0; n0 < n; n0 += nChunk) {
+        const int64_t nc = Min64(nChunk, n - n0);
+        const int64_t h = cube.c;
+        const LocalTensor<float> acc = cube.l0c[h * cube.halfC];
+        if (cube.cBusy[h]) WaitFlag<HardEvent::FIX_M>(cube.cFree[h]);  // the Fixpipe that last drained this half
+        cube.cBusy[h] = false;
+        MatmulTile(cube, acc, a, b, m, nc, k, transA, transB, false, n0, n);
+        if (valid > 0) {
+            WaitMToFix();
+            if (atomic) SetAtomicAdd<float>();
+            FixpipeParamsV220 p(TILEGEN_NARROW(FixpipeParamsV220_nSize, nc), TILEGEN_NARROW(FixpipeParamsV220_mSize, valid),
+                                TILEGEN_NARROW(FixpipeParamsV220_srcStride, CeilDiv(m, 16) * 16),
+                                TILEGEN_NARROW(FixpipeParamsV220_dstStride, pitch), false);
+            Fixpipe<float, float, CFG_ROW_MAJOR>(dst[n0], acc, p);
+            if (atomic) DisableDmaAtomic();
+            SetFlag<HardEvent::FIX_M>(cube.cFree[h]);
+            cube.cBusy[h] = true;
+        }
+        cube.c = 1 - h;
+    }
 }
 
 }  // namespace tilegen
