@@ -179,6 +179,33 @@ def test_cube_pingpong_without_its_flag_is_reported(event):
                 simulate_block(block, costs)
 
 
+def test_wait_at_rewrite_is_an_ir_knob():
+    """The pass wait-at-rewrite sets Store.wait_at_rewrite on the forward's P hand-off (the AIV computes
+    on while MTE3 copies P out) and the O store; the emitted StoreRows then skips its closing MTE3 -> V
+    wait, which comes just before the next CastRows into Pc instead (the next iteration's writer), and
+    Pc is live over the loop: no other UB view of the kernel overlaps it. Triton targets never get it."""
+    import re
+
+    from tilegen.ir import Store, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("llama2-7b")
+    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    knobbed = {s.src for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.wait_at_rewrite}
+    assert knobbed == {"Pc", "Oc"}
+    h200 = pipeline.compile_forward(spec, target="h200")
+    assert not any(isinstance(s, Store) and s.wait_at_rewrite for k in h200.kernels for s, _ in walk(k.body))
+    src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    aiv = src[src.index("ASCEND_IS_AIV"):]
+    # the wait sits right before the cast into Pc (prologue, steady loop)
+    assert len(re.findall(r"tilegen::WaitMte3ToV\(\);  // the store of Pc[^\n]*\n *tilegen::CastRows<half, float>\(Pc,", aiv)) == 2
+    assert len(re.findall(r"tilegen::StoreRows<half>\(g_ws_Pc\[[^;]*, false, false\);", aiv)) == 2  # prologue, steady loop
+    views = {m[1]: (int(m[3]), int(m[2]) * (2 if m[0] == "half" else 4))
+             for m in re.findall(r"LocalTensor<(half|float)> (\w+) = pool_ub\.GetWithOffset<\w+>\((\d+), (\d+)\);", aiv)}
+    lo, size = views["Pc"]
+    assert all(o + n <= lo or o >= lo + size for name, (o, n) in views.items() if name != "Pc")
+
+
 def test_l0c_pingpong_is_an_ir_knob():
     """The pass chunks every product of a kernel whose L0C buffers are each a fresh product stored at
     once (the forward; the atomic backward's main kernel), as few chunks as fit half of L0C (64 KiB):

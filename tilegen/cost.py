@@ -248,7 +248,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
         return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
     if kind == "matmul":
-        return max(_matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), c, k_step))
+        return _matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), c, k_step)
     if kind == "zero_acc":
         m1, n1 = math.ceil(int(op["m"]) / 16), math.ceil(int(op["n"]) / 16)
         fill = 2 * c["mte1_startup_cycles"] + (m1 + n1) * 512 / c["l0a_bytes_per_cycle"]
@@ -263,23 +263,28 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
     raise TilegenError(f"the emitted-code model has no cost for the cube op {kind}")
 
 
-def _matmul_cycles(m: int, n: int, k: int, c, k_step: int) -> tuple[float, float]:
-    """(scalar issue, MTE1 + M) cycles of MatmulTile for an m x k by k x n product: per k-step the
-    LoadData of both operands (MTE1) into one half of L0A/L0B, then the Mmad (M); the halves alternate,
-    so the loads of a step run beside the Mmad of the step before (tilegen::Cube)."""
+def _matmul_steps(m: int, n: int, k: int, c, k_step: int) -> tuple[float, list[tuple[float, float]]]:
+    """(scalar issue cycles, [(MTE1, M) cycles per k-step]) of MatmulTile for an m x k by k x n product:
+    per k-step the LoadData of both operands (MTE1) into one half of L0A/L0B, then the Mmad (M)."""
     issue, fl = c.issue(), c["flag_cycles"]
     m1, n1 = math.ceil(m / 16), math.ceil(n / 16)
-    loads, mmads = [], []
-    s_cycles = 0.0
+    steps = []
+    s_cycles = 2 * issue
     for k0 in range(0, k, k_step):
         kc1 = math.ceil(min(k_step, k - k0) / 16)
         load_a = m1 * (c["mte1_startup_cycles"] + kc1 * 512 / c["l0a_bytes_per_cycle"])
         load_b = kc1 * (c["mte1_startup_cycles"] + n1 * 512 / c["l0b_bytes_per_cycle"])
-        loads.append(fl + load_a + load_b)
-        mmads.append(fl + c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"])
+        steps.append((fl + load_a + load_b, fl + c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"]))
         s_cycles += (5 + m1 + kc1) * issue
-    chain = loads[0] + sum(max(mm, nxt) for mm, nxt in zip(mmads, loads[1:] + [0.0]))
-    return s_cycles + 2 * issue, chain + fl
+    return s_cycles, steps
+
+
+def _matmul_cycles(m: int, n: int, k: int, c, k_step: int) -> float:
+    """Cycles of MatmulTile alone (its loads of a step beside the Mmad of the step before)."""
+    n_issue, steps = _matmul_steps(m, n, k, c, k_step)
+    loads = [a for a, _ in steps]
+    chain = loads[0] + sum(max(mm, nxt) for (_, mm), nxt in zip(steps, loads[1:] + [0.0]))
+    return max(n_issue, chain + c["flag_cycles"])
 
 
 def _chunks(n: int, width: int) -> list[int]:
@@ -339,6 +344,22 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
 
     half_free = [0.0, 0.0]  # the AIC's L0C halves (tilegen::Cube): free from (cycles)
     ring = [0]  # the half the next chunk takes
+    ab_free = [0.0, 0.0]  # the AIC's L0A/L0B halves: free from (the end of the Mmad that last read them)
+    ab_ring = [0]  # the half the next k-step takes
+
+    def matmul(s: str, op: dict, ready: float, m_ready: float = 0.0, n: int | None = None) -> float:
+        """Schedule a MatmulTile's k-steps on the AIC: each step's loads on MTE1 after ``ready``, the
+        MTE1 before and the Mmad that last read its half; its Mmad on M after them, the Mmads before and
+        ``m_ready`` (an L0C half's last Fixpipe). Returns the end of its last Mmad."""
+        _, steps = _matmul_steps(int(op["m"]), int(op["n"]) if n is None else n, int(op["k"]), costs, k_step)
+        end = 0.0
+        for load, mmad in steps:
+            h = ab_ring[0]
+            start = max(ready, pipe_free[s].get("MTE1", 0.0), ab_free[h])
+            pipe_free[s]["MTE1"] = loaded = start + load
+            pipe_free[s]["M"] = end = ab_free[h] = max(loaded, pipe_free[s].get("M", 0.0), m_ready) + mmad
+            ab_ring[0] = 1 - h
+        return end
 
     def copy(s: str, pipe: str, t: float, op: dict, cut: bool) -> float:
         """Issue ``op``'s copy at ``t`` on ``pipe`` of side ``s`` (after the pipe's earlier copies): its end.
@@ -351,17 +372,14 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 start = max(start, pipe_free[s].get("M", 0.0))
             pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
             return end
-        m, k = int(product["m"]), int(product["k"])
-        m_free = max(after_copies(s, t), pipe_free[s].get("M", 0.0))
         end = t
         for nc in _chunks(int(product["n"]), int(product["n_chunk"])):
             h = ring[0]
-            m_free = max(m_free, half_free[h]) + _matmul_cycles(m, nc, k, costs, k_step)[1]
-            start = max(m_free, pipe_free[s].get(pipe, 0.0))
+            done = matmul(s, product, after_copies(s, t), half_free[h], nc)
+            start = max(done, pipe_free[s].get(pipe, 0.0))
             part = dict(op, cols=nc)
             pipe_free[s][pipe] = end = half_free[h] = start + _helper_cycles(part, costs, s, cut, k_step, valid)
             ring[0] = 1 - h
-        pipe_free[s]["M"] = m_free
         return end
 
     def issued(op: dict) -> float:
@@ -388,9 +406,14 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     end = copy(s, pipe, t, op, cut)
                     if op.get("defer"):
                         deferred[s][op["dst"]] = end
+                    elif op.get("closing", True) is False:
+                        pass  # Store.wait_at_rewrite: waited for at its tile's next writer (wait_stored)
                     else:
                         gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
                     t += _ASYNC_ISSUE * issue
+                elif kind == "wait_stored":  # an MTE3 -> V wait: the next vector helper after the stores before it
+                    gate[s] = max(gate[s], pipe_free[s].get("MTE3", 0.0))
+                    t += issue
                 elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
                     t += issue
@@ -417,18 +440,17 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     # flag is set on that pipe after it, and the next compute helper waits for it (not
                     # after a chunked product: the next Mmads wait for their L0C half only)
                     end = copy(s, _SEND_PIPE[s], t, op, cut)
-                    if not op.get("product"):
+                    if not op.get("product") and op.get("closing", True):  # else: at its wait_stored
                         gate[s] = max(gate[s], end)
                     t += issued(op) + issue
                     if op.get("signal", True):  # the last store of a group sets its one ready flag
                         ready.setdefault((other[s], op["ready"]), []).append(end + x_lat)
-                elif s == "cube" and kind == "matmul":  # Mmads on M after the ones before; the scalar unit issues on
-                    n_issue, busy = _matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), costs, k_step)
-                    pipe_free[s]["M"] = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + busy
-                    t += n_issue
-                elif s == "cube" and kind == "zero_acc":  # waits for every Mmad before it (M -> MTE1)
+                elif s == "cube" and kind == "matmul":  # MTE1 and M as the k-steps allow; the scalar unit issues on
+                    matmul(s, op, after_copies(s, t))
+                    t += _matmul_steps(int(op["m"]), int(op["n"]), int(op["k"]), costs, k_step)[0]
+                elif s == "cube" and kind == "zero_acc":  # waits for every Mmad before it (M -> MTE1), and they for it
                     t = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + _helper_cycles(op, costs, s, cut, k_step, valid)
-                    pipe_free[s]["M"] = t
+                    pipe_free[s]["M"] = pipe_free[s]["MTE1"] = ab_free[0] = ab_free[1] = t
                 else:
                     t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
                 clock[s] = t
@@ -522,8 +544,10 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         if cut_last:
             inside = [spec.seq_q - t * br for t in range(tiles)]
             valid = [None if v >= br else (v - half if v >= half else v) for v in inside]
-        p_full = sim(3, 0) - sim(2, 0)  # the steady period of a pair the mask does not cut
-        per_tile = np.array([sim(min(int(f), 2), int(c), v) + max(int(f) - 2, 0) * p_full
+        # the steady period of a pair the mask does not cut, past the pipeline's fill (the third pair
+        # alone still carries some of it: the software-pipelined loops run two or three pairs deep)
+        p_full = (sim(8, 0) - sim(4, 0)) / 4
+        per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
                              for f, c, v in zip(pairs - cut, cut, valid)])
         t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))

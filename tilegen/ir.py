@@ -216,6 +216,11 @@ class Store(Stmt):
     ``signal`` is a schedule knob of a store into a hand-off tile (set by
     :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when a later store of the same
     group of hand-offs sets the one ready flag the receiver waits for.
+
+    ``wait_at_rewrite`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_rewrite`): the
+    copy's closing wait (its source buffer free again) is not taken at once but just before the next
+    statement that writes the buffer (in a loop: the next iteration's writer), and the buffer stays live
+    over its loop, so that the compute in between overlaps the copy.
     """
 
     dst: Access
@@ -223,6 +228,7 @@ class Store(Stmt):
     accumulate: bool = False
     rows: str = ""
     signal: bool = True
+    wait_at_rewrite: bool = False
 
     def buffers_read(self):
         return (self.src,)

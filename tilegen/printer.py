@@ -71,6 +71,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             tag += f"  (rows with {stmt.rows} >= 0)"
         if not stmt.signal:
             tag += "  (no flag: a later store of its group sets it)"
+        if stmt.wait_at_rewrite:
+            tag += f"  (waited for before {stmt.src} is next written)"
         return f"{fmt_access(stmt.dst)} {op} {r(stmt.src)}{tag}"
     if isinstance(stmt, Fill):
         return f"{r(stmt.dst)} = fill({stmt.value})"

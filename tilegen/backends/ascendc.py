@@ -639,17 +639,35 @@ def _reads_in(stmt) -> set[str]:
     return set(stmt.buffers_read())
 
 
+def _writes_in(stmt) -> set[str]:
+    """The buffers ``stmt`` writes (a loop: its whole body)."""
+    if isinstance(stmt, Loop):
+        return {b for s in _stmts(stmt.body) for b in s.buffers_written()}
+    return set(stmt.buffers_written())
+
+
+def _held(lo: _Lower, body, unit: str) -> set[str]:
+    """The tiles of ``unit`` that stores of ``body`` with Store.wait_at_rewrite leave in flight."""
+    return {s.src for s in body if isinstance(s, Store) and s.wait_at_rewrite and lo.buffers[s.src].unit == unit}
+
+
 def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
     deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
+    held = _held(lo, body, unit)  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
     for stmt in body:
         for buf in [b for b in deferred if b in _reads_in(stmt)]:
             ops.append({"kind": "wait_loaded", "buf": buf})  # just before the tile's first reader
             deferred.remove(buf)
+        rewritten = sorted(held & _writes_in(stmt))
+        if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
+            ops.append({"kind": "wait_stored", "bufs": rewritten})
         if isinstance(stmt, Loop) and stmt.stages:
             op = _pipelined_loop(lo, stmt, unit, counters)
             if op is not None:
                 ops.append(op)
+                if _held(lo, stmt.body, unit):  # the last iteration's stores, before anything after the loop
+                    ops.append({"kind": "wait_stored", "bufs": sorted(_held(lo, stmt.body, unit))})
                 continue
         if isinstance(stmt, Loop):
             inner = _lower_body(lo, stmt.body, unit, counters)
@@ -666,6 +684,8 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 if stmt.blocks:  # both units skip the same empty tiles (the host's block table)
                     op["skip"] = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f"
                 ops.append(op)
+                if _held(lo, stmt.body, unit):  # the last iteration's stores, before anything after the loop
+                    ops.append({"kind": "wait_stored", "bufs": sorted(_held(lo, stmt.body, unit))})
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
@@ -950,7 +970,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
                     counters["vector"].add(f"r_{handoff}")
                 op["wait"] = stmt.wait_signal
         else:
-            op.update(kind="ub_store", atomic=stmt.accumulate)
+            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.wait_at_rewrite)
             if handoff:
                 op["kind"] = "v2c_send"
                 op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))

@@ -21,6 +21,10 @@
   overlaps it; a vector buffer both its stages use gets a second copy. Every hand-off the loop passes
   gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
   since the cube's sends no longer come in the order the vector receives them.
+- :func:`wait_at_rewrite` (Ascend, after placement and tiles): a store from a vector (UB) tile inside a
+  loop that also writes the tile gets the knob ``wait_at_rewrite``: the copy's closing MTE3 -> V wait
+  moves to just before the tile's next writer (the next iteration's), so the vector computes on while
+  the copy runs (the forward's P hand-off); the tile is then live over the loop, which must still fit.
 - :func:`l0c_pingpong` (Ascend, after placement and tiles): in a kernel whose every result-level (L0C)
   buffer is a fresh product stored at once and read by nothing else (every cube product of the forward
   and of the atomic backward), each matmul gets the knob ``n_chunk``: it is computed in column chunks
@@ -414,5 +418,42 @@ def l0c_pingpong(program: Program, target) -> Program:
             kernels.append(k)
             continue
         edit = lambda s: dataclasses.replace(s, n_chunk=widths[id(s)]) if isinstance(s, MatMul) else s  # noqa: E731
+        kernels.append(dataclasses.replace(k, body=map_body(k.body, edit)))
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def wait_at_rewrite(program: Program, target) -> Program:
+    """Set ``Store.wait_at_rewrite`` on every unguarded, non-atomic store of a 2-d tile on the target's
+    vector level, directly in a loop body that also writes that tile (see the module docstring), where
+    the kernel's levels still fit with those tiles live over their loops. Kernels where they would not
+    fit are unchanged."""
+    from .footprint import kernel_footprints
+
+    level = target.placement["vector"]
+    env = {str(k): v for k, v in program.env}
+
+    def fits(kernel) -> bool:
+        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
+
+    kernels = []
+    for k in program.kernels:
+        bufs = {b.name: b for b in k.buffers}
+        candidates = []  # ids of the stores that may take the knob, innermost loops first
+        for loop, _ in sorted(((s, d) for s, d in walk(k.body) if isinstance(s, Loop)), key=lambda x: -len(x[1])):
+            stage = dict(zip(map(id, loop.body), loop.stages)) if loop.stages else {}
+            for s in loop.body:
+                if not isinstance(s, Store) or s.rows or s.accumulate or bufs[s.src].scope != level or len(bufs[s.src].shape) != 2:
+                    continue
+                writers = [w for w in loop.body if not isinstance(w, Loop) and s.src in w.buffers_written()]
+                # a pipelined loop: the writers in the store's stage (its list of statements is where the wait goes)
+                if writers and all(stage.get(id(w)) == stage.get(id(s)) for w in writers):
+                    candidates.append(id(s))
+        chosen: set[int] = set()
+        for cand in candidates:  # one at a time, kept where the levels still fit
+            trial = chosen | {cand}
+            edit = lambda st, t=trial: dataclasses.replace(st, wait_at_rewrite=True) if id(st) in t else st  # noqa: E731
+            if fits(dataclasses.replace(k, body=map_body(k.body, edit))):
+                chosen = trial
+        edit = lambda st: dataclasses.replace(st, wait_at_rewrite=True) if id(st) in chosen else st  # noqa: E731
         kernels.append(dataclasses.replace(k, body=map_body(k.body, edit)))
     return dataclasses.replace(program, kernels=tuple(kernels))

@@ -91,7 +91,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
         program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
-        from .lower import l0c_pingpong
+        from .lower import l0c_pingpong, wait_at_rewrite
+
+        # a vector tile's store waited for where the tile is next written, not at once
+        program = log.record("wait-at-rewrite", wait_at_rewrite(program, tgt), tgt)
 
         # each fresh cube product in column chunks through the two halves of L0C (Fixpipe beside Mmad)
         program = log.record("l0c-pingpong", l0c_pingpong(program, tgt), tgt)

@@ -342,10 +342,12 @@ __aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<
 }
 
 // UB rows -> GM: `valid` rows of `cols` elements to `dst` (row pitch `pitch` elements); `atomic`
-// adds into fp32 GM instead of writing.
+// adds into fp32 GM instead of writing. Without `closing` (the IR knob Store.wait_at_rewrite) the
+// MTE3 -> V wait that frees `src` is left to the caller, who takes it (WaitMte3ToV) just before `src`
+// is next written, so that the vector computes on while the copy runs.
 template <typename T>
 __aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T>& src, int64_t valid, int64_t cols,
-                                 int64_t cpad, int64_t pitch, bool atomic)
+                                 int64_t cpad, int64_t pitch, bool atomic, bool closing = true)
 {
     if (valid <= 0) return;
     WaitVToMte3();
@@ -355,7 +357,7 @@ __aicore__ inline void StoreRows(const GlobalTensor<T>& dst, const LocalTensor<T
                         TILEGEN_NARROW(DataCopyExtParams_dstStride, (pitch - cols) * static_cast<int64_t>(sizeof(T))), 0);
     DataCopyPad(dst, src, p);
     if (atomic) DisableDmaAtomic();
-    WaitMte3ToV();
+    if (closing) WaitMte3ToV();
 }
 
 template <typename T>
