@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--anchor]
+        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--anchor]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -20,7 +20,8 @@ the schedule before the unit-phases and one-handoff-per-direction passes (both t
 compile cache off): each tile the cube and vector exchange has its own ready flag, S → P → dV and
 dP → dS → dK, dQ in two round trips. The schedule before issue 14's backward item is
 ``--dkv-strategy on-chip --handoff-per-tile``. ``--no-l0c-pingpong`` measures the schedule before the l0c-pingpong pass (likewise): each product whole
-in L0C, the next Mmad after the Fixpipe before it. ``--anchor`` adds the one-head, non-causal forward at
+in L0C, the next Mmad after the Fixpipe before it. ``--no-snake-deal`` measures it before the snake-deal
+pass (likewise): every kernel's programs dealt cyclically. ``--anchor`` adds the one-head, non-causal forward at
 S = 32k, D = 128, fp16 (simulated TFLOP/s, beside the 168.5 TFLOP/s the pto-isa hand kernel measured on
 a 910B2).
 """
@@ -60,9 +61,10 @@ def main() -> None:
     ap.add_argument("--dkv-strategy", choices=["auto", "on-chip", "atomic"], default="auto", help="the backward's dK/dV strategy")
     ap.add_argument("--handoff-per-tile", action="store_true", help="without the unit-phases and one-handoff-per-direction passes")
     ap.add_argument("--no-l0c-pingpong", action="store_true", help="without the l0c-pingpong pass")
+    ap.add_argument("--no-snake-deal", action="store_true", help="without the snake-deal pass")
     ap.add_argument("--anchor", action="store_true", help="also the one-head non-causal forward at S = 32k, D = 128, fp16 (TFLOP/s)")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal:
         import os
 
         from tilegen.passes import handoff, lower
@@ -78,6 +80,8 @@ def main() -> None:
             lower._vector_stages = lambda *a: None
         if args.no_l0c_pingpong:
             lower.l0c_pingpong = lambda program, target: program
+        if args.no_snake_deal:
+            lower.snake_deal = lambda program: program
         if args.handoff_per_tile:
             handoff.unit_phases = lambda program: program
             handoff.one_handoff_per_direction = lambda program: program
@@ -117,7 +121,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"target": args.target, "dkv_strategy": args.dkv_strategy, "handoff_per_tile": args.handoff_per_tile, "no_pipeline": args.no_pipeline,
-                       "no_vector_stage": args.no_vector_stage, "no_l0c_pingpong": args.no_l0c_pingpong, "rows": rows, "anchor": anchor}, f, indent=1)
+                       "no_vector_stage": args.no_vector_stage, "no_l0c_pingpong": args.no_l0c_pingpong, "no_snake_deal": args.no_snake_deal, "rows": rows, "anchor": anchor}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ def test_cube_pingpong_without_its_flag_is_reported(event):
 
 def test_wait_at_rewrite_is_an_ir_knob():
     """The pass wait-at-rewrite sets Store.wait_at_rewrite on the forward's P hand-off (the AIV computes
-    on while MTE3 copies P out) and the O store; the emitted StoreRows then skips its closing MTE3 -> V
+    on while MTE3 copies P out), not on the O store of the grid loop; the emitted StoreRows then skips its closing MTE3 -> V
     wait, which comes just before the next CastRows into Pc instead (the next iteration's writer), and
     Pc is live over the loop: no other UB view of the kernel overlaps it. Triton targets never get it."""
     import re
@@ -192,7 +192,7 @@ def test_wait_at_rewrite_is_an_ir_knob():
     spec = builtin_spec("llama2-7b")
     fwd = pipeline.compile_forward(spec, target="ascend910b2")
     knobbed = {s.src for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.wait_at_rewrite}
-    assert knobbed == {"Pc", "Oc"}
+    assert knobbed == {"Pc"}
     h200 = pipeline.compile_forward(spec, target="h200")
     assert not any(isinstance(s, Store) and s.wait_at_rewrite for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
@@ -204,6 +204,40 @@ def test_wait_at_rewrite_is_an_ir_knob():
              for m in re.findall(r"LocalTensor<(half|float)> (\w+) = pool_ub\.GetWithOffset<\w+>\((\d+), (\d+)\);", aiv)}
     lo, size = views["Pc"]
     assert all(o + n <= lo or o >= lo + size for name, (o, n) in views.items() if name != "Pc")
+
+
+def test_deal_orders_by_hand():
+    """timeline.deal: 7 programs of work 1..7 over 3 cores. Cyclic: core 0 takes pids 0, 3, 6 (1 + 4 +
+    7 = 12). Snake: turn 0 gives pids 0, 1, 2 to cores 0, 1, 2; turn 1 gives pids 3, 4, 5 to cores 2,
+    1, 0; turn 2 gives pid 6 to core 0: core 0 has 1 + 6 + 7 = 14, core 1 2 + 5 = 7, core 2 3 + 4 = 7."""
+    import numpy as np
+
+    from tilegen.timeline import deal
+
+    work = np.arange(1, 8, dtype=float)
+    assert deal(work, 7, 3) == 12.0
+    assert deal(work, 7, 3, "snake") == 14.0
+    # a causal-like tile axis (work 1..6 per head, 2 heads) over 3 cores: cyclic gives core 2 the
+    # works 3, 6, 3, 6 (18); snake gives every core 14 (core 0: 1, 6, 1, 6)
+    heads = np.tile(np.arange(1, 7, dtype=float), 2)
+    assert deal(heads, 12, 3) == 18.0 and deal(heads, 12, 3, "snake") == 14.0
+
+
+def test_snake_deal_is_an_ir_knob():
+    """The pass snake-deal gives Kernel.deal = "snake" to the kernels whose tile loop's bounds use the
+    grid's fastest axis (a causal forward's Q tile, a causal backward's K/V tile), not to uniform ones
+    (a non-causal forward, the pre/post kernels); the emitted grid loop deals by turns."""
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("llama2-7b")
+    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    assert {k.name: k.deal for k in fwd.kernels} == {"fwd": "snake"}
+    assert {k.name: k.deal for k in bwd.kernels if k.deal == "snake"} == {"main": "snake"}
+    full = pipeline.compile_forward(spec.replace(window=(-1, -1)), target="ascend910b2")
+    assert {k.deal for k in full.kernels} == {"cyclic"}
+    src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    assert src.count("const int64_t pid = turn * cores + ((turn & 1) ? cores - 1 - core : core);") == 2  # AIC, AIV
 
 
 def test_l0c_pingpong_is_an_ir_knob():

@@ -549,7 +549,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         p_full = (sim(8, 0) - sim(4, 0)) / 4
         per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
                              for f, c, v in zip(pairs - cut, cut, valid)])
-        t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units) / clock
+        t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) / clock
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + launch * len(out)

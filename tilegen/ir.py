@@ -427,18 +427,29 @@ class Kernel:
 
     ``phase`` names the kernel's place in the algorithm (``fwd``, ``pre``, ``dv``, ``ds``, ``dqdk``,
     ``main``, ``dq``, ``post``).
+
+    ``deal`` is a schedule knob (set by :func:`tilegen.passes.lower.snake_deal`): how a target whose
+    cores loop over the grid's programs (Ascend: ``pid`` in row-major grid order) deals them.
+    ``"cyclic"``: core c takes pid = c, c + cores, c + 2·cores, ...; ``"snake"``: in round r core c
+    takes pid = r·cores + c when r is even, r·cores + cores − 1 − c when r is odd, so that a core that
+    drew a heavy program of a round draws a light one the next (the grid's fastest axis is a tile
+    index whose work grows or shrinks along it under a causal mask).
     """
 
     name: str
     phase: str
     buffers: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
+    deal: str = "cyclic"
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:
             if buf.name == name:
                 return buf
         raise KeyError(name)
+
+
+DEALS = ("cyclic", "snake")  # Kernel.deal
 
 
 @dataclass(frozen=True)

@@ -496,12 +496,17 @@ def _normalise_busy(total: dict[str, float], cores: int, cycles: float) -> dict[
     return {k: v / ((2 if k.startswith("AIV") else 1) * cores * cycles) for k, v in sorted(total.items())}
 
 
-def deal(per_tile: np.ndarray, programs: int, cores: int) -> float:
+def deal(per_tile: np.ndarray, programs: int, cores: int, order: str = "cyclic") -> float:
     """The slowest core's total when ``programs`` instances, instance ``pid`` costing
     ``per_tile[pid % len(per_tile)]`` (the kernel's fastest grid axis is its tile index), are dealt
-    over ``cores`` as the emitted kernels deal them: core c runs pid = c, c + cores, ...."""
+    over ``cores`` as the emitted kernels deal them (``order``: the kernel's Kernel.deal): ``cyclic``,
+    core c runs pid = c, c + cores, ...; ``snake``, in round r = pid // cores core c runs
+    r·cores + c when r is even, r·cores + cores − 1 − c when r is odd."""
     pid = np.arange(programs)
-    return float(np.bincount(pid % cores, weights=np.asarray(per_tile, dtype=float)[pid % len(per_tile)], minlength=cores).max())
+    core = pid % cores
+    if order == "snake":
+        core = np.where((pid // cores) % 2 == 0, core, cores - 1 - core)
+    return float(np.bincount(core, weights=np.asarray(per_tile, dtype=float)[pid % len(per_tile)], minlength=cores).max())
 
 
 def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
@@ -697,7 +702,7 @@ def simulate_program(
             resid = float(np.max(np.abs(fit[:, 0] - y[:, 0]) / np.maximum(y[:, 0], 1.0))) if len(samples) else 0.0
             xa = np.stack([np.ones(t_n), pr - ct, ct], axis=1)
             per_tile = xa @ coef  # [tile, 1 + len(keys)]
-            end = deal(per_tile[:, 0], programs[n], cores)
+            end = deal(per_tile[:, 0], programs[n], cores, k.deal)
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None

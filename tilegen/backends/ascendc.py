@@ -275,6 +275,7 @@ class KernelPlan:
     aic: Side
     aiv: Side
     shape_names: list[str]
+    deal: str = "cyclic"  # how the cores take the grid's programs (Kernel.deal)
 
 
 @dataclass
@@ -625,6 +626,7 @@ def lower_kernel(
     return KernelPlan(
         name=name,
         source_kernel=kernel.name,
+        deal=kernel.deal,
         grid=[(str(l.var), cexpr(l.stop, lo.consts)) for l in grid],
         aic=aic,
         aiv=aiv,

@@ -66,6 +66,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         program = log.record("split-matmul-scale", split_matmul_scale(program))
         # the mask's work only on the tiles it cuts (a schedule knob of each Mask, rendered by MaskTile)
         program = log.record("mask-cut-tiles-only", mask_cut_tiles_only(program))
+        from .lower import snake_deal
+
+        # programs of uneven work (a causal tile loop) dealt over the cores in boustrophedon order
+        program = log.record("snake-deal", snake_deal(program))
     gm_handoff = tgt.placement.get("handoff") == "GM"
     if gm_handoff:
         from . import handoff

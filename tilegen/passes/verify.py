@@ -24,6 +24,7 @@ import sympy
 
 from ..errors import VerifyError
 from ..ir import (
+    DEALS,
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
     B,
@@ -100,6 +101,8 @@ class _Checker:
                 bad = {str(s) for s in sympy.sympify(dim).free_symbols} & {str(B), str(Hq), str(Hkv), str(Sq), str(Sk)}
                 if bad:
                     self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
+        if kernel.deal not in DEALS:
+            self.fail(kernel, f"deal {kernel.deal!r} is not one of {', '.join(DEALS)}")
         self.bufs = bufs
         self.kernel = kernel
         self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())
