@@ -148,11 +148,15 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
 # target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
 # helpers of one core run one after another (each begins by waiting for the pipe before it), except the
+# cube's products (their k-steps' LoadData on MTE1 beside the Mmads on M, one L0A/L0B half each; a
+# chunked product's Mmads into an L0C half after that half's last Fixpipe, its Fixpipes on FIX beside
+# the next chunk's Mmads: tilegen::Cube), and except the
 # copies whose closing wait is on the consuming pipe, not on the scalar unit (LoadNz, LoadRows, StoreRows,
 # FixpipeRows: _ASYNC, and the hand-offs' copies after their flag waits): the scalar unit issues on past
 # them, their pipe runs them in order (a hand-off's flag is set on that pipe after its copy), and the next
 # compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
-# is reached, so the helpers in between overlap it); the AIC
+# is reached, so the helpers in between overlap it; a store with Store.wait_at_rewrite: at the
+# WaitMte3ToV before its tile's next writer, op wait_stored); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
 # reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
@@ -387,9 +391,9 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
         product = op.get("product")
         if product is None:
             return _ASYNC_ISSUE * issue
-        chunks = _chunks(int(product["n"]), int(product["n_chunk"]))
-        steps = math.ceil(int(product["k"]) / k_step)
-        return len(chunks) * (_ASYNC_ISSUE + steps * (7 + math.ceil(int(product["m"]) / 16))) * issue
+        m, k = int(product["m"]), int(product["k"])
+        return sum(_ASYNC_ISSUE * issue + _matmul_steps(m, nc, k, costs, k_step)[0]
+                   for nc in _chunks(int(product["n"]), int(product["n_chunk"])))
 
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False

@@ -129,7 +129,8 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
 
 def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     pad = "  " * indent
-    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase})"]
+    deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
+    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")
         width = max(len(buf.name) for buf in kernel.buffers)

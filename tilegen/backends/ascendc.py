@@ -347,7 +347,10 @@ class _Lower:
         # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
         self.l2 = target_l2_reuse(program, kernel, target)
         # the cube's products run in column chunks through the halves of L0C (tilegen::MatmulStore)
-        self.chunked = any(isinstance(s, MatMul) and s.n_chunk for s in _stmts(kernel.body))
+        products = [s for s in _stmts(kernel.body) if isinstance(s, MatMul)]
+        self.chunked = any(s.n_chunk for s in products)
+        if self.chunked and not all(s.n_chunk for s in products):
+            raise TargetError(f"kernel {kernel.name} mixes chunked and whole products (MatMul.n_chunk): L0C is either the halves of tilegen::Cube or the planned accumulators")
 
     def l2_resident(self, stmt) -> bool:
         """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.analysis.l2_reuse`)."""

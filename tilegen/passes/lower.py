@@ -24,7 +24,8 @@
 - :func:`wait_at_rewrite` (Ascend, after placement and tiles): a store from a vector (UB) tile inside a
   serial loop that also writes the tile gets the knob ``wait_at_rewrite``: the copy's closing MTE3 -> V wait
   moves to just before the tile's next writer (the next iteration's), so the vector computes on while
-  the copy runs (the forward's P hand-off); the tile is then live over the loop, which must still fit.
+  the copy runs (the forward's P hand-off); the tile is then live over its loops (the store's and every
+  loop around it), which must still fit.
 - :func:`snake_deal` (Ascend): a kernel whose programs' work depends on the grid's fastest axis (the
   inner tile loop's bounds use that tile index: a causal or windowed mask) gets ``Kernel.deal =
   "snake"``: the cores take the programs in boustrophedon order, so that each core's share of heavy
@@ -455,9 +456,10 @@ def wait_at_rewrite(program: Program, target) -> Program:
             for s in loop.body:
                 if not isinstance(s, Store) or s.rows or s.accumulate or bufs[s.src].scope != level or len(bufs[s.src].shape) != 2:
                     continue
-                writers = [w for w in loop.body if not isinstance(w, Loop) and s.src in w.buffers_written()]
-                # a pipelined loop: the writers in the store's stage (its list of statements is where the wait goes)
-                if writers and all(stage.get(id(w)) == stage.get(id(s)) for w in writers):
+                writers = [w for w in loop.body if s.src in _writes(w)]
+                # the writers are plain statements of the loop's body (the wait goes before one), in the
+                # store's stage of a pipelined loop (its list of statements is where the wait goes)
+                if writers and all(not isinstance(w, Loop) and stage.get(id(w)) == stage.get(id(s)) for w in writers):
                     candidates.append(id(s))
         chosen: set[int] = set()
         for cand in candidates:  # one at a time, kept where the levels still fit

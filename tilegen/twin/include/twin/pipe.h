@@ -400,6 +400,10 @@ private:
         for (auto& e : end_) e = 0;
         for (auto& q : queBufs_) q = 0;
         for (auto& m : evMask_) m = 0;
+        // On the AIC of a 2201 core, TPipe::Init allocates M_MTE1 IDs 0-2 for the matmul macro (and sets
+        // them; Destroy waits for them) [I:kernel_tpipe_impl.h:101-115, :583-593 at asc-devkit 0da921b9]:
+        // AllocEventID<M_MTE1> hands out 3 and up there. (The twin does not model those three flags.)
+        if (core_->type == twin::CoreType::AIC) evMask_[static_cast<int>(HardEvent::M_MTE1)] = 0x7;
         nbufs_ = 0;
         core_->pipeGen++;
         core_->bufSerial.clear();
