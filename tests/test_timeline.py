@@ -242,6 +242,38 @@ def test_snake_deal_is_an_ir_knob():
     assert src.count("const int64_t pid = turn * cores + ((turn & 1) ? cores - 1 - core : core);") == 2  # AIC, AIV
 
 
+def test_receive_early_is_an_ir_knob():
+    """The pass receive-early moves the backward's dP receive (no flag wait of its own: S's load waited
+    for the group's one flag) up to right after S's and sets its wait_at_read: the emitted LoadRows of
+    dP skips its closing MTE2 -> V wait, taken just before the first statement that reads dP (after P
+    is computed), and no statement between the two loads touches dP. The cube's receives (L1) and the
+    forward are unchanged; Triton targets never get it."""
+    import re
+
+    from tilegen.ir import Load, Loop, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("llama2-7b")
+    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    (loop,) = [s for s, _ in walk(bwd.kernel("main").body) if isinstance(s, Loop) and s.stages]
+    body = list(loop.body)
+    loads = [n for n, s in enumerate(body) if isinstance(s, Load) and s.src.tensor in ("ws_S", "ws_dP")]
+    assert [body[n].src.tensor for n in loads] == ["ws_S", "ws_dP"] and loads[1] == loads[0] + 1
+    assert body[loads[1]].wait_at_read and not body[loads[1]].wait_signal
+    assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube")
+                   for s in body)  # the cube's receives from the hand-offs keep their waits
+    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") for k in fwd.kernels for s, _ in walk(k.body))
+    h200 = pipeline.compile_backward(spec, target="h200")
+    assert not any(isinstance(s, Load) and s.wait_at_read for k in h200.kernels for s, _ in walk(k.body))
+    src = ascendc.generate(spec, "ascend910b2").files["bwd_kernels.asc"]
+    main = src[src.index("bwd_main("):]
+    aiv = main[main.index("ASCEND_IS_AIV"):]
+    order = re.findall(r"LoadRows<float>\((S_vector|dP_vector), [^;]*?(, false)?\);|WaitMte2ToV<float>\(\);  // (dP_vector) received|RowsAddScalar\((S_vector|dP_vector),", aiv)
+    seq = [(a or c or d) + ("(async)" if b else "") for a, b, c, d in order]
+    assert seq[:5] == ["S_vector", "dP_vector(async)", "S_vector", "dP_vector", "dP_vector"], seq
+
+
 def test_l0c_pingpong_is_an_ir_knob():
     """The pass chunks every product of a kernel whose L0C buffers are each a fresh product stored at
     once (the forward; the atomic backward's main kernel), as few chunks as fit half of L0C (64 KiB):

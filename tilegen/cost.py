@@ -418,7 +418,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 elif kind == "wait_stored":  # an MTE3 -> V wait: the next vector helper after the stores before it
                     gate[s] = max(gate[s], pipe_free[s].get("MTE3", 0.0))
                     t += issue
-                elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
+                elif kind in ("wait_loaded", "wait_received"):  # a WaitFlag on MTE1 / V: the scalar unit issues on
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
@@ -430,7 +430,10 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     # the copy runs on MTE2 while the scalar unit issues on; the free flag is set on MTE2
                     # after it, and the next compute helper waits for it
                     end = copy(s, "MTE2", t, op, cut)
-                    gate[s] = max(gate[s], end)
+                    if op.get("defer"):  # Load.wait_at_read: waited for at its tile's first reader (wait_received)
+                        deferred[s][op["buf"]] = end
+                    else:
+                        gate[s] = max(gate[s], end)
                     t += _ASYNC_ISSUE * issue + issue
                     free.setdefault(op["free"], []).append(end + x_lat)
                 elif kind in ("c2v_send", "v2c_send"):

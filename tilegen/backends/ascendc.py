@@ -662,7 +662,8 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     held = _held(lo, body, unit)  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
     for stmt in body:
         for buf in [b for b in deferred if b in _reads_in(stmt)]:
-            ops.append({"kind": "wait_loaded", "buf": buf})  # just before the tile's first reader
+            # just before the tile's first reader: an L1 tile's own MTE2 -> MTE1 event, a UB tile's MTE2 -> V
+            ops.append({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf})
             deferred.remove(buf)
         rewritten = sorted(held & _writes_in(stmt))
         if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
@@ -701,8 +702,12 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             if op["kind"] == "l1_load" and stmt.wait_at_read:
                 op["defer"] = True
                 deferred.append(stmt.dst)
+            if op["kind"] == "c2v_recv" and stmt.wait_at_read:  # receive_early: MTE2 -> V waited at the first reader
+                op["defer"] = True
+                deferred.append(stmt.dst)
             ops.append(op)
-    ops.extend({"kind": "wait_loaded", "buf": buf} for buf in deferred)  # no reader in the body: wait at its end
+    ops.extend({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf}
+               for buf in deferred)  # no reader in the body: wait at its end
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops

@@ -31,6 +31,12 @@
   "snake"``: the cores take the programs in boustrophedon order, so that each core's share of heavy
   and light tiles evens out (llama2-7b's causal forward: the slowest core's pairs 432 → 365 of an even
   share of 363).
+- :func:`receive_early` (Ascend, after placement and tiles): a vector hand-off load that needs no flag
+  wait of its own (``wait_signal`` off: the load of its group before it waited for the one ready flag:
+  the backward's dP after S) moves up to right after that load and gets ``wait_at_read``: MTE2 copies
+  dP while the vector computes P, and the vector waits for it just before its first reader (the
+  copies were one after the other with the vector idle in between). Only where nothing between reads
+  or writes its tile and the levels still fit.
 - :func:`l0c_pingpong` (Ascend, after placement and tiles): in a kernel whose every result-level (L0C)
   buffer is a fresh product stored at once and read by nothing else (every cube product of the forward
   and of the atomic backward), each matmul gets the knob ``n_chunk``: it is computed in column chunks
@@ -487,4 +493,51 @@ def snake_deal(program: Program) -> Program:
             varies = any(isinstance(s, Loop) and s.kind == "serial" and var in (sympy.sympify(s.start).free_symbols | sympy.sympify(s.stop).free_symbols)
                          for s, _ in walk(grid[-1].body))
         kernels.append(dataclasses.replace(k, deal="snake") if varies else k)
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def receive_early(program: Program, target) -> Program:
+    """Move each vector hand-off load without a flag wait of its own (``wait_signal`` off) up to right
+    after the load of its body that waited for the group's flag, and set its ``wait_at_read`` (see the
+    module docstring): in a plain body, or inside one stage of a pipelined loop; where a statement in
+    between reads or writes its tile, or the kernel's levels would not fit, the load stays."""
+    from .footprint import kernel_footprints
+
+    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    level = target.placement["vector"]
+    env = {str(k): v for k, v in program.env}
+
+    def fits(kernel) -> bool:
+        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
+
+    kernels = []
+    for k in program.kernels:
+        scope = {b.name: b.scope for b in k.buffers}
+
+        def edit(stmt):
+            if not isinstance(stmt, Loop) or any(isinstance(s, Loop) for s in stmt.body):
+                return stmt
+            body, stages = list(stmt.body), list(stmt.stages) if stmt.stages else [0] * len(stmt.body)
+            for n in range(len(body)):
+                s = body[n]
+                if not (isinstance(s, Load) and s.src.tensor in handoff and not s.wait_signal and scope.get(s.dst) == level):
+                    continue
+                waited = [m for m in range(n) if isinstance(body[m], Load) and body[m].src.tensor in handoff
+                          and body[m].wait_signal and stages[m] == stages[n] and scope.get(body[m].dst) == level]
+                if not waited:
+                    continue
+                at = waited[-1] + 1
+                between = [body[m] for m in range(at, n) if stages[m] == stages[n]]
+                if any(s.dst in _reads(b) | _writes(b) for b in between):
+                    continue
+                moved = dataclasses.replace(s, wait_at_read=True)
+                # the other stages' statements keep their places: the load moves within its stage's list
+                body = body[:at] + [moved] + body[at:n] + body[n + 1:]
+                stages = stages[:at] + [stages[n]] + stages[at:n] + stages[n + 1:]
+            if body == list(stmt.body):
+                return stmt
+            return dataclasses.replace(stmt, body=tuple(body), stages=tuple(stages) if stmt.stages else ())
+
+        new = dataclasses.replace(k, body=map_body(k.body, edit))
+        kernels.append(new if fits(new) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))

@@ -95,7 +95,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
         program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
-        from .lower import l0c_pingpong, wait_at_rewrite
+        from .lower import l0c_pingpong, receive_early, wait_at_rewrite
+
+        # a hand-off the vector receives under an earlier load's flag copied beside the vector's work
+        program = log.record("receive-early", receive_early(program, tgt), tgt)
 
         # a vector tile's store waited for where the tile is next written, not at once
         program = log.record("wait-at-rewrite", wait_at_rewrite(program, tgt), tgt)

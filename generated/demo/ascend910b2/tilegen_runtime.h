@@ -303,10 +303,12 @@ __aicore__ inline void WaitSToMte3()
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
 // `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
-// tensor's extent).
+// tensor's extent). Without `closing` (the IR knob Load.wait_at_read on a received hand-off, no padding)
+// the MTE2 -> V wait is left to the caller, who takes it (WaitMte2ToV) just before the tile's first
+// reader, so that the vector computes on while the copy runs.
 template <typename T>
 __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                                int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue)
+                                int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue, bool closing = true)
 {
     WaitVToMte2();
     if (valid > 0) {
@@ -316,7 +318,7 @@ __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>
         DataCopyPadExtParams<T> pp(false, 0, 0, padValue);
         DataCopyPad(dst, src, p, pp);
     }
-    WaitMte2ToV<T>();
+    if (closing || pad) WaitMte2ToV<T>();
     if (pad && valid < rows) {
         Duplicate(dst[valid * cpad], padValue, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
     }
