@@ -418,8 +418,11 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 elif kind == "wait_stored":  # an MTE3 -> V wait: the next vector helper after the stores before it
                     gate[s] = max(gate[s], pipe_free[s].get("MTE3", 0.0))
                     t += issue
-                elif kind in ("wait_loaded", "wait_received"):  # a WaitFlag on MTE1 / V: the scalar unit issues on
+                elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
+                    t += issue
+                elif kind == "wait_received":  # an MTE2 -> V SetWait: every copy issued on MTE2 before it
+                    gate[s] = max(gate[s], deferred[s].pop(op["buf"]), pipe_free[s].get("MTE2", 0.0))
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
                     if op.get("wait", True):  # a load of a group whose flag was waited for: no wait

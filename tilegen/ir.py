@@ -185,8 +185,9 @@ class Load(Stmt):
 
     ``wait_at_read`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_first_read`, and by
     :func:`tilegen.passes.lower.receive_early` on a vector hand-off load): the generated code waits for
-    the copy just before the first later statement of the same body that reads ``dst``, not right after
-    the copy. The result is the same either way.
+    the copy just before the first later statement of the same body that reads ``dst`` (at the end of
+    the body, or of its stage of a pipelined loop, when none does), not right after the copy. The
+    result is the same either way.
 
     ``wait_signal`` is a schedule knob of a load from a hand-off tile (set by
     :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when an earlier load of the same

@@ -663,7 +663,8 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     for stmt in body:
         for buf in [b for b in deferred if b in _reads_in(stmt)]:
             # just before the tile's first reader: an L1 tile's own MTE2 -> MTE1 event, a UB tile's MTE2 -> V
-            ops.append({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf})
+            ops.append({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
+                        "ctype": CTYPE[lo.buffers[buf].dtype]})
             deferred.remove(buf)
         rewritten = sorted(held & _writes_in(stmt))
         if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
@@ -706,8 +707,8 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 op["defer"] = True
                 deferred.append(stmt.dst)
             ops.append(op)
-    ops.extend({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf}
-               for buf in deferred)  # no reader in the body: wait at its end
+    ops.extend({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
+                "ctype": CTYPE[lo.buffers[buf].dtype]} for buf in deferred)  # no reader in the body: wait at its end
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops

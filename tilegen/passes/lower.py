@@ -527,9 +527,14 @@ def receive_early(program: Program, target) -> Program:
                 if not waited:
                     continue
                 at = waited[-1] + 1
+                while at < n and isinstance(body[at], Load) and body[at].wait_at_read and body[at].src.tensor in handoff:
+                    at += 1  # after the loads moved up before it: they keep their order
                 between = [body[m] for m in range(at, n) if stages[m] == stages[n]]
                 if any(s.dst in _reads(b) | _writes(b) for b in between):
                     continue
+                after = [b for m, b in enumerate(body) if m > n and stages[m] == stages[n] and s.dst in _reads(b) | _writes(b)]
+                if not after or s.dst not in _reads(after[0]):
+                    continue  # its wait goes before the first reader: a writer before that would race the copy
                 moved = dataclasses.replace(s, wait_at_read=True)
                 # the other stages' statements keep their places: the load moves within its stage's list
                 body = body[:at] + [moved] + body[at:n] + body[n + 1:]
