@@ -251,8 +251,6 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         if op.get("rowwise"):
             return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
         return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
-    if kind == "matmul":
-        return _matmul_cycles(int(op["m"]), int(op["n"]), int(op["k"]), c, k_step)
     if kind == "zero_acc":
         m1, n1 = math.ceil(int(op["m"]) / 16), math.ceil(int(op["n"]) / 16)
         fill = 2 * c["mte1_startup_cycles"] + (m1 + n1) * 512 / c["l0a_bytes_per_cycle"]
@@ -281,14 +279,6 @@ def _matmul_steps(m: int, n: int, k: int, c, k_step: int) -> tuple[float, list[t
         steps.append((fl + load_a + load_b, fl + c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"]))
         s_cycles += (5 + m1 + kc1) * issue
     return s_cycles, steps
-
-
-def _matmul_cycles(m: int, n: int, k: int, c, k_step: int) -> float:
-    """Cycles of MatmulTile alone (its loads of a step beside the Mmad of the step before)."""
-    n_issue, steps = _matmul_steps(m, n, k, c, k_step)
-    loads = [a for a, _ in steps]
-    chain = loads[0] + sum(max(mm, nxt) for (_, mm), nxt in zip(steps, loads[1:] + [0.0]))
-    return max(n_issue, chain + c["flag_cycles"])
 
 
 def _chunks(n: int, width: int) -> list[int]:

@@ -53,7 +53,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import handoff_direction, stmt_unit
+from ..passes.lower import handoff_direction, reads_in, stmt_unit, writes_in
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -637,62 +637,50 @@ def lower_kernel(
     )
 
 
-def _reads_in(stmt) -> set[str]:
-    """The buffers ``stmt`` reads (a loop: its whole body)."""
-    if isinstance(stmt, Loop):
-        return {b for s in _stmts(stmt.body) for b in s.buffers_read()}
-    return set(stmt.buffers_read())
+def _held(lo: _Lower, body, unit: str) -> list[str]:
+    """The tiles of ``unit`` that stores of ``body`` with Store.wait_at_rewrite leave in flight, sorted."""
+    return sorted({s.src for s in body if isinstance(s, Store) and s.wait_at_rewrite and lo.buffers[s.src].unit == unit})
 
 
-def _writes_in(stmt) -> set[str]:
-    """The buffers ``stmt`` writes (a loop: its whole body)."""
-    if isinstance(stmt, Loop):
-        return {b for s in _stmts(stmt.body) for b in s.buffers_written()}
-    return set(stmt.buffers_written())
-
-
-def _held(lo: _Lower, body, unit: str) -> set[str]:
-    """The tiles of ``unit`` that stores of ``body`` with Store.wait_at_rewrite leave in flight."""
-    return {s.src for s in body if isinstance(s, Store) and s.wait_at_rewrite and lo.buffers[s.src].unit == unit}
+def _wait_op(lo: _Lower, buf: str) -> dict:
+    """The wait for a copy issued with Load.wait_at_read: an L1 tile's own MTE2 -> MTE1 event
+    (wait_loaded), a UB tile's MTE2 -> V (wait_received)."""
+    return {"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
+            "ctype": CTYPE[lo.buffers[buf].dtype]}
 
 
 def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
     deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
-    held = _held(lo, body, unit)  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
+    held = set(_held(lo, body, unit))  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
     for stmt in body:
-        for buf in [b for b in deferred if b in _reads_in(stmt)]:
-            # just before the tile's first reader: an L1 tile's own MTE2 -> MTE1 event, a UB tile's MTE2 -> V
-            ops.append({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
-                        "ctype": CTYPE[lo.buffers[buf].dtype]})
+        for buf in [b for b in deferred if b in reads_in(stmt)]:
+            ops.append(_wait_op(lo, buf))  # just before the tile's first reader
             deferred.remove(buf)
-        rewritten = sorted(held & _writes_in(stmt))
+        rewritten = sorted(held & writes_in(stmt))
         if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
             ops.append({"kind": "wait_stored", "bufs": rewritten})
-        if isinstance(stmt, Loop) and stmt.stages:
-            op = _pipelined_loop(lo, stmt, unit, counters)
+        if isinstance(stmt, Loop):
+            op = _pipelined_loop(lo, stmt, unit, counters) if stmt.stages else None
+            if op is None:
+                inner = _lower_body(lo, stmt.body, unit, counters)
+                if inner:
+                    op = {
+                        "kind": "loop",
+                        "var": str(stmt.var),
+                        "start": cexpr(stmt.start, lo.consts),
+                        "stop": cexpr(stmt.stop, lo.consts),
+                        "note": stmt.note,
+                        "body": inner,
+                        "skip": "",
+                    }
+                    if stmt.blocks:  # both units skip the same empty tiles (the host's block table)
+                        op["skip"] = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f"
             if op is not None:
                 ops.append(op)
-                if _held(lo, stmt.body, unit):  # the last iteration's stores, before anything after the loop
-                    ops.append({"kind": "wait_stored", "bufs": sorted(_held(lo, stmt.body, unit))})
-                continue
-        if isinstance(stmt, Loop):
-            inner = _lower_body(lo, stmt.body, unit, counters)
-            if inner:
-                op = {
-                    "kind": "loop",
-                    "var": str(stmt.var),
-                    "start": cexpr(stmt.start, lo.consts),
-                    "stop": cexpr(stmt.stop, lo.consts),
-                    "note": stmt.note,
-                    "body": inner,
-                    "skip": "",
-                }
-                if stmt.blocks:  # both units skip the same empty tiles (the host's block table)
-                    op["skip"] = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f"
-                ops.append(op)
-                if _held(lo, stmt.body, unit):  # the last iteration's stores, before anything after the loop
-                    ops.append({"kind": "wait_stored", "bufs": sorted(_held(lo, stmt.body, unit))})
+                tail = _held(lo, stmt.body, unit)
+                if tail:  # the last iteration's stores, before anything after the loop
+                    ops.append({"kind": "wait_stored", "bufs": tail})
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None:
@@ -700,15 +688,13 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 # a chunked product and its store are one MatmulStore (the verifier: the store is next)
                 op["product"] = ops.pop()
                 lo.need("FixpipeParamsV220_nSize", min(op["product"]["n_chunk"], op["cols"]), f"the chunked store of {op['src']}")
-            if op["kind"] == "l1_load" and stmt.wait_at_read:
-                op["defer"] = True
-                deferred.append(stmt.dst)
-            if op["kind"] == "c2v_recv" and stmt.wait_at_read:  # receive_early: MTE2 -> V waited at the first reader
+            # Load.wait_at_read: an L1 copy (wait_at_first_read) or a UB hand-off (receive_early) waited
+            # for at the tile's first reader
+            if op["kind"] in ("l1_load", "c2v_recv") and stmt.wait_at_read:
                 op["defer"] = True
                 deferred.append(stmt.dst)
             ops.append(op)
-    ops.extend({"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
-                "ctype": CTYPE[lo.buffers[buf].dtype]} for buf in deferred)  # no reader in the body: wait at its end
+    ops.extend(_wait_op(lo, buf) for buf in deferred)  # no reader in the body: wait at its end
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops

@@ -78,14 +78,15 @@ def mask_cut_tiles_only(program: Program) -> Program:
     return dataclasses.replace(program, kernels=kernels)
 
 
-def _reads(stmt: Stmt) -> set[str]:
+def reads_in(stmt: Stmt) -> set[str]:
     """The buffers ``stmt`` reads, with everything a loop's body reads."""
     if isinstance(stmt, Loop):
         return {b for s, _ in walk(stmt.body) for b in s.buffers_read()}
     return set(stmt.buffers_read())
 
 
-def _writes(stmt: Stmt) -> set[str]:
+def writes_in(stmt: Stmt) -> set[str]:
+    """The buffers ``stmt`` writes, with everything a loop's body writes."""
     if isinstance(stmt, Loop):
         return {b for s, _ in walk(stmt.body) for b in s.buffers_written()}
     return set(stmt.buffers_written())
@@ -103,10 +104,10 @@ def wait_at_first_read(program: Program, levels: frozenset[str]) -> Program:
         for n, stmt in enumerate(out):
             if not isinstance(stmt, Load) or scope.get(stmt.dst) not in levels or stmt.src.tensor in handoff or stmt.rows:
                 continue  # a guarded load (packed batch) reads its rows' ids on the scalar unit and waits at once
-            readers = [m for m in range(n + 1, len(out)) if stmt.dst in _reads(out[m])]
+            readers = [m for m in range(n + 1, len(out)) if stmt.dst in reads_in(out[m])]
             if not readers or readers[0] == n + 1:
                 continue
-            if any(stmt.dst in _writes(out[m]) for m in range(n + 1, readers[0])):
+            if any(stmt.dst in writes_in(out[m]) for m in range(n + 1, readers[0])):
                 continue
             out[n] = dataclasses.replace(stmt, wait_at_read=True)
         return tuple(out)
@@ -120,6 +121,13 @@ def wait_at_first_read(program: Program, levels: frozenset[str]) -> Program:
 # asc-devkit 0da921b). Each hand-off takes one "free" id; the "ready" ids come first.
 CROSS_CORE_FLAG_IDS = 11
 PIPELINE_SLOTS = 2  # GM slots of a hand-off a pipelined loop passes: tile j + 1 is written while tile j is read
+
+
+def _fits(kernel, target, env) -> bool:
+    """Whether every level's footprint of ``kernel`` fits its usable bytes at the bound sizes ``env``."""
+    from .footprint import kernel_footprints
+
+    return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
 
 
 def stmt_unit(stmt: Stmt, units) -> str | None:
@@ -273,8 +281,6 @@ def pipeline_handoffs(program: Program, target) -> Program:
     one it depends on, or where the pipelined liveness does not fit the target's levels (the vector's
     skew alone is dropped first). The vector is skewed only where every hand-off gets its own ready id.
     Without a pipelined loop the program is returned unchanged."""
-    from .footprint import kernel_footprints
-
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
     env = {str(k): v for k, v in program.env}
     piped: set[str] = set()  # hand-offs a pipelined loop passes
@@ -283,9 +289,6 @@ def pipeline_handoffs(program: Program, target) -> Program:
     group_of = _signal_groups(program)  # hand-offs under one ready flag (Store.signal / Load.wait_signal)
     units = list(dict.fromkeys(group_of[t.name] for t in order))
     own_ids = len(units) + len(order) <= CROSS_CORE_FLAG_IDS
-
-    def fits(kernel) -> bool:
-        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
 
     def pipelined(k, vector_skew: bool):
         unit_of = {b.name: b.unit for b in k.buffers}
@@ -309,9 +312,9 @@ def pipeline_handoffs(program: Program, target) -> Program:
     kernels = []
     for k in program.kernels:
         new, found = pipelined(k, own_ids)
-        if found and not fits(new) and own_ids:
+        if found and not _fits(new, target, env) and own_ids:
             new, found = pipelined(k, False)
-        if not found or not fits(new):
+        if not found or not _fits(new, target, env):
             kernels.append(k)
             continue
         kernels.append(new)
@@ -442,13 +445,8 @@ def wait_at_rewrite(program: Program, target) -> Program:
     docstring), where
     the kernel's levels still fit with those tiles live over their loops. Kernels where they would not
     fit are unchanged."""
-    from .footprint import kernel_footprints
-
     level = target.placement["vector"]
     env = {str(k): v for k, v in program.env}
-
-    def fits(kernel) -> bool:
-        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
 
     kernels = []
     for k in program.kernels:
@@ -462,7 +460,7 @@ def wait_at_rewrite(program: Program, target) -> Program:
             for s in loop.body:
                 if not isinstance(s, Store) or s.rows or s.accumulate or bufs[s.src].scope != level or len(bufs[s.src].shape) != 2:
                     continue
-                writers = [w for w in loop.body if s.src in _writes(w)]
+                writers = [w for w in loop.body if s.src in writes_in(w)]
                 # the writers are plain statements of the loop's body (the wait goes before one), in the
                 # store's stage of a pipelined loop (its list of statements is where the wait goes)
                 if writers and all(not isinstance(w, Loop) and stage.get(id(w)) == stage.get(id(s)) for w in writers):
@@ -471,7 +469,7 @@ def wait_at_rewrite(program: Program, target) -> Program:
         for cand in candidates:  # one at a time, kept where the levels still fit
             trial = chosen | {cand}
             edit = lambda st, t=trial: dataclasses.replace(st, wait_at_rewrite=True) if id(st) in t else st  # noqa: E731
-            if fits(dataclasses.replace(k, body=map_body(k.body, edit))):
+            if _fits(dataclasses.replace(k, body=map_body(k.body, edit)), target, env):
                 chosen = trial
         edit = lambda st: dataclasses.replace(st, wait_at_rewrite=True) if id(st) in chosen else st  # noqa: E731
         kernels.append(dataclasses.replace(k, body=map_body(k.body, edit)))
@@ -501,14 +499,9 @@ def receive_early(program: Program, target) -> Program:
     after the load of its body that waited for the group's flag, and set its ``wait_at_read`` (see the
     module docstring): in a plain body, or inside one stage of a pipelined loop; where a statement in
     between reads or writes its tile, or the kernel's levels would not fit, the load stays."""
-    from .footprint import kernel_footprints
-
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
     level = target.placement["vector"]
     env = {str(k): v for k, v in program.env}
-
-    def fits(kernel) -> bool:
-        return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
 
     kernels = []
     for k in program.kernels:
@@ -530,10 +523,10 @@ def receive_early(program: Program, target) -> Program:
                 while at < n and isinstance(body[at], Load) and body[at].wait_at_read and body[at].src.tensor in handoff:
                     at += 1  # after the loads moved up before it: they keep their order
                 between = [body[m] for m in range(at, n) if stages[m] == stages[n]]
-                if any(s.dst in _reads(b) | _writes(b) for b in between):
+                if any(s.dst in reads_in(b) | writes_in(b) for b in between):
                     continue
-                after = [b for m, b in enumerate(body) if m > n and stages[m] == stages[n] and s.dst in _reads(b) | _writes(b)]
-                if not after or s.dst not in _reads(after[0]):
+                after = [b for m, b in enumerate(body) if m > n and stages[m] == stages[n] and s.dst in reads_in(b) | writes_in(b)]
+                if not after or s.dst not in reads_in(after[0]):
                     continue  # its wait goes before the first reader: a writer before that would race the copy
                 moved = dataclasses.replace(s, wait_at_read=True)
                 # the other stages' statements keep their places: the load moves within its stage's list
@@ -544,5 +537,5 @@ def receive_early(program: Program, target) -> Program:
             return dataclasses.replace(stmt, body=tuple(body), stages=tuple(stages) if stmt.stages else ())
 
         new = dataclasses.replace(k, body=map_body(k.body, edit))
-        kernels.append(new if fits(new) else k)
+        kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
