@@ -40,6 +40,8 @@ CASES = {
     "causal-top-left-mqa-bf16": dict(heads_q=3, heads_kv=1, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=32,
                                      window=(-1, 0), alignment="top_left", dtype="bf16"),
     "empty-rows-fp16": dict(seq_q=90, seq_k=40, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="fp16"),
+    # D = 160: the backward's rowsum(dO∘O) folds two full 64-column blocks and a 32-column tail (RowReduce.fold)
+    "causal-fp16-d160-fold-tail": dict(seq_q=70, seq_k=90, head_dim_qk=160, head_dim_v=160, window=(-1, 0), dtype="fp16"),
 }
 
 

@@ -321,7 +321,9 @@ def test_pipeline_handoffs_is_an_ir_knob():
     from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
-    fwd = pipeline.compile_forward(spec, target="ascend910b2", log=pipeline.PassLog())
+    log = pipeline.PassLog()
+    pipeline.compile_forward(spec, target="ascend910b2", log=log)
+    fwd = dict(log.steps)["pipeline-handoffs"]  # before cube-lookahead's third slot and copy
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
     assert early == {"Kj", "Vj", "S", "ws_S"}
@@ -344,6 +346,63 @@ def test_pipeline_handoffs_is_an_ir_knob():
     for prog in (pipeline.compile_forward(spec, target="h200"), pipeline.compile_backward(spec, target="h200")):
         assert not any(isinstance(s, Loop) and s.stages for k in prog.kernels for s, _ in walk(k.body))
         assert all(t.slots == 1 and t.ready == -1 for t in prog.tensors)
+
+
+def test_cube_lookahead_is_an_ir_knob():
+    """Pass cube-lookahead: the forward's pipelined loop gets Loop.lookahead = 2, V (loaded in the cube's
+    stage 0, read in its stage 1) a third copy and S (sent in stage 0) a third GM slot; the other
+    hand-offs keep two; the backward's main loop likewise (Q and dO: three copies; S and dP: three slots).
+    The emitted AIC runs a
+    prologue of two stage-0 iterations, then stage 0 of j + 2 before stage 1 of j, and stage 1 reads V
+    through the copy its stage 0 filled; the AIV reads S from three slots."""
+    from tilegen.backends import ascendc
+    from tilegen.ir import Loop, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("llama2-7b")
+    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
+    assert loop.lookahead == 2
+    (kernel,) = fwd.kernels
+    assert {b.name: b.stages for b in kernel.buffers if b.unit == "cube" and b.stages > 1} == {"Kj": 2, "Vj": 3}
+    assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 2, "ws_PV": 2}
+    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
+    assert bloop.lookahead == 2
+    (main,) = [k for k in bwd.kernels if any(s is bloop for s, _ in walk(k.body))]
+    assert {b.name: b.stages for b in main.buffers if b.unit == "cube" and b.stages > 1} == {"Qi": 3, "dOi": 3}
+    assert {t.name: t.slots for t in bwd.tensors if t.kind == "handoff" and t.slots > 2} == {"ws_S": 3, "ws_dP": 3}
+    code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    aic = code[code.index("ASCEND_IS_AIC"):code.index("ASCEND_IS_AIV")]
+    aiv = code[code.index("ASCEND_IS_AIV"):]
+    assert "stage 0 of j + 2 before stage 1 of j" in aic and "j_ < j_start + 2" in aic
+    assert aic.count("Vj_r[j % 3] = Vj;") == 2 and "LocalTensor<half> Vj_p = Vj_r[j % 3];" in aic
+    assert aic.index("Vj_r[j % 3] = Vj;") < aic.index("Vj_p = Vj_r")
+    assert "g_ws_S[(n_ws_S++ % 3LL)" in aic and "if (n_ws_S >= 3LL) CrossCoreWaitFlag(3);" in aic
+    assert "g_ws_S[(r_ws_S++ % 3LL)" in aiv and "g_ws_Pc[(n_ws_Pc++ % 2LL)" in aiv
+
+
+def test_cube_lookahead_needs_its_third_copy(monkeypatch):
+    """With V's third copy taken away, the lowering refuses the kernel in one line (stage 0 of tile j + 2
+    would overwrite the V tile that P·V of tile j still reads)."""
+    import dataclasses
+
+    from tilegen.backends import ascendc
+    from tilegen.errors import TargetError
+    from tilegen.passes import lower
+
+    real = lower.cube_lookahead
+
+    def two_copies(program, target):
+        out = real(program, target)
+        kernels = tuple(dataclasses.replace(k, buffers=tuple(dataclasses.replace(b, stages=min(b.stages, 2)) for b in k.buffers))
+                        for k in out.kernels)
+        return dataclasses.replace(out, kernels=kernels)
+
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    monkeypatch.setattr(lower, "cube_lookahead", two_copies)
+    with pytest.raises(TargetError, match=r"Vj needs 3 copies, it has 2"):
+        ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
 
 
 def test_pipeline_handoffs_declines_an_illegal_loop():
@@ -421,7 +480,7 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
 
 @needs_cxx
 def test_pipelined_handoff_without_its_flag_is_reported():
-    """The pipelined forward passes S through two GM slots with its own ready flag. With the vector's wait
+    """The pipelined forward passes S through three GM slots (the cube two tiles ahead) with its own ready flag. With the vector's wait
     on that ready flag taken out, or the cube's wait for a free slot, the twin fails the run (the sets
     nothing waits for), so the timeline is never computed from it: no faster timeline from a missing flag."""
     import re
@@ -432,8 +491,8 @@ def test_pipelined_handoff_without_its_flag_is_reported():
     files = ascendc.generate(spec, "ascend910b2").files
     src = files["fwd_kernels.asc"]
     trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
-    free = re.findall(r"\n *if \(n_ws_S >= 2LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
-    ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 2LL\))", src)
+    free = re.findall(r"\n *if \(n_ws_S >= 3LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
+    ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 3LL\))", src)
     assert len(free) == 2 and len(ready) == 2  # the prologue's and the steady loop's stage 0 (cube) and stage 1 (vector)
     for cut in (free[0], ready[0], ready[1]):
         broken = dict(files, **{"fwd_kernels.asc": src.replace(cut, "")})

@@ -55,8 +55,10 @@ def run_real(spec, files=None, blocks=4, dkv_strategy=None):
     [
         builtin_spec("tiny"),  # MHA, causal with tails, fp16
         builtin_spec("tiny-gqa").replace(window=(-1, 0), alignment="top_left", name="gqa-causal"),  # GQA, bf16, BSND, Dv != Dqk
+        # D = 160: D = rowsum(dO∘O) folds blocks 0 and 1, then a 32-column tail under a lane mask (RowReduce.fold)
+        builtin_spec("tiny").replace(head_dim_qk=160, head_dim_v=160, name="d160-fold"),
     ],
-    ids=["tiny", "gqa-causal"],
+    ids=["tiny", "gqa-causal", "d160-fold"],
 )
 @pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
 def test_forward_and_backward_match_the_reference(spec, dkv_strategy):

@@ -212,6 +212,11 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             if op["dpad"] == op["spad"]:
                 return max(issue, vec(int(op["count"]), esz))
             return int(op["crows"]) * max(issue, vec(int(op["cols"]), esz))
+        if kind == "reduce" and op.get("fold"):
+            # RowsFoldReduce: a Max/Add per 64 columns after the first over every row (plain repeats),
+            # then one ReduceRepeat over every row
+            n = math.ceil(int(op["cols"]) / 64)
+            return max(n * issue, (n - 1) * (vs + rows * vr) + vs + rows * c["vector_reduce_repeat_cycles"])
         if kind == "reduce":
             # a ReduceRepeat per 64 columns over every row, the later chunks combined with Max/Add
             n = math.ceil(int(op["cols"]) / 64)
@@ -291,12 +296,13 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
     out: list[tuple[dict, bool]] = []
     for op in ops:
-        if op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + 1 before the later one of pair k
-            if pattern:
-                out.extend((o, pattern[0]) for o in op["stage0"])
+        if op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + d before the later one of pair k
+            d = op.get("lookahead", 1)
+            for k in range(min(d, len(pattern))):  # the prologue: the earlier stage of the first d pairs
+                out.extend((o, pattern[k]) for o in op["stage0"])
             for k, cut in enumerate(pattern):
-                if k + 1 < len(pattern):
-                    out.extend((o, pattern[k + 1]) for o in op["stage0"])
+                if k + d < len(pattern):
+                    out.extend((o, pattern[k + d]) for o in op["stage0"])
                 out.extend((o, cut) for o in op["stage1"])
         elif op["kind"] != "loop":
             out.append((op, False))

@@ -307,15 +307,25 @@ class Elementwise(Stmt):
 
 @dataclass(frozen=True)
 class RowReduce(Stmt):
+    """dst[r] = max or sum over the columns of src row r (fp32).
+
+    ``fold`` is a schedule knob (set by :func:`tilegen.passes.lower.fold_row_reductions`): the name of an
+    fp32 scratch buffer of src's rows x 64 columns. The emitted code first folds src's 64-column blocks
+    into it with elementwise Max/Add (one repeat per row), then reduces the 64 columns of each row once,
+    instead of one in-repeat reduction per block; "" reduces block by block. The result is the same up
+    to the order of a sum's additions.
+    """
+
     dst: str
     src: str
     op: str  # "max" | "sum"
+    fold: str = ""
 
     def buffers_read(self):
         return (self.src,)
 
     def buffers_written(self):
-        return (self.dst,)
+        return (self.dst, self.fold) if self.fold else (self.dst,)
 
 
 @dataclass(frozen=True)
@@ -406,6 +416,9 @@ class Loop(Stmt):
             iteration j + 1 before its later stage of iteration j (a prologue runs the earlier stage
             of the first iteration, the last iteration runs the later stage alone). The values are
             those of the loop in order.
+        lookahead: schedule knob (set by :func:`tilegen.passes.lower.cube_lookahead`): how many
+            iterations ahead of its stage 1 the cube issues its stage 0 (1: stage 0 of j + 1 before
+            stage 1 of j; 2: stage 0 of j + 2, after a prologue of two). The vector's skew stays one.
     """
 
     var: sympy.Symbol
@@ -418,6 +431,7 @@ class Loop(Stmt):
     domain: str = ""
     blocks: str = ""
     stages: tuple[int, ...] = ()
+    lookahead: int = 1
 
     def exprs(self):
         return (self.start, self.stop)
@@ -579,7 +593,9 @@ def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
         return dataclasses.replace(stmt, dst=r(stmt.dst), a=r(stmt.a), b=r(stmt.b))
     if isinstance(stmt, Elementwise):
         return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))
-    if isinstance(stmt, (RowReduce, Mask)):
+    if isinstance(stmt, RowReduce):
+        return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src), fold=r(stmt.fold))
+    if isinstance(stmt, Mask):
         return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src))
     if isinstance(stmt, ModOp):
         return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))

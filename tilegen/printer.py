@@ -91,7 +91,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             return f"{r(stmt.dst)} = {args[0]}"
         return f"{r(stmt.dst)} = {stmt.op}({', '.join(args)})"
     if isinstance(stmt, RowReduce):
-        return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)})"
+        fold = f"  (folded to 64 columns in {r(stmt.fold)} first)" if stmt.fold else ""
+        return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)}){fold}"
     if isinstance(stmt, Mask):
         only = ", cut tiles only" if stmt.cut_only else ""
         return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+{only})"
@@ -113,7 +114,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
                 note += f" (skipping tiles {stmt.blocks} marks empty)"
             word = "parallel" if stmt.kind == "parallel" else "for"
             if stmt.stages:
-                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + 1 before stage 1 of {stmt.var}"
+                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + {stmt.lookahead} before stage 1 of {stmt.var}"
                 if 2 in stmt.stages:
                     note += f", the vector stage 1 of {stmt.var} + 1 before stage 2 of {stmt.var}"
                 note += ")"

@@ -29,7 +29,8 @@ programs run whole (every block of the 24-core launch; the kernel time is its sl
 ones use the **cost-only** form: the twin runs chosen program instances alone (``TWIN_TRACE_BLOCKS``,
 one head of one batch, full sequence lengths), each instance is scheduled, and each kernel's instance
 time is fitted as ``a + b·pairs + c·cut pairs`` (pairs: the (Q tile, K/V tile) pairs the instance
-visits; cut: those the mask cuts); the fit gives every instance of the full launch, the instances are
+visits; cut: those the mask cuts; the samples: the cheapest instance of each cut count, then
+signatures spread from the lightest to the heaviest); the fit gives every instance of the full launch, the instances are
 dealt over the cores as the kernel deals them (``pid = core, core + cores, …``), consecutive instances
 on a core are added (no overlap across instance boundaries), and the kernel time is the slowest core.
 The result says which form was used, which instances were scheduled and the fit's worst residual.
@@ -664,7 +665,9 @@ def simulate_program(
         tiles_main = max(range(len(info)), key=lambda n: int(np.sum(info[n][1])))
         tiles, pairs, cut = info[tiles_main]
         # the cheapest instance of every number of cut pairs first (so that the fit separates them),
-        # then the cheapest of the other (pairs, cut) signatures, up to SAMPLES instances
+        # then the other (pairs, cut) signatures spread evenly from the cheapest to the heaviest, up to
+        # SAMPLES instances: the fit's slope then spans the launch's range of pairs (a lookahead
+        # pipeline's first pairs cost less than its steady ones, so light samples alone underestimate it)
         order = [int(t) for t in np.lexsort((np.arange(tiles), pairs))]
         picks, seen, cuts = [], set(), set()
         for t in order:
@@ -672,11 +675,14 @@ def simulate_program(
                 cuts.add(int(cut[t]))
                 seen.add((int(pairs[t]), int(cut[t])))
                 picks.append(t)
+        rest: dict[tuple, int] = {}
         for t in order:
-            sig = (int(pairs[t]), int(cut[t]))
-            if sig not in seen and len(picks) < SAMPLES:
-                seen.add(sig)
-                picks.append(t)
+            rest.setdefault((int(pairs[t]), int(cut[t])), t)
+        rest_t = [t for sig, t in rest.items() if sig not in seen]
+        room = SAMPLES - len(picks)
+        if room > 0 and rest_t:
+            at = np.unique(np.round(np.linspace(0, len(rest_t) - 1, min(room, len(rest_t)))).astype(int))
+            picks.extend(rest_t[n] for n in at)
         need = max(t_n for t_n, _, _ in info) * g  # >= every kernel's instances at one batch, one KV head
         for n, (t_n, _, _) in enumerate(info):
             if not any(p < t_n for p in picks):

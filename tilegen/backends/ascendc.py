@@ -730,14 +730,20 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
     for name in [b for b in carry if b not in rotated]:
         first = next(n for n, op in enumerate(stage0) if any(part[f] == name for part, f in _buffer_refs(op)))
-        stage0.insert(first, {"kind": "rotate", "buf": name})
+        stage0.insert(first, {"kind": "rotate", "buf": name, "stages": lo.buffers[name].stages})
     stage1 = _lower_body(lo, parts[1], unit, counters)
     for op in stage1:
         for part, f in _buffer_refs(op):
             if part[f] in carry:
                 part[f] = f"{part[f]}_p"
+    ahead = loop.lookahead if unit == "cube" else 1  # Loop.lookahead is the cube's; the vector's skew is one
+    short = [b for b in carry if lo.buffers[b].stages < ahead + 1]
+    if short:
+        raise TargetError(f"the cube's stage 0 runs {ahead} tiles ahead in {lo.kernel.name}, so {short[0]} needs {ahead + 1} copies, "
+                          f"it has {lo.buffers[short[0]].stages} (Loop.lookahead, Buffer.stages)")
     return {
         "kind": "ploop",
+        "lookahead": ahead,
         "stages": mine,
         "var": str(loop.var),
         "start": cexpr(loop.start, lo.consts),
@@ -982,6 +988,10 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         src, dst = bufs[stmt.src], bufs[stmt.dst]
         lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
         lo.need("VectorOp_repeatTime", lo.half(src), f"the row reduction of {src.name} (a repeat per row)")
+        if stmt.fold and lo.dims(src)[1] < 128:
+            raise TargetError(f"the folded row reduction of {src.name} needs at least 128 columns, it has {lo.dims(src)[1]}")
+        if stmt.fold:
+            lo.need("VectorOp_repStride", lo.cpad(src) // 8, f"the row pitch of {src.name} in blocks (its fold, a repeat per row)")
         return {
             "kind": "reduce",
             "dst": dst.name,
@@ -990,6 +1000,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": lo.dims(src)[1],
             "cpad": lo.cpad(src),
             "is_max": stmt.op == "max",
+            "fold": stmt.fold,
         }
     if isinstance(stmt, Mask):
         buf = bufs[stmt.src]

@@ -21,6 +21,13 @@
   overlaps it; a vector buffer both its stages use gets a second copy. Every hand-off the loop passes
   gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
   since the cube's sends no longer come in the order the vector receives them.
+- :func:`cube_lookahead` (Ascend, right after pipeline_handoffs): in a pipelined loop the cube issues
+  stage 0 of tile j + 2 before stage 1 of tile j (``Loop.lookahead`` = 2): the next scores are computed
+  before the cube waits for what the vector sends back for tile j. With the cube one tile ahead, the
+  forward's chain P of j → P·V of j → S of j + 2 → softmax of j + 2 → P of j + 2 spans two tiles and
+  bounds the loop (the backward's through dS likewise); two ahead, it spans three. Each cube tile stage
+  0 loads and stage 1 reads (the forward's V, the backward's Q and dO) gets a third copy, each hand-off
+  sent in stage 0 (S; S and dP) a third GM slot.
 - :func:`wait_at_rewrite` (Ascend, after placement and tiles): a store from a vector (UB) tile inside a
   serial loop that also writes the tile gets the knob ``wait_at_rewrite``: the copy's closing MTE3 -> V wait
   moves to just before the tile's next writer (the next iteration's), so the vector computes on while
@@ -37,6 +44,12 @@
   dP while the vector computes P, and the vector waits for it just before its first reader (the
   copies were one after the other with the vector idle in between). Only where nothing between reads
   or writes its tile and the levels still fit.
+- :func:`fold_row_reductions` (Ascend, after placement and tiles): a row reduction (max or sum) over
+  at least two 64-column blocks gets the knob ``fold``, a scratch of the tile's rows x 64 fp32 columns:
+  the emitted code folds the row's blocks into it with elementwise Max/Add (one repeat per row, the
+  plain vector rate) and then reduces 64 columns per row once (the in-repeat reduction, which runs at
+  a lower rate), instead of one in-repeat reduction per block; asc-devkit's SoftmaxFlashV2 reduces
+  its rows the same way. Only where the levels still fit with the scratch.
 - :func:`l0c_pingpong` (Ascend, after placement and tiles): in a kernel whose every result-level (L0C)
   buffer is a fresh product stored at once and read by nothing else (every cube product of the forward
   and of the atomic backward), each matmul gets the knob ``n_chunk``: it is computed in column chunks
@@ -436,6 +449,80 @@ def l0c_pingpong(program: Program, target) -> Program:
             continue
         edit = lambda s: dataclasses.replace(s, n_chunk=widths[id(s)]) if isinstance(s, MatMul) else s  # noqa: E731
         kernels.append(dataclasses.replace(k, body=map_body(k.body, edit)))
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+CUBE_LOOKAHEAD = 2  # the cube's stage 0 two tiles ahead of its stage 1 (the forward's three S slots)
+
+
+def cube_lookahead(program: Program, target) -> Program:
+    """Set ``Loop.lookahead`` = 2 on every software-pipelined loop (``Loop.stages``; see the module
+    docstring), with a third copy (``Buffer.stages`` = 3) of each cube tile stage 0 writes and stage 1
+    reads and a third GM slot (``Tensor.slots`` = 3) for each hand-off the cube sends in stage 0, where
+    the levels still fit; other kernels are unchanged."""
+    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    env = {str(k): v for k, v in program.env}
+    depth = CUBE_LOOKAHEAD
+    kernels, early = [], set()
+    for k in program.kernels:
+        bufs = {b.name: b for b in k.buffers}
+        loops = [s for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages and s.lookahead == 1]
+        if not loops:
+            kernels.append(k)
+            continue
+        carry: set[str] = set()
+        sent: set[str] = set()
+        for loop in loops:
+            first = [s for s, g in zip(loop.body, loop.stages) if g == 0]
+            later = [s for s, g in zip(loop.body, loop.stages) if g == 1]
+            carry |= {b for s in first for b in s.buffers_written() if bufs[b].unit == "cube"} & {b for s in later for b in s.buffers_read()}
+            sent |= {s.dst.tensor for s in first if isinstance(s, Store) and s.dst.tensor in handoff}
+        edit = lambda st: dataclasses.replace(st, lookahead=depth) if isinstance(st, Loop) and st.stages else st  # noqa: E731
+        new = dataclasses.replace(
+            k, body=map_body(k.body, edit), buffers=tuple(dataclasses.replace(b, stages=depth + 1) if b.name in carry else b for b in k.buffers)
+        )
+        if _fits(new, target, env):
+            kernels.append(new)
+            early |= sent
+        else:
+            kernels.append(k)
+    tensors = tuple(dataclasses.replace(t, slots=depth + 1) if t.name in early else t for t in program.tensors)
+    return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors)
+
+
+FOLD_LANES = 64  # fp32 lanes of one 256-byte vector repeat: the width a row reduction folds to
+
+
+def fold_row_reductions(program: Program, target) -> Program:
+    """Set ``RowReduce.fold`` on every row reduction of a tile on the target's vector level whose rows
+    span at least two 64-column blocks (see the module docstring): a scratch buffer ``<src>_fold`` of
+    the source's rows x 64 fp32 columns, on the same level and row split, is added to the kernel and
+    planned like any tile (live only in its statement). Kernels where the levels would not fit with it
+    are unchanged. (The fold is the shape of the row reductions in asc-devkit's SoftmaxFlashV2 for
+    2201: ``NewReduceMaxLastNDImpl`` in impl/adv_api/detail/activation/softmax/membase/v220/
+    softmax_common_impl/softmax_common_nd_reduce.h first takes the elementwise Max of the 64-column
+    blocks of every row, then reduces one 64-column block per row.)"""
+    from ..exprs import evaluate
+    from ..ir import Buffer, RowReduce
+
+    level = target.placement["vector"]
+    env = {str(k): v for k, v in program.env}
+    kernels = []
+    for k in program.kernels:
+        bufs = {b.name: b for b in k.buffers}
+        srcs = {}
+        for s, _ in walk(k.body):
+            if not isinstance(s, RowReduce) or s.fold:
+                continue
+            src = bufs[s.src]
+            if src.scope == level and len(src.shape) == 2 and int(evaluate(src.shape[1], env)) >= 2 * FOLD_LANES:
+                srcs[s.src] = Buffer(f"{s.src}_fold", (src.shape[0], sympy.Integer(FOLD_LANES)), "fp32", src.scope, 1, src.unit, src.row_split)
+        if not srcs or any(b.name in bufs for b in srcs.values()):
+            kernels.append(k)
+            continue
+        edit = lambda st: dataclasses.replace(st, fold=srcs[st.src].name) if isinstance(st, RowReduce) and st.src in srcs else st  # noqa: E731
+        new = dataclasses.replace(k, body=map_body(k.body, edit), buffers=k.buffers + tuple(srcs.values()))
+        kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 

@@ -95,6 +95,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
         program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
+        from .lower import cube_lookahead
+
+        # the cube's stage 0 two tiles ahead where the vector runs two stages (a third copy and slot)
+        program = log.record("cube-lookahead", cube_lookahead(program, tgt), tgt)
         from .lower import l0c_pingpong, receive_early, wait_at_rewrite
 
         # a hand-off the vector receives under an earlier load's flag copied beside the vector's work
@@ -105,6 +109,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # each fresh cube product in column chunks through the two halves of L0C (Fixpipe beside Mmad)
         program = log.record("l0c-pingpong", l0c_pingpong(program, tgt), tgt)
+        from .lower import fold_row_reductions
+
+        # each row reduction over several 64-column blocks folded to one block first (elementwise)
+        program = log.record("fold-row-reductions", fold_row_reductions(program, tgt), tgt)
     return program
 
 

@@ -134,6 +134,8 @@ class _Checker:
                     self.fail(self.kernel, f"loop variable {var} shadows an enclosing loop")
                 if stmt.stages and (len(stmt.stages) != len(stmt.body) or set(stmt.stages) - {0, 1, 2}):
                     self.fail(self.kernel, f"loop over {var}: stages {stmt.stages} do not give 0, 1 or 2 to each of its {len(stmt.body)} statements")
+                if stmt.lookahead < 1 or (stmt.lookahead > 1 and not stmt.stages):
+                    self.fail(self.kernel, f"loop over {var}: lookahead {stmt.lookahead} needs a pipelined loop (stages) and is at least 1")
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner
@@ -213,6 +215,14 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}`: reduces {list(s.shape)} into {list(d.shape)}")
             if s.dtype != "fp32" or d.dtype != "fp32":
                 self.fail(k, f"`{_fmt(stmt)}`: row reductions run in fp32")
+            if stmt.fold:
+                f = buf.get(stmt.fold)
+                if f is None:
+                    self.fail(k, f"`{_fmt(stmt)}`: fold buffer {stmt.fold} is not declared")
+                elif (len(f.shape) != 2 or not _same(f.shape[0], s.shape[0]) or not _same(f.shape[1], 64) or f.dtype != "fp32"
+                      or (f.scope, f.unit, f.row_split) != (s.scope, s.unit, s.row_split)):
+                    self.fail(k, f"`{_fmt(stmt)}`: fold buffer {stmt.fold} must be fp32 [{s.shape[0]}, 64] beside {s.name} "
+                                 f"(its level, unit and row split), not {f.dtype} {list(f.shape)} on {f.scope}")
         elif isinstance(stmt, Mask):
             s, d = buf[stmt.src], buf[stmt.dst]
             if len(s.shape) != 2 or s.shape != d.shape or s.dtype != "fp32" or d.dtype != "fp32":

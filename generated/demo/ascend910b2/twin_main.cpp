@@ -76,7 +76,7 @@ int main(int argc, char** argv)
         void* O = twin::GmAlloc(bytes_O, "O");
         const size_t bytes_L = static_cast<size_t>((B * Hq * Sq)) * sizeof(float);
         void* L = twin::GmAlloc(bytes_L, "L");
-        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 319488, "handoff workspace");
+        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 393216, "handoff workspace");
         twin::LaunchMix(blocks, tilegen_demo_fwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/O.out", O, bytes_O);
         WriteTensor(dir + "/L.out", L, bytes_L);
@@ -112,7 +112,7 @@ int main(int argc, char** argv)
         void* dK = twin::GmAlloc(bytes_dK, "dK");
         const size_t bytes_dV = static_cast<size_t>((128LL * B * Hkv * Sk)) * sizeof(half);
         void* dV = twin::GmAlloc(bytes_dV, "dV");
-        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 114688, "handoff workspace");
+        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 131072, "handoff workspace");
         twin::LaunchMix(blocks, tilegen_demo_bwd_pre, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
         twin::LaunchMix(blocks, tilegen_demo_bwd_main, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
         twin::LaunchMix(blocks, tilegen_demo_bwd_post, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);

@@ -578,6 +578,36 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
     }
     ResetMask();
 }
+// RowsReduce through a fold (the IR knob RowReduce.fold; cols >= 128): fold row r = the elementwise
+// Max/Add of row r's 64-column blocks (blocks 0 and 1 in one instruction, then each later block into
+// fold, a partial last block under a lane mask; a repeat per row: src repeat stride cpad / 8 blocks,
+// fold's 8), then one ReduceRepeat per row over fold's 64 columns. The in-repeat reduction runs once per
+// row instead of once per 64 columns; asc-devkit's SoftmaxFlashV2 reduces its rows the same way on 2201
+// (impl/adv_api/detail/activation/softmax/membase/v220/softmax_common_impl/softmax_common_nd_reduce.h,
+// NewReduceMaxLastNDImpl).
+__aicore__ inline void RowsFoldReduce(const LocalTensor<float>& vec, const LocalTensor<float>& src, const LocalTensor<float>& fold,
+                                      int64_t rows, int64_t cols, int64_t cpad, bool isMax)
+{
+    const uint8_t rep = TILEGEN_NARROW(VectorOp_repeatTime, rows);
+    const uint8_t stride = TILEGEN_NARROW(VectorOp_repStride, cpad / 8);
+    const BinaryRepeatParams first(1, 1, 1, 8, stride, stride);
+    const BinaryRepeatParams next(1, 1, 1, 8, 8, stride);
+    for (int64_t c0 = LANES_F32; c0 < cols; c0 += LANES_F32) {
+        const uint64_t mask = static_cast<uint64_t>(Min64(LANES_F32, cols - c0));
+        const LocalTensor<float>& acc = c0 == LANES_F32 ? src : fold;
+        if (isMax) {
+            Max(fold, acc, src[c0], mask, rep, c0 == LANES_F32 ? first : next);
+        } else {
+            Add(fold, acc, src[c0], mask, rep, c0 == LANES_F32 ? first : next);
+        }
+    }
+    if (isMax) {
+        ReduceRepeat<ReduceType::MAX, float, float>(vec, fold, LANES_F32, rep, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
+    } else {
+        ReduceRepeat<ReduceType::SUM, float, float>(vec, fold, LANES_F32, rep, 1, 1, 8);
+    }
+    ResetMask();
+}
 // x = 0 where x == -inf (the "safe" running max of a row that has seen no visible key yet), on n
 // elements: Compares and Select on the scratch row.
 __aicore__ inline void ZeroIfNegInf(const LocalTensor<float>& dst, const LocalTensor<float>& src, const LocalTensor<float>& row,
