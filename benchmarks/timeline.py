@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-cube-lookahead] [--no-fold] [--anchor]
+        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--anchor]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -21,8 +21,10 @@ compile cache off): each tile the cube and vector exchange has its own ready fla
 dP → dS → dK, dQ in two round trips. The schedule before issue 14's backward item is
 ``--dkv-strategy on-chip --handoff-per-tile``. ``--no-l0c-pingpong`` measures the schedule before the l0c-pingpong pass (likewise): each product whole
 in L0C, the next Mmad after the Fixpipe before it. ``--no-snake-deal`` measures it before the snake-deal
-pass (likewise): every kernel's programs dealt cyclically. ``--no-cube-lookahead`` measures it before the
-cube-lookahead pass (likewise): the forward's cube one tile ahead, two S slots. ``--no-fold`` measures it
+pass (likewise): every kernel's programs dealt cyclically. ``--no-lookahead`` measures it before the
+pipeline-lookahead pass (likewise, and so without receive-ahead, which needs it): each unit one tile ahead,
+two slots. ``--no-receive-ahead`` measures it before the receive-ahead pass (likewise): the forward's P·V
+received after the softmax of the tile two ahead. ``--no-fold`` measures it
 before the fold-row-reductions pass (likewise): one ReduceRepeat per 64 columns of a row reduction. ``--anchor`` adds the one-head, non-causal forward at
 S = 32k, D = 128, fp16 (simulated TFLOP/s, beside the 168.5 TFLOP/s the pto-isa hand kernel measured on
 a 910B2).
@@ -64,11 +66,12 @@ def main() -> None:
     ap.add_argument("--handoff-per-tile", action="store_true", help="without the unit-phases and one-handoff-per-direction passes")
     ap.add_argument("--no-l0c-pingpong", action="store_true", help="without the l0c-pingpong pass")
     ap.add_argument("--no-snake-deal", action="store_true", help="without the snake-deal pass")
-    ap.add_argument("--no-cube-lookahead", action="store_true", help="without the cube-lookahead pass")
+    ap.add_argument("--no-lookahead", action="store_true", help="without the pipeline-lookahead pass")
+    ap.add_argument("--no-receive-ahead", action="store_true", help="without the receive-ahead pass")
     ap.add_argument("--no-fold", action="store_true", help="without the fold-row-reductions pass")
     ap.add_argument("--anchor", action="store_true", help="also the one-head non-causal forward at S = 32k, D = 128, fp16 (TFLOP/s)")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_cube_lookahead or args.no_fold:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold:
         import os
 
         from tilegen.passes import handoff, lower
@@ -86,8 +89,10 @@ def main() -> None:
             lower.l0c_pingpong = lambda program, target: program
         if args.no_snake_deal:
             lower.snake_deal = lambda program: program
-        if args.no_cube_lookahead:
-            lower.cube_lookahead = lambda program, target: program
+        if args.no_lookahead:
+            lower.pipeline_lookahead = lambda program, target: program
+        if args.no_receive_ahead:
+            lower.receive_ahead = lambda program, target: program
         if args.no_fold:
             lower.fold_row_reductions = lambda program, target: program
         if args.handoff_per_tile:

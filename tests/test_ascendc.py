@@ -284,26 +284,25 @@ def test_twin_catches_a_broken_kernel(tmp_path):
                          {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}, {}, blocks=2, timeout=120)
 
 
-def test_forward_vector_stage_needs_its_second_alpha(tmp_path):
-    """The forward's AIV runs stage 1 of tile j + 1 (the softmax, alpha of j + 1) before stage 2 of tile
-    j (acc·alpha of j, then acc += P·V of j), so alpha has two copies and stage 2 reads tile j's through
-    alpha_p. Against the float64 reference: the emitted kernel passes; with the copies' rotation taken
-    out (both stages on one alpha) the O update scales by the next tile's factor and the run is wrong,
-    a wrong answer and not a faster timeline."""
+def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
+    """The forward's AIV runs stage 1 of tile j + 2 (the softmax, alpha of j + 2) before stage 2 of tile
+    j (acc·alpha of j, then acc += P·V of j; Loop.lookahead), so alpha has three copies and stage 2 reads
+    tile j's through the ring alpha_r[j % 3]. Against the float64 reference: the emitted kernel passes;
+    with the copies' rotation taken out (every stage on one alpha) the O update scales by a later tile's
+    factor and the run is wrong, a wrong answer and not a faster timeline."""
     from helpers import assert_forward_ok
 
     spec = make_spec(seq_q=130, seq_k=700, head_dim_qk=64, head_dim_v=64, dtype="fp16")
     gen = ascendc.generate(spec, "ascend910b2")
     src = gen.files["fwd_kernels.asc"]
-    assert re.search(r"software-pipelined: stage 1 of j \+ 1 before stage 2 of j", src)
-    rotations = re.findall(r"\n *alpha = \(ld_alpha\+\+ & 1\) \? alpha_s1 : alpha_s0;", src)
-    assert len(rotations) == 2  # the AIV's prologue and its steady loop
-    assert "RowsMulScalar(acc, acc, alpha_p" in src
+    assert re.search(r"software-pipelined: stage 1 of j \+ 2 before stage 2 of j", src)
+    rotation = r"\n *alpha = \(ld_alpha % 3 == 0\) \? alpha_s0 : \(ld_alpha % 3 == 1\) \? alpha_s1 : alpha_s2;\n *\+\+ld_alpha;"
+    assert len(re.findall(rotation, src)) == 2  # the AIV's prologue and its steady loop
+    assert "LocalTensor<float> alpha_p = alpha_r[j % 3];" in src and "RowsMulScalar(acc, acc, alpha_p" in src
     data = inputs(spec)
     outs = {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}
     runs = {}
-    for name, files in (("emitted", gen.files), ("one alpha", dict(gen.files, **{"fwd_kernels.asc": re.sub(
-            r"\n *alpha = \(ld_alpha\+\+ & 1\) \? alpha_s1 : alpha_s0;", "", src)}))):
+    for name, files in (("emitted", gen.files), ("one alpha", dict(gen.files, **{"fwd_kernels.asc": re.sub(rotation, "", src)}))):
         exe = twin.build(files, cache_dir=tmp_path)
         runs[name] = twin.run_program(exe, spec, "fwd", {n: data[n] for n in "QKV"}, outs, {}, blocks=2, timeout=120)
     assert_forward_ok(spec, runs["emitted"]["O"], runs["emitted"]["L"], data)

@@ -263,7 +263,8 @@ def test_receive_early_is_an_ir_knob():
     assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube")
                    for s in body)  # the cube's receives from the hand-offs keep their waits
     fwd = pipeline.compile_forward(spec, target="ascend910b2")
-    assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") for k in fwd.kernels for s, _ in walk(k.body))
+    assert not any(isinstance(s, Load) and s.wait_at_read and not s.hoist and s.src.tensor.startswith("ws_")
+                   for k in fwd.kernels for s, _ in walk(k.body))  # (P·V's receive is hoisted: receive-ahead)
     h200 = pipeline.compile_backward(spec, target="h200")
     assert not any(isinstance(s, Load) and s.wait_at_read for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["bwd_kernels.asc"]
@@ -308,7 +309,7 @@ def test_wait_at_first_read_is_an_ir_knob():
         loads = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Load)]
         handoff = {t.name for t in prog.tensors if t.kind == "handoff"}
         assert want <= {s.dst for s in loads if s.wait_at_read}
-        assert not any(s.wait_at_read for s in loads if s.src.tensor in handoff)
+        assert not any(s.wait_at_read for s in loads if s.src.tensor in handoff and not s.hoist)  # (receive-ahead's own)
         if not want:
             assert not any(s.wait_at_read for s in loads)
 
@@ -323,7 +324,7 @@ def test_pipeline_handoffs_is_an_ir_knob():
     spec = builtin_spec("tiny")
     log = pipeline.PassLog()
     pipeline.compile_forward(spec, target="ascend910b2", log=log)
-    fwd = dict(log.steps)["pipeline-handoffs"]  # before cube-lookahead's third slot and copy
+    fwd = dict(log.steps)["pipeline-handoffs"]  # before pipeline-lookahead's third slots and copies
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
     assert early == {"Kj", "Vj", "S", "ws_S"}
@@ -348,13 +349,13 @@ def test_pipeline_handoffs_is_an_ir_knob():
         assert all(t.slots == 1 and t.ready == -1 for t in prog.tensors)
 
 
-def test_cube_lookahead_is_an_ir_knob():
-    """Pass cube-lookahead: the forward's pipelined loop gets Loop.lookahead = 2, V (loaded in the cube's
-    stage 0, read in its stage 1) a third copy and S (sent in stage 0) a third GM slot; the other
-    hand-offs keep two; the backward's main loop likewise (Q and dO: three copies; S and dP: three slots).
-    The emitted AIC runs a
-    prologue of two stage-0 iterations, then stage 0 of j + 2 before stage 1 of j, and stage 1 reads V
-    through the copy its stage 0 filled; the AIV reads S from three slots."""
+def test_pipeline_lookahead_is_an_ir_knob():
+    """Pass pipeline-lookahead: the forward's pipelined loop gets Loop.lookahead = 2; V (loaded in the
+    cube's stage 0, read in its stage 1) and alpha (written in the vector's stage 1, read in its stage 2)
+    a third copy; S and P (sent in an earlier stage) a third GM slot, P·V keeps two; the backward's main
+    loop likewise (Q and dO: three copies; S and dP: three slots). Each unit's emitted code runs a
+    prologue of two earlier stages, then the earlier stage of j + 2 before the later stage of j, and the
+    later stage reads the copy its earlier stage filled (a ring of views written before it is read)."""
     from tilegen.backends import ascendc
     from tilegen.ir import Loop, walk
     from tilegen.passes import pipeline
@@ -364,8 +365,8 @@ def test_cube_lookahead_is_an_ir_knob():
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert loop.lookahead == 2
     (kernel,) = fwd.kernels
-    assert {b.name: b.stages for b in kernel.buffers if b.unit == "cube" and b.stages > 1} == {"Kj": 2, "Vj": 3}
-    assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 2, "ws_PV": 2}
+    assert {b.name: b.stages for b in kernel.buffers if b.stages > 1} == {"Kj": 2, "Vj": 3, "alpha": 3}
+    assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 3, "ws_PV": 2}
     bwd = pipeline.compile_backward(spec, target="ascend910b2")
     (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert bloop.lookahead == 2
@@ -378,20 +379,49 @@ def test_cube_lookahead_is_an_ir_knob():
     assert "stage 0 of j + 2 before stage 1 of j" in aic and "j_ < j_start + 2" in aic
     assert aic.count("Vj_r[j % 3] = Vj;") == 2 and "LocalTensor<half> Vj_p = Vj_r[j % 3];" in aic
     assert aic.index("Vj_r[j % 3] = Vj;") < aic.index("Vj_p = Vj_r")
-    assert "g_ws_S[(n_ws_S++ % 3LL)" in aic and "if (n_ws_S >= 3LL) CrossCoreWaitFlag(3);" in aic
-    assert "g_ws_S[(r_ws_S++ % 3LL)" in aiv and "g_ws_Pc[(n_ws_Pc++ % 2LL)" in aiv
+    assert "g_ws_S[(n_ws_S++ % 3LL)" in aic and "if (n_ws_S >= 3LL) CrossCoreWaitFlag(3);" in aic and "g_ws_Pc[(r_ws_Pc++ % 3LL)" in aic
+    assert "stage 1 of j + 2 before stage 2 of j" in aiv and aiv.count("alpha_r[j % 3] = alpha;") == 2
+    assert "g_ws_S[(r_ws_S++ % 3LL)" in aiv and "g_ws_Pc[(n_ws_Pc++ % 3LL)" in aiv and "g_ws_PV[(r_ws_PV++ % 2LL)" in aiv
 
 
-def test_cube_lookahead_needs_its_third_copy(monkeypatch):
+def test_receive_ahead_is_an_ir_knob():
+    """Pass receive-ahead: the forward's receive of P·V (the vector's stage 2) gets Load.hoist and
+    wait_at_read; the emitted AIV issues it, with its flag wait, right after the receive of S of j + 2 and
+    before the softmax of j + 2, and waits for it (MTE2 -> V) just before acc += P·V. The backward (its
+    vector in one stage) has no hoisted load."""
+    from tilegen.backends import ascendc
+    from tilegen.ir import Load, walk
+    from tilegen.passes import pipeline
+
+    spec = builtin_spec("llama2-7b")
+    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    hoisted = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.hoist]
+    assert [(s.src.tensor, s.wait_at_read) for s in hoisted] == [("ws_PV", True)]
+    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    assert not any(isinstance(s, Load) and s.hoist for k in bwd.kernels for s, _ in walk(k.body))
+    code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    aiv = code[code.index("ASCEND_IS_AIV"):]
+    steady = aiv[aiv.index("for (int64_t j_ = j_start; j_ <", aiv.index("prologue")):]
+    s_recv = steady.index("LoadRows<float>(S_vector")
+    pv_recv = steady.index("LoadRows<float>(PV_vector")
+    softmax = steady.index("Muls(S_vector")
+    wait = steady.index("WaitMte2ToV<float>();  // PV_vector received")
+    add = steady.index("Add(acc, acc, PV_vector")
+    assert s_recv < pv_recv < softmax < wait < add
+    assert steady[pv_recv:softmax].count("CrossCoreWaitFlag(2);") == 0 and "CrossCoreWaitFlag(2);" in steady[s_recv:pv_recv]
+    assert steady[pv_recv:steady.index(";", pv_recv)].endswith("(float)0.0f, false)")  # no closing wait
+
+
+def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
     """With V's third copy taken away, the lowering refuses the kernel in one line (stage 0 of tile j + 2
-    would overwrite the V tile that P·V of tile j still reads)."""
+    would overwrite the V tile that P·V of tile j still reads); likewise with S's third GM slot."""
     import dataclasses
 
     from tilegen.backends import ascendc
     from tilegen.errors import TargetError
     from tilegen.passes import lower
 
-    real = lower.cube_lookahead
+    real = lower.pipeline_lookahead
 
     def two_copies(program, target):
         out = real(program, target)
@@ -399,9 +429,18 @@ def test_cube_lookahead_needs_its_third_copy(monkeypatch):
                         for k in out.kernels)
         return dataclasses.replace(out, kernels=kernels)
 
+    def two_slots(program, target):
+        out = real(program, target)
+        return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=min(t.slots, 2)) for t in out.tensors))
+
     monkeypatch.setenv("TILEGEN_CACHE", "0")
-    monkeypatch.setattr(lower, "cube_lookahead", two_copies)
+    monkeypatch.setattr(lower, "pipeline_lookahead", two_copies)
     with pytest.raises(TargetError, match=r"Vj needs 3 copies, it has 2"):
+        ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
+    # and S, sent in the cube's stage 0 two tiles ahead, with two GM slots: the send of j + 2 would reuse
+    # the slot of j, which the vector may not have received yet
+    monkeypatch.setattr(lower, "pipeline_lookahead", two_slots)
+    with pytest.raises(TargetError, match=r"hand-off ws_S needs 3 GM slots, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
 
 
@@ -487,16 +526,16 @@ def test_pipelined_handoff_without_its_flag_is_reported():
 
     from tilegen.backends.twin import TwinError
 
-    spec = builtin_spec("tiny")
+    spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)  # 5 K/V tiles: the steady loop's earlier stages run too
     files = ascendc.generate(spec, "ascend910b2").files
     src = files["fwd_kernels.asc"]
     trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
     free = re.findall(r"\n *if \(n_ws_S >= 3LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
     ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 3LL\))", src)
     assert len(free) == 2 and len(ready) == 2  # the prologue's and the steady loop's stage 0 (cube) and stage 1 (vector)
-    for cut in (free[0], ready[0], ready[1]):
+    for cut in free + ready:
         broken = dict(files, **{"fwd_kernels.asc": src.replace(cut, "")})
-        with pytest.raises(TwinError, match="pending CrossCoreSetFlag"):
+        with pytest.raises(TwinError, match=r"pending CrossCoreSetFlag|pending set"):  # never waited, or the counter saturates
             trace_run(twin.build(broken), spec, "fwd", 2)
 
 

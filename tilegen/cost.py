@@ -160,9 +160,10 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
 # reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
-# Loop.stages) is unrolled as each unit issues it: its earlier stage of the first pair, then per pair k
-# its earlier stage of pair k + 1 before its later stage of pair k, so the model overlaps the cube and
-# the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
+# Loop.stages) is unrolled as each unit issues it: its earlier stage of the first d pairs (d =
+# Loop.lookahead), then per pair k its earlier stage of pair k + d before its later stage of pair k (a
+# hoisted receive of pair k between the earlier stage's first receive and its rest), so the model
+# overlaps the cube and the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
 # instance, and the instances are dealt over the cores as the kernels deal them.
 
@@ -300,9 +301,13 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
             d = op.get("lookahead", 1)
             for k in range(min(d, len(pattern))):  # the prologue: the earlier stage of the first d pairs
                 out.extend((o, pattern[k]) for o in op["stage0"])
+            h = op.get("head", 0) if op.get("hoisted") else len(op["stage0"])
             for k, cut in enumerate(pattern):
                 if k + d < len(pattern):
-                    out.extend((o, pattern[k + d]) for o in op["stage0"])
+                    out.extend((o, pattern[k + d]) for o in op["stage0"][:h])
+                out.extend((o, cut) for o in op.get("hoisted", []))  # Load.hoist: beside the rest of the earlier stage
+                if k + d < len(pattern):
+                    out.extend((o, pattern[k + d]) for o in op["stage0"][h:])
                 out.extend((o, cut) for o in op["stage1"])
         elif op["kind"] != "loop":
             out.append((op, False))

@@ -191,7 +191,13 @@ class Load(Stmt):
 
     ``wait_signal`` is a schedule knob of a load from a hand-off tile (set by
     :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when an earlier load of the same
-    body already waited for the one ready flag of this tile's group of hand-offs."""
+    body already waited for the one ready flag of this tile's group of hand-offs.
+
+    ``hoist`` is a schedule knob of a vector hand-off load in the later stage of a pipelined loop (set by
+    :func:`tilegen.passes.lower.receive_ahead`, with ``wait_at_read``): in each iteration the generated
+    code issues it, with its flag wait, right after the earlier stage's first hand-off receive (of the
+    tile ``Loop.lookahead`` ahead) and before the rest of that stage's work, so that the copy runs beside
+    it; the tile is live over the loop. The result is the same either way."""
 
     dst: str
     src: Access
@@ -199,6 +205,7 @@ class Load(Stmt):
     rows: str = ""
     wait_at_read: bool = False
     wait_signal: bool = True
+    hoist: bool = False
 
     def buffers_written(self):
         return (self.dst,)
@@ -416,9 +423,9 @@ class Loop(Stmt):
             iteration j + 1 before its later stage of iteration j (a prologue runs the earlier stage
             of the first iteration, the last iteration runs the later stage alone). The values are
             those of the loop in order.
-        lookahead: schedule knob (set by :func:`tilegen.passes.lower.cube_lookahead`): how many
-            iterations ahead of its stage 1 the cube issues its stage 0 (1: stage 0 of j + 1 before
-            stage 1 of j; 2: stage 0 of j + 2, after a prologue of two). The vector's skew stays one.
+        lookahead: schedule knob (set by :func:`tilegen.passes.lower.pipeline_lookahead`): how many
+            iterations ahead of its later stage each unit issues its earlier stage (1: the earlier
+            stage of j + 1 before the later stage of j; 2: of j + 2, after a prologue of two).
     """
 
     var: sympy.Symbol

@@ -680,8 +680,8 @@ def simulate_program(
             rest.setdefault((int(pairs[t]), int(cut[t])), t)
         rest_t = [t for sig, t in rest.items() if sig not in seen]
         room = SAMPLES - len(picks)
-        if room > 0 and rest_t:
-            at = np.unique(np.round(np.linspace(0, len(rest_t) - 1, min(room, len(rest_t)))).astype(int))
+        if room > 0 and rest_t:  # evenly from the lightest to the heaviest; one slot left: the heaviest
+            at = np.unique(np.round(np.linspace(0, len(rest_t) - 1, min(room, len(rest_t)))).astype(int)) if room > 1 else [len(rest_t) - 1]
             picks.extend(rest_t[n] for n in at)
         need = max(t_n for t_n, _, _ in info) * g  # >= every kernel's instances at one batch, one KV head
         for n, (t_n, _, _) in enumerate(info):

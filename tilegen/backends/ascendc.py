@@ -715,10 +715,17 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     """A loop with ``Loop.stages`` whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
     the vector's 1 and 2): the op ``ploop`` (the template's prologue and steady loop; a tile the block
     table marks empty skips both its stages); None where the unit runs it plainly.
-    ``carry``: the double-buffered buffers the earlier stage writes and the later one reads; the later
-    stage reads them through a copy of the view taken before the earlier stage of the next iteration
-    switches it to the other copy (a load into an L1 tile switches it itself; any other first writer
-    gets a ``rotate`` op before it)."""
+    ``carry``: the multi-buffered buffers the earlier stage writes and the later one reads. With
+    ``Loop.lookahead`` 1 the later stage reads them through a copy of the view taken before the earlier
+    stage of the next iteration switches it to the other copy; with 2, through a ring of views that the
+    earlier stage of iteration j fills at j mod 3 (a load into an L1 tile switches the view itself; any
+    other first writer gets a ``rotate`` op before it). ``hoisted``: the later stage's receives with
+    ``Load.hoist``, issued between the earlier stage's first receive (``head`` ops) and its rest.
+
+    Raises:
+        TargetError: a carried buffer has fewer than lookahead + 1 copies, a hand-off the earlier stage
+            sends fewer than lookahead + 1 slots, or a hoisted receive has no receive to follow.
+    """
     mine = sorted({g for s, g in zip(loop.body, loop.stages) if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit})
     if len(mine) != 2:
         return None
@@ -736,14 +743,34 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
         for part, f in _buffer_refs(op):
             if part[f] in carry:
                 part[f] = f"{part[f]}_p"
-    ahead = loop.lookahead if unit == "cube" else 1  # Loop.lookahead is the cube's; the vector's skew is one
+    ahead = loop.lookahead
     short = [b for b in carry if lo.buffers[b].stages < ahead + 1]
     if short:
-        raise TargetError(f"the cube's stage 0 runs {ahead} tiles ahead in {lo.kernel.name}, so {short[0]} needs {ahead + 1} copies, "
+        raise TargetError(f"the {unit}'s stage {mine[0]} runs {ahead} tiles ahead in {lo.kernel.name}, so {short[0]} needs {ahead + 1} copies, "
                           f"it has {lo.buffers[short[0]].stages} (Loop.lookahead, Buffer.stages)")
+    sent = {st.dst.tensor for st in parts[0]
+            if isinstance(st, Store) and st.dst.tensor in lo.handoffs and _unit_of_stmt(st, lo.buffers, lo.tensors) == unit}
+    few = sorted(t for t in sent if lo.handoffs[t]["slots"] < ahead + 1)
+    if ahead > 1 and few:
+        raise TargetError(f"the {unit}'s stage {mine[0]} runs {ahead} tiles ahead in {lo.kernel.name}, so hand-off {few[0]} needs "
+                          f"{ahead + 1} GM slots, it has {lo.handoffs[few[0]]['slots']} (Loop.lookahead, Tensor.slots)")
+    # Load.hoist: the later stage's receive of tile j goes right after the earlier stage's first receive
+    # (of tile j + lookahead), before the rest of that stage's work
+    hoist = {st.dst for st in parts[1] if isinstance(st, Load) and st.hoist}
+    hoisted = [op for op in stage1 if op["kind"] == "c2v_recv" and op["buf"] in hoist]
+    head = 0
+    if hoisted:
+        recv = [n for n, op in enumerate(stage0) if op["kind"] == "c2v_recv"]
+        if ahead < 2 or not recv:
+            raise TargetError(f"the hoisted receive of {hoisted[0]['buf']} in {lo.kernel.name} needs a lookahead of 2 and a receive "
+                              "that opens the earlier stage (Load.hoist)")
+        head = recv[0] + 1
+        stage1 = [op for op in stage1 if op not in hoisted]
     return {
         "kind": "ploop",
         "lookahead": ahead,
+        "head": head,
+        "hoisted": hoisted,
         "stages": mine,
         "var": str(loop.var),
         "start": cexpr(loop.start, lo.consts),

@@ -34,7 +34,7 @@ import sympy
 
 from .. import dtypes
 from ..exprs import Pow2, evaluate, next_pow2
-from ..ir import Buffer, Kernel, Loop, MatMul, Program, Store, walk
+from ..ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, walk
 from ..targets import Level, Target
 
 
@@ -190,6 +190,8 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
                     visit(stmt.body)
                 # a store waited for at its source's next writer (Store.wait_at_rewrite) holds it over the loop
                 crossing.update(s.src for s in stmt.body if isinstance(s, Store) and s.wait_at_rewrite)
+                # so does a load issued beside the earlier stage's work of a later tile (Load.hoist)
+                crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.hoist)
                 loop_spans.append((start, position - 1))
                 continue
             for name in stmt.buffers_read() + stmt.buffers_written():

@@ -21,13 +21,19 @@
   overlaps it; a vector buffer both its stages use gets a second copy. Every hand-off the loop passes
   gets two GM slots (``Tensor.slots``) and every hand-off its own "ready" flag id (``Tensor.ready``),
   since the cube's sends no longer come in the order the vector receives them.
-- :func:`cube_lookahead` (Ascend, right after pipeline_handoffs): in a pipelined loop the cube issues
-  stage 0 of tile j + 2 before stage 1 of tile j (``Loop.lookahead`` = 2): the next scores are computed
-  before the cube waits for what the vector sends back for tile j. With the cube one tile ahead, the
-  forward's chain P of j → P·V of j → S of j + 2 → softmax of j + 2 → P of j + 2 spans two tiles and
-  bounds the loop (the backward's through dS likewise); two ahead, it spans three. Each cube tile stage
-  0 loads and stage 1 reads (the forward's V, the backward's Q and dO) gets a third copy, each hand-off
-  sent in stage 0 (S; S and dP) a third GM slot.
+- :func:`pipeline_lookahead` (Ascend, right after pipeline_handoffs): in a pipelined loop each unit
+  issues its earlier stage of tile j + 2 before its later stage of tile j (``Loop.lookahead`` = 2): the
+  cube the next scores before it waits for what the vector sends back for tile j, the forward's vector
+  the softmax of j + 2 before the O update of j. With a skew of one, the forward's chain P of j → the
+  cube's P·V of j → its S of j + 2 → the softmax of j + 2 → P of j + 2 spans two tiles and bounds the
+  loop (the backward's through dS likewise); with two, three. Each tile a unit's earlier stage writes
+  and its later stage reads (the forward's V and alpha, the backward's Q and dO) gets a third copy,
+  each hand-off sent in an earlier stage (S and P; S and dP) a third GM slot.
+- :func:`receive_ahead` (Ascend, after pipeline_lookahead): a hand-off the vector's later stage receives
+  with its own flag (the forward's P·V of tile j, ready since the softmax of j + 2 was issued two tiles
+  after P of j went out) gets ``hoist`` and ``wait_at_read``: the copy is issued right after the
+  earlier stage's receive of S of j + 2, so that it runs beside that softmax, and waited for at its
+  first reader (acc += P·V). Its tile then lives over the loop.
 - :func:`wait_at_rewrite` (Ascend, after placement and tiles): a store from a vector (UB) tile inside a
   serial loop that also writes the tile gets the knob ``wait_at_rewrite``: the copy's closing MTE3 -> V wait
   moves to just before the tile's next writer (the next iteration's), so the vector computes on while
@@ -452,20 +458,21 @@ def l0c_pingpong(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 
-CUBE_LOOKAHEAD = 2  # the cube's stage 0 two tiles ahead of its stage 1 (the forward's three S slots)
+LOOKAHEAD = 2  # each unit's earlier stage two tiles ahead of its later one (three S slots in the forward)
 
 
-def cube_lookahead(program: Program, target) -> Program:
+def pipeline_lookahead(program: Program, target) -> Program:
     """Set ``Loop.lookahead`` = 2 on every software-pipelined loop (``Loop.stages``; see the module
-    docstring), with a third copy (``Buffer.stages`` = 3) of each cube tile stage 0 writes and stage 1
-    reads and a third GM slot (``Tensor.slots`` = 3) for each hand-off the cube sends in stage 0, where
-    the levels still fit; other kernels are unchanged."""
+    docstring), with a third copy (``Buffer.stages`` = 3) of each tile a unit's earlier stage writes and
+    its later stage reads, and a third GM slot (``Tensor.slots`` = 3) for each hand-off a unit sends in
+    its earlier stage, where the levels still fit; other kernels are unchanged."""
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
     env = {str(k): v for k, v in program.env}
-    depth = CUBE_LOOKAHEAD
+    depth = LOOKAHEAD
     kernels, early = [], set()
     for k in program.kernels:
         bufs = {b.name: b for b in k.buffers}
+        units = {b.name: b.unit for b in k.buffers}
         loops = [s for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages and s.lookahead == 1]
         if not loops:
             kernels.append(k)
@@ -473,21 +480,64 @@ def cube_lookahead(program: Program, target) -> Program:
         carry: set[str] = set()
         sent: set[str] = set()
         for loop in loops:
-            first = [s for s, g in zip(loop.body, loop.stages) if g == 0]
-            later = [s for s, g in zip(loop.body, loop.stages) if g == 1]
-            carry |= {b for s in first for b in s.buffers_written() if bufs[b].unit == "cube"} & {b for s in later for b in s.buffers_read()}
-            sent |= {s.dst.tensor for s in first if isinstance(s, Store) and s.dst.tensor in handoff}
+            for unit in ("cube", "vector"):
+                mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == unit]
+                stages = sorted({g for _, g in mine})
+                if len(stages) != 2:
+                    continue
+                first = [s for s, g in mine if g == stages[0]]
+                later = [s for s, g in mine if g == stages[1]]
+                carry |= {b for s in first for b in s.buffers_written() if bufs[b].unit == unit} & {b for s in later for b in s.buffers_read()}
+                sent |= {s.dst.tensor for s in first if isinstance(s, Store) and s.dst.tensor in handoff}
         edit = lambda st: dataclasses.replace(st, lookahead=depth) if isinstance(st, Loop) and st.stages else st  # noqa: E731
         new = dataclasses.replace(
-            k, body=map_body(k.body, edit), buffers=tuple(dataclasses.replace(b, stages=depth + 1) if b.name in carry else b for b in k.buffers)
+            k, body=map_body(k.body, edit), buffers=tuple(dataclasses.replace(b, stages=max(b.stages, depth + 1)) if b.name in carry else b for b in k.buffers)
         )
         if _fits(new, target, env):
             kernels.append(new)
             early |= sent
         else:
             kernels.append(k)
-    tensors = tuple(dataclasses.replace(t, slots=depth + 1) if t.name in early else t for t in program.tensors)
+    tensors = tuple(dataclasses.replace(t, slots=max(t.slots, depth + 1)) if t.name in early else t for t in program.tensors)
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors)
+
+
+def receive_ahead(program: Program, target) -> Program:
+    """Set ``Load.hoist`` and ``Load.wait_at_read`` on each vector hand-off load of the later stage of a
+    pipelined loop with ``Loop.lookahead`` >= 2 (see the module docstring) that waits for its own ready
+    flag, where the vector's earlier stage starts from a hand-off receive of its own, no statement of
+    the earlier stage and none before the load in the later stage touches its tile, and the levels still
+    fit with the tile live over the loop. Other loads are unchanged."""
+    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    env = {str(k): v for k, v in program.env}
+    kernels = []
+    for k in program.kernels:
+        units = {b.name: b.unit for b in k.buffers}
+        chosen: set[int] = set()
+        for loop, _ in walk(k.body):
+            if not (isinstance(loop, Loop) and loop.stages and loop.lookahead >= 2):
+                continue
+            mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == "vector"]
+            stages = sorted({g for _, g in mine})
+            if len(stages) != 2:
+                continue
+            first = [s for s, g in mine if g == stages[0]]
+            later = [s for s, g in mine if g == stages[1]]
+            if not (first and isinstance(first[0], Load) and first[0].src.tensor in handoff):
+                continue
+            for n, s in enumerate(later):
+                if not (isinstance(s, Load) and s.src.tensor in handoff and s.wait_signal and not s.rows):
+                    continue
+                touched = {b for o in first + later[:n] for b in reads_in(o) | writes_in(o)}
+                if s.dst not in touched:
+                    chosen.add(id(s))
+        if not chosen:
+            kernels.append(k)
+            continue
+        edit = lambda st: dataclasses.replace(st, hoist=True, wait_at_read=True) if id(st) in chosen else st  # noqa: E731
+        new = dataclasses.replace(k, body=map_body(k.body, edit))
+        kernels.append(new if _fits(new, target, env) else k)
+    return dataclasses.replace(program, kernels=tuple(kernels))
 
 
 FOLD_LANES = 64  # fp32 lanes of one 256-byte vector repeat: the width a row reduction folds to
@@ -495,9 +545,9 @@ FOLD_LANES = 64  # fp32 lanes of one 256-byte vector repeat: the width a row red
 
 def fold_row_reductions(program: Program, target) -> Program:
     """Set ``RowReduce.fold`` on every row reduction of a tile on the target's vector level whose rows
-    span at least two 64-column blocks (see the module docstring): a scratch buffer ``<src>_fold`` of
-    the source's rows x 64 fp32 columns, on the same level and row split, is added to the kernel and
-    planned like any tile (live only in its statement). Kernels where the levels would not fit with it
+    span at least two 64-column blocks (see the module docstring): a scratch buffer ``<dst>_fold`` of
+    the source's rows x 64 fp32 columns, on the same level and row split, is added to the kernel per
+    reduction and planned like any tile (live only in its statement). Kernels where the levels would not fit with it
     are unchanged. (The fold is the shape of the row reductions in asc-devkit's SoftmaxFlashV2 for
     2201: ``NewReduceMaxLastNDImpl`` in impl/adv_api/detail/activation/softmax/membase/v220/
     softmax_common_impl/softmax_common_nd_reduce.h first takes the elementwise Max of the 64-column
@@ -510,18 +560,18 @@ def fold_row_reductions(program: Program, target) -> Program:
     kernels = []
     for k in program.kernels:
         bufs = {b.name: b for b in k.buffers}
-        srcs = {}
+        folds = {}  # reduction's dst -> its own scratch, live in that statement only
         for s, _ in walk(k.body):
             if not isinstance(s, RowReduce) or s.fold:
                 continue
             src = bufs[s.src]
             if src.scope == level and len(src.shape) == 2 and int(evaluate(src.shape[1], env)) >= 2 * FOLD_LANES:
-                srcs[s.src] = Buffer(f"{s.src}_fold", (src.shape[0], sympy.Integer(FOLD_LANES)), "fp32", src.scope, 1, src.unit, src.row_split)
-        if not srcs or any(b.name in bufs for b in srcs.values()):
+                folds[s.dst] = Buffer(f"{s.dst}_fold", (src.shape[0], sympy.Integer(FOLD_LANES)), "fp32", src.scope, 1, src.unit, src.row_split)
+        if not folds or any(b.name in bufs for b in folds.values()):
             kernels.append(k)
             continue
-        edit = lambda st: dataclasses.replace(st, fold=srcs[st.src].name) if isinstance(st, RowReduce) and st.src in srcs else st  # noqa: E731
-        new = dataclasses.replace(k, body=map_body(k.body, edit), buffers=k.buffers + tuple(srcs.values()))
+        edit = lambda st: dataclasses.replace(st, fold=folds[st.dst].name) if isinstance(st, RowReduce) and st.dst in folds else st  # noqa: E731
+        new = dataclasses.replace(k, body=map_body(k.body, edit), buffers=k.buffers + tuple(folds.values()))
         kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
 

@@ -95,10 +95,12 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
         program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
-        from .lower import cube_lookahead
+        from .lower import pipeline_lookahead, receive_ahead
 
-        # the cube's stage 0 two tiles ahead where the vector runs two stages (a third copy and slot)
-        program = log.record("cube-lookahead", cube_lookahead(program, tgt), tgt)
+        # each unit's earlier stage two tiles ahead of its later one (a third copy and slot)
+        program = log.record("pipeline-lookahead", pipeline_lookahead(program, tgt), tgt)
+        # the vector's later-stage receive issued beside its earlier stage's work
+        program = log.record("receive-ahead", receive_ahead(program, tgt), tgt)
         from .lower import l0c_pingpong, receive_early, wait_at_rewrite
 
         # a hand-off the vector receives under an earlier load's flag copied beside the vector's work

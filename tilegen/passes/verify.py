@@ -136,6 +136,9 @@ class _Checker:
                     self.fail(self.kernel, f"loop over {var}: stages {stmt.stages} do not give 0, 1 or 2 to each of its {len(stmt.body)} statements")
                 if stmt.lookahead < 1 or (stmt.lookahead > 1 and not stmt.stages):
                     self.fail(self.kernel, f"loop over {var}: lookahead {stmt.lookahead} needs a pipelined loop (stages) and is at least 1")
+                for s in stmt.body:
+                    if isinstance(s, Load) and s.hoist and (stmt.lookahead < 2 or not s.wait_at_read):
+                        self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load needs a loop with lookahead >= 2 and wait_at_read")
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner

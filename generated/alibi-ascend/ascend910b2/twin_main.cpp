@@ -82,7 +82,7 @@ int main(int argc, char** argv)
         void* doc = ReadTensor(dir + "/doc.bin", bytes_doc, "doc");
         const size_t bytes_BM = static_cast<size_t>((1LL * 1LL * ((Sq + 31LL) / 32LL) * ((Sk + 63LL) / 64LL))) * sizeof(float);
         void* BM = twin::GmAlloc(bytes_BM, "BM");
-        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 49152, "handoff workspace");
+        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 53248, "handoff workspace");
         twin::LaunchMix(blocks, tilegen_alibi_ascend_fwd_classify, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)alibi_slopes, (GM_ADDR)doc, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
         twin::LaunchMix(blocks, tilegen_alibi_ascend_fwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)alibi_slopes, (GM_ADDR)doc, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/O.out", O, bytes_O);

@@ -76,7 +76,7 @@ int main(int argc, char** argv)
         void* O = twin::GmAlloc(bytes_O, "O");
         const size_t bytes_L = static_cast<size_t>((B * Hq * Sq)) * sizeof(float);
         void* L = twin::GmAlloc(bytes_L, "L");
-        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 655360, "handoff workspace");
+        void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 720896, "handoff workspace");
         twin::LaunchMix(blocks, tilegen_llama3_8b_fwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/O.out", O, bytes_O);
         WriteTensor(dir + "/L.out", L, bytes_L);
