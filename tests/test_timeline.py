@@ -412,6 +412,32 @@ def test_receive_ahead_is_an_ir_knob():
     assert steady[pv_recv:steady.index(";", pv_recv)].endswith("(float)0.0f, false)")  # no closing wait
 
 
+@needs_cxx
+def test_receive_ahead_without_its_waits_is_reported():
+    """The hoisted receive of P·V keeps both of its waits: with its ready-flag wait taken out the twin
+    fails the run (the flag's sets pile up), and with the MTE2 -> V wait before acc += P·V taken out the
+    timeline reports the race on the AIV, never a faster timeline."""
+    import re
+
+    from tilegen.backends.twin import TwinError
+    from tilegen.timeline import l2_levels
+
+    spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)  # 5 K/V tiles: the steady loop's hoisted receives run
+    files = ascendc.generate(spec, "ascend910b2").files
+    src = files["fwd_kernels.asc"]
+    trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
+    flag = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(PV_vector)", src)
+    wait = re.findall(r"\n *tilegen::WaitMte2ToV<float>\(\);  // PV_vector received[^\n]*", src)
+    assert len(flag) == 1 and len(wait) == 1
+    with pytest.raises(TwinError, match=r"pending"):
+        trace_run(twin.build(dict(files, **{"fwd_kernels.asc": src.replace(flag[0], "")})), spec, "fwd", 2)
+    traces = trace_run(twin.build(dict(files, **{"fwd_kernels.asc": src.replace(wait[0], "")})), spec, "fwd", 2)
+    costs = Costs(load_target("ascend910b2").timeline)
+    with pytest.raises(TimelineError, match=r"race on AIV"):
+        for block in l2_levels(traces[0]).values():
+            simulate_block(block, costs)
+
+
 def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
     """With V's third copy taken away, the lowering refuses the kernel in one line (stage 0 of tile j + 2
     would overwrite the V tile that P·V of tile j still reads); likewise with S's third GM slot."""

@@ -63,6 +63,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             pad += f"  (rows with {stmt.rows} >= 0, else 0)"
         if not stmt.wait_signal:
             pad += "  (no wait: its group's flag was waited for)"
+        if stmt.hoist:
+            pad += "  (received ahead, beside the earlier stage's work)"
         return f"{r(stmt.dst)} = load {fmt_access(stmt.src)}{pad}"
     if isinstance(stmt, Store):
         op = "+=" if stmt.accumulate else "="
@@ -116,7 +118,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
             if stmt.stages:
                 note += f" (pipelined: the cube issues stage 0 of {stmt.var} + {stmt.lookahead} before stage 1 of {stmt.var}"
                 if 2 in stmt.stages:
-                    note += f", the vector stage 1 of {stmt.var} + 1 before stage 2 of {stmt.var}"
+                    note += f", the vector stage 1 of {stmt.var} + {stmt.lookahead} before stage 2 of {stmt.var}"
                 note += ")"
             lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
             inner = _body_lines(stmt.body, kernel, depth + 1)

@@ -761,7 +761,7 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     head = 0
     if hoisted:
         recv = [n for n, op in enumerate(stage0) if op["kind"] == "c2v_recv"]
-        if ahead < 2 or not recv:
+        if ahead < 2 or not recv or any(op["kind"] != "rotate" for op in stage0[:recv[0]]):
             raise TargetError(f"the hoisted receive of {hoisted[0]['buf']} in {lo.kernel.name} needs a lookahead of 2 and a receive "
                               "that opens the earlier stage (Load.hoist)")
         head = recv[0] + 1

@@ -30,10 +30,11 @@
   and its later stage reads (the forward's V and alpha, the backward's Q and dO) gets a third copy,
   each hand-off sent in an earlier stage (S and P; S and dP) a third GM slot.
 - :func:`receive_ahead` (Ascend, after pipeline_lookahead): a hand-off the vector's later stage receives
-  with its own flag (the forward's P·V of tile j, ready since the softmax of j + 2 was issued two tiles
-  after P of j went out) gets ``hoist`` and ``wait_at_read``: the copy is issued right after the
-  earlier stage's receive of S of j + 2, so that it runs beside that softmax, and waited for at its
-  first reader (acc += P·V). Its tile then lives over the loop.
+  with its own flag (the forward's P·V of tile j) gets ``hoist`` and ``wait_at_read``: the copy is
+  issued right after the earlier stage's receive of S of j + 2, so that it runs beside that softmax,
+  and waited for at its first reader (acc += P·V). Its tile then lives over the loop. Where the vector
+  binds, P·V of j is ready by then (P of j went out two softmaxes earlier); where the cube binds, its
+  flag wait stops the AIV until the cube has computed it (see DESIGN §2).
 - :func:`wait_at_rewrite` (Ascend, after placement and tiles): a store from a vector (UB) tile inside a
   serial loop that also writes the tile gets the knob ``wait_at_rewrite``: the copy's closing MTE3 -> V wait
   moves to just before the tile's next writer (the next iteration's), so the vector computes on while
@@ -506,8 +507,9 @@ def receive_ahead(program: Program, target) -> Program:
     """Set ``Load.hoist`` and ``Load.wait_at_read`` on each vector hand-off load of the later stage of a
     pipelined loop with ``Loop.lookahead`` >= 2 (see the module docstring) that waits for its own ready
     flag, where the vector's earlier stage starts from a hand-off receive of its own, no statement of
-    the earlier stage and none before the load in the later stage touches its tile, and the levels still
-    fit with the tile live over the loop. Other loads are unchanged."""
+    the earlier stage and none before the load in the later stage touches its tile, its first later
+    access reads it, and the levels still fit with the tile live over the loop. Other loads are
+    unchanged."""
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
     env = {str(k): v for k, v in program.env}
     kernels = []
@@ -529,7 +531,9 @@ def receive_ahead(program: Program, target) -> Program:
                 if not (isinstance(s, Load) and s.src.tensor in handoff and s.wait_signal and not s.rows):
                     continue
                 touched = {b for o in first + later[:n] for b in reads_in(o) | writes_in(o)}
-                if s.dst not in touched:
+                # its first later access must read it (a writer before the reader would race the copy)
+                nxt = next((o for o in later[n + 1:] if s.dst in reads_in(o) | writes_in(o)), None)
+                if s.dst not in touched and nxt is not None and s.dst in reads_in(nxt) and s.dst not in writes_in(nxt):
                     chosen.add(id(s))
         if not chosen:
             kernels.append(k)

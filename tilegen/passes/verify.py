@@ -137,8 +137,9 @@ class _Checker:
                 if stmt.lookahead < 1 or (stmt.lookahead > 1 and not stmt.stages):
                     self.fail(self.kernel, f"loop over {var}: lookahead {stmt.lookahead} needs a pipelined loop (stages) and is at least 1")
                 for s in stmt.body:
-                    if isinstance(s, Load) and s.hoist and (stmt.lookahead < 2 or not s.wait_at_read):
-                        self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load needs a loop with lookahead >= 2 and wait_at_read")
+                    if isinstance(s, Load) and s.hoist and (stmt.lookahead < 2 or not s.wait_at_read
+                                                            or getattr(self.tensors.get(s.src.tensor), "kind", "") != "handoff"):
+                        self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load receives a hand-off in a loop with lookahead >= 2, with wait_at_read")
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner
