@@ -440,7 +440,8 @@ def test_receive_ahead_without_its_waits_is_reported():
 
 def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
     """With V's third copy taken away, the lowering refuses the kernel in one line (stage 0 of tile j + 2
-    would overwrite the V tile that P·V of tile j still reads); likewise with S's third GM slot."""
+    would overwrite the V tile that P·V of tile j still reads); likewise with S's third GM slot, and on
+    the vector's side with alpha's third copy or P's third slot."""
     import dataclasses
 
     from tilegen.backends import ascendc
@@ -467,6 +468,25 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
     # the slot of j, which the vector may not have received yet
     monkeypatch.setattr(lower, "pipeline_lookahead", two_slots)
     with pytest.raises(TargetError, match=r"hand-off ws_S needs 3 GM slots, it has 2"):
+        ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
+
+    # the vector's side alike: alpha (its stage 1 writes, its stage 2 reads) with two copies, and P (sent
+    # in its stage 1) with two slots
+    def vector_short(what):
+        def edit(program, target):
+            out = real(program, target)
+            if what == "alpha":
+                kernels = tuple(dataclasses.replace(k, buffers=tuple(dataclasses.replace(b, stages=2) if b.name == "alpha" else b
+                                                                     for b in k.buffers)) for k in out.kernels)
+                return dataclasses.replace(out, kernels=kernels)
+            return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=2) if t.name == "ws_Pc" else t for t in out.tensors))
+        return edit
+
+    monkeypatch.setattr(lower, "pipeline_lookahead", vector_short("alpha"))
+    with pytest.raises(TargetError, match=r"the vector's stage 1 runs 2 tiles ahead .* alpha needs 3 copies, it has 2"):
+        ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
+    monkeypatch.setattr(lower, "pipeline_lookahead", vector_short("Pc"))
+    with pytest.raises(TargetError, match=r"the vector's stage 1 runs 2 tiles ahead .* hand-off ws_Pc needs 3 GM slots, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
 
 
