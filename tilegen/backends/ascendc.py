@@ -715,11 +715,10 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     """A loop with ``Loop.stages`` whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
     the vector's 1 and 2): the op ``ploop`` (the template's prologue and steady loop; a tile the block
     table marks empty skips both its stages); None where the unit runs it plainly.
-    ``carry``: the multi-buffered buffers the earlier stage writes and the later one reads. With
-    ``Loop.lookahead`` 1 the later stage reads them through a copy of the view taken before the earlier
-    stage of the next iteration switches it to the other copy; with 2, through a ring of views that the
-    earlier stage of iteration j fills at j mod 3 (a load into an L1 tile switches the view itself; any
-    other first writer gets a ``rotate`` op before it). ``hoisted``: the later stage's receives with
+    ``carry``: the multi-buffered buffers the earlier stage writes and the later one reads; the later
+    stage of iteration j reads them through a ring of lookahead + 1 views that the earlier stage of j
+    fills at j mod (lookahead + 1) (a load into an L1 tile switches the view itself; any other first
+    writer gets a ``rotate`` op before it). ``hoisted``: the later stage's receives with
     ``Load.hoist``, issued between the earlier stage's first receive (``head`` ops) and its rest.
 
     Raises:
@@ -1015,9 +1014,9 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         src, dst = bufs[stmt.src], bufs[stmt.dst]
         lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
         lo.need("VectorOp_repeatTime", lo.half(src), f"the row reduction of {src.name} (a repeat per row)")
-        if stmt.fold and lo.dims(src)[1] < 128:
-            raise TargetError(f"the folded row reduction of {src.name} needs at least 128 columns, it has {lo.dims(src)[1]}")
         if stmt.fold:
+            if lo.dims(src)[1] < 128:
+                raise TargetError(f"the folded row reduction of {src.name} needs at least 128 columns, it has {lo.dims(src)[1]}")
             lo.need("VectorOp_repStride", lo.cpad(src) // 8, f"the row pitch of {src.name} in blocks (its fold, a repeat per row)")
         return {
             "kind": "reduce",

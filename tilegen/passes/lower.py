@@ -459,6 +459,16 @@ def l0c_pingpong(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 
+def _unit_stages(loop: Loop, units, unit: str) -> tuple[list, list] | None:
+    """``unit``'s statements of a pipelined loop as (earlier stage, later stage), in body order; None
+    where the unit runs fewer than two stages of it."""
+    mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == unit]
+    stages = sorted({g for _, g in mine})
+    if len(stages) != 2:
+        return None
+    return [s for s, g in mine if g == stages[0]], [s for s, g in mine if g == stages[1]]
+
+
 LOOKAHEAD = 2  # each unit's earlier stage two tiles ahead of its later one (three S slots in the forward)
 
 
@@ -482,12 +492,10 @@ def pipeline_lookahead(program: Program, target) -> Program:
         sent: set[str] = set()
         for loop in loops:
             for unit in ("cube", "vector"):
-                mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == unit]
-                stages = sorted({g for _, g in mine})
-                if len(stages) != 2:
+                split = _unit_stages(loop, units, unit)
+                if split is None:
                     continue
-                first = [s for s, g in mine if g == stages[0]]
-                later = [s for s, g in mine if g == stages[1]]
+                first, later = split
                 carry |= {b for s in first for b in s.buffers_written() if bufs[b].unit == unit} & {b for s in later for b in s.buffers_read()}
                 sent |= {s.dst.tensor for s in first if isinstance(s, Store) and s.dst.tensor in handoff}
         edit = lambda st: dataclasses.replace(st, lookahead=depth) if isinstance(st, Loop) and st.stages else st  # noqa: E731
@@ -519,12 +527,10 @@ def receive_ahead(program: Program, target) -> Program:
         for loop, _ in walk(k.body):
             if not (isinstance(loop, Loop) and loop.stages and loop.lookahead >= 2):
                 continue
-            mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == "vector"]
-            stages = sorted({g for _, g in mine})
-            if len(stages) != 2:
+            split = _unit_stages(loop, units, "vector")
+            if split is None:
                 continue
-            first = [s for s, g in mine if g == stages[0]]
-            later = [s for s, g in mine if g == stages[1]]
+            first, later = split
             if not (first and isinstance(first[0], Load) and first[0].src.tensor in handoff):
                 continue
             for n, s in enumerate(later):
