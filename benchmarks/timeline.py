@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--anchor]
+        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--no-one-launch] [--anchor]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -69,9 +69,10 @@ def main() -> None:
     ap.add_argument("--no-lookahead", action="store_true", help="without the pipeline-lookahead pass")
     ap.add_argument("--no-receive-ahead", action="store_true", help="without the receive-ahead pass")
     ap.add_argument("--no-fold", action="store_true", help="without the fold-row-reductions pass")
+    ap.add_argument("--no-one-launch", action="store_true", help="without the one-launch pass (a launch per kernel)")
     ap.add_argument("--anchor", action="store_true", help="also the one-head non-causal forward at S = 32k, D = 128, fp16 (TFLOP/s)")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold or args.no_one_launch:
         import os
 
         from tilegen.passes import handoff, lower
@@ -95,6 +96,8 @@ def main() -> None:
             lower.receive_ahead = lambda program, target: program
         if args.no_fold:
             lower.fold_row_reductions = lambda program, target: program
+        if args.no_one_launch:
+            lower.one_launch = lambda program, target: program
         if args.handoff_per_tile:
             handoff.unit_phases = lambda program: program
             handoff.one_handoff_per_direction = lambda program: program

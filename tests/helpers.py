@@ -88,3 +88,24 @@ def subnormal_p_case(seed: int = 0, seq: int = 40, gap: tuple[float, float] = (1
     do = amp * rng.standard_normal((1, 1, seq, d))
     do[0, 0, 1::2] = 0.0
     return spec, {n: x.astype(np.float16) for n, x in zip(("Q", "K", "V", "dO"), (q, k, v, do))}
+
+
+def real_api_devkit() -> str:
+    """``$ASC_DEVKIT`` for a real-API twin test module (an asc-devkit snapshot holding include/ and
+    impl/); skips the calling module with one line when it is unset, holds no kernel_operator.h, or
+    clang++-16 is missing."""
+    import os
+    from pathlib import Path
+
+    import pytest
+
+    from tilegen.backends import twin
+
+    devkit = os.environ.get("ASC_DEVKIT")
+    if not devkit:
+        pytest.skip("real-API twin: ASC_DEVKIT is not set (an asc-devkit snapshot with include/ and impl/)", allow_module_level=True)
+    if not (Path(devkit) / "include" / "kernel_operator.h").is_file():
+        pytest.skip(f"real-API twin: ASC_DEVKIT={devkit} holds no include/kernel_operator.h", allow_module_level=True)
+    if twin.real_compiler() is None:
+        pytest.skip("real-API twin: clang++-16 is not installed", allow_module_level=True)
+    return devkit

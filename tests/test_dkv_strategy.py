@@ -98,11 +98,13 @@ def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
     sends = [s for s in body if isinstance(s, Store) and s.dst.tensor.startswith("ws_")]
     assert sum(s.signal for s in sends) == 2 and len(sends) == 4  # one flag per direction
     text = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy).files["bwd_kernels.asc"]
-    main = text[text.index("bwd_main("):]
+    main = text[text.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
 
     def q_loop(side: str) -> str:  # the body of the loop over visible Q tiles (closed 4 columns left of it)
         start = side.index("visible Q tiles")
-        return side[start : side.index("\n                }\n", start)]
+        line = side[side.rindex("\n", 0, start) + 1 : start]
+        indent = len(line) - len(line.lstrip())
+        return side[start : side.index("\n" + " " * (indent - 4) + "}\n", start)]
 
     def ready_waits(text: str) -> int:  # cross-core waits on a ready flag (not on a reused slot's free flag)
         return sum(1 for line in text.splitlines() if "CrossCoreWaitFlag(" in line and "slot reused" not in line)

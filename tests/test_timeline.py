@@ -268,7 +268,7 @@ def test_receive_early_is_an_ir_knob():
     h200 = pipeline.compile_backward(spec, target="h200")
     assert not any(isinstance(s, Load) and s.wait_at_read for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["bwd_kernels.asc"]
-    main = src[src.index("bwd_main("):]
+    main = src[src.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
     aiv = main[main.index("ASCEND_IS_AIV"):]
     order = re.findall(r"LoadRows<float>\((S_vector|dP_vector), [^;]*?(, false)?\);|WaitMte2ToV<float>\(\);  // (dP_vector) received|RowsAddScalar\((S_vector|dP_vector),", aiv)
     seq = [(a or c or d) + ("(async)" if b else "") for a, b, c, d in order]
@@ -754,3 +754,76 @@ def test_l2_reuse_follows_the_loop_bounds():
     r = l2_reuse(bwd, main, 24, 192 << 20)
     assert r.working_set == per_kv_head * in_flight and not r.fits and not r.stmts
     assert l2_reuse(fwd, fwd.kernels[0], 24, 192 << 20).stmts
+
+
+def test_one_launch_is_an_ir_knob():
+    """The backward's kernels run in one launch on the 910B: every kernel after the first has
+    Kernel.sync_all, the emitted file has one kernel function with a SyncAll<false>() between two
+    kernels, the launcher one launch; the forward (one kernel) and a GPU program are untouched; the
+    verifier refuses the knob on a program's first kernel (it has no launch to join)."""
+    import dataclasses
+
+    from tilegen.errors import VerifyError
+    from tilegen.passes import pipeline
+    from tilegen.passes.verify import verify
+    from tilegen.printer import format_kernel
+
+    spec = builtin_spec("llama2-7b")
+    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    names = [k.name for k in bwd.kernels]
+    assert names == ["pre", "pre_kv", "main", "post", "post_kv"]
+    assert [k.sync_all for k in bwd.kernels] == [False, True, True, True, True]
+    assert "after SyncAll" in format_kernel(bwd.kernel("main")) and "after SyncAll" not in format_kernel(bwd.kernel("pre"))
+    assert not any(k.sync_all for k in pipeline.compile_forward(spec, target="ascend910b2").kernels)
+    assert not any(k.sync_all for k in pipeline.compile_backward(spec, target="h200").kernels)
+    files = ascendc.generate(spec, "ascend910b2").files
+    src = files["bwd_kernels.asc"]
+    assert src.count("__global__") == 1 and src.count("    SyncAll<false>();") == 4
+    blocks = [src.index(f"{{  // tilegen_llama2_7b_bwd_{n}\n") for n in names]
+    assert blocks == sorted(blocks)  # the kernels in program order, a barrier between every two
+    assert all(src.count("SyncAll<false>();", a, b) == 1 for a, b in zip(blocks, blocks[1:]))
+    assert files["tilegen_ops.asc"].count("<<<kBlocks, 0, stream>>>") == 2  # fwd and the one bwd launch
+    first = dataclasses.replace(bwd, kernels=(dataclasses.replace(bwd.kernels[0], sync_all=True),) + bwd.kernels[1:])
+    with pytest.raises(VerifyError, match="sync_all on the first kernel"):
+        verify(first, "test")
+
+
+@needs_cxx
+def test_one_launch_changes_only_the_start_costs(monkeypatch):
+    """Traced whole (exact form), the backward of one launch cut at its SyncAlls schedules every kernel
+    exactly as the five launches did; the total differs by four launches less four barriers."""
+    from tilegen.cost import start_overhead_s
+    from tilegen.passes import lower
+
+    spec = builtin_spec("tiny")
+    tgt = load_target("ascend910b2")
+    one = simulate_program(spec, tgt, "bwd", exact=True)
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    monkeypatch.setattr(lower, "one_launch", lambda program, target: program)
+    apart = simulate_program(spec, tgt, "bwd", exact=True)
+    assert (one.launches, one.sync_alls, apart.launches, apart.sync_alls) == (1, 2, 3, 0)  # pre, main, post
+    assert [k.time_s for k in one.kernels] == [k.time_s for k in apart.kernels]
+    launch = tgt.overhead["launch_us"].value * 1e-6
+    barrier = 3 * tgt.timeline["cross_core_flag_cycles"].value / (tgt.cores["clock_ghz"].value * 1e9)
+    assert barrier < launch
+    assert one.time_s == pytest.approx(apart.time_s - 2 * (launch - barrier), rel=1e-12)
+    assert start_overhead_s(type("K", (), {"sync_all": True})(), tgt) == pytest.approx(barrier)
+
+
+@needs_cxx
+def test_timeline_refuses_a_launch_without_its_sync_all(monkeypatch):
+    """With one SyncAll taken out of the emitted launch, two kernels run into each other: the trace has
+    a phase fewer than the program has kernels and the timeline refuses it (no faster timeline)."""
+    spec = builtin_spec("tiny")
+    real = ascendc.generate
+
+    def broken(*a, **kw):
+        gen = real(*a, **kw)
+        src = gen.files["bwd_kernels.asc"]
+        cut = src.index("    SyncAll<false>();")
+        gen.files["bwd_kernels.asc"] = src[:cut] + src[src.index("\n", cut) + 1:]
+        return gen
+
+    monkeypatch.setattr(ascendc, "generate", broken)
+    with pytest.raises(TimelineError, match="2 kernel phases .* 3 kernels"):
+        simulate_program(spec, "ascend910b2", "bwd", exact=True)

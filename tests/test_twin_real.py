@@ -10,25 +10,18 @@ has no snapshot: every test here skips with one line.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import assert_backward_ok, assert_forward_ok, inputs
+from helpers import assert_backward_ok, assert_forward_ok, inputs, real_api_devkit
 from tilegen.backends import ascendc, twin
 from tilegen.spec import builtin_spec
 
-DEVKIT = os.environ.get("ASC_DEVKIT")
+DEVKIT = real_api_devkit()  # skips the module with one line without a snapshot or clang++-16
 HERE = Path(__file__).resolve().parent
 
-if not DEVKIT:
-    pytest.skip("real-API twin: ASC_DEVKIT is not set (an asc-devkit snapshot with include/ and impl/)", allow_module_level=True)
-if not (Path(DEVKIT) / "include" / "kernel_operator.h").is_file():
-    pytest.skip(f"real-API twin: ASC_DEVKIT={DEVKIT} holds no include/kernel_operator.h", allow_module_level=True)
-if twin.real_compiler() is None:
-    pytest.skip("real-API twin: clang++-16 is not installed", allow_module_level=True)
 
 # ZeroAcc's fills as the runtime wrote them before: InitConstValueParams(repeatTimes, value) leaves
 # blockNum = 0 (include/basic_api/kernel_struct_mm.h), a NOP on A2 (Fill.md).

@@ -8,7 +8,8 @@ interpreter measures):
   hand-off tiles over L2 (they stay L2-resident: their size does not depend on N);
 - parallelism: the kernel's program instances run on ``P`` cores (AIC count or SMs) in waves; with
   ``n`` instances the busy fraction is ``n / (ceil(n / P) · P)``, and every rate is scaled by it;
-- time = max(cube time, vector time (plain + exp, one unit), HBM time, L2 time) + launch overhead.
+- time = max(cube time, vector time (plain + exp, one unit), HBM time, L2 time) + launch overhead (or,
+  for a kernel in the previous one's launch, its SyncAll: :func:`start_overhead_s`).
   Each unit is assumed to overlap the others perfectly (a roofline), load imbalance between programs
   (causal masks) is ignored; both make the prediction a lower bound.
 
@@ -96,13 +97,26 @@ def _matmul_dtype(program: Program) -> str:
     return "fp16"
 
 
+def start_overhead_s(kernel, target: Target) -> float:
+    """Seconds before ``kernel``'s first instruction: a launch (``[overhead] launch_us``), or for a
+    kernel that runs in the previous one's launch (``Kernel.sync_all``) the all-core barrier
+    ``SyncAll<false>()``, three cross-core flag hops (the AIVs to their AIC, all AICs, the AIC to its
+    AIVs: impl/basic_api/dav_c220/kernel_operator_sync_impl.h SyncAllImpl) at ``[timeline]
+    cross_core_flag_cycles`` each (an estimate; the launch's figure where the table has none). The
+    barrier's PipeBarrier<PIPE_ALL> is the previous kernel's end."""
+    launch = target.overhead["launch_us"].value * 1e-6 if "launch_us" in target.overhead else 0.0
+    hop = target.timeline.get("cross_core_flag_cycles")
+    if not getattr(kernel, "sync_all", False) or hop is None:
+        return launch
+    return 3 * hop.value / (target.cores["clock_ghz"].value * 1e9)
+
+
 def predict(program: Program, target: Target, counts: dict[str, Counts] | None = None) -> Prediction:
     """The cost model's prediction for a bound program on ``target`` (see the module docstring)."""
     counts = counts if counts is not None else count(program)
     kinds = {t.name: t.kind for t in program.tensors}
     dtype = _matmul_dtype(program)
     cores = target.parallel_units
-    launch = target.overhead["launch_us"].value * 1e-6 if "launch_us" in target.overhead else 0.0
     out = []
     total_flops = 0
     hbm_total = l2_total = 0
@@ -119,7 +133,7 @@ def predict(program: Program, target: Target, counts: dict[str, Counts] | None =
             "l2": l2 / (target.bytes_per_s("l2") * busy),
         }
         bound = max(times, key=times.get)
-        time_s = times[bound] + launch
+        time_s = times[bound] + start_overhead_s(kernel, target)
         out.append(
             KernelPrediction(
                 name=kernel.name,
@@ -497,8 +511,9 @@ def hbm_floor_s(program, kernel, counts: Counts, target) -> float:
 
 @dataclass(frozen=True)
 class EmittedPrediction:
-    """The emitted-code model of one program: seconds per kernel (in launch order, launch overhead
-    excluded), total seconds (launch overhead included) and the matmul utilisation."""
+    """The emitted-code model of one program: seconds per kernel (in launch order, launch or SyncAll
+    overhead excluded), total seconds (those included: :func:`start_overhead_s`) and the matmul
+    utilisation."""
 
     kernels: tuple[tuple[str, float], ...]
     time_s: float
@@ -530,7 +545,6 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
     counts = count(prog)
     k_step = int(tgt.placement["k_step"].value)
     clock = tgt.cores["clock_ghz"].value * 1e9
-    launch = tgt.overhead["launch_us"].value * 1e-6 if "launch_us" in tgt.overhead else 0.0
     out = []
     flops = 0
     for kir, kplan in zip(prog.kernels, plan.kernels):
@@ -563,7 +577,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) / clock
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
-    time_s = sum(t for _, t in out) + launch * len(out)
+    time_s = sum(t for _, t in out) + sum(start_overhead_s(k, tgt) for k in prog.kernels)
     util = flops / (time_s * tgt.matmul_flops(_matmul_dtype(prog))) if time_s > 0 else 0.0
     return EmittedPrediction(tuple(out), time_s, util)
 

@@ -457,6 +457,12 @@ class Kernel:
     takes pid = r·cores + c when r is even, r·cores + cores − 1 − c when r is odd, so that a core that
     drew a heavy program of a round draws a light one the next (the grid's fastest axis is a tile
     index whose work grows or shrinks along it under a causal mask).
+
+    ``sync_all`` is a schedule knob (set by :func:`tilegen.passes.lower.one_launch`): the kernel runs
+    in the previous kernel's launch, after a barrier of every core of that launch (Ascend
+    ``SyncAll<false>()``: every store of the earlier kernels has landed before any core goes on), in
+    place of a launch of its own. The program's values are unchanged: the barrier orders the kernels
+    as the launch boundary did.
     """
 
     name: str
@@ -464,6 +470,7 @@ class Kernel:
     buffers: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
     deal: str = "cyclic"
+    sync_all: bool = False
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:

@@ -133,6 +133,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
 def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     pad = "  " * indent
     deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
+    deal += "; in the previous kernel's launch, after SyncAll" if kernel.sync_all else ""
     lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")

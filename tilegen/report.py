@@ -603,6 +603,12 @@ def format_timeline(report: dict) -> str:
             f"model {format_seconds(m['time_s'])} ({_pct(m['utilization'])}) | simulated {format_seconds(s['time_s'])} "
             f"({_pct(s['utilization'])}); model / simulated = {m['time_s'] / s['time_s']:.2f}"
         )
+        if s.get("sync_alls"):
+            lines.append(
+                f"  {s['launches']} launch(es), its kernels separated by {s['sync_alls']} SyncAll barrier(s): "
+                f"{format_seconds(s['overhead_s'])} of the simulated time (launch [overhead] launch_us, each barrier "
+                "three cross-core flag hops, both estimates)"
+            )
         for k in s["kernels"]:
             mk = m["kernels"].get(k["name"], 0.0)
             lines.append(f"  {k['name']}: simulated {format_seconds(k['time_s'])}, model {format_seconds(mk)}; {k['programs']} instances")

@@ -77,14 +77,18 @@ class Instr:
 
 
 def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
-    """``{launch: {block: {"AIC" | "AIV0" | "AIV1": [Instr, ...]}}}`` from a trace file's text."""
+    """``{kernel: {block: {"AIC" | "AIV0" | "AIV1": [Instr, ...]}}}`` from a trace file's text: the
+    kernels in launch order, a launch that runs several (``Kernel.sync_all``) cut at each core's
+    ``SyncAll`` records (a barrier of every core: what follows it starts when the last core arrives,
+    :func:`tilegen.cost.start_overhead_s` prices the barrier)."""
     out: dict = defaultdict(lambda: defaultdict(dict))
     cur = None
     for line in text.splitlines():
         if line.startswith("core "):
             _, launch, block, ctype, sub = line.split()
+            key, seg = ("AIC" if ctype == "AIC" else f"AIV{sub}"), 0
             cur = []
-            out[int(launch)][int(block)]["AIC" if ctype == "AIC" else f"AIV{sub}"] = cur
+            out[(int(launch), seg)][int(block)][key] = cur
             continue
         if line == "end":
             cur = None
@@ -92,6 +96,11 @@ def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
         if not line or cur is None:
             continue
         f = line.split()
+        if f[1] == "SyncAll":
+            seg += 1
+            cur = []
+            out[(int(launch), seg)][int(block)][key] = cur
+            continue
         pos = 6
         nw = int(f[5])
         w = tuple((f[pos + 3 * k], int(f[pos + 3 * k + 1]), int(f[pos + 3 * k + 2])) for k in range(nw))
@@ -100,7 +109,7 @@ def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
         pos += 1
         r = tuple((f[pos + 3 * k], int(f[pos + 3 * k + 1]), int(f[pos + 3 * k + 2])) for k in range(nr))
         cur.append(Instr(f[0], f[1], int(f[2]), int(f[3]), int(f[4]), w, r))
-    return {k: dict(v) for k, v in out.items()}
+    return {n: dict(out[k]) for n, k in enumerate(sorted(out))}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -459,6 +468,9 @@ class ProgramTimeline:
     utilization: float
     clock_hz: float
     launch_s: float
+    launches: int = 0  # launches of the program (a launch may run several kernels: Kernel.sync_all)
+    sync_alls: int = 0  # SyncAll barriers between the kernels of one launch
+    overhead_s: float = 0.0  # what the launches and barriers add to time_s
 
     def as_dict(self) -> dict:
         return {
@@ -467,6 +479,9 @@ class ProgramTimeline:
             "matmul_flops": self.matmul_flops,
             "utilization": self.utilization,
             "launch_s_per_kernel": self.launch_s,
+            "launches": self.launches,
+            "sync_alls": self.sync_alls,
+            "overhead_s": self.overhead_s,
             "kernels": [
                 {
                     "name": k.name,
@@ -613,7 +628,7 @@ def simulate_program(
     """
     from .analysis import count, target_l2_reuse
     from .backends import ascendc, twin
-    from .cost import _matmul_dtype, hbm_floor_s
+    from .cost import _matmul_dtype, hbm_floor_s, start_overhead_s
     from .targets import load_target
 
     from .errors import SpecError
@@ -642,8 +657,18 @@ def simulate_program(
     out: list[KernelTimeline] = []
     l2_ok = [(r := target_l2_reuse(prog, k, tgt)) is not None and r.fits for k in kernels_ir]
     floors = [hbm_floor_s(prog, k, counts[k.name], tgt) for k in kernels_ir]
+    def segments(traces: dict) -> dict:
+        # one trace segment per kernel: a launch cut at its SyncAll records (parse_trace); a barrier
+        # missing from the code (or one too many) leaves kernels to run into each other
+        if traces and len(traces) != len(kernels_ir):
+            raise TimelineError(
+                f"the {program} trace has {len(traces)} kernel phases (launches, cut at SyncAll) for the program's "
+                f"{len(kernels_ir)} kernels: a launch lacks a SyncAll between two kernels, or has one too many"
+            )
+        return traces
+
     if exact:
-        traces = trace_run(exe, spec, program, cores)
+        traces = segments(trace_run(exe, spec, program, cores))
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             blocks = traces.get(n, {})
             blocks = l2_levels(blocks) if l2_ok[n] else blocks
@@ -693,7 +718,7 @@ def simulate_program(
         # then shows in the trace, and l2_levels prices it as the full launch would
         near = {max((u for u in (t - 1, t + 1) if 0 <= u < tiles), key=lambda u: (pairs[u], u), default=t) for t in picks}
         traced = sorted(set(picks) | near)
-        traces = trace_run(exe, small, program, max(need, max(traced) + 1), traced)
+        traces = segments(trace_run(exe, small, program, max(need, max(traced) + 1), traced))
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
@@ -720,9 +745,11 @@ def simulate_program(
             )
             out.append(KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end),
                                       rep.critical_share() if rep else {}, form, samples, resid, rep))
-    time_s = sum(k.time_s for k in out) + launch_s * len(out)
+    overhead_s = sum(start_overhead_s(k, tgt) for k in kernels_ir)
+    time_s = sum(k.time_s for k in out) + overhead_s
     flops = sum(counts[k.name].flops.get("matmul", 0) for k in kernels_ir)
     peak = tgt.matmul_flops(_matmul_dtype(prog))
     util = flops / (time_s * peak) if time_s > 0 else 0.0
     label = "forward" if program == "fwd" else "backward"
-    return ProgramTimeline(label, out, time_s, int(flops), util, clock, launch_s)
+    syncs = sum(k.sync_all for k in kernels_ir)
+    return ProgramTimeline(label, out, time_s, int(flops), util, clock, launch_s, len(kernels_ir) - syncs, syncs, overhead_s)

@@ -322,6 +322,7 @@ class ProgramPlan:
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
     extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
+    launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all)
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -1387,7 +1388,16 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials)
+    # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
+    # several kernels is called like its program (tilegen_x_bwd)
+    groups: list[list[KernelPlan]] = []
+    for k, kp in zip(program.kernels, kernels):
+        if k.sync_all and groups:
+            groups[-1].append(kp)
+        else:
+            groups.append([kp])
+    launches = [{"name": g[0].name if len(g) == 1 else base, "kernels": g} for g in groups]
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
 
 
 def _host_numel(t, consts: dict) -> str:
@@ -1518,8 +1528,10 @@ def generate(
         "dq_strategy": dq_strategy,
         "dkv_strategy": plans[1].program.attr("dkv_strategy"),
         "schedule": {
-            "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels]},
-            "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels]},
+            "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels],
+                        "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[0].launches}},
+            "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels],
+                         "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[1].launches}},
         },
         "workspace": {p.label: {"per_core_bytes": p.ws_per_core, "handoffs": [h["name"] for h in p.handoffs]} for p in plans},
     }

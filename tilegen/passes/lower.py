@@ -63,6 +63,13 @@
   that take the two halves of L0C in turn, so that the Fixpipe of one chunk runs while the cube computes
   the next (the cube tile inside the exchanged block: two levels of tiling). A kernel with an
   accumulator held in L0C across statements keeps the whole level for it.
+- :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
+  the program runs as one launch whose kernels are separated by the all-core barrier
+  ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
+  instead of five launches, as ops-transformer's FlashAttentionScoreGrad does its zeroing, main loop,
+  scale and cast). Legal because every kernel is MIX_AIC_1_2 and launched on at most the chip's AI
+  Cores (the barrier needs every block resident: asc-devkit SyncAll.md, 约束说明), and the hand-off flag
+  ids stay in 0-10 (SyncAll takes 11-14).
 """
 
 from __future__ import annotations
@@ -686,3 +693,13 @@ def receive_early(program: Program, target) -> Program:
         new = dataclasses.replace(k, body=map_body(k.body, edit))
         kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def one_launch(program: Program, target) -> Program:
+    """Set ``Kernel.sync_all`` on every kernel after the first (see the module docstring) on a target
+    whose cube and vector units hand tiles through GM (their kernels are MIX, launched on every AI Core);
+    elsewhere, or for a program of one kernel, the program is returned as it is."""
+    if target.placement.get("handoff") != "GM" or len(program.kernels) < 2:
+        return program
+    kernels = program.kernels[:1] + tuple(dataclasses.replace(k, sync_all=True) for k in program.kernels[1:])
+    return dataclasses.replace(program, kernels=kernels)

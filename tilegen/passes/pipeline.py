@@ -115,6 +115,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # each row reduction over several 64-column blocks folded to one block first (elementwise)
         program = log.record("fold-row-reductions", fold_row_reductions(program, tgt), tgt)
+        from .lower import one_launch
+
+        # the program's kernels in one launch, an all-core barrier (SyncAll) between two of them
+        program = log.record("one-launch", one_launch(program, tgt), tgt)
     return program
 
 

@@ -103,6 +103,8 @@ class _Checker:
                     self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
         if kernel.deal not in DEALS:
             self.fail(kernel, f"deal {kernel.deal!r} is not one of {', '.join(DEALS)}")
+        if kernel.sync_all and self.program.kernels[0] is kernel:
+            self.fail(kernel, "sync_all on the first kernel: there is no earlier kernel whose launch it could join")
         self.bufs = bufs
         self.kernel = kernel
         self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())

@@ -113,9 +113,7 @@ int main(int argc, char** argv)
         const size_t bytes_dV = static_cast<size_t>((128LL * B * Hkv * Sk)) * sizeof(half);
         void* dV = twin::GmAlloc(bytes_dV, "dV");
         void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 131072, "handoff workspace");
-        twin::LaunchMix(blocks, tilegen_demo_bwd_pre, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
-        twin::LaunchMix(blocks, tilegen_demo_bwd_main, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
-        twin::LaunchMix(blocks, tilegen_demo_bwd_post, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
+        twin::LaunchMix(blocks, tilegen_demo_bwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/dQ.out", dQ, bytes_dQ);
         WriteTensor(dir + "/dK.out", dK, bytes_dK);
         WriteTensor(dir + "/dV.out", dV, bytes_dV);

@@ -87,7 +87,6 @@ int main(int argc, char** argv)
         const size_t bytes_BM = static_cast<size_t>((1LL * 1LL * ((Sq + 31LL) / 32LL) * ((Sk + 63LL) / 64LL))) * sizeof(float);
         void* BM = twin::GmAlloc(bytes_BM, "BM");
         void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 20480, "handoff workspace");
-        twin::LaunchMix(blocks, tilegen_varlen_sinks_fwd_classify, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)sinks, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
         twin::LaunchMix(blocks, tilegen_varlen_sinks_fwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)sinks, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/O.out", O, bytes_O);
         WriteTensor(dir + "/L.out", L, bytes_L);
@@ -138,10 +137,7 @@ int main(int argc, char** argv)
         const size_t bytes_BM = static_cast<size_t>((1LL * 1LL * ((Sq + 31LL) / 32LL) * ((Sk + 63LL) / 64LL))) * sizeof(float);
         void* BM = twin::GmAlloc(bytes_BM, "BM");
         void* ws = twin::GmAlloc(static_cast<size_t>(blocks) * 57344, "handoff workspace");
-        twin::LaunchMix(blocks, tilegen_varlen_sinks_bwd_classify, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
-        twin::LaunchMix(blocks, tilegen_varlen_sinks_bwd_pre, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
-        twin::LaunchMix(blocks, tilegen_varlen_sinks_bwd_main, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
-        twin::LaunchMix(blocks, tilegen_varlen_sinks_bwd_post, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
+        twin::LaunchMix(blocks, tilegen_varlen_sinks_bwd, (GM_ADDR)Q, (GM_ADDR)K, (GM_ADDR)V, (GM_ADDR)O, (GM_ADDR)L, (GM_ADDR)dO, (GM_ADDR)D, (GM_ADDR)dQ_ws, (GM_ADDR)dQ, (GM_ADDR)dK, (GM_ADDR)dV, (GM_ADDR)k_seq, (GM_ADDR)q_off, (GM_ADDR)q_seq, (GM_ADDR)BM, (GM_ADDR)ws, (GM_ADDR)tiling);
         WriteTensor(dir + "/dQ.out", dQ, bytes_dQ);
         WriteTensor(dir + "/dK.out", dK, bytes_dK);
         WriteTensor(dir + "/dV.out", dV, bytes_dV);

@@ -56,7 +56,7 @@ struct Core {
 Core& Cur();
 [[noreturn]] void Fail(const char* what, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void CheckGm(const char* what, const void* p, uint64_t bytes);   // inside one GM allocation
-void CrossCoreSet(int mode, int flag);
+void CrossCoreSet(int mode, int pipe, int flag);
 void CrossCoreWait(int flag);
 void AtomicLock();
 void AtomicUnlock();

@@ -40,11 +40,21 @@ struct GmBlock {
 };
 std::map<uintptr_t, GmBlock> g_gm;  // by start address
 
-struct BlockFlags {
-    int toAiv[2][16] = {};   // AIC -> AIV s (mode 2)
-    int toAic[2][16] = {};   // AIV s -> AIC (mode 2)
+// Cross-core flags (CrossCoreSetFlag(ISASI).md and CrossCoreWaitFlag(ISASI).md, 约束说明 "flagId相关的约束";
+// 核间同步/关键特性说明.md): every AIC and every AIV has its own 16 flag ids, each a counter 0-15. A wait
+// (wait_flag_dev) blocks while the counter is 0, then takes 1. A set (ffts_cross_core_sync) reports to the
+// scheduler, which raises counters once every core the mode involves has set that flag:
+//  - mode 0: all cores of the setter's type in the launch (N AICs, or 2N AIVs); then the counter of every
+//    core of that type rises by 1 (one wait released on each);
+//  - mode 2, inside one AI Core: an AIC set raises the counter of each of its two AIVs; once both AIVs set,
+//    the AIC's counter rises.
+// A core's sets the scheduler still holds (its partners have not all set) are `pending`.
+struct CoreFlags {
+    int count[16] = {};    // the core's counter per flag id
+    int pending[16] = {};  // this core's sets not yet turned into counter increments
+    int mode[16] = {};     // the mode of those pending sets
 };
-std::vector<BlockFlags> g_flags;
+std::vector<CoreFlags> g_flags;  // 3 per AI Core: AIC, AIV 0, AIV 1
 int g_running = 0, g_blocked = 0;
 struct Waiter {
     const Core* core;
@@ -52,11 +62,17 @@ struct Waiter {
 };
 std::vector<Waiter> g_waiters;  // the cores blocked in wait_flag_dev
 
-bool Ready(const Core& c, int flag)
+int Slot(int block, bool aic, int sub) { return 3 * block + (aic ? 0 : 1 + sub); }
+int Slot(const Core& c) { return Slot(c.block, c.aic, c.sub); }
+std::string SlotName(int slot)
 {
-    const BlockFlags& f = g_flags[c.block];
-    return c.aic ? (f.toAic[0][flag] > 0 && f.toAic[1][flag] > 0) : f.toAiv[c.sub][flag] > 0;
+    char b[64];
+    if (slot % 3 == 0) std::snprintf(b, sizeof b, "AIC %d", slot / 3);
+    else std::snprintf(b, sizeof b, "AIV %d (block %d, sub %d)", 2 * (slot / 3) + slot % 3 - 1, slot / 3, slot % 3 - 1);
+    return b;
 }
+
+bool Ready(const Core& c, int flag) { return g_flags[Slot(c)].count[flag] > 0; }
 // Deadlock: every running core waits and none of the waits can be satisfied.
 bool Deadlocked()
 {
@@ -130,19 +146,61 @@ void CheckGm(const char* what, const void* p, uint64_t bytes)
 void AtomicLock() { g_atomic.lock(); }
 void AtomicUnlock() { g_atomic.unlock(); }
 
-void CrossCoreSet(int mode, int flag)
+// The counter of `slot` for `flag` rises by 1 (a set of the scheduler completed). 4-bit counter: past 15 the
+// hardware raises an exception (CrossCoreSetFlag(ISASI).md, 约束说明).
+void Raise(int slot, int flag)
+{
+    if (++g_flags[slot].count[flag] > 15)
+        Fail("ffts_cross_core_sync", "16th pending set of flag %d on %s (the counter is 4 bits)", flag, SlotName(slot).c_str());
+}
+
+void CrossCoreSet(int mode, int pipe, int flag)
 {
     Core& c = Cur();
-    if (mode != 2) Fail("ffts_cross_core_sync", "mode %d is not modelled (only mode 2, inside one AI Core)", mode);
-    if (flag > 10) Fail("ffts_cross_core_sync", "flag id %d not in [0, 10] (ids 11-15 are reserved)", flag);
+    // A2 has modes 0, 1, 2 (CrossCoreSetFlag(ISASI).md, "modeId支持的取值说明"); mode 1 (the two AIVs of one AI
+    // Core) is not modelled.
+    if (mode == 1) Fail("ffts_cross_core_sync", "mode 1 is not modelled (modes 0 and 2 are)");
+    if (mode != 0 && mode != 2) Fail("ffts_cross_core_sync", "mode %d does not exist on A2 (modes 0, 1, 2)", mode);
+    // Modes 0, 1, 2 take no PIPE_S and no PIPE_ALL (CrossCoreSetFlag(ISASI).md, "pipe支持的流水类型说明").
+    if (pipe < 0 || pipe >= kPipes) Fail("ffts_cross_core_sync", "pipe %d", pipe);
+    if (pipe == PIPE_S || pipe == PIPE_ALL) Fail("ffts_cross_core_sync", "pipe %s is not allowed in mode %d", kPipeName[pipe], mode);
+    // Ids 0-15 exist (GetffstMsg keeps 4 bits: kernel_operator_sync_impl.h:124); 11-14 are SyncAll's
+    // (SyncAll.md, CrossCoreSetFlag(ISASI).md 约束说明: "SyncAll硬件同步接口flagId占用范围为[11-14]"; SYNC_AIC_FLAG 11,
+    // SYNC_AIV_FLAG 12, SYNC_AIC_AIV_FLAG 13, SYNC_AIV_ONLY_ALL 14 at impl/basic_api/dav_c220/kernel_operator_sync_impl.h:117-120)
+    // and allowed: the twin cannot tell SyncAllImpl's sets from a user's. 15 is the KFC's (KFC_SYNC_ID,
+    // impl/basic_api/dav_c220/kfc/kfc_comm.h:113; WORKSPACE_SYNC_ID, impl/adv_api/detail/kfc/kernel_kfc.h:29).
+    if (flag == 15) Fail("ffts_cross_core_sync", "flag id 15 is reserved (KFC_SYNC_ID of the matmul server)");
     std::lock_guard<std::mutex> lk(g_mu);
-    if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s sets flag %d\n", Who().c_str(), flag);
-    BlockFlags& f = g_flags[c.block];
-    if (c.aic) {
-        for (int s = 0; s < 2; ++s)
-            if (++f.toAiv[s][flag] > 15) Fail("ffts_cross_core_sync", "16th pending set of flag %d (the counter is 4 bits)", flag);
-    } else if (++f.toAic[c.sub][flag] > 15) {
-        Fail("ffts_cross_core_sync", "16th pending set of flag %d (the counter is 4 bits)", flag);
+    if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s sets flag %d (mode %d)\n", Who().c_str(), flag, mode);
+    const int me = Slot(c);
+    CoreFlags& f = g_flags[me];
+    // "同一核上，若同一个flagId需用于不同核间同步模式，须在模式切换前完成前一个模式的所有同步操作" (CrossCoreSetFlag(ISASI).md)
+    if (f.pending[flag] > 0 && f.mode[flag] != mode)
+        Fail("ffts_cross_core_sync", "flag %d set in mode %d while this core's mode-%d sets of it are pending", flag, mode, f.mode[flag]);
+    if (mode == 2 && c.aic) {
+        for (int s = 0; s < 2; ++s) Raise(Slot(c.block, false, s), flag);
+    } else {
+        // The core this set finally raises: the AIC (mode 2 from an AIV) or the setter itself (mode 0). Its
+        // sets not yet taken by a wait there are bounded by the counter's 15.
+        const int target = mode == 2 ? Slot(c.block, true, 0) : me;
+        f.mode[flag] = mode;
+        if (++f.pending[flag] + g_flags[target].count[flag] > 15)
+            Fail("ffts_cross_core_sync", "16th pending set of flag %d (the counter is 4 bits)", flag);
+        std::vector<int> group;  // every core the mode involves
+        if (mode == 2) {
+            group = {Slot(c.block, false, 0), Slot(c.block, false, 1)};
+        } else {
+            for (int b = 0; b < static_cast<int>(g_flags.size()) / 3; ++b)
+                if (c.aic) group.push_back(Slot(b, true, 0));
+                else for (int s = 0; s < 2; ++s) group.push_back(Slot(b, false, s));
+        }
+        bool all = true;
+        for (int g : group) all = all && g_flags[g].pending[flag] > 0 && g_flags[g].mode[flag] == mode;
+        if (all) {
+            for (int g : group) --g_flags[g].pending[flag];
+            if (mode == 2) Raise(target, flag);
+            else for (int g : group) Raise(g, flag);
+        }
     }
     g_cv.notify_all();
 }
@@ -150,9 +208,10 @@ void CrossCoreSet(int mode, int flag)
 void CrossCoreWait(int flag)
 {
     Core& c = Cur();
-    if (flag < 0 || flag > 15) Fail("wait_flag_dev", "flag id %d", flag);
+    // The hardware keeps the low 4 bits of a larger id (CrossCoreSetFlag(ISASI).md); here such an id is a bug.
+    if (flag < 0 || flag > 15) Fail("wait_flag_dev", "flag id %d not in [0, 15]", flag);
+    if (flag == 15) Fail("wait_flag_dev", "flag id 15 is reserved (KFC_SYNC_ID of the matmul server)");
     std::unique_lock<std::mutex> lk(g_mu);
-    BlockFlags& f = g_flags[c.block];
     if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s waits flag %d\n", Who().c_str(), flag);
     ++g_blocked;
     g_waiters.push_back(Waiter{&c, flag});
@@ -169,12 +228,7 @@ void CrossCoreWait(int flag)
             g_waiters.erase(g_waiters.begin() + static_cast<long>(i));
             break;
         }
-    if (c.aic) {
-        --f.toAic[0][flag];
-        --f.toAic[1][flag];
-    } else {
-        --f.toAiv[c.sub][flag];
-    }
+    --g_flags[Slot(c)].count[flag];
 }
 
 }  // namespace cce_rt
@@ -316,7 +370,7 @@ void LaunchRaw(uint32_t blocks, const Kernel& k, void* const* args, int nargs)
         }
     {
         std::lock_guard<std::mutex> lk(cce_rt::g_mu);
-        cce_rt::g_flags.assign(blocks, cce_rt::BlockFlags{});
+        cce_rt::g_flags.assign(3 * blocks, cce_rt::CoreFlags{});
         cce_rt::g_running = static_cast<int>(3 * blocks);
         cce_rt::g_blocked = 0;
         cce_rt::g_waiters.clear();
@@ -329,11 +383,16 @@ void LaunchRaw(uint32_t blocks, const Kernel& k, void* const* args, int nargs)
     for (std::thread& t : threads) t.join();
     for (Core& c : cores)
         if (!c.aic) UnmapUb(c.buf[cce_rt::UB]);
-    for (uint32_t b = 0; b < blocks; ++b)
-        for (int s = 0; s < 2; ++s)
-            for (int f = 0; f < 16; ++f)
-                if (cce_rt::g_flags[b].toAiv[s][f] || cce_rt::g_flags[b].toAic[s][f])
-                    cce_rt::Fail("kernel end", "block %u: cross-core flag %d has sets nobody waited for", b, f);
+    for (int slot = 0; slot < static_cast<int>(3 * blocks); ++slot)
+        for (int f = 0; f < 16; ++f) {
+            const cce_rt::CoreFlags& cf = cce_rt::g_flags[slot];
+            if (cf.count[f])
+                cce_rt::Fail("kernel end", "block %d: cross-core flag %d has sets nobody waited for (%s)", slot / 3, f,
+                             cce_rt::SlotName(slot).c_str());
+            if (cf.pending[f])
+                cce_rt::Fail("kernel end", "block %d: cross-core flag %d: mode-%d sets of %s that not every core of the mode matched",
+                             slot / 3, f, cf.mode[f], cce_rt::SlotName(slot).c_str());
+        }
 }
 
 }  // namespace twin

@@ -46,12 +46,13 @@ inline void pipe_barrier(pipe_t p)
     }
 }
 // ffts_cross_core_sync(pipe, msg): msg = 1 + (mode & 3) << 4 + (flagId & 0xf) << 8
-// (AscendC::GetffstMsg in kernel_operator_sync_impl.h). Mode 2 inside one AI Core: an AIC set releases one
-// wait on each of its two AIVs; the AIC's wait needs a set from both AIVs (CrossCoreSetFlag doc).
+// (AscendC::GetffstMsg, impl/basic_api/dav_c220/kernel_operator_sync_impl.h:124). Mode 0: all AICs or all
+// AIVs of the launch (SyncAll<false> uses it for the AICs: SyncAllImpl, same file :364); mode 2 inside one
+// AI Core: an AIC set releases one wait on each of its two AIVs; the AIC's wait needs a set from both AIVs
+// (CrossCoreSetFlag(ISASI).md, 核间同步/关键特性说明.md). The counters: cce_rt::CrossCoreSet in runtime.cpp.
 inline void ffts_cross_core_sync(pipe_t pipe, uint64_t msg)
 {
-    (void)pipe;
-    cce_rt::CrossCoreSet(static_cast<int>((msg >> 4) & 3), static_cast<int>((msg >> 8) & 0xf));
+    cce_rt::CrossCoreSet(static_cast<int>((msg >> 4) & 3), static_cast<int>(pipe), static_cast<int>((msg >> 8) & 0xf));
 }
 inline void wait_flag_dev(uint64_t flag) { cce_rt::CrossCoreWait(static_cast<int>(flag)); }
 

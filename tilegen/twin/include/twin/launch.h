@@ -615,6 +615,8 @@ inline void SyncAll()
         twin::Fail(api, "SyncAll<true> (isAIVOnly) is an all-AIV barrier; an AIC must not call it", "P:SyncAll");
     if (!isAIVOnly && !c.launch->mix)
         twin::Fail(api, "SyncAll<false> needs AICs (MIX launch)", "P:SyncAll");
+    // the timeline splits each core's trace here: what follows starts once every core has arrived
+    twin::trace::Rec("S", "SyncAll", isAIVOnly ? 0 : 1, 0, 0);
     twin::detail::Barrier(isAIVOnly ? 0 : 1, api);
 }
 
