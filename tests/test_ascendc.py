@@ -40,6 +40,9 @@ CASES = {
     "causal-top-left-mqa-bf16": dict(heads_q=3, heads_kv=1, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=32,
                                      window=(-1, 0), alignment="top_left", dtype="bf16"),
     "empty-rows-fp16": dict(seq_q=90, seq_k=40, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="fp16"),
+    # keys 0-251 are seen by no query (window 8 to the left of the bottom-right diagonal): whole K/V tiles
+    # whose main program runs no Q tile, so dK, dV there come from Load.zero_unless (atomic dK/dV)
+    "empty-kv-tiles-fp16": dict(seq_q=40, seq_k=300, head_dim_qk=64, head_dim_v=64, window=(8, 0), dtype="fp16"),
     # D = 160: the backward's rowsum(dO∘O) folds two full 64-column blocks and a 32-column tail (RowReduce.fold)
     "causal-fp16-d160-fold-tail": dict(seq_q=70, seq_k=90, head_dim_qk=160, head_dim_v=160, window=(-1, 0), dtype="fp16"),
 }
@@ -211,7 +214,7 @@ def test_ds_from_unrounded_p_on_the_twin(dq_strategy):
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
 
 
-@pytest.mark.parametrize("case", ["window-gqa-fp16-d128", "causal-top-left-mqa-bf16"])
+@pytest.mark.parametrize("case", ["window-gqa-fp16-d128", "causal-top-left-mqa-bf16", "empty-kv-tiles-fp16"])
 @pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
 def test_dkv_strategies_on_the_twin(case, dkv_strategy):
     """Both dK/dV strategies through the generated Ascend C, against the float64 reference and the
@@ -228,6 +231,30 @@ def test_dkv_strategies_on_the_twin(case, dkv_strategy):
     for name in ("dQ", "dK", "dV"):
         ref = np.asarray(grads[name], dtype=np.float32)
         np.testing.assert_allclose(np.asarray(bwd[name], dtype=np.float32), ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
+
+
+def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
+    """The atomic dK/dV kernels write each program's dK_ws/dV_ws tile with its first store
+    (Store.first_plain) and nothing zeroes it; a K/V tile no query sees is read as zeros
+    (Load.zero_unless). The twin poisons every workspace with NaN: with every store an atomic add, or
+    with the zeros' guard taken out, dK and dV come out wrong."""
+    import re
+
+    spec = make_spec(**CASES["empty-kv-tiles-fp16"])
+    files = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files
+    src = files["bwd_kernels.asc"]
+    assert "bwd_pre_kv" not in src and src.count("tilegen::AddAfterFirst(") == 2
+    data = inputs(spec, seed=7)
+    fwd, bwd = twin.run_attention(twin.build(files), spec, data, blocks=3)
+    assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
+    always_add = re.sub(r"tilegen::AddAfterFirst\(w_d[KV]_ws, pid\)", "true", src)
+    no_zeros = re.sub(r"if \((.*)\) <= 0\) \{  // the tile's writer ran no iteration", r"if (false) {  //", src)
+    assert always_add != src and no_zeros != src
+    for broken in (always_add, no_zeros):
+        exe = twin.build(dict(files, **{"bwd_kernels.asc": broken}))
+        fwd, bwd = twin.run_attention(exe, spec, data, blocks=3)
+        with pytest.raises(AssertionError):
+            assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
 
 
 def test_separate_dq_strategy_on_the_twin_is_deterministic():

@@ -22,6 +22,8 @@ CASES = {
     "mqa-causal-top-left": dict(heads_q=3, heads_kv=1, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=32, window=(-1, 0),
                                 alignment="top_left", dtype="bf16"),
     "empty-rows": dict(seq_q=90, seq_k=40, head_dim_qk=32, head_dim_v=32, window=(-1, 0), dtype="fp16"),
+    # K/V tiles no query sees: their dK, dV are zeros that nothing stored (Load.zero_unless on the 910B)
+    "empty-kv-tiles": dict(seq_q=40, seq_k=300, head_dim_qk=32, head_dim_v=32, window=(8, 0), dtype="fp16"),
 }
 
 
@@ -49,7 +51,7 @@ def test_atomic_dkv_matches_the_float64_reference(case, dq_strategy, target):
 def test_the_default_strategy_follows_the_target():
     """auto: on-chip without a target and on a GPU; on the 910B the faster predicted schedule: atomic for
     llama2-7b (its tiles grow from 32 x 64), on-chip for tiny (70 tokens: no larger tile is useful, and
-    the atomic form's two extra launches cost more than they save); a tile size that fits only the
+    the atomic form's extra kernels cost more than they save); a tile size that fits only the
     atomic form takes it."""
     tiny, llama = builtin_spec("tiny-gqa"), builtin_spec("llama2-7b")
     assert pipeline.compile_backward(tiny).attr("dkv_strategy") == "on-chip"
@@ -139,3 +141,33 @@ def test_atomic_dkv_lets_the_tiles_grow():
     assert any(c.Br == 64 and c.Bc == 128 and not c.feasible for c in on_chip.candidates)
     assert any(c.Br == 64 and c.Bc == 128 and c.feasible for c in atomic.candidates)
 
+
+
+def test_write_first_plain_is_an_ir_knob():
+    """On the 910B the atomic backward's main program owns its dK_ws, dV_ws tile: its first store writes
+    it (Store.first_plain), pre_kv's zeroing goes, and post_kv's loads read zeros where the Q-tile
+    loop ran no iteration (Load.zero_unless, an expression of the grid). The verifier refuses the knob
+    on a store whose tile other programs share (dQ_ws, indexed by the Q tile of a serial loop); without
+    a target (no lowering) pre_kv stays."""
+    import dataclasses
+
+    from tilegen.errors import VerifyError
+    from tilegen.ir import map_body, walk
+    from tilegen.passes.verify import verify
+
+    spec = builtin_spec("llama2-7b")
+    program = pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
+    assert [k.name for k in program.kernels] == ["pre", "main", "post", "post_kv"]
+    plain = sorted(s.dst.tensor for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
+    assert plain == ["dK_ws", "dV_ws"]
+    zeros = [s for s, _ in walk(program.kernel("post_kv").body) if isinstance(s, Load)]
+    assert [s.src.tensor for s in zeros] == ["dK_ws", "dV_ws"] and all(s.zero_unless is not None for s in zeros)
+    assert {str(x) for x in zeros[0].zero_unless.free_symbols} <= {"j", "G", "Sq", "Sk", "Br", "Bc"}
+    assert "pre_kv" in [k.name for k in pipeline.compile_backward(spec, dkv_strategy="atomic").kernels]
+    main = program.kernel("main")
+    dq = next(s for s, _ in walk(main.body) if isinstance(s, Store) and s.dst.tensor == "dQ_ws")
+    bad = dataclasses.replace(program, kernels=tuple(
+        dataclasses.replace(k, body=map_body(k.body, lambda s: dataclasses.replace(s, first_plain=True) if s is dq else s))
+        if k is main else k for k in program.kernels))
+    with pytest.raises(VerifyError, match="first_plain needs"):
+        verify(bad, "test")

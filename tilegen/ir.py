@@ -197,7 +197,13 @@ class Load(Stmt):
     :func:`tilegen.passes.lower.receive_ahead`, with ``wait_at_read``): in each iteration the generated
     code issues it, with its flag wait, right after the earlier stage's first hand-off receive (of the
     tile ``Loop.lookahead`` ahead) and before the rest of that stage's work, so that the copy runs beside
-    it; the tile is live over the loop. The result is the same either way."""
+    it; the tile is live over the loop. The result is the same either way.
+
+    ``zero_unless`` (set by :func:`tilegen.passes.lower.write_first_plain` with a writer's
+    ``Store.first_plain``): an integer expression of the grid (the fewest iterations of the loops
+    around the tile's one writer, in an earlier kernel); where it is <= 0 the writer never ran, the
+    tile holds nothing it wrote, and the load gives zeros, as it would have read from a tile zeroed
+    beforehand."""
 
     dst: str
     src: Access
@@ -206,12 +212,13 @@ class Load(Stmt):
     wait_at_read: bool = False
     wait_signal: bool = True
     hoist: bool = False
+    zero_unless: Expr | None = None
 
     def buffers_written(self):
         return (self.dst,)
 
     def exprs(self):
-        return self.src.index + self.src.tile
+        return self.src.index + self.src.tile + ((self.zero_unless,) if self.zero_unless is not None else ())
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,11 @@ class Store(Stmt):
     copy's closing wait (its source buffer free again) is not taken at once but just before the next
     statement that writes the buffer (in a loop: the next iteration's writer), and the buffer stays live
     over its loop, so that the compute in between overlaps the copy.
+
+    ``first_plain`` is a knob of an accumulating store (set by
+    :func:`tilegen.passes.lower.write_first_plain`) into a tile that only its own program instance (one
+    iteration of the kernel's grid) touches: the instance's first execution of the store writes the
+    tile, the later ones add into it, so nothing has to zero the tile beforehand.
     """
 
     dst: Access
@@ -238,6 +250,7 @@ class Store(Stmt):
     rows: str = ""
     signal: bool = True
     wait_at_rewrite: bool = False
+    first_plain: bool = False
 
     def buffers_read(self):
         return (self.src,)
@@ -579,7 +592,8 @@ def substitute(stmt: Stmt, mapping: Mapping) -> Stmt:
         return Access(a.tensor, tuple(sub(x) for x in a.index), tuple(sub(x) for x in a.tile))
 
     if isinstance(stmt, Load):
-        return dataclasses.replace(stmt, src=sub_access(stmt.src))
+        zero = sub(stmt.zero_unless) if stmt.zero_unless is not None else None
+        return dataclasses.replace(stmt, src=sub_access(stmt.src), zero_unless=zero)
     if isinstance(stmt, Store):
         return dataclasses.replace(stmt, dst=sub_access(stmt.dst))
     if isinstance(stmt, (Mask, ModOp)):

@@ -880,6 +880,9 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             op.update(_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
             op["signal"] = stmt.signal
             counters["cube"].add(f"n_{handoff}")
+        elif stmt.first_plain:  # the program's first store writes its tile, the later ones add (Store.first_plain)
+            counters["cube"].add(f"w_{stmt.dst.tensor}")
+            op["atomic"] = f"tilegen::AddAfterFirst(w_{stmt.dst.tensor}, pid)"
         return op
     if isinstance(stmt, MatMul):
         a, b, c = bufs[stmt.a], bufs[stmt.b], bufs[stmt.dst]
@@ -993,6 +996,8 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError(f"the guarded store of {buf.name} stages {half} elements in sc_col, which holds {lo.scratch_cols()}")
         if isinstance(stmt, Load):
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
+            # zeros where the tile's writer ran no iteration (Load.zero_unless)
+            op["zero_unless"] = cexpr(stmt.zero_unless, lo.consts) if stmt.zero_unless is not None else ""
             if handoff:
                 op["kind"] = "c2v_recv"
                 op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))

@@ -192,6 +192,7 @@ class Interpreter:
         self.handoff = {}
         touched: dict[str, int] = defaultdict(int)
         self._touched = set()
+        self._stored: set[int] = set()  # the Store.first_plain statements run in this program instance
         self._kernel, self._top = kernel.name, self.progress is not None
         self._exec(body, scope)
         self._top = False
@@ -227,6 +228,8 @@ class Interpreter:
         for i, t in enumerate(offsets):
             inner = dict(scope)
             inner[name] = start + t
+            if loop.kind == "parallel":
+                self._stored = set()  # a new program instance: no Store.first_plain has run in it
             self._exec(loop.body, inner)
             if top:
                 self.progress(self._kernel, i + 1, len(offsets))
@@ -330,6 +333,9 @@ class Interpreter:
             skip = np.asarray(self.tensors[stmt.rows][slices[0].start:slices[0].start + valid[0]]) < 0
             tile[(Ellipsis, np.nonzero(skip)[0]) + (slice(None),) * (len(sizes) - 1)] = 0.0
             moved = (valid[0] - int(skip.sum())) * int(np.prod(valid[1:]))
+        if stmt.zero_unless is not None:  # the tile's writer ran no iteration in this instance: zeros
+            never = np.broadcast_to(np.asarray(self._eval(stmt.zero_unless, scope)) <= 0, self.lane_shape)
+            tile[never] = 0.0
         self._write(stmt.dst, tile, fresh=True)
         itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
         self.measure.bytes_read[stmt.src.tensor] += self.lanes * moved * itemsize
@@ -339,7 +345,10 @@ class Interpreter:
         src = self._buf(stmt.src)
         part = src[(Ellipsis,) + tuple(slice(0, v) for v in valid)]
         key = point + slices
-        if stmt.accumulate:
+        first = stmt.first_plain and id(stmt) not in self._stored
+        if stmt.first_plain:  # the instance's first execution writes the tile (Store.first_plain)
+            self._stored.add(id(stmt))
+        if stmt.accumulate and not first:
             unique = all(isinstance(p, slice) for p in point) or not self.lane_shape
             if not unique:
                 flat = np.stack([np.asarray(p).reshape(-1) for p in point if not isinstance(p, slice)])

@@ -63,6 +63,14 @@
   that take the two halves of L0C in turn, so that the Fixpipe of one chunk runs while the cube computes
   the next (the cube tile inside the exchanged block: two levels of tiling). A kernel with an
   accumulator held in L0C across statements keeps the whole level for it.
+- :func:`write_first_plain` (Ascend, before placement): an accumulating store into a workspace tile that
+  each program instance of its kernel owns (the store's tile is indexed by the grid alone: the atomic
+  backward's dK_ws, dV_ws, one K/V tile per program), and that an earlier kernel only zeroes, gets
+  ``Store.first_plain``: the program's first store writes the tile, the later ones add. The zeroing
+  goes (the backward's pre_kv kernel: 134 MB of zeros at llama2-7b), and every later load of the tile
+  gets ``Load.zero_unless``, the fewest iterations of the loops around the store, so that a program
+  whose loops ran no iteration (a K/V tile no query sees) still reads zeros. Only where those loops
+  skip no tiles of their range (no block table) and their bounds depend on the grid alone.
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -78,7 +86,7 @@ import dataclasses
 
 import sympy
 
-from ..ir import Elementwise, Load, Loop, Mask, MatMul, Program, Stmt, Store, map_body, walk
+from ..ir import SHAPE_SYMBOLS, TILE_SYMBOLS, Elementwise, Fill, Load, Loop, Mask, MatMul, Program, Stmt, Store, grid_loops, map_body, walk
 
 
 def split_matmul_scale(program: Program) -> Program:
@@ -703,3 +711,82 @@ def one_launch(program: Program, target) -> Program:
         return program
     kernels = program.kernels[:1] + tuple(dataclasses.replace(k, sync_all=True) for k in program.kernels[1:])
     return dataclasses.replace(program, kernels=kernels)
+
+
+def write_first_plain(program: Program) -> Program:
+    """Set ``Store.first_plain`` on each accumulating store whose tile its program instance owns and
+    that an earlier kernel only zeroes; drop the zeroing (and a kernel left without statements); set
+    ``Load.zero_unless`` on the tile's later loads (see the module docstring). Anything else is left
+    as it is."""
+    kinds = {t.name: t.kind for t in program.tensors}
+    kernels = list(program.kernels)
+
+    def grid_key(k):
+        return tuple((str(lp.var), sympy.sympify(lp.start), sympy.sympify(lp.stop)) for lp in grid_loops(k))
+
+    def touches(tensor):
+        for n, k in enumerate(kernels):
+            for st, loops in walk(k.body):
+                if isinstance(st, Store) and st.dst.tensor == tensor or isinstance(st, Load) and st.src.tensor == tensor:
+                    yield n, st, loops
+
+    drop: dict[int, set[int]] = {}  # kernel index -> ids of zeroing statements to remove
+    plain: set[int] = set()
+    zero: dict[int, sympy.Expr | None] = {}
+    for z, k in enumerate(kernels):
+        grid = grid_loops(k)
+        if not grid:
+            continue
+        body = grid[-1].body
+        zeros = {st.dst for st in body if isinstance(st, Fill) and st.value == 0.0}
+        for st in body:
+            if not (isinstance(st, Store) and st.src in zeros and not st.accumulate and not st.rows and kinds.get(st.dst.tensor) == "workspace"):
+                continue
+            others = [(n, x, loops) for n, x, loops in touches(st.dst.tensor) if x is not st]
+            writers = [(n, x, loops) for n, x, loops in others if isinstance(x, Store)]
+            if len(writers) != 1:
+                continue
+            m, store, loops = writers[0]
+            if m <= z or not store.accumulate or store.rows or store.dst != st.dst or grid_key(kernels[m]) != grid_key(k):
+                continue
+            serial = loops[len(grid_loops(kernels[m])):]
+            names = {str(lp.var) for lp in grid}
+            if any(lp.kind != "serial" or lp.blocks for lp in serial):
+                continue
+            if any({str(x) for x in sympy.sympify(e).free_symbols} & {str(lp.var) for lp in serial}
+                   for lp in serial for e in (lp.start, lp.stop)):
+                continue  # a bound that moves with an enclosing serial loop
+            readers = [(n, x) for n, x, _ in others if isinstance(x, Load)]
+            if any(n <= m or x.src != st.dst or grid_key(kernels[n]) != grid_key(k) or x.zero_unless is not None for n, x in readers):
+                continue
+            trips = sympy.Min(*[sympy.sympify(lp.stop) - lp.start for lp in serial]) if serial else None
+            if trips is not None and not {str(x) for x in trips.free_symbols} <= names | {str(x) for x in SHAPE_SYMBOLS + TILE_SYMBOLS}:
+                continue
+            drop.setdefault(z, set()).add(id(st))
+            plain.add(id(store))
+            for _, x in readers:
+                zero[id(x)] = trips
+    if not plain:
+        return program
+    out = []
+    for n, k in enumerate(kernels):
+        gone = drop.get(n, set())
+        body = k.body
+        if gone:
+            body = map_body(body, lambda st: None if id(st) in gone else st)
+            read = {b for st, _ in walk(body) for b in st.buffers_read()}
+            body = map_body(body, lambda st: None if isinstance(st, Fill) and st.dst not in read else st)
+            if not any(isinstance(st, Store) for st, _ in walk(body)):
+                continue  # nothing left for the kernel to do
+            used = {b for st, _ in walk(body) for b in st.buffers_read() + st.buffers_written()}
+            k = dataclasses.replace(k, body=body, buffers=tuple(b for b in k.buffers if b.name in used))
+
+        def edit(st):
+            if id(st) in plain:
+                return dataclasses.replace(st, first_plain=True)
+            if zero.get(id(st)) is not None:
+                return dataclasses.replace(st, zero_unless=zero[id(st)])
+            return st
+
+        out.append(dataclasses.replace(k, body=map_body(k.body, edit)))
+    return dataclasses.replace(program, kernels=tuple(out))

@@ -70,6 +70,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # programs of uneven work (a causal tile loop) dealt over the cores in boustrophedon order
         program = log.record("snake-deal", snake_deal(program))
+        from .lower import write_first_plain
+
+        # a workspace tile each program owns: its first store writes it, nothing zeroes it beforehand
+        program = log.record("write-first-plain", write_first_plain(program))
     gm_handoff = tgt.placement.get("handoff") == "GM"
     if gm_handoff:
         from . import handoff
@@ -316,7 +320,7 @@ def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_st
     (:func:`tilegen.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
     by) predicts its schedule faster than the on-chip one's, whose tiles the accumulators held in L0C
     bound (it is, from a few thousand tokens: larger tiles), or when no tile size fits the on-chip
-    one; else the on-chip program (two fewer launches, deterministic: the small specs, where the
+    one; else the on-chip program (a kernel fewer, deterministic: the small specs, where the
     launches dominate). Both compiles go through the cache; ``log`` gets the chosen one's."""
     from ..errors import ScheduleError
 

@@ -43,6 +43,7 @@ from ..ir import (
     RowReduce,
     Sk,
     Sq,
+    grid_loops,
     Store,
     walk,
 )
@@ -176,6 +177,16 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}` adds atomically into {tensor.dtype} tensor {tensor.name}; accumulate in fp32")
             if isinstance(stmt, Store) and tensor.kind == "input":
                 self.fail(k, f"`{_fmt(stmt)}` writes input tensor {tensor.name}")
+            grid = {str(lp.var) for lp in grid_loops(k)}
+            if isinstance(stmt, Store) and stmt.first_plain:
+                used = {str(x) for e in access.index for x in sympy.sympify(e).free_symbols} - _SIZE_NAMES
+                if not stmt.accumulate or not used <= grid:
+                    self.fail(k, f"`{_fmt(stmt)}`: first_plain needs an accumulating store into a tile of its own program "
+                                 f"instance (indexed by the grid {sorted(grid)} alone)")
+            if isinstance(stmt, Load) and stmt.zero_unless is not None:
+                used = {str(x) for x in sympy.sympify(stmt.zero_unless).free_symbols} - _SIZE_NAMES
+                if not used <= grid:
+                    self.fail(k, f"`{_fmt(stmt)}`: zero_unless uses {sorted(used - grid)}, which the grid does not bind")
             if stmt.rows:
                 guard = self.tensors.get(stmt.rows)
                 if guard is None or guard.kind != "input" or guard.dtype != "int32" or len(guard.shape) != 1 or not access.tile:

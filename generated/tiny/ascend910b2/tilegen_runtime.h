@@ -86,6 +86,14 @@ __aicore__ inline int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b
 __aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
+// Store.first_plain: false on a program's first store into its tile (a plain write: nothing zeroed the tile),
+// true on the later ones (an atomic add). `mark` holds 1 + the program id of the last store, 0 at first.
+__aicore__ inline bool AddAfterFirst(int64_t& mark, int64_t pid)
+{
+    const bool add = mark == pid + 1;
+    mark = pid + 1;
+    return add;
+}
 
 // An immediate SetFlag/WaitFlag pair on a free event ID of the TPipe. A literal ID may collide with one the
 // TPipe holds: on dav-c220 the AIC's TPipe::Init sets M_MTE1 events 0-2 (impl/basic_api/kernel_tpipe_impl.h
