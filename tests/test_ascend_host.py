@@ -89,7 +89,7 @@ inline void Launch(void (*)(P...), uint32_t numBlocks, uint32_t dynUBufSize, acl
 }
 }  // namespace tilegen_host_check
 """
-KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(([^)]*)\)')
+KERNEL = re.compile(r'extern "C" (?:__schedmode__\(\d\) )?__global__ __aicore__ void (\w+)\(([^)]*)\)')
 LAUNCH = re.compile(r"(\w+)<<<([^,>]+),([^,>]+),([^>]+)>>>\(")
 
 

@@ -223,7 +223,7 @@ def test_dkv_strategies_on_the_twin(case, dkv_strategy):
     spec = make_spec(**CASES[case])
     gen = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy)
     assert gen.manifest["dkv_strategy"] == dkv_strategy
-    assert ("bwd_post_kv" in gen.files["bwd_kernels.asc"]) == (dkv_strategy == "atomic")
+    assert ("g_dK_ws[" in gen.files["bwd_kernels.asc"]) == (dkv_strategy == "atomic")
     data, fwd, bwd, feeds = run_on_twin(spec, dkv_strategy=dkv_strategy)
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
     grads, _ = interpret(pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy), feeds)
@@ -237,13 +237,15 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
     """The atomic dK/dV kernels write each program's dK_ws/dV_ws tile with its first store
     (Store.first_plain) and nothing zeroes it; a K/V tile no query sees is read as zeros
     (Load.zero_unless). The twin poisons every workspace with NaN: with every store an atomic add, or
-    with the zeros' guard taken out, dK and dV come out wrong."""
+    with the zeros' guard taken out, dK and dV come out wrong; with the epilogue's wait for the cube's
+    done flag taken out, the flag's sets go unmatched and the twin fails the run."""
     import re
 
     spec = make_spec(**CASES["empty-kv-tiles-fp16"])
     files = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files
     src = files["bwd_kernels.asc"]
-    assert "bwd_pre_kv" not in src and src.count("tilegen::AddAfterFirst(") == 2
+    assert "bwd_pre_kv" not in src and "bwd_post_kv" not in src and src.count("tilegen::AddAfterFirst(") == 2
+    assert src.count("(Store.signal_done)") == 1 and src.count("(Load.wait_done)") == 1  # post_kv: main's epilogue
     data = inputs(spec, seed=7)
     fwd, bwd = twin.run_attention(twin.build(files), spec, data, blocks=3)
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
@@ -255,6 +257,10 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
         fwd, bwd = twin.run_attention(exe, spec, data, blocks=3)
         with pytest.raises(AssertionError):
             assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
+    no_wait = re.sub(r"\n *CrossCoreWaitFlag\(\d+\);  // the cube's stores of this program's tiles have landed[^\n]*", "", src)
+    assert no_wait != src
+    with pytest.raises(twin.TwinError, match=r"not waited for"):  # at the SyncAll after main (the hand twin)
+        twin.run_attention(twin.build(dict(files, **{"bwd_kernels.asc": no_wait})), spec, data, blocks=3)
 
 
 def test_separate_dq_strategy_on_the_twin_is_deterministic():

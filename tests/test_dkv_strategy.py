@@ -145,8 +145,9 @@ def test_atomic_dkv_lets_the_tiles_grow():
 
 def test_write_first_plain_is_an_ir_knob():
     """On the 910B the atomic backward's main program owns its dK_ws, dV_ws tile: its first store writes
-    it (Store.first_plain), pre_kv's zeroing goes, and post_kv's loads read zeros where the Q-tile
-    loop ran no iteration (Load.zero_unless, an expression of the grid). The verifier refuses the knob
+    it (Store.first_plain), pre_kv's zeroing goes, post_kv becomes main's epilogue after the cube's done
+    flag, and its loads read zeros where the Q-tile loop ran no iteration (Load.zero_unless, an
+    expression of the grid). The verifier refuses the knob
     on a store whose tile other programs share (dQ_ws, indexed by the Q tile of a serial loop); without
     a target (no lowering) pre_kv stays."""
     import dataclasses
@@ -157,11 +158,13 @@ def test_write_first_plain_is_an_ir_knob():
 
     spec = builtin_spec("llama2-7b")
     program = pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
-    assert [k.name for k in program.kernels] == ["pre", "main", "post", "post_kv"]
+    assert [k.name for k in program.kernels] == ["pre", "main", "post"]  # post_kv: main's epilogue (own-tile-epilogue)
     plain = sorted(s.dst.tensor for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
     assert plain == ["dK_ws", "dV_ws"]
-    zeros = [s for s, _ in walk(program.kernel("post_kv").body) if isinstance(s, Load)]
+    assert all(s.signal_done for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
+    zeros = [s for s, _ in walk(program.kernel("main").body) if isinstance(s, Load) and s.src.tensor in ("dK_ws", "dV_ws")]
     assert [s.src.tensor for s in zeros] == ["dK_ws", "dV_ws"] and all(s.zero_unless is not None for s in zeros)
+    assert [s.wait_done for s in zeros] == [True, False]  # one wait for the cube's one done flag per program
     assert {str(x) for x in zeros[0].zero_unless.free_symbols} <= {"j", "G", "Sq", "Sk", "Br", "Bc"}
     assert "pre_kv" in [k.name for k in pipeline.compile_backward(spec, dkv_strategy="atomic").kernels]
     main = program.kernel("main")

@@ -418,7 +418,17 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 kind = op["kind"]
                 t = clock[s]
                 pipe = _ASYNC.get((s, kind))
-                if pipe is not None and op.get("product"):  # MatmulStore: nothing on the AIC waits for its Fixpipes
+                if op.get("wait_done", -1) >= 0 and not op.get("done_waited"):  # Load.wait_done: the cube's done flag first
+                    q = ready.get((s, "done"))
+                    if not q:
+                        break
+                    t = clock[s] = max(t + issue, q.pop(0))
+                    op = dict(op, done_waited=True)
+                    sides[s][pos[s]] = (op, cut)
+                if kind == "done_signal":  # Store.signal_done: set on FIX after the program's stores
+                    ready.setdefault((other[s], "done"), []).append(max(t, pipe_free[s].get("FIX", 0.0)) + x_lat)
+                    t += issue
+                elif pipe is not None and op.get("product"):  # MatmulStore: nothing on the AIC waits for its Fixpipes
                     copy(s, pipe, t, op, cut)
                     t += issued(op)
                 elif pipe is not None:

@@ -203,7 +203,12 @@ class Load(Stmt):
     ``Store.first_plain``): an integer expression of the grid (the fewest iterations of the loops
     around the tile's one writer, in an earlier kernel); where it is <= 0 the writer never ran, the
     tile holds nothing it wrote, and the load gives zeros, as it would have read from a tile zeroed
-    beforehand."""
+    beforehand.
+
+    ``wait_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`) of a load
+    of a tile the other unit wrote earlier in the same program instance (a ``Store.signal_done``):
+    the generated code first waits for that unit's done flag, set once its program's stores have
+    landed. The result is the same either way in the interpreter, which runs one statement at a time."""
 
     dst: str
     src: Access
@@ -213,6 +218,7 @@ class Load(Stmt):
     wait_signal: bool = True
     hoist: bool = False
     zero_unless: Expr | None = None
+    wait_done: bool = False
 
     def buffers_written(self):
         return (self.dst,)
@@ -242,6 +248,10 @@ class Store(Stmt):
     :func:`tilegen.passes.lower.write_first_plain`) into a tile that only its own program instance (one
     iteration of the kernel's grid) touches: the instance's first execution of the store writes the
     tile, the later ones add into it, so nothing has to zero the tile beforehand.
+
+    ``signal_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`): at the
+    end of each program instance the unit that runs the store sets a done flag, once all its stores
+    of the instance have landed, for a later load of the tile on the other unit (``Load.wait_done``).
     """
 
     dst: Access
@@ -251,6 +261,7 @@ class Store(Stmt):
     signal: bool = True
     wait_at_rewrite: bool = False
     first_plain: bool = False
+    signal_done: bool = False
 
     def buffers_read(self):
         return (self.src,)

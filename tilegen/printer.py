@@ -65,6 +65,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             pad += "  (no wait: its group's flag was waited for)"
         if stmt.hoist:
             pad += "  (received ahead, beside the earlier stage's work)"
+        if stmt.wait_done:
+            pad += "  (after the other unit's done flag)"
         if stmt.zero_unless is not None:
             pad += f"  (zeros unless {fmt_expr(stmt.zero_unless)} > 0: its writer's iterations)"
         return f"{r(stmt.dst)} = load {fmt_access(stmt.src)}{pad}"
@@ -73,6 +75,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
         tag = "  (atomic add)" if stmt.accumulate else ""
         if stmt.first_plain:
             tag = "  (atomic add; the program's first store writes)"
+        if stmt.signal_done:
+            tag += "  (done flag at the program's end)"
         if stmt.rows:
             tag += f"  (rows with {stmt.rows} >= 0)"
         if not stmt.signal:

@@ -96,7 +96,7 @@ def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
         if not line or cur is None:
             continue
         f = line.split()
-        if f[1] == "SyncAll":
+        if f[1] == "SyncAll" and f[2] == "1":  # SyncAll<false>: every core of the launch (SyncAll<true>: the AIVs only)
             seg += 1
             cur = []
             out[(int(launch), seg)][int(block)][key] = cur

@@ -48,6 +48,7 @@ from ..ir import (
     RowReduce,
     Store,
     grid_loops,
+    walk,
 )
 from . import ascendc_mods as AM
 from .. import mods as M
@@ -605,10 +606,12 @@ def _unit_of_stmt(stmt, buffers: dict[str, Buffer], tensors) -> str:
 
 
 def lower_kernel(
-    program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict, uses=None
+    program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict, uses=None, done_flag: int = 0
 ) -> KernelPlan:
-    """One kernel's plan; appends its descriptor-field obligations (:class:`FieldUse`) to ``uses``."""
+    """One kernel's plan; appends its descriptor-field obligations (:class:`FieldUse`) to ``uses``.
+    ``done_flag``: the cross-core flag id of the owned tiles' done flag (Store.signal_done)."""
     lo = _Lower(program, kernel, target, spec, handoffs, uses)
+    lo.done_flag = done_flag
     aic, aiv = lo.side("cube"), lo.side("vector")
     aic.chunked = lo.chunked
     grid = grid_loops(kernel)
@@ -616,6 +619,12 @@ def lower_kernel(
     counters: dict[str, set] = {"cube": set(), "vector": set()}
     aic.ops = _lower_body(lo, inner, "cube", counters)
     aiv.ops = _lower_body(lo, inner, "vector", counters)
+    done = [st for st, _ in walk(inner) if isinstance(st, Store) and st.signal_done]
+    if done:
+        if any(_unit_of_stmt(st, lo.buffers, lo.tensors) != "cube" for st in done):
+            raise TargetError("Store.signal_done on a vector store: only the cube's owned-tile stores signal the vector")
+        # each program instance, after its loops: the cube's owned-tile stores have landed (FIX runs in order)
+        aic.ops.append({"kind": "done_signal", "flag": done_flag})
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
         # a sender waits at the end for the free flags still pending: one per slot it used
@@ -998,6 +1007,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
             # zeros where the tile's writer ran no iteration (Load.zero_unless)
             op["zero_unless"] = cexpr(stmt.zero_unless, lo.consts) if stmt.zero_unless is not None else ""
+            op["wait_done"] = lo.done_flag if stmt.wait_done else -1  # the other unit's done flag first
             if handoff:
                 op["kind"] = "c2v_recv"
                 op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
@@ -1375,6 +1385,10 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     if ho_list:
         top = free_base + len(ho_list) - 1 if own else 2 + len(ho_list) - 1
         uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(top), f"the slot-free flag of hand-off {ho_list[-1]['name']} ({label})"))
+    # the done flag of a program's owned tiles (Store.signal_done -> Load.wait_done): the id after the hand-offs'
+    done_flag = (top + 1) if ho_list else 0
+    if any(isinstance(st, Store) and st.signal_done for k in program.kernels for st, _ in walk(k.body)):
+        uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(done_flag), f"the done flag of the owned tiles ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
     tensors = []
     for t in program.tensors:
@@ -1386,7 +1400,7 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
-        lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses)
+        lower_kernel(program, k, target, spec, base if k.name == label else f"{base}_{k.name}", handoffs, uses, done_flag)
         for k in program.kernels
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
@@ -1401,7 +1415,8 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
             groups[-1].append(kp)
         else:
             groups.append([kp])
-    launches = [{"name": g[0].name if len(g) == 1 else base, "kernels": g} for g in groups]
+    several = sum(len(g) > 1 for g in groups) > 1
+    launches = [{"name": g[0].name if len(g) == 1 else f"{base}_{n}" if several else base, "kernels": g} for n, g in enumerate(groups)]
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
 
 

@@ -152,7 +152,7 @@ def tiling_header_dir(devkit: Path, cache_dir=None) -> Path:
     return out
 
 
-_KERNEL = re.compile(r'extern "C" __global__ __aicore__ void (\w+)\(')
+_KERNEL = re.compile(r'extern "C" (?:__schedmode__\(\d\) )?__global__ __aicore__ void (\w+)\(')
 
 
 def _real_flags(devkit: Path, gen: Path, core: str) -> list[str]:

@@ -71,6 +71,13 @@
   gets ``Load.zero_unless``, the fewest iterations of the loops around the store, so that a program
   whose loops ran no iteration (a K/V tile no query sees) still reads zeros. Only where those loops
   skip no tiles of their range (no block table) and their bounds depend on the grid alone.
+- :func:`own_tile_epilogue` (Ascend, after write-first-plain): a later kernel of the same grid that only
+  finishes the tiles the programs of an earlier kernel own (it loads those tiles and inputs, nothing
+  else: the atomic backward's post_kv, dK = scale·dK_ws, dV = dV_ws cast) runs as the epilogue of each
+  of those programs, after their loops: one kernel and its HBM-bound pass fewer, the copies beside the
+  next program's cube work. The owner's stores get ``Store.signal_done`` (the AIC sets a done flag at
+  the end of each program) and the epilogue's first load ``Load.wait_done`` (the AIV waits for it).
+  Only where no kernel in between touches what the moved kernel reads or writes.
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -790,3 +797,72 @@ def write_first_plain(program: Program) -> Program:
 
         out.append(dataclasses.replace(k, body=map_body(k.body, edit)))
     return dataclasses.replace(program, kernels=tuple(out))
+
+
+def own_tile_epilogue(program: Program) -> Program:
+    """Move each kernel that only finishes owned tiles into the owning kernel as its programs' epilogue
+    (see the module docstring); anything else is left as it is."""
+    from ..ir import rename_buffers
+
+    kinds = {t.name: t.kind for t in program.tensors}
+    kernels = list(program.kernels)
+
+    def grid_key(k):
+        return tuple((str(lp.var), sympy.sympify(lp.start), sympy.sympify(lp.stop)) for lp in grid_loops(k))
+
+    def tensors(k, cls):
+        return {(st.src if cls is Load else st.dst).tensor for st, _ in walk(k.body) if isinstance(st, cls)}
+
+    for r_idx in range(len(kernels) - 1, 0, -1):
+        r = kernels[r_idx]
+        grid = grid_loops(r)
+        if not grid or any(isinstance(st, Loop) for st in grid[-1].body):
+            continue
+        owner: dict[str, tuple[int, Store]] = {}  # tensor -> (kernel index, its first_plain store)
+        for m, k in enumerate(kernels[:r_idx]):
+            for st, _ in walk(k.body):
+                if isinstance(st, Store) and st.first_plain:
+                    owner[st.dst.tensor] = (m, st)
+        loads = [st for st in grid[-1].body if isinstance(st, Load)]
+        owned = [st for st in loads if st.src.tensor in owner and owner[st.src.tensor][1].dst == st.src]
+        if not owned or any(st not in owned and kinds[st.src.tensor] != "input" for st in loads):
+            continue
+        ms = {owner[st.src.tensor][0] for st in owned}
+        if len(ms) != 1:
+            continue
+        m = ms.pop()
+        if grid_key(kernels[m]) != grid_key(r):
+            continue
+        between = kernels[m + 1:r_idx]
+        reads, writes = tensors(r, Load), tensors(r, Store)
+        if any((reads & tensors(k, Store)) or (writes & (tensors(k, Load) | tensors(k, Store))) for k in between):
+            continue
+        if any(writes & (tensors(k, Load) | tensors(k, Store)) for k in kernels[:r_idx] if k is not r):
+            continue
+        names = {b.name: f"{r.name}_{b.name}" for b in r.buffers}
+        epilogue = []
+        waited = False
+        for st in grid[-1].body:
+            st = rename_buffers(st, names)
+            if isinstance(st, Load) and st.src.tensor in owner and not waited:
+                st, waited = dataclasses.replace(st, wait_done=True), True
+            epilogue.append(st)
+        done = {st.src.tensor for st in owned}
+        host = kernels[m]
+
+        def edit(st):
+            return dataclasses.replace(st, signal_done=True) if isinstance(st, Store) and st.first_plain and st.dst.tensor in done else st
+
+        body = map_body(host.body, edit)
+
+        def append(loops, depth=0):
+            lp = loops[0]
+            if depth == len(grid) - 1:
+                return (dataclasses.replace(lp, body=lp.body + tuple(epilogue)),)
+            return (dataclasses.replace(lp, body=append(lp.body, depth + 1)),)
+
+        body = append(body)
+        buffers = host.buffers + tuple(dataclasses.replace(b, name=names[b.name]) for b in r.buffers)
+        kernels[m] = dataclasses.replace(host, body=body, buffers=buffers)
+        del kernels[r_idx]
+    return dataclasses.replace(program, kernels=tuple(kernels))

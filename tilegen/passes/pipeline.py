@@ -74,6 +74,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # a workspace tile each program owns: its first store writes it, nothing zeroes it beforehand
         program = log.record("write-first-plain", write_first_plain(program))
+        from .lower import own_tile_epilogue
+
+        # a kernel that only finishes those tiles: the epilogue of each owning program
+        program = log.record("own-tile-epilogue", own_tile_epilogue(program))
     gm_handoff = tgt.placement.get("handoff") == "GM"
     if gm_handoff:
         from . import handoff

@@ -183,6 +183,10 @@ class _Checker:
                 if not stmt.accumulate or not used <= grid:
                     self.fail(k, f"`{_fmt(stmt)}`: first_plain needs an accumulating store into a tile of its own program "
                                  f"instance (indexed by the grid {sorted(grid)} alone)")
+            if isinstance(stmt, Load) and stmt.wait_done and not any(
+                isinstance(x, Store) and x.signal_done and x.dst.tensor == access.tensor for x, _ in walk(k.body)
+            ):
+                self.fail(k, f"`{_fmt(stmt)}`: wait_done, but no store of {access.tensor} in the kernel signals done")
             if isinstance(stmt, Load) and stmt.zero_unless is not None:
                 used = {str(x) for x in sympy.sympify(stmt.zero_unless).free_symbols} - _SIZE_NAMES
                 if not used <= grid:

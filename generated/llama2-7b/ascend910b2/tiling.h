@@ -21,7 +21,7 @@ inline const char* TilegenRefusal(const TilegenTiling& t)
 {
     const int64_t B = t.B, Hq = t.Hq, Hkv = t.Hkv, G = t.G, Sq = t.Sq, Sk = t.Sk;
     (void)B; (void)Hq; (void)Hkv; (void)G; (void)Sq; (void)Sk;
-    if (!(0LL <= ((-256LL) + (256LL * Hkv)) && ((-256LL) + (256LL * Hkv)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hkv - 256 (the row gap of the store of dKc into dK in post_kv) must be in [0, 4294967295]";
+    if (!(0LL <= ((-256LL) + (256LL * Hkv)) && ((-256LL) + (256LL * Hkv)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hkv - 256 (the row gap of the store of post_kv_dKc into dK in main) must be in [0, 4294967295]";
     if (!(0LL <= ((-256LL) + (256LL * Hq)) && ((-256LL) + (256LL * Hq)) <= 4294967295LL)) return "DataCopyExtParams.dstStride = 256*Hq - 256 (the row gap of the store of Oc into O in fwd) must be in [0, 4294967295]";
     if (!(0LL <= ((-256LL) + (256LL * Hq)) && ((-256LL) + (256LL * Hq)) <= 4294967295LL)) return "DataCopyExtParams.srcStride = 256*Hq - 256 (the row gap of the load of O into Oi in pre) must be in [0, 4294967295]";
     if (!(0LL <= (192LL + Sk) && (192LL + Sk) <= 16777216LL)) return "MaskTile.index = Sk + 192 (the column index of the mask of S_vector in main) must be in [0, 16777216]";

@@ -26,6 +26,7 @@
 #define __ssbuf__ __attribute__((address_space(9)))
 #define __aicore__
 #define __global__ __attribute__((visibility("default")))
+#define __schedmode__(mode)  // the launch's scheduling mode (SIMD-BuiltIn关键字.md): nothing on a CPU
 #define __vector__
 #define __cube__
 #define __mix__(...)

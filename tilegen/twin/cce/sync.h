@@ -54,6 +54,10 @@ inline void ffts_cross_core_sync(pipe_t pipe, uint64_t msg)
 {
     cce_rt::CrossCoreSet(static_cast<int>((msg >> 4) & 3), static_cast<int>(pipe), static_cast<int>((msg >> 8) & 0xf));
 }
+// dcci(addr, entire[, dst]): clean and invalidate the scalar data cache (the line of addr, or all of it:
+// DataCacheCleanAndInvalid, impl/basic_api/kernel_reg.h DcciGMImpl). The twin's scalar GM accesses go to
+// host memory, which every core sees at once: nothing to clean, so nothing to do.
+template <typename... A> inline void dcci(A&&...) {}  // every call form of the headers (GM or UB address, line or all)
 inline void wait_flag_dev(uint64_t flag) { cce_rt::CrossCoreWait(static_cast<int>(flag)); }
 
 // ---- special registers: core identity and scalar bit helpers ------------------------------------

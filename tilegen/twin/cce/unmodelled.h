@@ -30,7 +30,6 @@ template <typename... A> inline void copy_ubuf_to_gm(A&&...) { cce_rt::Fail("cop
 template <typename... A> inline void copy_ubuf_to_gm_align_v2(A&&...) { cce_rt::Fail("copy_ubuf_to_gm_align_v2", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void copy_ubuf_to_ubuf(A&&...) { cce_rt::Fail("copy_ubuf_to_ubuf", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void dc_preload(A&&...) { cce_rt::Fail("dc_preload", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void dcci(A&&...) { cce_rt::Fail("dcci", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void dsb(A&&...) { cce_rt::Fail("dsb", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline int64_t get_arch_ver(A&&...) { cce_rt::Fail("get_arch_ver", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline int64_t get_coreid(A&&...) { cce_rt::Fail("get_coreid", "CCE intrinsic not modelled by the tilegen twin"); }

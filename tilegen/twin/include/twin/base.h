@@ -38,6 +38,7 @@
 // [G:编程指南/语言扩展层/SIMD-BuiltIn关键字, G:编程指南/调试调优/功能调试/CPU域孪生调试].
 #define __global__
 #define __aicore__
+#define __schedmode__(mode)  // the launch's scheduling mode [G:…/SIMD-BuiltIn关键字]: nothing to do in the twin
 #define __gm__
 #define __ubuf__
 #define __cbuf__

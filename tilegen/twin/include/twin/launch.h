@@ -333,6 +333,29 @@ inline void CrossWait(uint16_t flagId)
 }
 
 // barrier k: 0 = all AIVs (SyncAll<true>), 1 = all cores (SyncAll<false>).
+// At SyncAll<false>, once every core has arrived (so nothing can set a flag any more): the kernel phase
+// before it must end as a kernel does, every CrossCoreSetFlag waited for and none half-matched, or a
+// flag left over would be taken by a wait of the next phase (SyncAll's own ids 11-14 aside).
+inline void PhaseEndCheckLocked(Launch& L, const char* api)
+{
+    for (auto& c : L.cores) {
+        int s = L.Slot(c.get());
+        for (int f = 0; f < kMaxXFlags; ++f) {
+            if (f >= 11 && f <= 14) continue;
+            int left = L.cnt[s].v[f] + L.pend0[s].v[f] + L.pend1[s].v[f] + L.pend2[s].v[f];
+            if (left == 0) continue;
+            L.aborted = true;
+            AbortFlag().store(true);
+            L.cv.notify_all();
+            Fail(api,
+                 Fmt("%s reaches SyncAll with %d CrossCoreSetFlag set(s) on flagId %d not waited for or not matched: "
+                     "the kernel phase before the barrier must end with every flag consumed",
+                     CoreName(c.get()).c_str(), left, f),
+                 "P:CrossCoreSetFlag(ISASI), P:SyncAll");
+        }
+    }
+}
+
 inline void Barrier(int k, const char* api)
 {
     CoreCtx& me = Cur(api);
@@ -342,6 +365,7 @@ inline void Barrier(int k, const char* api)
     std::unique_lock<std::mutex> lk(L.mu);
     uint64_t gen = L.barGen[k];
     if (++L.barCount[k] == n) {
+        if (k == 1) PhaseEndCheckLocked(L, api);
         L.barCount[k] = 0;
         L.barGen[k]++;
         L.cv.notify_all();
@@ -615,6 +639,7 @@ inline void SyncAll()
         twin::Fail(api, "SyncAll<true> (isAIVOnly) is an all-AIV barrier; an AIC must not call it", "P:SyncAll");
     if (!isAIVOnly && !c.launch->mix)
         twin::Fail(api, "SyncAll<false> needs AICs (MIX launch)", "P:SyncAll");
+    twin::detail::FinishCore(c);  // every SetFlag of the phase before the barrier waited for, as at a kernel's end
     // the timeline splits each core's trace here: what follows starts once every core has arrived
     twin::trace::Rec("S", "SyncAll", isAIVOnly ? 0 : 1, 0, 0);
     twin::detail::Barrier(isAIVOnly ? 0 : 1, api);
