@@ -252,15 +252,25 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
     always_add = re.sub(r"tilegen::AddAfterFirst\(w_d[KV]_ws, pid\)", "true", src)
     no_zeros = re.sub(r"if \((.*)\) <= 0\) \{  // the tile's writer ran no iteration", r"if (false) {  //", src)
     assert always_add != src and no_zeros != src
-    for broken in (always_add, no_zeros):
-        exe = twin.build(dict(files, **{"bwd_kernels.asc": broken}))
-        fwd, bwd = twin.run_attention(exe, spec, data, blocks=3)
-        with pytest.raises(AssertionError):
+    for broken in (always_add, no_zeros):  # wrong values, or (no zeros: the AIV then also waits for a done
+        exe = twin.build(dict(files, **{"bwd_kernels.asc": broken}))  # flag that an empty program never sets) a deadlock
+        with pytest.raises((AssertionError, twin.TwinError)):
+            fwd, bwd = twin.run_attention(exe, spec, data, blocks=3)
             assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
     no_wait = re.sub(r"\n *CrossCoreWaitFlag\(\d+\);  // the cube's stores of this program's tiles have landed[^\n]*", "", src)
     assert no_wait != src
     with pytest.raises(twin.TwinError, match=r"not waited for"):  # at the SyncAll after main (the hand twin)
         twin.run_attention(twin.build(dict(files, **{"bwd_kernels.asc": no_wait})), spec, data, blocks=3)
+
+
+def test_a_run_of_empty_programs_on_one_core_keeps_the_done_flag_in_range():
+    """Sq 16, Sk 4096, a window of 8 keys: nearly every K/V tile is seen by no query, and on one AI Core
+    the main programs run back to back. An empty program neither sets the done flag (on the AIC) nor
+    waits for it (on the AIV): unguarded, the AIC ran more than 15 sets ahead (the counter's limit, a
+    hang on the NPU; the twin fails the run), as a review found."""
+    spec = make_spec(seq_q=16, seq_k=4096, head_dim_qk=64, head_dim_v=64, window=(8, 0), dtype="fp16")
+    data, fwd, bwd, _ = run_on_twin(spec, dkv_strategy="atomic", blocks=1)
+    assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
 
 
 def test_separate_dq_strategy_on_the_twin_is_deterministic():

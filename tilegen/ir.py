@@ -208,7 +208,8 @@ class Load(Stmt):
     ``wait_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`) of a load
     of a tile the other unit wrote earlier in the same program instance (a ``Store.signal_done``):
     the generated code first waits for that unit's done flag, set once its program's stores have
-    landed. The result is the same either way in the interpreter, which runs one statement at a time."""
+    landed; where ``zero_unless`` says the writer ran no iteration neither unit touches the flag (a
+    run of empty programs would otherwise pile up more sets than the flag's counter holds). The result is the same either way in the interpreter, which runs one statement at a time."""
 
     dst: str
     src: Access
@@ -250,8 +251,9 @@ class Store(Stmt):
     tile, the later ones add into it, so nothing has to zero the tile beforehand.
 
     ``signal_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`): at the
-    end of each program instance the unit that runs the store sets a done flag, once all its stores
-    of the instance have landed, for a later load of the tile on the other unit (``Load.wait_done``).
+    end of each program instance whose loops ran (the waiting load's ``zero_unless`` > 0) the unit that
+    runs the store sets a done flag, once all its stores of the instance have landed, for a later load
+    of the tile on the other unit (``Load.wait_done``).
     """
 
     dst: Access

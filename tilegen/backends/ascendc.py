@@ -623,8 +623,15 @@ def lower_kernel(
     if done:
         if any(_unit_of_stmt(st, lo.buffers, lo.tensors) != "cube" for st in done):
             raise TargetError("Store.signal_done on a vector store: only the cube's owned-tile stores signal the vector")
-        # each program instance, after its loops: the cube's owned-tile stores have landed (FIX runs in order)
-        aic.ops.append({"kind": "done_signal", "flag": done_flag})
+        # each program instance whose loops ran, after them: the cube's owned-tile stores have landed (FIX runs
+        # in order). The AIV waits for it only where it loads the tiles (zero_unless > 0) and the AIC sets it
+        # under the same test: a run of empty programs, with nothing else to pace the AIC, would otherwise
+        # pass the flag's 15 pending sets (NPU架构版本2201.md: a reverse sync every 15, or the cores hang).
+        waits = [st for st, _ in walk(inner) if isinstance(st, Load) and st.wait_done]
+        if len(waits) != 1:
+            raise TargetError(f"kernel {kernel.name}: Store.signal_done needs exactly one Load.wait_done, found {len(waits)}")
+        cond = cexpr(waits[0].zero_unless, lo.consts) if waits[0].zero_unless is not None else ""
+        aic.ops.append({"kind": "done_signal", "flag": done_flag, "cond": cond})
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
         # a sender waits at the end for the free flags still pending: one per slot it used
@@ -1008,6 +1015,8 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             # zeros where the tile's writer ran no iteration (Load.zero_unless)
             op["zero_unless"] = cexpr(stmt.zero_unless, lo.consts) if stmt.zero_unless is not None else ""
             op["wait_done"] = lo.done_flag if stmt.wait_done else -1  # the other unit's done flag first
+            if (stmt.zero_unless is not None or stmt.wait_done) and (handoff or op["ids"]):
+                raise TargetError(f"the load of {stmt.src.tensor} into {buf.name}: zero_unless and wait_done are lowered for a plain UB load only")
             if handoff:
                 op["kind"] = "c2v_recv"
                 op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
@@ -1015,6 +1024,8 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
                     counters["vector"].add(f"r_{handoff}")
                 op["wait"] = stmt.wait_signal
         else:
+            if stmt.first_plain or stmt.signal_done:
+                raise TargetError(f"the vector store into {stmt.dst.tensor}: first_plain and signal_done are lowered for the cube's stores only")
             op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.wait_at_rewrite)
             if handoff:
                 op["kind"] = "v2c_send"

@@ -181,8 +181,8 @@ class _Checker:
             if isinstance(stmt, Store) and stmt.first_plain:
                 used = {str(x) for e in access.index for x in sympy.sympify(e).free_symbols} - _SIZE_NAMES
                 if not stmt.accumulate or not used <= grid:
-                    self.fail(k, f"`{_fmt(stmt)}`: first_plain needs an accumulating store into a tile of its own program "
-                                 f"instance (indexed by the grid {sorted(grid)} alone)")
+                    self.fail(k, f"`{_fmt(stmt)}`: first_plain needs an accumulating store whose index uses no loop variable "
+                                 f"but the grid's {sorted(grid)} (write-first-plain checks that the tile is the program's own)")
             if isinstance(stmt, Load) and stmt.wait_done and not any(
                 isinstance(x, Store) and x.signal_done and x.dst.tensor == access.tensor for x, _ in walk(k.body)
             ):
