@@ -575,7 +575,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"tilegen generate  {describe(spec)}  target {target}")
     for label in ("forward", "backward"):
         s = sched[label]
-        print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, kernels {', '.join(s['kernels'])}")
+        launches = s.get("launches") or {k: [k] for k in s["kernels"]}
+        groups = "; ".join(name if ks == [name] else f"{name} (kernels {', '.join(k[len(name) + 1:] for k in ks)}, SyncAll between)"
+                           for name, ks in launches.items())
+        print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, {len(launches)} launch{'es' if len(launches) > 1 else ''}: {groups}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0
 
@@ -655,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,
         help="how the fused backward reduces dK, dV: on-chip accumulators or atomic adds into fp32 workspaces "
-        "(default auto: atomic on the Ascend 910B, on-chip elsewhere)",
+        "(default auto: on the Ascend 910B the one the cost model predicts faster, atomic for long sequences; on-chip elsewhere)",
     )
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.add_argument("--compare", action="store_true", help="the store-P-versus-recompute report (needs --target)")
@@ -696,7 +699,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,
         help="how the fused backward reduces dK, dV: on-chip accumulators or atomic adds into fp32 workspaces "
-        "(default auto: atomic on the Ascend 910B, on-chip elsewhere)",
+        "(default auto: on the Ascend 910B the one the cost model predicts faster, atomic for long sequences; on-chip elsewhere)",
     )
     gen.set_defaults(func=cmd_generate)
     spec = sub.add_parser("spec", help="print or write a spec as TOML (from a built-in, a file, or a HuggingFace config)")

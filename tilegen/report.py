@@ -592,8 +592,9 @@ def format_timeline(report: dict) -> str:
     simulated busy fraction of every pipe and the simulated critical path."""
     lines = [
         "",
-        f"== timeline of the emitted code on {report['target']}: roofline (all units overlapped), model (the emitted "
-        "helpers; cube and vector meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe)",
+        f"== timeline of the emitted code on {report['target']}, predicted (not measured): roofline (all units overlapped), "
+        "model (the emitted helpers; cube and vector meet at the hand-offs), simulated (the twin's instruction trace "
+        "scheduled per pipe)",
         "   cost table: the target's [timeline]; estimates: " + ", ".join(report["estimates"]),
     ]
     for prog in report["programs"]:
@@ -606,8 +607,8 @@ def format_timeline(report: dict) -> str:
         if s.get("sync_alls"):
             lines.append(
                 f"  {s['launches']} launch(es), its kernels separated by {s['sync_alls']} SyncAll barrier(s): "
-                f"{format_seconds(s['overhead_s'])} of the simulated time (launch [overhead] launch_us, each barrier "
-                "three cross-core flag hops, both estimates)"
+                f"{format_seconds(s['overhead_s'])} of the simulated time (a launch: the target's launch_us; a barrier: "
+                "three cross-core flag hops; both estimates)"
             )
         for k in s["kernels"]:
             mk = m["kernels"].get(k["name"], 0.0)
