@@ -93,7 +93,23 @@ import dataclasses
 
 import sympy
 
-from ..ir import SHAPE_SYMBOLS, TILE_SYMBOLS, Elementwise, Fill, Load, Loop, Mask, MatMul, Program, Stmt, Store, grid_loops, map_body, walk
+from ..ir import (
+    SHAPE_SYMBOLS,
+    TILE_SYMBOLS,
+    Elementwise,
+    Fill,
+    Load,
+    Loop,
+    Mask,
+    MatMul,
+    Program,
+    Stmt,
+    Store,
+    grid_loops,
+    map_body,
+    rename_buffers,
+    walk,
+)
 
 
 def split_matmul_scale(program: Program) -> Program:
@@ -720,6 +736,12 @@ def one_launch(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=kernels)
 
 
+def _grid_key(kernel) -> tuple:
+    """A kernel's launch grid as comparable data: (variable, start, stop) of each grid loop, outermost
+    first. Two kernels with equal keys have the same program instances."""
+    return tuple((str(lp.var), sympy.sympify(lp.start), sympy.sympify(lp.stop)) for lp in grid_loops(kernel))
+
+
 def write_first_plain(program: Program) -> Program:
     """Set ``Store.first_plain`` on each accumulating store whose tile its program instance owns and
     that an earlier kernel only zeroes; drop the zeroing (and a kernel left without statements); set
@@ -727,9 +749,6 @@ def write_first_plain(program: Program) -> Program:
     as it is."""
     kinds = {t.name: t.kind for t in program.tensors}
     kernels = list(program.kernels)
-
-    def grid_key(k):
-        return tuple((str(lp.var), sympy.sympify(lp.start), sympy.sympify(lp.stop)) for lp in grid_loops(k))
 
     def touches(tensor):
         for n, k in enumerate(kernels):
@@ -754,9 +773,9 @@ def write_first_plain(program: Program) -> Program:
             if len(writers) != 1:
                 continue
             m, store, loops = writers[0]
-            if m <= z or not store.accumulate or store.rows or store.dst != st.dst or grid_key(kernels[m]) != grid_key(k):
+            if m <= z or not store.accumulate or store.rows or store.dst != st.dst or _grid_key(kernels[m]) != _grid_key(k):
                 continue
-            serial = loops[len(grid_loops(kernels[m])):]
+            serial = loops[len(grid):]  # the grids are equal (_grid_key)
             names = {str(lp.var) for lp in grid}
             if any(lp.kind != "serial" or lp.blocks for lp in serial):
                 continue
@@ -764,7 +783,7 @@ def write_first_plain(program: Program) -> Program:
                    for lp in serial for e in (lp.start, lp.stop)):
                 continue  # a bound that moves with an enclosing serial loop
             readers = [(n, x) for n, x, _ in others if isinstance(x, Load)]
-            if any(n <= m or x.src != st.dst or grid_key(kernels[n]) != grid_key(k) or x.zero_unless is not None for n, x in readers):
+            if any(n <= m or x.src != st.dst or _grid_key(kernels[n]) != _grid_key(k) or x.zero_unless is not None for n, x in readers):
                 continue
             trips = sympy.Min(*[sympy.sympify(lp.stop) - lp.start for lp in serial]) if serial else None
             if trips is not None and not {str(x) for x in trips.free_symbols} <= names | {str(x) for x in SHAPE_SYMBOLS + TILE_SYMBOLS}:
@@ -802,13 +821,8 @@ def write_first_plain(program: Program) -> Program:
 def own_tile_epilogue(program: Program) -> Program:
     """Move each kernel that only finishes owned tiles into the owning kernel as its programs' epilogue
     (see the module docstring); anything else is left as it is."""
-    from ..ir import rename_buffers
-
     kinds = {t.name: t.kind for t in program.tensors}
     kernels = list(program.kernels)
-
-    def grid_key(k):
-        return tuple((str(lp.var), sympy.sympify(lp.start), sympy.sympify(lp.stop)) for lp in grid_loops(k))
 
     def tensors(k, cls):
         return {(st.src if cls is Load else st.dst).tensor for st, _ in walk(k.body) if isinstance(st, cls)}
@@ -831,7 +845,7 @@ def own_tile_epilogue(program: Program) -> Program:
         if len(ms) != 1:
             continue
         m = ms.pop()
-        if grid_key(kernels[m]) != grid_key(r):
+        if _grid_key(kernels[m]) != _grid_key(r):
             continue
         between = kernels[m + 1:r_idx]
         reads, writes = tensors(r, Load), tensors(r, Store)
