@@ -12,7 +12,14 @@ and all. Writes ``results/gpu_model.json``.
 ``--fit`` instead searches the free parameters on the fit part (Nelder–Mead on the mean squared log
 ratio of predicted to measured time) and prints them, for copying into targets/h200.toml.
 
-Usage: PYTHONPATH=. python benchmarks/gpu_model.py [--fit]
+``--compiled`` gives the model each kernel's registers, spilled bytes and shared bytes as the compiler
+allocated them (``results/gpu_compile.json``, from benchmarks/gpu_compile.py --sweep: an sm_90 compile
+on the CPU) instead of the footprint's estimates, with the parameters fitted to them
+(``results/gpu_model_compiled_params.json``, written by ``--fit --compiled``); it writes
+``results/gpu_model_compiled.json``. ``tilegen inspect`` and block-size selection keep the footprint's
+estimates and the target's parameters (no compiler at hand there).
+
+Usage: PYTHONPATH=. python benchmarks/gpu_model.py [--fit] [--compiled]
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from tilegen.targets import load_target  # noqa: E402
 
 FITTED = tuple(k for k in GPU_MODEL_PARAMS if k != "base_registers")  # base_registers is sourced (NOTES: ptxas)
 SWEEP = HERE / "results" / "gpu_sweep.json"
+COMPILED = HERE / "results" / "gpu_compile.json"  # benchmarks/gpu_compile.py --sweep
+COMPILED_PARAMS = HERE / "results" / "gpu_model_compiled_params.json"  # --fit --compiled
 
 
 def part_of(index: int) -> str:
@@ -99,14 +108,23 @@ def load_sweep(path: Path = SWEEP):
     return data["n"], [v for v in data["variants"] if "ms" in v]
 
 
-def evaluate(params: dict | None = None, target_name: str = "h200", path: Path = SWEEP) -> dict:
-    """Measured and predicted TFLOP/s per variant, Spearman and relative errors per part."""
+def load_compiled(path: Path | None = COMPILED) -> dict:
+    """Per sweep variant label, per kernel phase: registers, stack_bytes, shared_bytes of an sm_90
+    compile (benchmarks/gpu_compile.py --sweep); {} when ``path`` is None."""
+    return json.loads(path.read_text())["variants"] if path is not None else {}
+
+
+def evaluate(params: dict | None = None, target_name: str = "h200", path: Path = SWEEP, compiled: Path | None = None) -> dict:
+    """Measured and predicted TFLOP/s per variant, Spearman and relative errors per part; with
+    ``compiled`` (None: the footprint's estimates) each kernel's registers, spills and shared bytes
+    from the sm_90 compile."""
     target = load_target(target_name)
     n, variants = load_sweep(path)
+    facts = load_compiled(compiled)
     rows = []
     for i, var in enumerate(variants):
         prog, warps = variant_program(var, n, target)
-        pred = predict_gpu(prog, target, warps, params)
+        pred = predict_gpu(prog, target, warps, params, compiled=facts.get(label(var)))
         f = measured_flops(var, n)
         rows.append({"variant": label(var), "program": var["program"] if var["program"] == "fwd" else f"bwd-{var['strategy']}",
                      "D": var["D"], "tiles": var["tiles"], "knobs": var["knobs"], "measured_ms": var["ms"],
@@ -130,12 +148,13 @@ def evaluate(params: dict | None = None, target_name: str = "h200", path: Path =
     return {"params": params or {k: target.gpu_model[k].value for k in GPU_MODEL_PARAMS}, "n": n, "rows": rows, "summary": summary}
 
 
-def fit(target_name: str = "h200", names=None, restarts: int = 3) -> dict:
+def fit(target_name: str = "h200", names=None, restarts: int = 3, compiled: Path | None = None) -> dict:
     """Nelder–Mead (NumPy) on log-parameters: the mean squared log(predicted / measured time) over
     the fit part."""
     target = load_target(target_name)
     n, variants = load_sweep()
-    work = [(variant_program(v, n, target), v["ms"]) for i, v in enumerate(variants) if part_of(i) == "fit"]
+    facts = load_compiled(compiled)
+    work = [(variant_program(v, n, target), v["ms"], facts.get(label(v))) for i, v in enumerate(variants) if part_of(i) == "fit"]
     names = tuple(names or FITTED)
     fixed = {k: target.gpu_model[k].value for k in GPU_MODEL_PARAMS}
     start = np.log([fixed[k] for k in names])
@@ -144,7 +163,7 @@ def fit(target_name: str = "h200", names=None, restarts: int = 3) -> dict:
         params = {**fixed, **dict(zip(names, np.exp(x)))}
         for k in ("mma_small_m_efficiency", "overlap"):
             params[k] = min(params[k], 1.0)
-        return float(np.mean([math.log(predict_gpu(p, target, w, params).time_s * 1e3 / ms) ** 2 for (p, w), ms in work]))
+        return float(np.mean([math.log(predict_gpu(p, target, w, params, compiled=c).time_s * 1e3 / ms) ** 2 for (p, w), ms, c in work]))
 
     best_x, best_v = start, loss(start)
     rng = np.random.default_rng(0)
@@ -190,12 +209,21 @@ def _nelder_mead(loss, start, iterations: int = 250):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="search the free parameters on the fit part and print them")
-    ap.add_argument("--out", default=str(HERE / "results" / "gpu_model.json"))
+    ap.add_argument("--compiled", action="store_true",
+                    help="each kernel's registers, spills and shared bytes from results/gpu_compile.json (an sm_90 compile), "
+                         "with the parameters fitted to them (results/gpu_model_compiled_params.json; with --fit: fit them)")
+    ap.add_argument("--out", default=None, help="default results/gpu_model.json (--compiled: results/gpu_model_compiled.json)")
     args = ap.parse_args(argv)
+    compiled = COMPILED if args.compiled else None
     if args.fit:
-        print(json.dumps(fit(), indent=1))
+        res = fit(compiled=compiled)
+        print(json.dumps(res, indent=1))
+        if args.compiled:
+            COMPILED_PARAMS.write_text(json.dumps(res, indent=1) + "\n")
         return 0
-    res = evaluate()
+    params = json.loads(COMPILED_PARAMS.read_text())["params"] if args.compiled else None
+    res = evaluate(params, compiled=compiled)
+    out = args.out or str(HERE / "results" / ("gpu_model_compiled.json" if args.compiled else "gpu_model.json"))
     print(f"{'variant':<40} {'part':<8} {'measured':>9} {'model':>9} {'error':>7}   TFLOP/s")
     for r in res["rows"]:
         print(f"{r['variant']:<40} {r['part']:<8} {r['measured_tflops']:>9.0f} {r['predicted_tflops']:>9.0f} {r['predicted_tflops'] / r['measured_tflops'] - 1:>+7.1%}")
@@ -204,7 +232,7 @@ def main(argv=None) -> int:
         print(f"{part:<9} {s['variants']:>2} variants: Spearman {s['spearman']:.3f}, |error| max {s['max_abs_error']:.1%} "
               f"mean {s['mean_abs_error']:.1%}, {s['within_25pct']}/{s['variants']} within ±25%")
     print("Spearman per group: " + ", ".join(f"{g} {v:.2f}" for g, v in res["summary"]["per_group_spearman"].items()))
-    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    Path(out).write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 

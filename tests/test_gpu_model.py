@@ -57,6 +57,47 @@ def test_model_meets_the_issue_goal(sweep):
     assert s["spearman"] >= 0.8 and s["max_abs_error"] <= 0.25, s
 
 
+@pytest.fixture(scope="module")
+def sweep_compiled():
+    params = json.loads(gpu_model.COMPILED_PARAMS.read_text())["params"]
+    return gpu_model.evaluate(params, compiled=gpu_model.COMPILED)
+
+
+def test_model_with_the_compilers_figures_ranks_the_sweep(sweep_compiled):
+    """With each kernel's registers, spills and shared bytes from the sm_90 compile
+    (results/gpu_compile.json) and the parameters fitted to them, the ranking part of the goal is
+    reached, on the held-out variants too; the ±25% part is not (see the xfail below)."""
+    s = sweep_compiled["summary"]
+    assert s["all"]["variants"] == 27
+    assert s["all"]["spearman"] >= 0.8, s["all"]
+    assert s["held-out"]["spearman"] >= 0.8, s["held-out"]
+    assert s["all"]["within_25pct"] >= 23, s["all"]
+
+
+@pytest.mark.xfail(strict=True, reason="the issue 17 goal, not reached with the compiler's figures either: 4 of 27 variants beyond ±25%")
+def test_model_with_the_compilers_figures_meets_the_issue_goal(sweep_compiled):
+    s = sweep_compiled["summary"]["all"]
+    assert s["spearman"] >= 0.8 and s["max_abs_error"] <= 0.25, s
+
+
+def test_compiled_figures_replace_the_footprints_estimates():
+    """predict_gpu with ``compiled``: the resident programs follow the compiler's shared bytes and
+    registers (hand arithmetic on the H200's 232448 usable shared bytes and 64K registers)."""
+    target = load_target("h200")
+    spec = gpu_model.sweep_spec(128, 4096)
+    prog = pipeline.compile_backward(spec, dq_strategy="atomic", target=target.with_capacity("SMEM", 1 << 30), tile_sizes=(64, 64), num_stages={"*": 2})
+    two = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 128, "stack_bytes": 0, "shared_bytes": 100_000}})
+    one = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 128, "stack_bytes": 0, "shared_bytes": 131_584}})
+    by_regs = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 255, "stack_bytes": 0, "shared_bytes": 50_000}})
+    main = lambda p: next(k for k in p.kernels if k.phase == "main")  # noqa: E731
+    assert main(two).resident == 2  # 232448 // 100000
+    assert main(one).resident == 1  # 232448 // 131584
+    assert main(by_regs).resident == 2  # 65536 // (128 threads * 256 registers)
+    assert main(by_regs).registers == 255
+    spilled = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 255, "stack_bytes": 1020, "shared_bytes": 131_584}})
+    assert main(spilled).time_s > main(one).time_s
+
+
 def test_spearman_against_hand_computed_ranks():
     """The rank correlation of the benchmark against values worked out by hand."""
     assert gpu_model.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)

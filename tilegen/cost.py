@@ -612,7 +612,9 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
 #   with c programs resident, c pairs take max(latency, c · max(mma, vec, l2))
 #
 # Registers per thread: the kernel's RF footprint over its 32·num_warps threads plus ``base_registers``
-# (addresses, operand fragments); spill = max(0, registers − 255) / 255. Resident programs c =
+# (addresses, operand fragments); spill = max(0, registers − 255) / 255. Where the compiler's own
+# figures are given (``compiled``: registers, spilled bytes per thread, shared bytes, from an sm_90
+# compile of the generated kernel), they replace these estimates: spill = stack bytes / 4 / 255. Resident programs c =
 # min(⌊SMEM / shared bytes⌋, ⌊64K / (32 · warps · min(255, registers))⌋, ⌊64 / warps⌋), at least 1,
 # the shared bytes being the SMEM footprint less the dots' register operands (:func:`register_operands`),
 # the registers the RF footprint less the dot results the module fuses into an accumulator
@@ -756,7 +758,7 @@ def default_warps(target: Target) -> int:
 
 
 def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None = None, params: dict | None = None,
-                counts: dict[str, Counts] | None = None) -> GpuPrediction:
+                counts: dict[str, Counts] | None = None, compiled: dict[str, dict] | None = None) -> GpuPrediction:
     """The GPU model (see the comment above) of a bound, placed program on a GPU ``target``.
 
     Args:
@@ -764,6 +766,11 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
             ``[triton.default]``. Stages come from the IR (each buffer's ``stages``, the placement's
             copy of ``num_stages``).
         params: overrides of the ``[gpu_model]`` parameters (for fitting).
+        compiled: per kernel phase, what the compiler allocated for the kernel as generated:
+            ``registers`` per thread, ``stack_bytes`` per thread (spills) and ``shared_bytes`` per
+            program (benchmarks/gpu_compile.py reads them from an sm_90 compile with Triton's ptxas).
+            A phase given here takes them in place of the footprint's estimate (``base_registers`` is
+            then unused for it).
 
     Returns: seconds per kernel and in total, launch overhead ([overhead] launch_us) included per kernel.
 
@@ -830,13 +837,18 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
         l2 = (loaded + p["atomic_cost"] * atomic) / r_l2
         stages = max(b.stages for b in kernel.buffers)
         threads = 32 * w
-        regs = peaks.get((kernel.name, rf.name), 0) / 4 / threads + p["base_registers"]
-        spill = max(0.0, regs - 255) / 255
+        facts = (compiled or {}).get(kernel.phase)
+        if facts is not None:
+            regs = float(facts["registers"])
+            spill = float(facts["stack_bytes"]) / 4 / 255
+        else:
+            regs = peaks.get((kernel.name, rf.name), 0) / 4 / threads + p["base_registers"]
+            spill = max(0.0, regs - 255) / 255
         chain = (max(mma, vec) + (1 - min(p["overlap"], 1.0)) * min(mma, vec) + p["tile_cycles"]) * (1 + p["spill_cost"] * spill)
         latency = chain + max(0.0, l2 + p["load_latency_cycles"] - (stages - 1) * chain)
         busiest = max(mma, vec, l2)
         alloc = min(255, math.ceil(max(regs, 1) / 8) * 8)
-        shared = max(peaks.get((kernel.name, smem.name), 0), 1)
+        shared = max(int(facts["shared_bytes"]) if facts is not None else peaks.get((kernel.name, smem.name), 0), 1)
         resident = max(1, min(smem.usable // shared, int(rf.capacity.value) // 4 // (threads * alloc), 64 // w))
         n = max(c.programs, 1)
         full, rest = divmod(n, sms * resident)
