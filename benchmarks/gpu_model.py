@@ -13,11 +13,11 @@ and all. Writes ``results/gpu_model.json``.
 ratio of predicted to measured time) and prints them, for copying into targets/h200.toml.
 
 ``--compiled`` gives the model each kernel's registers, spilled bytes and shared bytes as the compiler
-allocated them (``results/gpu_compile.json``, from benchmarks/gpu_compile.py --sweep: an sm_90 compile
-on the CPU) instead of the footprint's estimates, with the parameters fitted to them
-(``results/gpu_model_compiled_params.json``, written by ``--fit --compiled``); it writes
-``results/gpu_model_compiled.json``. ``tilegen inspect`` and block-size selection keep the footprint's
-estimates and the target's parameters (no compiler at hand there).
+allocated them (``results/gpu_compile.json``, from benchmarks/gpu_compile.py: an sm_90 compile on the
+CPU) instead of the footprint's estimates, with the parameters fitted to them (the target's
+``[gpu_model_compiled]``; ``--fit --compiled`` fits them); it writes ``results/gpu_model_compiled.json``.
+Block-size selection keeps the footprint's estimates and ``[gpu_model]`` (it scores many candidates,
+a compile each would cost seconds); ``tilegen inspect --compile`` shows both for the emitted schedule.
 
 Usage: PYTHONPATH=. python benchmarks/gpu_model.py [--fit] [--compiled]
 """
@@ -36,7 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tilegen.cost import GPU_MODEL_PARAMS, predict_gpu  # noqa: E402
+from tilegen.cost import GPU_MODEL_PARAMS, gpu_params, predict_gpu  # noqa: E402
 from tilegen.ir import Bc, Br  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
 from tilegen.spec import AttentionSpec  # noqa: E402
@@ -44,8 +44,7 @@ from tilegen.targets import load_target  # noqa: E402
 
 FITTED = tuple(k for k in GPU_MODEL_PARAMS if k != "base_registers")  # base_registers is sourced (NOTES: ptxas)
 SWEEP = HERE / "results" / "gpu_sweep.json"
-COMPILED = HERE / "results" / "gpu_compile.json"  # benchmarks/gpu_compile.py --sweep
-COMPILED_PARAMS = HERE / "results" / "gpu_model_compiled_params.json"  # --fit --compiled
+COMPILED = HERE / "results" / "gpu_compile.json"  # benchmarks/gpu_compile.py
 
 
 def part_of(index: int) -> str:
@@ -110,7 +109,7 @@ def load_sweep(path: Path = SWEEP):
 
 def load_compiled(path: Path | None = COMPILED) -> dict:
     """Per sweep variant label, per kernel phase: registers, stack_bytes, shared_bytes of an sm_90
-    compile (benchmarks/gpu_compile.py --sweep); {} when ``path`` is None."""
+    compile (benchmarks/gpu_compile.py); {} when ``path`` is None."""
     return json.loads(path.read_text())["variants"] if path is not None else {}
 
 
@@ -145,7 +144,7 @@ def evaluate(params: dict | None = None, target_name: str = "h200", path: Path =
         groups.setdefault((r["program"], r["D"]), []).append(r)
     summary["per_group_spearman"] = {f"{g[0]} D{g[1]}": spearman([r["measured_tflops"] for r in rs], [r["predicted_tflops"] for r in rs])
                                      for g, rs in groups.items()}
-    return {"params": params or {k: target.gpu_model[k].value for k in GPU_MODEL_PARAMS}, "n": n, "rows": rows, "summary": summary}
+    return {"params": params or gpu_params(target, compiled=compiled is not None), "n": n, "rows": rows, "summary": summary}
 
 
 def fit(target_name: str = "h200", names=None, restarts: int = 3, compiled: Path | None = None) -> dict:
@@ -156,7 +155,7 @@ def fit(target_name: str = "h200", names=None, restarts: int = 3, compiled: Path
     facts = load_compiled(compiled)
     work = [(variant_program(v, n, target), v["ms"], facts.get(label(v))) for i, v in enumerate(variants) if part_of(i) == "fit"]
     names = tuple(names or FITTED)
-    fixed = {k: target.gpu_model[k].value for k in GPU_MODEL_PARAMS}
+    fixed = gpu_params(target, compiled=compiled is not None)
     start = np.log([fixed[k] for k in names])
 
     def loss(x):
@@ -211,18 +210,14 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="store_true", help="search the free parameters on the fit part and print them")
     ap.add_argument("--compiled", action="store_true",
                     help="each kernel's registers, spills and shared bytes from results/gpu_compile.json (an sm_90 compile), "
-                         "with the parameters fitted to them (results/gpu_model_compiled_params.json; with --fit: fit them)")
+                         "with the parameters fitted to them (the target's [gpu_model_compiled]; with --fit: fit them)")
     ap.add_argument("--out", default=None, help="default results/gpu_model.json (--compiled: results/gpu_model_compiled.json)")
     args = ap.parse_args(argv)
     compiled = COMPILED if args.compiled else None
     if args.fit:
-        res = fit(compiled=compiled)
-        print(json.dumps(res, indent=1))
-        if args.compiled:
-            COMPILED_PARAMS.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps(fit(compiled=compiled), indent=1))
         return 0
-    params = json.loads(COMPILED_PARAMS.read_text())["params"] if args.compiled else None
-    res = evaluate(params, compiled=compiled)
+    res = evaluate(compiled=compiled)
     out = args.out or str(HERE / "results" / ("gpu_model_compiled.json" if args.compiled else "gpu_model.json"))
     print(f"{'variant':<40} {'part':<8} {'measured':>9} {'model':>9} {'error':>7}   TFLOP/s")
     for r in res["rows"]:

@@ -401,6 +401,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         check_path(args.tiles_map, "--tiles-map")
         require_matplotlib()
+    if args.compile:
+        from .targets import load_target
+
+        if args.target is None or args.compare or load_target(args.target).kind != "gpu":
+            raise SpecError("--compile", args.target, "a GPU --target (h200), without --compare: its Triton kernels compiled for its architecture")
     simulate = args.simulate or args.timeline
     if simulate:
         from .targets import load_target
@@ -421,6 +426,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
     _warn_memory(spec, args.target)
     timeline = _inspect_timeline(spec, args) if simulate else None
+    compiled = None
+    if args.compile:
+        from .report import compiled_report
+
+        compiled = compiled_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+        if args.json:
+            import json
+
+            report = json.loads(text)
+            report["compiled"] = compiled
+            text = json.dumps(report, indent=2) + "\n"
     if args.json and timeline is not None:
         import json
 
@@ -433,6 +449,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         from .report import format_timeline
 
         print(format_timeline(timeline), end="")
+    if compiled is not None and not args.json:
+        from .report import format_compiled
+
+        print(format_compiled(compiled), end="")
     if args.plot:
         _inspect_plot(spec, args)
     if args.timeline:
@@ -681,6 +701,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--simulate", action="store_true",
         help="also the timeline of the emitted code (Ascend targets with a [timeline] table): roofline, model and simulated time, "
         "busy fraction per pipe, critical path (runs the kernels on the hand twin; needs g++)",
+    )
+    inspect.add_argument(
+        "--compile", action="store_true",
+        help="also compile the emitted Triton kernels for the GPU target's architecture on this machine (needs Triton, "
+        "no GPU): registers, spilled bytes and shared bytes per kernel as the compiler allocated them, and the model's "
+        "prediction with them",
     )
     inspect.add_argument(
         "--timeline", metavar="FILE", help="draw one AI Core's pipes of the simulated timeline to FILE (.png or .svg; implies --simulate)"

@@ -666,20 +666,24 @@ class GpuPrediction:
         }
 
 
-def gpu_params(target: Target, overrides: dict | None = None) -> dict[str, float]:
-    """The GPU model's free parameters from ``target``'s ``[gpu_model]`` table (``overrides`` replace
-    some, for fitting).
+def gpu_params(target: Target, overrides: dict | None = None, compiled: bool = False) -> dict[str, float]:
+    """The GPU model's free parameters from ``target``'s ``[gpu_model]`` table, or with ``compiled``
+    its ``[gpu_model_compiled]`` table (fitted with the compiler's registers, spills and shared bytes
+    in place of the footprint's estimates); ``overrides`` replace some, for fitting.
 
     Raises:
-        TilegenError: the table lacks one (names the parameter and the target)."""
+        TilegenError: the table lacks one (names the table, the parameter and the target)."""
+    table, name = (target.gpu_model_compiled, "gpu_model_compiled") if compiled else (target.gpu_model, "gpu_model")
     out = {}
     for key in GPU_MODEL_PARAMS:
         if overrides and key in overrides:
             out[key] = float(overrides[key])
-        elif key in target.gpu_model:
-            out[key] = target.gpu_model[key].value
+        elif key in table:
+            out[key] = table[key].value
+        elif compiled and key == "base_registers":  # unused with the compiler's figures
+            out[key] = 0.0
         else:
-            raise TilegenError(f"target {target.name} has no gpu_model.{key}; the GPU cost model needs {', '.join(GPU_MODEL_PARAMS)}")
+            raise TilegenError(f"target {target.name} has no {name}.{key}; the GPU cost model needs {', '.join(GPU_MODEL_PARAMS)}")
     return out
 
 
@@ -770,12 +774,13 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
             ``registers`` per thread, ``stack_bytes`` per thread (spills) and ``shared_bytes`` per
             program (benchmarks/gpu_compile.py reads them from an sm_90 compile with Triton's ptxas).
             A phase given here takes them in place of the footprint's estimate (``base_registers`` is
-            then unused for it).
+            then unused for it), and the parameters come from ``[gpu_model_compiled]``.
 
     Returns: seconds per kernel and in total, launch overhead ([overhead] launch_us) included per kernel.
 
     Raises:
-        TilegenError: the target is not a GPU, or lacks a ``[gpu_model]`` parameter.
+        TilegenError: the target is not a GPU, or lacks a ``[gpu_model]`` (with ``compiled``:
+            ``[gpu_model_compiled]``) parameter.
     """
     from . import dtypes
     from .exprs import evaluate
@@ -783,7 +788,7 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
 
     if target.kind != "gpu":
         raise TilegenError(f"the GPU cost model needs a GPU target; {target.name} is kind {target.kind!r}")
-    p = gpu_params(target, params)
+    p = gpu_params(target, params, compiled=compiled is not None)
     counts = counts if counts is not None else count(program)
     roof = {k.name: k for k in predict(program, target, counts).kernels}
     env = {str(k): v for k, v in program.env}

@@ -586,6 +586,56 @@ def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
+def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=None, programs=("fwd", "bwd")) -> dict:
+    """``tilegen inspect --compile``: each emitted Triton kernel compiled for the GPU target's
+    architecture on this machine (:func:`tilegen.backends.triton_compile.compile_resources`), what the
+    compiler allocated (registers, spilled bytes, shared bytes), and per program the GPU model's
+    prediction with those figures and ``[gpu_model_compiled]`` beside its prediction with the
+    footprint's estimates and ``[gpu_model]``.
+
+    Raises:
+        TilegenError: as compile_resources (no Triton, not a CUDA target, a failed compile).
+    """
+    from .backends import triton as backend
+    from .backends.triton_compile import compile_resources
+    from .cost import predict_gpu, uses_gpu_model
+
+    tgt = load_target(target)
+    res = compile_resources(spec, tgt, dq_strategy, tile_sizes)
+    out = {"target": tgt.name, "triton": res["triton"], "arch": res["arch"], "programs": []}
+    for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
+        if sched.kind.split("-")[0] not in programs:
+            continue
+        kernels = {ph: k for ph, k in res["kernels"].items() if k["program"] == sched.kind}
+        warps = {ph: k.num_warps for ph, k in sched.knobs.items()}
+        entry = {"program": sched.kind, "kernels": kernels}
+        if uses_gpu_model(tgt):
+            entry["model"] = predict_gpu(sched.program, tgt, warps).time_s
+            if all(k in tgt.gpu_model_compiled for k in ("tile_cycles", "spill_cost")):
+                facts = {ph: {f: k[f] for f in ("registers", "stack_bytes", "shared_bytes")} for ph, k in kernels.items()}
+                entry["model_compiled"] = predict_gpu(sched.program, tgt, warps, compiled=facts).time_s
+        out["programs"].append(entry)
+    return out
+
+
+def format_compiled(report: dict) -> str:
+    """The text of ``tilegen inspect --compile``."""
+    lines = ["", f"== the emitted Triton kernels compiled for {report['arch']} on this machine (Triton {report['triton']}, its ptxas): "
+             "what the compiler allocated"]
+    for prog in report["programs"]:
+        lines.append(f"{prog['program']}:")
+        lines.append(f"  {'kernel':<8} {'warps':>5} {'stages':>6} {'registers':>9} {'spilled B':>9} {'shared B':>9}  (per thread: registers, spilled bytes; per program: shared bytes)")
+        for ph, k in prog["kernels"].items():
+            spills = "  (spills to local memory)" if k["stack_bytes"] else ""
+            lines.append(f"  {ph:<8} {k['num_warps']:>5} {k['num_stages']:>6} {k['registers']:>9} {k['stack_bytes']:>9} {k['shared_bytes']:>9}{spills}")
+        if "model" in prog:
+            text = f"  model (prediction): {format_seconds(prog['model'])} with the footprint's estimates ([gpu_model])"
+            if "model_compiled" in prog:
+                text += f", {format_seconds(prog['model_compiled'])} with the compiler's figures ([gpu_model_compiled])"
+            lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
 def format_timeline(report: dict) -> str:
     """The text of ``tilegen inspect --simulate``: per program the roofline, model and simulated time
     side by side, then per kernel the simulated and model time, how the simulated one was obtained, the

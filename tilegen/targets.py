@@ -5,7 +5,8 @@ unit), the core counts and clock, the peak rates per unit and dtype (TFLOP/s; ve
 element-operations/s), HBM and L2 bandwidth (GB/s), the placement rules and the tile-size candidates;
 an Ascend target may add ``[timeline]``, the cost per instruction kind of the emitted code (cycles,
 bytes per cycle) that :mod:`tilegen.timeline` and :func:`tilegen.cost.predict_emitted` use, and a GPU
-target ``[gpu_model]``, the parameters of :func:`tilegen.cost.predict_gpu` (each fitted or sourced).
+target ``[gpu_model]``, the parameters of :func:`tilegen.cost.predict_gpu` (each fitted or sourced), and
+``[gpu_model_compiled]``, its parameters when it takes the compiler's own figures.
 Every figure is a table ``{ value = ..., source = "...", estimate = true? }``: the source is kept so
 that reports can show where a number comes from, and estimates are marked.
 """
@@ -87,6 +88,8 @@ class Target:
     digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
     gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.cost.predict_gpu
+    # [gpu_model_compiled]: its parameters when it is given the compiler's registers, spills and shared bytes
+    gpu_model_compiled: dict[str, Figure] = dataclasses.field(default_factory=dict)
 
     def level(self, name: str) -> Level:
         for lvl in self.levels:
@@ -210,6 +213,7 @@ def _parse(where: str, raw: bytes) -> Target:
         path=where,
         timeline=section("timeline"),
         gpu_model=section("gpu_model"),
+        gpu_model_compiled=section("gpu_model_compiled"),
         digest=hashlib.sha256(raw).hexdigest(),
         sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
     )

@@ -1,0 +1,187 @@
+"""What the compiler allocates for the generated Triton kernels, read on this machine without a GPU:
+registers per thread, spilled bytes per thread (the stack frame) and shared memory per program, from
+a compile for the target's architecture (sm_90 for ``h200``).
+
+``triton.compile`` lowers each kernel of the module :func:`tilegen.backends.triton.render` writes to
+PTX and runs the ``ptxas`` Triton ships; ``cuobjdump -res-usage`` (shipped beside it) reads the cubin's
+registers and stack frame, and the shared bytes are Triton's own ``metadata.shared``. The arguments
+are specialised as Triton's JIT specialises a launch on contiguous tensors of the spec's shapes (the
+caller's tensors and the outputs in the spec's layout, the workspaces BNSD): a pointer and every
+integer divisible by 16 carry ``tt.divisibility = 16``, an integer equal to 1 (a unit stride) becomes a
+constant. Checked against the H200: the shared bytes equal what Triton reported after a run there
+(tests/test_gpu_compile.py). Registers and spills depend on the Triton version (its ptxas); the result
+names the version.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+from ..errors import TilegenError
+from ..exprs import evaluate
+from ..spec import AttentionSpec
+from ..targets import Target, load_target
+
+POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32"}
+
+
+def _strides(shape: list[int], layout: str) -> tuple[int, ...]:
+    """Strides of a contiguous tensor of logical (BNSD) ``shape`` stored as ``layout``, in logical order."""
+    bsnd = layout == "BSND" and len(shape) == 4
+    physical = [shape[0], shape[2], shape[1], shape[3]] if bsnd else list(shape)
+    st, acc = [0] * len(physical), 1
+    for k in range(len(physical) - 1, -1, -1):
+        st[k], acc = acc, acc * physical[k]
+    return (st[0], st[2], st[1], st[3]) if bsnd else tuple(st)
+
+
+def _usage(cubin: bytes, tool: Path) -> tuple[int, int]:
+    """(registers per thread, stack bytes per thread) of the cubin's function."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        done = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True)
+    m = re.search(r"REG:(\d+) STACK:(\d+)", done.stdout)
+    if done.returncode != 0 or m is None:
+        raise TilegenError(f"cuobjdump -res-usage gave no register count ({(done.stderr or done.stdout).strip()[:200]})")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _architecture(target: Target) -> tuple[str, int, int]:
+    """(backend, compute capability, warp size) of a GPU target: ``arch = "sm_90"`` -> ("cuda", 90, 32)."""
+    m = re.fullmatch(r"sm_(\d+)a?", str(target.arch))
+    if target.kind != "gpu" or m is None:
+        raise TilegenError(f"target {target.name} is not a CUDA GPU target (arch {target.arch!r}); a compile needs one such as h200")
+    return "cuda", int(m.group(1)), 32
+
+
+def compile_resources(
+    spec: AttentionSpec, target: str | Target = "h200", dq_strategy: str | None = None, tile_sizes=None, knobs=None
+) -> dict:
+    """Compile the forward and backward kernels of ``spec`` as :func:`tilegen.backends.triton.render`
+    emits them for ``target`` (``dq_strategy``, ``tile_sizes``, ``knobs`` as there) and read what the
+    compiler allocated. The compile runs in a child Python process with ``TRITON_INTERPRET`` unset
+    (Triton decides at import whether its own library functions are compiled or interpreted).
+
+    Returns:
+        {"triton": version, "arch": "sm_90", "kernels": {phase: {"registers": per thread,
+        "stack_bytes": spilled bytes per thread, "shared_bytes": per program, "num_warps",
+        "num_stages", "program": "fwd" | "bwd-<strategy>"}}}.
+
+    Raises:
+        TilegenError: Triton is not installed, the target is not a CUDA GPU, or the compile fails
+            (one line naming the kernel); the schedule's own errors as :func:`tilegen.backends.triton.schedule`.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None if "triton" not in sys.modules else sys.modules["triton"] is None:
+        raise TilegenError("a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'); it is not installed")
+    from . import triton as tb
+
+    tgt = load_target(target)
+    backend, capability, warp = _architecture(tgt)
+    fwd, bwd = tb.schedule(spec, tgt, dq_strategy, tile_sizes, knobs)
+    source = tb.render(spec, tgt, dq_strategy, tile_sizes, knobs)
+    tree = ast.parse(source)
+    params = {node.name: [a.arg for a in node.args.args] for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    assigned = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    common = ast.literal_eval(assigned["CONSTS"])  # the module's constexprs: CONSTS, and per kernel _CONSTEXPRS_<phase> = dict(Br=, Bc=, **CONSTS)
+    consts_of = {name[len("_CONSTEXPRS_"):]: {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords if kw.arg}
+                 for name, value in assigned.items() if name.startswith("_CONSTEXPRS_")}
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    jobs = []
+    for sched in (fwd, bwd):
+        env = {str(k): v for k, v in sched.program.env}
+        tensors = {t.name: t for t in sched.program.tensors}
+        strides = {}
+        for name, t in tensors.items():
+            shape = [int(evaluate(d, env)) for d in t.shape]
+            strides.update({f"{name}_s{k}": st for k, st in enumerate(_strides(shape, "BNSD" if t.kind == "workspace" else spec.layout))})
+        for kernel in sched.program.kernels:
+            fn = f"{kernel.phase}_kernel"
+            if fn not in params:
+                continue
+            knob = sched.knobs[kernel.phase]
+            consts = {**common, **consts_of.get(kernel.phase, {})}
+            sig, divisible = {}, []
+            for arg in params[fn]:
+                if arg in consts:
+                    sig[arg] = "constexpr"
+                elif arg.endswith("_ptr"):
+                    sig[arg] = POINTER[tensors[arg[:-4]].dtype]
+                    divisible.append(arg)
+                else:
+                    value = strides.get(arg, sizes.get(arg))
+                    if value == 1:
+                        consts[arg], sig[arg] = 1, "constexpr"
+                        continue
+                    sig[arg] = "i32"
+                    if value is not None and value % 16 == 0:
+                        divisible.append(arg)
+            jobs.append({"phase": kernel.phase, "program": sched.kind, "fn": fn, "sig": sig, "consts": consts, "divisible": divisible,
+                         "num_warps": knob.num_warps, "num_stages": knob.num_stages})
+    request = {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}
+    child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton_compile"], input=json.dumps(request), capture_output=True,
+                          text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        reply = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TilegenError(f"the compile of the Triton kernels failed: {last[:300]}") from None
+    if "error" in reply:
+        raise TilegenError(reply["error"])
+    kernels = {j["phase"]: {"program": j["program"], "num_warps": j["num_warps"], "num_stages": j["num_stages"], **reply["kernels"][j["phase"]]}
+               for j in jobs}
+    return {"triton": reply["triton"], "arch": f"sm_{capability}", "kernels": kernels}
+
+
+def _worker() -> int:
+    """The child process of :func:`compile_resources`: a JSON request on stdin, one JSON line on stdout."""
+    request = json.loads(sys.stdin.read())
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:
+        print(json.dumps({"error": f"a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'): {exc}"}))
+        return 0
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        print(json.dumps({"error": f"Triton {triton.__version__} ships no cuobjdump at {tool}; it reads the compiled kernels' registers"}))
+        return 0
+    path = Path(tempfile.mkdtemp(prefix="tilegen_compile_")) / f"{request['name']}.py"
+    path.write_text(request["source"])
+    mod = types.ModuleType(request["name"])
+    mod.__file__ = str(path)
+    exec(compile(request["source"], str(path), "exec"), mod.__dict__)
+    backend, capability, warp = request["target"]
+    out = {}
+    for job in request["jobs"]:
+        fn = getattr(mod, job["fn"])
+        names = list(fn.arg_names)
+        src = ASTSource(fn, job["sig"], constexprs={(names.index(c),): v for c, v in job["consts"].items()},
+                        attrs={(names.index(a),): [["tt.divisibility", 16]] for a in job["divisible"]})
+        try:
+            compiled = triton.compile(src, target=GPUTarget(backend, capability, warp),
+                                      options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
+            regs, stack = _usage(compiled.asm["cubin"], tool)
+        except Exception as exc:  # the compiler's own message, in one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            print(json.dumps({"error": f"compiling kernel {job['phase']} of {job['program']} for sm_{capability} failed: {first[:300]}"}))
+            return 0
+        out[job["phase"]] = {"registers": regs, "stack_bytes": stack, "shared_bytes": int(compiled.metadata.shared)}
+    print(json.dumps({"triton": triton.__version__, "kernels": out}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker())
