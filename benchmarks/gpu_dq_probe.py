@@ -27,7 +27,7 @@ from tilegen.backends.triton import render  # noqa: E402
 from tilegen.torch import _spec  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-res = {"rows": [], "fwd": []}
+res = {"meta": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(0)}, "rows": [], "fwd": []}
 T0 = time.time()
 
 def load(src, name):

@@ -155,7 +155,7 @@ def fit(target_name: str = "h200", names=None, restarts: int = 3, compiled: Path
     facts = load_compiled(compiled)
     work = [(variant_program(v, n, target), v["ms"], facts.get(label(v))) for i, v in enumerate(variants) if part_of(i) == "fit"]
     names = tuple(names or FITTED)
-    fixed = gpu_params(target, compiled=compiled is not None)
+    fixed = gpu_params(target)  # the start: [gpu_model] (with --compiled too, so that the fit does not start from its own result)
     start = np.log([fixed[k] for k in names])
 
     def loss(x):

@@ -404,8 +404,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.compile:
         from .targets import load_target
 
-        if args.target is None or args.compare or load_target(args.target).kind != "gpu":
-            raise SpecError("--compile", args.target, "a GPU --target (h200), without --compare: its Triton kernels compiled for its architecture")
+        if args.compare:
+            raise SpecError("--compile", True, "without --compare (the store-P-versus-recompute report)")
+        if args.target is None or load_target(args.target).kind != "gpu":
+            raise SpecError("--target", args.target, "for --compile, a GPU target (h200): its Triton kernels compiled for its architecture")
     simulate = args.simulate or args.timeline
     if simulate:
         from .targets import load_target

@@ -772,7 +772,8 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
         params: overrides of the ``[gpu_model]`` parameters (for fitting).
         compiled: per kernel phase, what the compiler allocated for the kernel as generated:
             ``registers`` per thread, ``stack_bytes`` per thread (spills) and ``shared_bytes`` per
-            program (benchmarks/gpu_compile.py reads them from an sm_90 compile with Triton's ptxas).
+            program (:func:`tilegen.backends.triton_compile.compile_resources` reads them from an
+            sm_90 compile with Triton's ptxas).
             A phase given here takes them in place of the footprint's estimate (``base_registers`` is
             then unused for it), and the parameters come from ``[gpu_model_compiled]``.
 

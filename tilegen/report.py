@@ -601,19 +601,20 @@ def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=
     from .cost import predict_gpu, uses_gpu_model
 
     tgt = load_target(target)
-    res = compile_resources(spec, tgt, dq_strategy, tile_sizes)
+    res = compile_resources(spec, tgt, dq_strategy, tile_sizes, programs=programs)
     out = {"target": tgt.name, "triton": res["triton"], "arch": res["arch"], "programs": []}
     for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
         if sched.kind.split("-")[0] not in programs:
             continue
-        kernels = {ph: k for ph, k in res["kernels"].items() if k["program"] == sched.kind}
+        kernels = {name: k for name, k in res["kernels"].items() if k["program"] == sched.kind}
         warps = {ph: k.num_warps for ph, k in sched.knobs.items()}
         entry = {"program": sched.kind, "kernels": kernels}
         if uses_gpu_model(tgt):
-            entry["model"] = predict_gpu(sched.program, tgt, warps).time_s
+            entry["model"] = {"label": "model (prediction), the footprint's estimates ([gpu_model])", "time_s": predict_gpu(sched.program, tgt, warps).time_s}
             if all(k in tgt.gpu_model_compiled for k in ("tile_cycles", "spill_cost")):
-                facts = {ph: {f: k[f] for f in ("registers", "stack_bytes", "shared_bytes")} for ph, k in kernels.items()}
-                entry["model_compiled"] = predict_gpu(sched.program, tgt, warps, compiled=facts).time_s
+                facts = {k["phase"]: {f: k[f] for f in ("registers", "stack_bytes", "shared_bytes")} for k in kernels.values()}
+                entry["model_compiled"] = {"label": "model (prediction), the compiler's figures ([gpu_model_compiled])",
+                                           "time_s": predict_gpu(sched.program, tgt, warps, compiled=facts).time_s}
         out["programs"].append(entry)
     return out
 
@@ -624,14 +625,14 @@ def format_compiled(report: dict) -> str:
              "what the compiler allocated"]
     for prog in report["programs"]:
         lines.append(f"{prog['program']}:")
-        lines.append(f"  {'kernel':<8} {'warps':>5} {'stages':>6} {'registers':>9} {'spilled B':>9} {'shared B':>9}  (per thread: registers, spilled bytes; per program: shared bytes)")
+        lines.append(f"  {'kernel':<12} {'warps':>5} {'stages':>6} {'registers':>9} {'spilled B':>9} {'shared B':>9}  (per thread: registers, spilled bytes; per program: shared bytes)")
         for ph, k in prog["kernels"].items():
             spills = "  (spills to local memory)" if k["stack_bytes"] else ""
-            lines.append(f"  {ph:<8} {k['num_warps']:>5} {k['num_stages']:>6} {k['registers']:>9} {k['stack_bytes']:>9} {k['shared_bytes']:>9}{spills}")
+            lines.append(f"  {ph:<12} {k['num_warps']:>5} {k['num_stages']:>6} {k['registers']:>9} {k['stack_bytes']:>9} {k['shared_bytes']:>9}{spills}")
         if "model" in prog:
-            text = f"  model (prediction): {format_seconds(prog['model'])} with the footprint's estimates ([gpu_model])"
+            text = f"  model (prediction): {format_seconds(prog['model']['time_s'])} with the footprint's estimates ([gpu_model])"
             if "model_compiled" in prog:
-                text += f", {format_seconds(prog['model_compiled'])} with the compiler's figures ([gpu_model_compiled])"
+                text += f", {format_seconds(prog['model_compiled']['time_s'])} with the compiler's figures ([gpu_model_compiled])"
             lines.append(text)
     return "\n".join(lines) + "\n"
 

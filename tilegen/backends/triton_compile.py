@@ -63,18 +63,56 @@ def _architecture(target: Target) -> tuple[str, int, int]:
     return "cuda", int(m.group(1)), 32
 
 
+def _launches_of(functions: dict, program) -> list[str]:
+    """The names ``X`` of the module's ``_launch_X`` functions that launch a kernel of ``program`` (the
+    template names them after the kernel's phase, prefixed ``fwd_``/``bwd_`` where both programs have
+    the phase, e.g. ``fwd_classify``), in the program's kernel order."""
+    phases = [k.phase for k in program.kernels]
+    prefix = "fwd" if program.attr("form") == "forward" else "bwd"
+    out = []
+    for phase in phases:
+        for name in (f"{prefix}_{phase}", phase):
+            if f"_launch_{name}" in functions and name not in out:
+                out.append(name)
+                break
+    return out
+
+
+def _launch_call(function: ast.FunctionDef) -> dict:
+    """What one ``_launch_X`` function of the module passes to ``_launch(kernel, grid, tensors, ints,
+    consts, num_warps=, num_stages=)``: the kernel's name, the tensors' names (``t["Q"]``), the integer
+    arguments (``*t["Q"].stride()`` as ("strides", "Q"), a size as ("size", "B")), the constexpr
+    dict's name, warps and stages."""
+    call = next(node for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_launch")
+    kernel, _grid, tensors, ints, consts = call.args[:5]
+    out = {"kernel": kernel.id, "tensors": [elt.slice.value for elt in tensors.elts], "consts": consts.id, "ints": []}
+    for elt in ints.elts:
+        if isinstance(elt, ast.Starred):  # *t["X"].stride()
+            out["ints"].append(("strides", elt.value.func.value.slice.value))
+        else:
+            out["ints"].append(("size", elt.id))
+    knobs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg in ("num_warps", "num_stages")}
+    return {**out, **knobs}
+
+
 def compile_resources(
-    spec: AttentionSpec, target: str | Target = "h200", dq_strategy: str | None = None, tile_sizes=None, knobs=None
+    spec: AttentionSpec, target: str | Target = "h200", dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+    programs=("fwd", "bwd"),
 ) -> dict:
     """Compile the forward and backward kernels of ``spec`` as :func:`tilegen.backends.triton.render`
-    emits them for ``target`` (``dq_strategy``, ``tile_sizes``, ``knobs`` as there) and read what the
-    compiler allocated. The compile runs in a child Python process with ``TRITON_INTERPRET`` unset
-    (Triton decides at import whether its own library functions are compiled or interpreted).
+    emits them for ``target`` (``dq_strategy``, ``tile_sizes``, ``knobs`` as there; ``programs``: which of
+    "fwd", "bwd") and read what the compiler allocated. Each kernel the module launches through its
+    ``_launch_<name>`` functions is compiled with the arguments that launch passes (tensors of the
+    spec's shapes, contiguous in the layout the module gives them); helpers outside them (the
+    parameter-gradient reductions of mods) are not. The compile runs in a child Python process with
+    ``TRITON_INTERPRET`` unset (Triton decides at import whether its own library functions are compiled
+    or interpreted).
 
     Returns:
-        {"triton": version, "arch": "sm_90", "kernels": {phase: {"registers": per thread,
-        "stack_bytes": spilled bytes per thread, "shared_bytes": per program, "num_warps",
-        "num_stages", "program": "fwd" | "bwd-<strategy>"}}}.
+        {"triton": version, "arch": "sm_90", "kernels": {launch name (the kernel's phase, or
+        ``fwd_classify``...): {"registers": per thread, "stack_bytes": spilled bytes per thread,
+        "shared_bytes": per program, "num_warps", "num_stages", "phase": the IR kernel's phase,
+        "program": "fwd" | "bwd-<strategy>"}}}.
 
     Raises:
         TilegenError: Triton is not installed, the target is not a CUDA GPU, or the compile fails
@@ -91,43 +129,48 @@ def compile_resources(
     fwd, bwd = tb.schedule(spec, tgt, dq_strategy, tile_sizes, knobs)
     source = tb.render(spec, tgt, dq_strategy, tile_sizes, knobs)
     tree = ast.parse(source)
-    params = {node.name: [a.arg for a in node.args.args] for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     assigned = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
-    common = ast.literal_eval(assigned["CONSTS"])  # the module's constexprs: CONSTS, and per kernel _CONSTEXPRS_<phase> = dict(Br=, Bc=, **CONSTS)
-    consts_of = {name[len("_CONSTEXPRS_"):]: {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords if kw.arg}
-                 for name, value in assigned.items() if name.startswith("_CONSTEXPRS_")}
-    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    common = ast.literal_eval(assigned["CONSTS"])  # the module's constexprs: CONSTS, and per launch _CONSTEXPRS_<name> = dict(Br=, Bc=, **CONSTS)
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}  # the integer arguments
     jobs = []
     for sched in (fwd, bwd):
+        if sched.kind.split("-")[0] not in programs:
+            continue
         env = {str(k): v for k, v in sched.program.env}
-        tensors = {t.name: t for t in sched.program.tensors}
-        strides = {}
-        for name, t in tensors.items():
-            shape = [int(evaluate(d, env)) for d in t.shape]
-            strides.update({f"{name}_s{k}": st for k, st in enumerate(_strides(shape, "BNSD" if t.kind == "workspace" else spec.layout))})
-        for kernel in sched.program.kernels:
-            fn = f"{kernel.phase}_kernel"
-            if fn not in params:
-                continue
-            knob = sched.knobs[kernel.phase]
-            consts = {**common, **consts_of.get(kernel.phase, {})}
-            sig, divisible = {}, []
-            for arg in params[fn]:
-                if arg in consts:
-                    sig[arg] = "constexpr"
-                elif arg.endswith("_ptr"):
-                    sig[arg] = POINTER[tensors[arg[:-4]].dtype]
-                    divisible.append(arg)
+        tensors = {t.name: t for t in (*sched.program.tensors, *tb.block_list_tensors(sched.program))}
+        for name in _launches_of(functions, sched.program):
+            launch = _launch_call(functions[f"_launch_{name}"])
+            consts = {**common, **{kw.arg: ast.literal_eval(kw.value) for kw in assigned[launch["consts"]].keywords if kw.arg}}
+            params = [a.arg for a in functions[launch["kernel"]].args.args]
+            sig, divisible, values = {}, [], []
+            for tname in launch["tensors"]:
+                if tname not in tensors:
+                    raise TilegenError(f"kernel {launch['kernel']}: tensor {tname} is not in the {sched.kind} program; inspect --compile cannot type it")
+                t = tensors[tname]
+                shape = [int(evaluate(d, env)) for d in t.shape]
+                # the caller's 4-d tensors and the 4-d outputs in the spec's layout; the rest contiguous as declared
+                layout = spec.layout if len(shape) == 4 and t.kind in ("input", "output") else "BNSD"
+                values.append(("pointer", POINTER[t.dtype]))
+                launch.setdefault("strides", {})[tname] = _strides(shape, layout)
+            for kind, what in launch["ints"]:
+                values += [("int", v) for v in (launch["strides"][what] if kind == "strides" else (sizes[what],))]
+            for arg, (kind, value) in zip(params, values):
+                if kind == "pointer":
+                    sig[arg] = value
+                    divisible.append(arg)  # torch allocations and the module's workspace views start on 16 bytes
+                elif value == 1:  # the JIT makes an integer equal to 1 a constant
+                    consts[arg], sig[arg] = 1, "constexpr"
                 else:
-                    value = strides.get(arg, sizes.get(arg))
-                    if value == 1:
-                        consts[arg], sig[arg] = 1, "constexpr"
-                        continue
-                    sig[arg] = "i32"
-                    if value is not None and value % 16 == 0:
+                    sig[arg] = "i32" if -(2**31) <= value < 2**31 else "i64"
+                    if value % 16 == 0:
                         divisible.append(arg)
-            jobs.append({"phase": kernel.phase, "program": sched.kind, "fn": fn, "sig": sig, "consts": consts, "divisible": divisible,
-                         "num_warps": knob.num_warps, "num_stages": knob.num_stages})
+            for arg in params[len(values):]:
+                if arg not in consts:
+                    raise TilegenError(f"kernel {launch['kernel']}: parameter {arg} has no value in its launch; inspect --compile cannot type it")
+                sig[arg] = "constexpr"
+            jobs.append({"name": name, "phase": name.removeprefix("fwd_").removeprefix("bwd_"), "program": sched.kind, "fn": launch["kernel"], "sig": sig, "consts": consts,
+                         "divisible": divisible, "num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
     request = {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}
     child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton_compile"], input=json.dumps(request), capture_output=True,
@@ -139,8 +182,8 @@ def compile_resources(
         raise TilegenError(f"the compile of the Triton kernels failed: {last[:300]}") from None
     if "error" in reply:
         raise TilegenError(reply["error"])
-    kernels = {j["phase"]: {"program": j["program"], "num_warps": j["num_warps"], "num_stages": j["num_stages"], **reply["kernels"][j["phase"]]}
-               for j in jobs}
+    kernels = {j["name"]: {"program": j["program"], "phase": j["phase"], "num_warps": j["num_warps"], "num_stages": j["num_stages"],
+                           **reply["kernels"][j["name"]]} for j in jobs}
     return {"triton": reply["triton"], "arch": f"sm_{capability}", "kernels": kernels}
 
 
@@ -158,7 +201,13 @@ def _worker() -> int:
     if not tool.exists():
         print(json.dumps({"error": f"Triton {triton.__version__} ships no cuobjdump at {tool}; it reads the compiled kernels' registers"}))
         return 0
-    path = Path(tempfile.mkdtemp(prefix="tilegen_compile_")) / f"{request['name']}.py"
+    with tempfile.TemporaryDirectory(prefix="tilegen_compile_") as folder:
+        return _compile_jobs(request, triton, GPUTarget, ASTSource, tool, Path(folder))
+
+
+def _compile_jobs(request: dict, triton, GPUTarget, ASTSource, tool: Path, folder: Path) -> int:
+    """The worker's compiles, the module written into ``folder`` (``triton.jit`` reads the kernels' source)."""
+    path = folder / f"{request['name']}.py"
     path.write_text(request["source"])
     mod = types.ModuleType(request["name"])
     mod.__file__ = str(path)
@@ -176,9 +225,9 @@ def _worker() -> int:
             regs, stack = _usage(compiled.asm["cubin"], tool)
         except Exception as exc:  # the compiler's own message, in one line
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            print(json.dumps({"error": f"compiling kernel {job['phase']} of {job['program']} for sm_{capability} failed: {first[:300]}"}))
+            print(json.dumps({"error": f"compiling kernel {job['name']} of {job['program']} for sm_{capability} failed: {first[:300]}"}))
             return 0
-        out[job["phase"]] = {"registers": regs, "stack_bytes": stack, "shared_bytes": int(compiled.metadata.shared)}
+        out[job["name"]] = {"registers": regs, "stack_bytes": stack, "shared_bytes": int(compiled.metadata.shared)}
     print(json.dumps({"triton": triton.__version__, "kernels": out}))
     return 0
 
