@@ -71,3 +71,13 @@ def test_compile_without_triton_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)
     with pytest.raises(TilegenError, match=r"needs Triton \(pip install"):
         compile_resources(builtin_spec("tiny"), "h200")
+
+
+def test_a_prediction_past_the_fitted_spills_says_so(capsys):
+    """fp32 at D 128 spills far past the sweep's largest stack frame (152 B, [gpu_model_compiled]
+    fitted_max_stack_bytes): the prediction with the compiler's figures carries the note."""
+    pytest.importorskip("triton")
+    assert cli.main(["inspect", "--spec", "demo", "--dtype", "fp32", "--seq", "3000", "--target", "h200", "--compile", "--program", "fwd", "--json"]) == 0
+    prog = json.loads(capsys.readouterr().out)["compiled"]["programs"][0]
+    assert prog["kernels"]["fwd"]["stack_bytes"] > 152
+    assert "flag, not a time" in prog["model_compiled"]["outside_fit"]

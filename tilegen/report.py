@@ -615,6 +615,12 @@ def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=
                 facts = {k["phase"]: {f: k[f] for f in ("registers", "stack_bytes", "shared_bytes")} for k in kernels.values()}
                 entry["model_compiled"] = {"label": "model (prediction), the compiler's figures ([gpu_model_compiled])",
                                            "time_s": predict_gpu(sched.program, tgt, warps, compiled=facts).time_s}
+                fitted = tgt.gpu_model_compiled.get("fitted_max_stack_bytes")
+                outside = [name for name, k in kernels.items() if fitted is not None and k["stack_bytes"] > fitted.value]
+                if outside:
+                    entry["model_compiled"]["outside_fit"] = (
+                        f"{', '.join(outside)}: a stack frame past the {int(fitted.value)} B per thread the spill term was fitted on; "
+                        "read this prediction as a flag, not a time")
         out["programs"].append(entry)
     return out
 
@@ -625,7 +631,7 @@ def format_compiled(report: dict) -> str:
              "what the compiler allocated"]
     for prog in report["programs"]:
         lines.append(f"{prog['program']}:")
-        lines.append(f"  {'kernel':<12} {'warps':>5} {'stages':>6} {'registers':>9} {'spilled B':>9} {'shared B':>9}  (per thread: registers, spilled bytes; per program: shared bytes)")
+        lines.append(f"  {'kernel':<12} {'warps':>5} {'stages':>6} {'registers':>9} {'stack B':>9} {'shared B':>9}  (per thread: registers, stack frame = spilled registers; per program: shared bytes)")
         for ph, k in prog["kernels"].items():
             spills = "  (spills to local memory)" if k["stack_bytes"] else ""
             lines.append(f"  {ph:<12} {k['num_warps']:>5} {k['num_stages']:>6} {k['registers']:>9} {k['stack_bytes']:>9} {k['shared_bytes']:>9}{spills}")
@@ -634,6 +640,8 @@ def format_compiled(report: dict) -> str:
             if "model_compiled" in prog:
                 text += f", {format_seconds(prog['model_compiled']['time_s'])} with the compiler's figures ([gpu_model_compiled])"
             lines.append(text)
+            if "outside_fit" in prog.get("model_compiled", {}):
+                lines.append(f"    note: {prog['model_compiled']['outside_fit']}")
     return "\n".join(lines) + "\n"
 
 
