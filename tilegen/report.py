@@ -285,7 +285,8 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                              f"for this schedule (GPU cost model, tilegen.cost.predict_gpu; {per}; launches included)")
             levels = list(tgt["levels"])
             scored = "model" if model else "roofline"
-            lines.append("  " + f"{'Br':>4} {'Bc':>4} {scored:>11}  " + "  ".join(f"{lv:>9}" for lv in levels))
+            note = "  (the tile search: each candidate scored at [triton.default] num_warps)" if model else ""
+            lines.append("  " + f"{'Br':>4} {'Bc':>4} {scored:>11}  " + "  ".join(f"{lv:>9}" for lv in levels) + note)
             for c in feasible[:candidates]:
                 mark = "*" if (c["Br"], c["Bc"]) == (tiles["Br"], tiles["Bc"]) else " "
                 peaks = "  ".join(f"{format_bytes(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)
