@@ -7,6 +7,7 @@ Usage (on the GPU machine, from the repository root):
     PYTHONPATH=. python benchmarks/gpu_variants.py --rounds 4 5 --stem gpu_variants_full --budget 420 --out $OUT
     PYTHONPATH=. python benchmarks/gpu_variants.py --rounds 6 7 9 8 10 --stem gpu_variants_mha --budget 400 --out $OUT
     PYTHONPATH=. python benchmarks/gpu_variants.py --dry-run      # CPU: list the variants, check their rows
+    PYTHONPATH=. python benchmarks/gpu_variants.py --dry-run --compile --rounds 7   # and screen them: registers, spills
 
 Rows: bf16 rows of benchmarks/gpu_table.py (B·N = 16384, H·D = 2048): the GQA rows (Hkv = H/8, so
 G = 8; D 64 and 128, N 1k / 4k / 16k, causal and not; rounds 1-5, 7, 8), the causal MHA rows (D 128
@@ -528,6 +529,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-flex", action="store_true", help="no compiled flex_attention runs (Flex's figures from gpu_table.json where it has the row)")
     ap.add_argument("--flex-budget", type=float, default=160.0, help="seconds of Flex runs (compiles) in all (default 160)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: list the variants and check that each target row emits them")
+    ap.add_argument("--compile", action="store_true",
+                    help="with --dry-run: also compile each variant's kernels for sm_90 on the CPU (needs Triton) and print the "
+                         "registers, stack bytes (spills) and shared bytes the compiler allocated (inspect --compile)")
     ap.add_argument("--debug", action="store_true")
     args = ap.parse_args(argv)
     if args.budget <= 0:
@@ -573,9 +577,17 @@ def dry_run(args) -> int:
             got = emitted(row, target, v["program"])
             tb.render(spec_of(row), target)  # the module's lowering (grid limits, expressions) on the CPU
             n += 1
+            label = f"{row_label({**row, 'H': shape(row)[1], 'Hkv': shape(row)[2]})} {variant_name(v)}"
             if not matches(v, got):
                 bad += 1
-                print(f"MISMATCH {row_label({**row, 'H': shape(row)[1], 'Hkv': shape(row)[2]})} {variant_name(v)}: emitted {got}")
+                print(f"MISMATCH {label}: emitted {got}")
+            if args.compile:  # the screening on the CPU: what the compiler allocates for this variant's kernels
+                from tilegen.backends.triton_compile import compile_resources
+
+                facts = compile_resources(spec_of(row), target, programs=(v["program"],))["kernels"]
+                print(f"{label}: " + "; ".join(
+                    f"{name} {k['registers']} reg, {k['stack_bytes']} B stack{' (spills)' if k['stack_bytes'] else ''}, {k['shared_bytes']} B shared"
+                    for name, k in facts.items() if name in ("fwd", "main", "dq")), flush=True)
     print(f"gpu_variants --dry-run: {n} variants, {bad} mismatches; target files in {folder}")
     return 1 if bad else 0
 
