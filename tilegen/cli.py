@@ -574,7 +574,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .backends import write
+    from .backends import launch_label, write
     from .cache import cached
 
     spec = resolve_spec(args)
@@ -598,8 +598,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for label in ("forward", "backward"):
         s = sched[label]
         launches = s.get("launches") or {k: [k] for k in s["kernels"]}
-        groups = "; ".join(name if ks == [name] else f"{name} (kernels {', '.join(k[len(name) + 1:] for k in ks)}, SyncAll between)"
-                           for name, ks in launches.items())
+        groups = "; ".join(launch_label(name, ks) for name, ks in launches.items())
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, {len(launches)} launch{'es' if len(launches) > 1 else ''}: {groups}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0

@@ -26,6 +26,16 @@ class Generated:
     manifest: dict[str, Any]
 
 
+def launch_label(name: str, kernels: list[str]) -> str:
+    """How the Ascend C kernel files and ``tilegen generate`` name one launch: ``name``, and for a
+    launch of several kernels (named ``<name>_<phase>``) their phases with SyncAll between, e.g.
+    ``tilegen_tiny_bwd (kernels pre, main, post, SyncAll between)``. Here, not in the Ascend C
+    backend, so that ``generate`` served from the compile cache imports no compiler."""
+    if kernels == [name]:
+        return name
+    return f"{name} (kernels {', '.join(k[len(name) + 1:] for k in kernels)}, SyncAll between)"
+
+
 def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     """Add the SHA-256 of every file to ``manifest`` and ``manifest.json`` to the files."""
     manifest = dict(manifest, files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in sorted(files.items())})

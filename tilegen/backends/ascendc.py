@@ -28,7 +28,7 @@ import jinja2
 import sympy
 
 from .. import dtypes
-from . import Generated, with_manifest, write  # noqa: F401  (write: re-exported for callers)
+from . import Generated, launch_label, with_manifest, write  # noqa: F401  (write: re-exported for callers)
 from ..errors import SpecError, TargetError
 from ..exprs import evaluate
 from ..analysis import target_l2_reuse
@@ -323,7 +323,7 @@ class ProgramPlan:
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
     extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
-    launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all)
+    launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all), label
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -1427,7 +1427,10 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         else:
             groups.append([kp])
     several = sum(len(g) > 1 for g in groups) > 1
-    launches = [{"name": g[0].name if len(g) == 1 else f"{base}_{n}" if several else base, "kernels": g} for n, g in enumerate(groups)]
+    launches = []
+    for n, g in enumerate(groups):
+        name = g[0].name if len(g) == 1 else f"{base}_{n}" if several else base
+        launches.append({"name": name, "kernels": g, "label": launch_label(name, [kp.name for kp in g])})
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
 
 
