@@ -575,7 +575,8 @@ def dry_run(args) -> int:
         for v in dry_variants(row):
             target = target_file(folder, row, v)
             got = emitted(row, target, v["program"])
-            tb.render(spec_of(row), target)  # the module's lowering (grid limits, expressions) on the CPU
+            if not args.compile:  # (--compile renders the module itself)
+                tb.render(spec_of(row), target)  # the module's lowering (grid limits, expressions) on the CPU
             n += 1
             label = f"{row_label({**row, 'H': shape(row)[1], 'Hkv': shape(row)[2]})} {variant_name(v)}"
             if not matches(v, got):

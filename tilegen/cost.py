@@ -750,10 +750,12 @@ def fused_temporaries(kernel) -> set[str]:
     return out
 
 
-def uses_gpu_model(target: Target) -> bool:
+def uses_gpu_model(target: Target, compiled: bool = False) -> bool:
     """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a GPU target
-    whose ``[gpu_model]`` table has every parameter) rather than the roofline."""
-    return target.kind == "gpu" and all(k in target.gpu_model for k in GPU_MODEL_PARAMS)
+    whose ``[gpu_model]`` table has every parameter) rather than the roofline; with ``compiled``, whether
+    its ``[gpu_model_compiled]`` table has every parameter the model takes with the compiler's figures."""
+    table = target.gpu_model_compiled if compiled else target.gpu_model
+    return target.kind == "gpu" and all(k in table for k in GPU_MODEL_PARAMS if not (compiled and k == "base_registers"))
 
 
 def default_warps(target: Target) -> int:

@@ -612,7 +612,7 @@ def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=
         entry = {"program": sched.kind, "kernels": kernels}
         if uses_gpu_model(tgt):
             entry["model"] = {"label": "model (prediction), the footprint's estimates ([gpu_model])", "time_s": predict_gpu(sched.program, tgt, warps).time_s}
-            if all(k in tgt.gpu_model_compiled for k in ("tile_cycles", "spill_cost")):
+            if uses_gpu_model(tgt, compiled=True):
                 facts = {k["phase"]: {f: k[f] for f in ("registers", "stack_bytes", "shared_bytes")} for k in kernels.values()}
                 entry["model_compiled"] = {"label": "model (prediction), the compiler's figures ([gpu_model_compiled])",
                                            "time_s": predict_gpu(sched.program, tgt, warps, compiled=facts).time_s}

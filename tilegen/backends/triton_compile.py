@@ -16,7 +16,9 @@ names the version.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -34,13 +36,19 @@ POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32"}
 
 
 def _strides(shape: list[int], layout: str) -> tuple[int, ...]:
-    """Strides of a contiguous tensor of logical (BNSD) ``shape`` stored as ``layout``, in logical order."""
-    bsnd = layout == "BSND" and len(shape) == 4
-    physical = [shape[0], shape[2], shape[1], shape[3]] if bsnd else list(shape)
-    st, acc = [0] * len(physical), 1
-    for k in range(len(physical) - 1, -1, -1):
-        st[k], acc = acc, acc * physical[k]
-    return (st[0], st[2], st[1], st[3]) if bsnd else tuple(st)
+    """Strides of a contiguous tensor of logical (BNSD) ``shape`` stored as ``layout``, in logical order
+    (BSND swaps the head and sequence axes, both ways)."""
+    order = (0, 2, 1, 3) if layout == "BSND" and len(shape) == 4 else tuple(range(len(shape)))
+    physical = [shape[k] for k in order]
+    contiguous = [math.prod(physical[k + 1:]) for k in range(len(physical))]
+    return tuple(contiguous[k] for k in order)
+
+
+def _triton_installed() -> bool:
+    """Triton can be imported here (an entry of None in ``sys.modules`` blocks it, as for an import)."""
+    if "triton" in sys.modules:
+        return sys.modules["triton"] is not None
+    return importlib.util.find_spec("triton") is not None
 
 
 def _usage(cubin: bytes, tool: Path) -> tuple[int, int]:
@@ -118,9 +126,7 @@ def compile_resources(
         TilegenError: Triton is not installed, the target is not a CUDA GPU, or the compile fails
             (one line naming the kernel); the schedule's own errors as :func:`tilegen.backends.triton.schedule`.
     """
-    import importlib.util
-
-    if importlib.util.find_spec("triton") is None if "triton" not in sys.modules else sys.modules["triton"] is None:
+    if not _triton_installed():
         raise TilegenError("a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'); it is not installed")
     from . import triton as tb
 
@@ -143,7 +149,7 @@ def compile_resources(
             launch = _launch_call(functions[f"_launch_{name}"])
             consts = {**common, **{kw.arg: ast.literal_eval(kw.value) for kw in assigned[launch["consts"]].keywords if kw.arg}}
             params = [a.arg for a in functions[launch["kernel"]].args.args]
-            sig, divisible, values = {}, [], []
+            sig, divisible, values, strides = {}, [], [], {}
             for tname in launch["tensors"]:
                 if tname not in tensors:
                     raise TilegenError(f"kernel {launch['kernel']}: tensor {tname} is not in the {sched.kind} program; inspect --compile cannot type it")
@@ -152,9 +158,9 @@ def compile_resources(
                 # the caller's 4-d tensors and the 4-d outputs in the spec's layout; the rest contiguous as declared
                 layout = spec.layout if len(shape) == 4 and t.kind in ("input", "output") else "BNSD"
                 values.append(("pointer", POINTER[t.dtype]))
-                launch.setdefault("strides", {})[tname] = _strides(shape, layout)
+                strides[tname] = _strides(shape, layout)
             for kind, what in launch["ints"]:
-                values += [("int", v) for v in (launch["strides"][what] if kind == "strides" else (sizes[what],))]
+                values += [("int", v) for v in (strides[what] if kind == "strides" else (sizes[what],))]
             for arg, (kind, value) in zip(params, values):
                 if kind == "pointer":
                     sig[arg] = value
