@@ -1,9 +1,11 @@
 """The row helpers of tilegen_runtime.h (RowsReduce, RowsAddScalar, RowsMulScalar, RowsSafeDiv,
-ZeroIfNegInf; CreateVecIndex as MaskTile calls it), which run without per-row scalar loops (ReduceRepeat,
-Brcb, level-0 Add/Sub/Mul, Compares/Select), on the hand twin and on the real-API twin (the public
+ZeroIfNegInf, CreateVecIndex, MaskTile), which run without per-row scalar loops (ReduceRepeat, Brcb,
+level-0 Add/Sub/Mul/Compare/Select, Compares), on the hand twin and on the real-API twin (the public
 asc-devkit headers; skipped without ``$ASC_DEVKIT`` and clang++-16), against NumPy. The kernel is
 tests/twin_real/rows_kernels.asc: 16 rows of 128 floats (100 reduced, so a full and a partial 64-lane
-chunk), the broadcast 8 rows at a time (two Brcb groups), -inf rows and zero divisors.
+chunk), the broadcast 8 rows at a time (two Brcb groups), -inf rows and zero divisors; MaskTile on six
+windows (cut by either bound, both, neither; rows past Sq; columns past Sk; every column hidden), with
+compare bits for 32 rows and for 8 rows at a time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,21 @@ from tilegen.spec import builtin_spec
 
 HERE = Path(__file__).resolve().parent
 ROWS, CPAD, COLS = 16, 128, 100
+# the MASKS of rows_kernels.asc: row0, col0, Sq, Sk, offset, left, right (left/right < 0: unbounded)
+MASKS = [(40, 0, 1000, 1000, 60, -1, 0), (100, 64, 110, 1000, 0, -1, 0), (0, 0, 16, 100, 50, 30, 20),
+         (64, 0, 200, 400, 0, 20, -1), (0, 0, 100, 1000, 500, 4, 4), (0, 0, 100, 1000, 0, -1, -1)]
+
+
+def _masked(x: np.ndarray, row0, col0, sq, sk, off, left, right) -> np.ndarray:
+    """DESIGN §3: key c visible to query r iff r + off - left <= c <= r + off + right, r < Sq, c < Sk."""
+    r = row0 + np.arange(ROWS)[:, None]
+    c = col0 + np.arange(CPAD)[None, :]
+    seen = (r < sq) & (c < sk)
+    if left >= 0:
+        seen &= c >= r + off - left
+    if right >= 0:
+        seen &= c <= r + off + right
+    return np.where(seen, x.astype(np.float64), -np.inf)
 
 
 def _files() -> dict[str, str]:
@@ -71,6 +88,7 @@ def test_row_helpers_match_numpy(which, tmp_path):
             "safe_div": np.where(v64 != 0, x64 / np.where(v64 == 0, 1.0, v64), 0.0),
             "index": 37.0 + np.arange(CPAD),
         }
+        want.update({f"mask{k}": _masked(x, *m) for k, m in enumerate(MASKS)})
     got = {
         "max": y[:ROWS],
         "sum": y[ROWS : 2 * ROWS],
@@ -78,7 +96,12 @@ def test_row_helpers_match_numpy(which, tmp_path):
         "sub": y[3 * ROWS : 3 * ROWS + tile].reshape(ROWS, CPAD),
         "mul": y[3 * ROWS + tile : 3 * ROWS + 2 * tile].reshape(ROWS, CPAD),
         "safe_div": y[3 * ROWS + 2 * tile : 3 * ROWS + 3 * tile].reshape(ROWS, CPAD),
-        "index": y[3 * ROWS + 3 * tile :],
+        "index": y[3 * ROWS + 3 * tile : 3 * ROWS + 3 * tile + CPAD],
     }
+    at = 3 * ROWS + 3 * tile + CPAD
+    got.update({f"mask{k}": y[at + k * tile : at + (k + 1) * tile].reshape(ROWS, CPAD) for k in range(len(MASKS))})
+    # the cases cover what they say: every one but the last hides scores, the fifth all of them
+    hidden = [int(np.isinf(want[f"mask{k}"]).sum() - np.isinf(x).sum()) for k in range(len(MASKS))]
+    assert min(hidden[:-1]) > 0 and hidden[-1] == 0 and np.isinf(want["mask4"]).all()
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=2e-6, atol=2e-5, equal_nan=True, err_msg=f"{which} twin: {name}")

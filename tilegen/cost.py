@@ -237,10 +237,13 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             n = math.ceil(int(op["cols"]) / 64)
             v_cycles = n * (vs + rows * c["vector_reduce_repeat_cycles"]) + (n - 1) * vec(rows)
             return max((2 * n - 1) * issue, v_cycles)
+        # a Select in VSEL_TENSOR_SCALAR_MODE is preceded by a Duplicate of the scalar and a set_cmpmask
+        # (the dav-c220 VselIntrinsicsImplPre)
+        sel_pre = vec(1) + vs
         if kind == "zero_if_neginf":
             # copy to the 64-aligned row, Compares, Select, copy back (vector ops, issued ahead)
             n = int(op["count"])
-            return max(4 * issue, 2 * vec(n) + 2 * vec(math.ceil(n / 64) * 64))
+            return max(4 * issue, 2 * vec(n) + 2 * vec(math.ceil(n / 64) * 64) + sel_pre)
         if kind in ("rows_add", "rows_mul", "rows_div"):
             # Brcb of the row factors (one group: the scratch holds every row on the built-in specs),
             # then an Add/Sub/Mul over the rows per 64 columns
@@ -248,22 +251,30 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             v_cycles = vs + math.ceil(rows / 8) * c["vector_brcb_repeat_cycles"] + chunks * (vs + rows * vr)
             n_issue = 1 + chunks
             if kind == "rows_div":  # the factors 1 / v first: copy, Compares, Reciprocal, Select
-                v_cycles += vec(rows) + 3 * vec(math.ceil(rows / 64) * 64)
+                v_cycles += vec(rows) + 3 * vec(math.ceil(rows / 64) * 64) + sel_pre
                 n_issue += 4
             return max(n_issue * issue, v_cycles)
         if kind == "mask":
             if op.get("cut_only") and not cut:
                 return 0.0  # MaskTile returns before any instruction on a tile it does not cut
-            cpad = int(op["cpad"])
-            # CreateVecIndex (tilegen_runtime.h): 8 scalar writes, an S->V pair, then 7 block and
-            # cpad / 64 - 1 repeat Adds on V, each issued after the barrier of the one before
-            adds = 7 + max(math.ceil(cpad / 64) - 1, 0)
-            fixed = 2 * issue + 2 * fl + 8 * (issue + wr) + adds * max(2 * issue, vs + vr)
-            if valid is None:
-                per_rows = rows * max(4 * issue, 4 * vec(cpad))
+            cpad, chunks = int(op["cpad"]), math.ceil(int(op["cpad"]) / 64)
+            add = max(2 * issue, vs + vr)
+
+            def index(n):  # CreateVecIndex: scalar writes of the first block, an S->V pair, then Adds on V
+                return 2 * fl + min(n, 8) * (issue + wr) + (math.ceil(min(n, 64) / 8) - 1 + max(math.ceil(n / 64) - 1, 0)) * add
+
+            live = rows if valid is None else min(max(valid, 0), rows)
+            pad = vec((rows - live) * cpad) if live < rows else 0.0
+            if op.get("cut_only"):  # on a cut tile: each finite bound (the model does not tell which cuts)
+                bounds = (int(op["left"]) >= 0) + (int(op["right"]) >= 0)
             else:
-                per_rows = (rows - min(max(valid, 0), rows)) * max(issue, vec(cpad))
-            return fixed + (per_rows if cut else 0.0)
+                bounds = (int(op["left"]) >= 0) + 1
+            n = math.ceil(live / 8) * 8
+            # per bound (MaskBound): the thresholds (CreateVecIndex and Mins), then one group of rows (the
+            # scratch holds 64): Brcb, and per 64 columns a Compare and a Select over the rows
+            bound = index(n) + vec(n) + vs + math.ceil(live / 8) * c["vector_brcb_repeat_cycles"] + chunks * (2 * (vs + live * vr) + sel_pre)
+            work = (index(cpad) + bounds * bound) if live > 0 and bounds else 0.0
+            return pad + work
         raise TilegenError(f"the emitted-code model has no cost for the vector op {kind}")
     if kind in ("l1_load", "v2c_recv"):
         rows, cols = int(op["rows"]), int(op["cols"])

@@ -419,11 +419,12 @@ class _Lower:
                 )
             if unit == "vector":
                 # backend scratch after the planned buffers: reduction tmp and result, the column
-                # index of a mask, its compare bits (sizes within the level's declared scratch)
+                # index of a mask, its compare bits: 8 bytes a row for MaskTile's 64-lane compares of up to
+                # 64 rows at a time (sizes within the level's declared scratch)
                 cols = self.scratch_cols()
                 tmp = max([reduce_tmp_elems(self.dims(self.buffers[st.src])[1], 4, st.op == "max")
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
-                scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 256)]
+                scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 512)]
                 scratch += self.row_scratch(spans, extra - sum(-(-e * (1 if c == "uint8_t" else 4) // 32) * 32 for _, c, e in scratch))
                 mod_scratch = self.mod_scratch(cols)
                 offset = -(-peak // 32) * 32
@@ -1061,7 +1062,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError("mask must be in place on Ascend")
         cpad = lo.cpad(buf)
         if cpad * 4 % 256:
-            raise TargetError(f"the mask of {buf.name} needs its columns ({cpad}) to be a multiple of 64 for CompareScalar")
+            raise TargetError(f"the mask of {buf.name} needs its columns ({cpad}) to be a multiple of 64 for its 64-lane Compare/Select")
         m = lo.program.mask
         lo.need("VectorOp_count", cpad, f"the mask of {buf.name}")
         # the compared integers: columns col0 + c < Sk + cpad, row bounds clipped to [0, Sk - 1] below

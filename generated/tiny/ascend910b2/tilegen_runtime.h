@@ -527,42 +527,72 @@ __aicore__ inline void CastRows(const LocalTensor<D>& dst, const LocalTensor<S>&
     }
     for (int64_t r = 0; r < rows; ++r) Cast(dst[r * dpad], src[r * spad], mode, TILEGEN_NARROW(VectorOp_count, cols));
 }
-// DESIGN §3 mask on a tile of `rows` rows starting at global row `row0` and `cols` columns starting at
-// `col0`: key c visible to query r iff r + off - left <= c <= r + off + right (left/right < 0:
-// unbounded), r < Sq, c < Sk. Hidden scores become -inf. `colIdx` holds col0 + c as floats for the
-// compare; `bits` receives the compare mask. Needs cpad * 4 to be a multiple of 256 (Bc multiple of 64).
-// `cutOnly` (the IR's schedule knob): issue nothing when the tile is not cut, i.e. no row is padding and
-// every row sees every column (the visible bounds grow with the row: the last row's lower and the first
-// row's upper bound decide).
-__aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<float>& colIdx, const LocalTensor<uint8_t>& bits,
-                                int64_t rows, int64_t cpad, int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off,
-                                int64_t left, int64_t right, bool cutOnly)
+// One bound of a mask on the first `rows` rows of tile s (row pitch cpad floats, cpad a multiple of 64):
+// column c of row r keeps its score where colIdx[c] (cmpMode) thr[r] holds, else it becomes -inf, with
+// thr[r] = first + r (CreateVecIndex), at most `cap` (Mins) when `capped`, or `cap` on every row when
+// `flat`. Per group of rows (as many as brc holds Brcb blocks and bits holds 8-byte compare results) Brcb
+// spreads thr over one 32-byte block per row, then per 64 columns one level-0 Compare writes the row's 64
+// result bits (src0 the same 64 indices every repeat: repeat stride 0; src1 the row's block: block stride 0,
+// repeat stride 1; dst packed 8 bytes a repeat as the count form packs it, CompareCompute in
+// impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:154 with the default BinaryRepeatParams), and one
+// level-0 Select in VSEL_TENSOR_SCALAR_MODE (Select.md: each repeat consumes the next 256/sizeof(T) bits of
+// selMask) keeps the score or writes -inf, a repeat per row. `thr` must hold CeilDiv(rows, 8) * 8 floats.
+__aicore__ inline void MaskBound(const LocalTensor<float>& s, const LocalTensor<float>& colIdx, const LocalTensor<uint8_t>& bits,
+                                 const LocalTensor<float>& thr, const LocalTensor<float>& brc, int64_t rows, int64_t cpad,
+                                 float first, float cap, bool capped, bool flat, CMPMODE cmpMode)
 {
-    if (cutOnly && row0 + rows <= sq) {
-        const int64_t lo = Max64(left >= 0 ? row0 + rows - 1 + off - left : 0, 0);
-        const int64_t hi = Min64(right >= 0 ? row0 + off + right : sk - 1, sk - 1);
-        if (lo <= col0 && hi >= col0 + cpad - 1) return;
+    const int32_t n = TILEGEN_NARROW(VectorOp_count, CeilDiv(rows, 8) * 8);
+    if (flat) {
+        Duplicate(thr, cap, n);
+    } else {
+        WaitVToS();  // CreateVecIndex writes thr's first block by scalar stores: after the vector's last read
+        CreateVecIndex(thr, first, static_cast<uint32_t>(n));
+        if (capped) Mins(thr, thr, cap, n);
     }
+    ResetMask();
+    const int64_t group = Min64(static_cast<int64_t>(brc.GetSize()) / 8, static_cast<int64_t>(bits.GetSize()) / 8) / 8 * 8;
+    const uint8_t stride = TILEGEN_NARROW(VectorOp_repStride, cpad / 8);
+    const BinaryRepeatParams cmp(1, 1, 0, 8, 0, 1);
+    const BinaryRepeatParams sel(1, 1, 1, stride, stride, 8);
+    for (int64_t g0 = 0; g0 < rows; g0 += group) {
+        const int64_t g = Min64(group, rows - g0);
+        const uint8_t rep = TILEGEN_NARROW(VectorOp_repeatTime, g);
+        Brcb(brc, thr[g0], TILEGEN_NARROW(VectorOp_repeatTime, CeilDiv(g, 8)), BrcbRepeatParams(1, 8));
+        for (int64_t c0 = 0; c0 < cpad; c0 += LANES_F32) {
+            Compare(bits, colIdx[c0], brc, cmpMode, static_cast<uint64_t>(LANES_F32), rep, cmp);
+            Select(s[g0 * cpad + c0], bits, s[g0 * cpad + c0], NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, static_cast<uint64_t>(LANES_F32), rep, sel);
+        }
+    }
+    ResetMask();
+}
+// DESIGN §3 mask on a tile of `rows` rows starting at global row `row0` and `cpad` columns starting at
+// `col0`: key c visible to query r iff r + off - left <= c <= r + off + right (left/right < 0:
+// unbounded), r < Sq, c < Sk. Hidden scores become -inf: the rows past Sq by one Duplicate, each bound
+// that cuts a row by MaskBound over the tile's other rows (the lower bound grows with the row, so the
+// last row decides whether it cuts; the upper bound, clipped to Sk - 1, likewise the first row).
+// `colIdx` (cpad floats) receives col0 + c; `bits` (8 bytes per row of a group), `thr` (the rows rounded
+// up to 8 floats) and `brc` (8 floats per row of a group) are scratch. cpad must be a multiple of 64.
+// `cutOnly` (the IR's schedule knob): issue nothing when the tile is not cut, and only the bounds that
+// cut; without it every bound runs on every tile.
+__aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<float>& colIdx, const LocalTensor<uint8_t>& bits,
+                                const LocalTensor<float>& thr, const LocalTensor<float>& brc, int64_t rows, int64_t cpad,
+                                int64_t row0, int64_t col0, int64_t sq, int64_t sk, int64_t off, int64_t left, int64_t right,
+                                bool cutOnly)
+{
+    const int64_t valid = Max64(Min64(sq - row0, rows), 0);
+    const int64_t last = col0 + cpad - 1;
+    const bool cutsLo = left >= 0 && (!cutOnly || (valid > 0 && row0 + valid - 1 + off - left > col0));
+    const int64_t hiFirst = right >= 0 ? Min64(row0 + off + right, sk - 1) : sk - 1;
+    const bool cutsHi = !cutOnly || (valid > 0 && hiFirst < last);
+    if (valid < rows) Duplicate(s[valid * cpad], NEG_INF, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
+    if (valid == 0 || (!cutsLo && !cutsHi)) return;
     WaitVToS();  // CreateVecIndex writes the first block by scalar stores, then the rest on V
     CreateVecIndex(colIdx, static_cast<float>(col0), static_cast<uint32_t>(cpad));
-    ResetMask();
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t gr = row0 + r;
-        const LocalTensor<float> row = s[r * cpad];
-        if (gr >= sq) {
-            Duplicate(row, NEG_INF, TILEGEN_NARROW(VectorOp_count, cpad));
-            continue;
-        }
-        int64_t lo = left >= 0 ? gr + off - left : 0;
-        int64_t hi = right >= 0 ? gr + off + right : sk - 1;
-        hi = Min64(hi, sk - 1);
-        lo = Max64(lo, 0);
-        if (lo <= col0 && hi >= col0 + cpad - 1) continue;
-        Compares(bits, colIdx, static_cast<float>(lo), CMPMODE::GE, TILEGEN_NARROW(VectorOp_count, cpad));
-        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
-        Compares(bits, colIdx, static_cast<float>(hi), CMPMODE::LE, TILEGEN_NARROW(VectorOp_count, cpad));
-        Select(row, bits, row, NEG_INF, SELMODE::VSEL_TENSOR_SCALAR_MODE, TILEGEN_NARROW(VectorOp_count, cpad));
-    }
+    if (cutsLo)
+        MaskBound(s, colIdx, bits, thr, brc, valid, cpad, static_cast<float>(row0 + off - left), 0.0f, false, false, CMPMODE::GE);
+    if (cutsHi)
+        MaskBound(s, colIdx, bits, thr, brc, valid, cpad, static_cast<float>(row0 + off + Max64(right, 0)),
+                  static_cast<float>(sk - 1), right >= 0, right < 0, CMPMODE::LE);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -93,12 +93,6 @@ template <typename... A> inline void trap(A&&...) { cce_rt::Fail("trap", "CCE in
 template <typename... A> inline void vand(A&&...) { cce_rt::Fail("vand", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgadd(A&&...) { cce_rt::Fail("vcgadd", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgmax(A&&...) { cce_rt::Fail("vcgmax", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_eq(A&&...) { cce_rt::Fail("vcmpv_eq", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_ge(A&&...) { cce_rt::Fail("vcmpv_ge", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_gt(A&&...) { cce_rt::Fail("vcmpv_gt", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_le(A&&...) { cce_rt::Fail("vcmpv_le", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_lt(A&&...) { cce_rt::Fail("vcmpv_lt", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vcmpv_ne(A&&...) { cce_rt::Fail("vcmpv_ne", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_bf162s32a(A&&...) { cce_rt::Fail("vconv_bf162s32a", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_bf162s32c(A&&...) { cce_rt::Fail("vconv_bf162s32c", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_bf162s32f(A&&...) { cce_rt::Fail("vconv_bf162s32f", "CCE intrinsic not modelled by the tilegen twin"); }

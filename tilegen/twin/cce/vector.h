@@ -354,6 +354,42 @@ TILEGEN_CCE_CMPVS(vcmpvs_gt, >)
 TILEGEN_CCE_CMPVS(vcmpvs_ge, >=)
 #undef TILEGEN_CCE_CMPVS
 
+// ---- compare two tensors -> bits (Compare doc): bit i of dst = (src0[i] OP src1[i]), both sources through
+// their block and repeat strides; the bits are packed as vcmpvs packs them (the dst strides are not
+// modelled: the asc-devkit calls pass the defaults, CompareCompute in kernel_operator_vec_cmp_impl.h).
+#define TILEGEN_CCE_CMPV(name, OP)                                                                                \
+    template <typename T>                                                                                         \
+    inline void name(__ubuf__ uint8_t* dst, __ubuf__ T* src0, __ubuf__ T* src1, uint64_t repeat, uint64_t dBlk,   \
+                     uint64_t s0Blk, uint64_t s1Blk, uint64_t dRep, uint64_t s0Rep, uint64_t s1Rep)               \
+    {                                                                                                             \
+        (void)dBlk; (void)dRep;                                                                                   \
+        const char* what = #name;                                                                                 \
+        constexpr uint32_t lanes = 256 / sizeof(T);                                                               \
+        const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));           \
+        const uint32_t op = cce_rt::Issue(PIPE_V);                                                                \
+        const cce_rt::Opnd a = cce_rt::MakeOpnd(what, cce_rt::AddrOf(src0), sizeof(T), sizeof(T), s0Blk, s0Rep);  \
+        const cce_rt::Opnd b = cce_rt::MakeOpnd(what, cce_rt::AddrOf(src1), sizeof(T), sizeof(T), s1Blk, s1Rep);  \
+        const uint64_t d = cce_rt::AddrOf(dst);                                                                   \
+        std::vector<uint8_t> bits;                                                                                \
+        for (const cce_rt::Lane& x : ls) {                                                                        \
+            const uint64_t k = cce_rt::BitIndex(x, lanes);                                                        \
+            if (bits.size() <= k / 8) bits.resize(k / 8 + 1, 0);                                                  \
+            const float u = static_cast<float>(cce_rt::ReadLane<T>(what, a, x));                                  \
+            const float v = static_cast<float>(cce_rt::ReadLane<T>(what, b, x));                                  \
+            if (u OP v) bits[k / 8] |= static_cast<uint8_t>(1u << (k % 8));                                       \
+        }                                                                                                         \
+        uint8_t* p = cce_rt::Local(what, cce_rt::UB, d, bits.size());                                             \
+        std::memcpy(p, bits.data(), bits.size());                                                                 \
+        cce_rt::TouchWrite(what, PIPE_V, op, cce_rt::UB, d, bits.size());                                         \
+    }
+TILEGEN_CCE_CMPV(vcmpv_eq, ==)
+TILEGEN_CCE_CMPV(vcmpv_ne, !=)
+TILEGEN_CCE_CMPV(vcmpv_lt, <)
+TILEGEN_CCE_CMPV(vcmpv_le, <=)
+TILEGEN_CCE_CMPV(vcmpv_gt, >)
+TILEGEN_CCE_CMPV(vcmpv_ge, >=)
+#undef TILEGEN_CCE_CMPV
+
 // set_cmpmask(p): CMPMASK = the 16 bytes at p (Select modes 0/1 read the bits / the scalar from it).
 template <typename T>
 inline void set_cmpmask(__ubuf__ T* p)

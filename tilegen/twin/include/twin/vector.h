@@ -1246,11 +1246,87 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     std::memcpy(d.Ptr(), bits.data(), bits.size());
 }
 
+// High-dim form [I:include/basic_api/kernel_operator_vec_cmpsel_intf.h:61-68]: on A2 the mask is a reserved
+// parameter (Compare.md: 设置无效; VcmpvImpl drops it, kernel_operator_vec_cmp_impl.h:242, 266), so the lanes
+// are those of the mask register, which the twin requires full, as for the count form; repeat r writes its 256/sizeof(T) result
+// bits packed at byte r * 256/sizeof(T)/8 of dst, as the count form's repeats do (CompareCompute,
+// impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:154, issues vcmpv with the default
+// BinaryRepeatParams: dstBlkStride 1, dstRepStride 8). The twin models that layout only, so it requires
+// those two dst strides; the source strides are honoured.
+namespace detail_cmp {
+template <typename T, typename U>
+inline void Level0(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
+                   uint8_t repeatTime, const BinaryRepeatParams& p)
+{
+    const char* api = "Compare";
+    constexpr const char* S = "P:Compare";
+    twin::RequireAiv(api, S);
+    // as the count form: every lane compares under the mask register, which must be full (ResetMask())
+    detail_cmp::CheckCmp<T, U>(api, S, cmpMode, static_cast<uint32_t>(repeatTime) * (256 / sizeof(T)));
+    if (p.dstBlkStride != 1 || p.dstRepStride != 8)
+        twin::Fail(api,
+                   twin::Fmt("dstBlkStride %u / dstRepStride %u: the twin models the packed result layout of the default "
+                             "strides 1 / 8 only",
+                             p.dstBlkStride, p.dstRepStride),
+                   "I:impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:154");
+    const twin::LocalRef& d = twin::vec::UbOperand(api, dst, "dst");
+    const twin::LocalRef& a = twin::vec::UbOperand(api, src0, "src0");
+    const twin::LocalRef& b = twin::vec::UbOperand(api, src1, "src1");
+    constexpr uint32_t P = 256 / sizeof(T);
+    const uint64_t R = repeatTime;
+    if (R == 0) return;
+    twin::vec::Lanes L;
+    L.counter = false;
+    L.lo = ~0ull;
+    L.hi = P > 64 ? ~0ull : 0;
+    twin::vec::Opnd o0{&a, sizeof(T), p.src0BlkStride, p.src0RepStride, "src0"};
+    twin::vec::Opnd o1{&b, sizeof(T), p.src1BlkStride, p.src1RepStride, "src1"};
+    const uint64_t e0 = twin::vec::CheckBounds(api, o0, R, L, P);
+    const uint64_t e1 = twin::vec::CheckBounds(api, o1, R, L, P);
+    const uint64_t bytes = R * P / 8;
+    twin::CheckRange(api, d, 0, bytes, "dst", S);
+    twin::trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {twin::trace::Loc(dst, bytes)},
+                     {twin::trace::Loc(src0, e0), twin::trace::Loc(src1, e1)});
+    std::vector<uint8_t> bits(bytes, 0);
+    for (uint64_t r = 0; r < R; ++r)
+        for (uint32_t l = 0; l < P; ++l) {
+            T x, y;
+            std::memcpy(&x, a.Ptr() + o0.Off(r, l), sizeof(T));
+            std::memcpy(&y, b.Ptr() + o1.Off(r, l), sizeof(T));
+            const uint64_t bit = r * P + l;
+            if (detail_cmp::Cmp(x, y, cmpMode)) bits[bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
+        }
+    std::memcpy(d.Ptr(), bits.data(), bits.size());
+}
+}  // namespace detail_cmp
+template <typename T, typename U, bool isSetMask = true>
+inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
+                    const uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& repeatParams)
+{
+    (void)mask;
+    detail_cmp::Level0(dst, src0, src1, cmpMode, repeatTime, repeatParams);
+}
+template <typename T, typename U, bool isSetMask = true>
+inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, CMPMODE cmpMode,
+                    const uint64_t mask[], uint8_t repeatTime, const BinaryRepeatParams& repeatParams)
+{
+    (void)mask;
+    detail_cmp::Level0(dst, src0, src1, cmpMode, repeatTime, repeatParams);
+}
+
 // ================================ Select [P:Select, ascendc-api §5.5, §0.2] ================================
 // bit 1 -> src0, bit 0 -> src1 / scalar. Mode 0 reuses the first 256/sizeof(T) mask bits every repeat;
 // modes 1/2 consume selMask continuously and need the 8 KiB UB scratch at [184 KiB, 192 KiB) on A2:
 // the twin fails if the TPipe's UB allocations reach into it and poisons it after the call.
 namespace detail_sel {
+// What the dav-c220 bodies issue before vsel, so that the trace costs it (impl/basic_api/dav_c220/
+// kernel_operator_vec_cmpsel_impl.h, VselImpl and VselIntrinsicsImplPre): mode 1 duplicates the scalar
+// into the reserved UB block and loads it with set_cmpmask; mode 2 loads the selMask address with set_cmpmask.
+inline void TracePre(SELMODE mode)
+{
+    if (mode == SELMODE::VSEL_TENSOR_SCALAR_MODE) twin::trace::Rec("V", "Duplicate", 1, 0, 0, {}, {});
+    if (mode != SELMODE::VSEL_CMPMASK_SPR) twin::trace::Rec("V", "SetCmpMask", 0, 0, 0, {}, {});
+}
 template <typename T, typename U, typename F>
 inline void Run(const char* api, const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
                 const LocalTensor<T>* src1, SELMODE mode, uint32_t count, F pick1)
@@ -1273,6 +1349,7 @@ inline void Run(const char* api, const LocalTensor<T>& dst, const LocalTensor<U>
     uint64_t maskBits = mode == SELMODE::VSEL_CMPMASK_SPR ? std::min<uint64_t>(count, P) : count;
     twin::CheckRange(api, m, 0, twin::CeilDiv(maskBits, 8), "selMask", S);
     if (mode != SELMODE::VSEL_CMPMASK_SPR) twin::vec::UbScratchCheck(api);
+    detail_sel::TracePre(mode);
     if (src1)
         twin::trace::Rec("V", api, (static_cast<int64_t>(count) * sizeof(T) + 255) / 256, count, 0,
                          {twin::trace::Loc(dst, static_cast<uint64_t>(count) * sizeof(T))},
@@ -1320,6 +1397,67 @@ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
         std::memcpy(&b, s1->Ptr() + static_cast<uint64_t>(i) * sizeof(T), sizeof(T));
         return b;
     });
+}
+
+// High-dim tensor-scalar form [I:include/basic_api/kernel_operator_vec_cmpsel_intf.h:251-261, mode 1]:
+// lane l of repeat r takes src0 where bit r * 256/sizeof(T) + l of selMask is 1, else the scalar (Select.md:
+// each repeat consumes the next 256/sizeof(T) bits, whatever the lane mask); lanes the mask leaves out keep
+// dst. Needs the UB scratch of modes 1/2, like the count form.
+namespace detail_sel {
+template <typename T, typename U, typename M>
+inline void Level0(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
+                   SELMODE selMode, M mask, bool isSetMask, uint8_t repeatTime, const BinaryRepeatParams& p)
+{
+    const char* api = "Select";
+    constexpr const char* S = "P:Select";
+    twin::RequireAiv(api, S);
+    twin::vec::CheckType<T>(api, twin::vec::kF16 | twin::vec::kF32, S);
+    if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE)
+        twin::Fail(api, "the tensor-scalar form needs SELMODE::VSEL_TENSOR_SCALAR_MODE", S);
+    twin::vec::CheckBlkStride(api, p.dstBlkStride);
+    constexpr uint32_t P = 256 / sizeof(T);
+    uint64_t R;
+    const twin::vec::Lanes L = twin::vec::MaskLanes(api, mask, P, isSetMask, repeatTime, R);
+    if (R == 0) return;
+    const twin::LocalRef& d = twin::vec::UbOperand(api, dst, "dst");
+    const twin::LocalRef& m = twin::vec::UbOperand(api, selMask, "selMask");
+    const twin::LocalRef& a = twin::vec::UbOperand(api, src0, "src0");
+    twin::vec::Opnd od{&d, sizeof(T), p.dstBlkStride, p.dstRepStride, "dst"};
+    twin::vec::Opnd oa{&a, sizeof(T), p.src0BlkStride, p.src0RepStride, "src0"};
+    const uint64_t dEnd = twin::vec::CheckBounds(api, od, R, L, P);
+    const uint64_t aEnd = twin::vec::CheckBounds(api, oa, R, L, P);
+    const uint64_t maskBytes = R * P / 8;
+    twin::CheckRange(api, m, 0, maskBytes, "selMask", S);
+    twin::vec::CheckOverlap(api, od, &oa, 1, R, L, P);
+    twin::vec::UbScratchCheck(api);
+    detail_sel::TracePre(selMode);
+    twin::trace::Rec("V", api, static_cast<int64_t>(R), 0, 0, {twin::trace::Loc(dst, dEnd)},
+                     {twin::trace::Loc(selMask, maskBytes), twin::trace::Loc(src0, aEnd)});
+    const uint8_t* mb = m.Ptr();
+    for (uint64_t r = 0; r < R; ++r)
+        for (uint32_t l = 0; l < P; ++l) {
+            if (!L.On(r, l, P)) continue;
+            const uint64_t bit = r * P + l;
+            T x;
+            std::memcpy(&x, a.Ptr() + oa.Off(r, l), sizeof(T));
+            const T out = ((mb[bit / 8] >> (bit % 8)) & 1u) ? x : src1;
+            std::memcpy(d.Ptr() + od.Off(r, l), &out, sizeof(T));
+        }
+    twin::CoreCtx& c = *twin::t_core;
+    std::memset(c.pool[static_cast<int>(twin::Hw::UB)] + twin::kUbScratch, twin::kPoisonByte, twin::HwSize(twin::Hw::UB) - twin::kUbScratch);
+}
+}  // namespace detail_sel
+template <typename T, typename U, bool isSetMask = true>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
+                   SELMODE selMode, uint64_t mask, uint8_t repeatTime, const BinaryRepeatParams& repeatParams)
+{
+    detail_sel::Level0(dst, selMask, src0, src1, selMode, mask, isSetMask, repeatTime, repeatParams);
+}
+template <typename T, typename U, bool isSetMask = true>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
+                   SELMODE selMode, uint64_t mask[], uint8_t repeatTime, const BinaryRepeatParams& repeatParams)
+{
+    detail_sel::Level0(dst, selMask, src0, src1, selMode, static_cast<const uint64_t*>(mask), isSetMask, repeatTime, repeatParams);
 }
 
 // ================================ CreateVecIndex [P:CreateVecIndex] ================================
