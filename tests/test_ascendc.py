@@ -112,10 +112,13 @@ def test_bsnd_row_pitch_past_16_bits_runs_on_the_twin(tmp_path, monkeypatch):
 
 
 def _ops(ops):
+    """Every plan op, those inside loops, pipelined loops and streams (Kernel.stream) included."""
     for op in ops:
         yield op
-        if op["kind"] == "loop":
-            yield from _ops(op["body"])
+        for key in ("body", "stage0", "stage1", "hoisted", "open_a", "open_b", "close"):
+            yield from _ops(op.get(key, []))
+        if op["kind"] == "stream":
+            yield from _ops([op["ploop"]])
 
 
 def test_kernels_refuse_run_time_sizes_past_their_proof(tmp_path):
@@ -328,20 +331,21 @@ def test_twin_catches_a_broken_kernel(tmp_path):
 
 
 def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
-    """The forward's AIV runs stage 1 of tile j + 2 (the softmax, alpha of j + 2) before stage 2 of tile
-    j (acc·alpha of j, then acc += P·V of j; Loop.lookahead), so alpha has three copies and stage 2 reads
-    tile j's through the ring alpha_r[j % 3]. Against the float64 reference: the emitted kernel passes;
-    with the copies' rotation taken out (every stage on one alpha) the O update scales by a later tile's
-    factor and the run is wrong, a wrong answer and not a faster timeline."""
+    """The forward's AIV runs stage 1 of pair n + 2 (the softmax, alpha of n + 2) before stage 2 of pair
+    n (acc·alpha of n, then acc += P·V of n; Loop.lookahead), so alpha has three copies and stage 2 reads
+    pair n's through the ring alpha_r[n % 3] (the pairs of the core's stream: Kernel.stream). Against
+    the float64 reference: the emitted kernel passes; with the copies' rotation taken out (every stage on
+    one alpha) the O update scales by a later tile's factor and the run is wrong, a wrong answer and not
+    a faster timeline."""
     from helpers import assert_forward_ok
 
     spec = make_spec(seq_q=130, seq_k=700, head_dim_qk=64, head_dim_v=64, dtype="fp16")
     gen = ascendc.generate(spec, "ascend910b2")
     src = gen.files["fwd_kernels.asc"]
-    assert re.search(r"software-pipelined: stage 1 of j \+ 2 before stage 2 of j", src)
+    assert re.search(r"Stream a issues each pair's stage 1\n.*2 pairs ahead of stream z's stage 2", src)
     rotation = r"\n *alpha = \(ld_alpha % 3 == 0\) \? alpha_s0 : \(ld_alpha % 3 == 1\) \? alpha_s1 : alpha_s2;\n *\+\+ld_alpha;"
     assert len(re.findall(rotation, src)) == 2  # the AIV's prologue and its steady loop
-    assert "LocalTensor<float> alpha_p = alpha_r[j % 3];" in src and "RowsMulScalar(acc, acc, alpha_p" in src
+    assert "LocalTensor<float> alpha_p = alpha_r[z_n % 3];" in src and "RowsMulScalar(acc, acc, alpha_p" in src
     data = inputs(spec)
     outs = {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}
     runs = {}
@@ -351,6 +355,34 @@ def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
     assert_forward_ok(spec, runs["emitted"]["O"], runs["emitted"]["L"], data)
     with pytest.raises(AssertionError):
         assert_forward_ok(spec, runs["one alpha"]["O"], runs["one alpha"]["L"], data)
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(tmp_path, blocks):
+    """Kernel.stream: a core's programs are one stream of tile pairs, so the softmax of the next
+    programs' first pairs (stream a) runs before this program's closing (stream z: O = acc / l, L = m +
+    log l). m and l get a copy per program in flight, chosen by the program's ordinal. Against the
+    float64 reference (130 x 700, 32 x 256 tiles: 5 programs of 3 pairs a head, 10 on 1 or 2 cores): the
+    emitted kernel passes; with every program on the first copy of m and l the next program's opening
+    overwrites them before this one's closing reads them, and the run is wrong."""
+    from helpers import assert_forward_ok
+
+    spec = make_spec(seq_q=130, seq_k=700, head_dim_qk=64, head_dim_v=64, dtype="fp16")
+    gen = ascendc.generate(spec, "ascend910b2")
+    src = gen.files["fwd_kernels.asc"]
+    assert "Kernel.stream" in src
+    copies = [r"(m|l) = \((a|z)_prog % 3 == 0\) \? \1_s0 : \((a|z)_prog % 3 == 1\) \? \1_s1 : \1_s2;"]
+    assert len(re.findall(copies[0], src)) >= 4  # stream a's opening, stream z's opening, stages and closing
+    broken = re.sub(copies[0], lambda m: f"{m.group(1)} = {m.group(1)}_s0;", src)
+    data = inputs(spec)
+    outs = {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}
+    runs = {}
+    for name, text in (("emitted", src), ("one copy", broken)):
+        exe = twin.build(dict(gen.files, **{"fwd_kernels.asc": text}), cache_dir=tmp_path)
+        runs[name] = twin.run_program(exe, spec, "fwd", {n: data[n] for n in "QKV"}, outs, {}, blocks=blocks, timeout=120)
+    assert_forward_ok(spec, runs["emitted"]["O"], runs["emitted"]["L"], data)
+    with pytest.raises(AssertionError):
+        assert_forward_ok(spec, runs["one copy"]["O"], runs["one copy"]["L"], data)
 
 
 def test_twin_catches_an_accumulator_zeroed_with_blocknum_0(tmp_path):

@@ -102,25 +102,28 @@ def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
     text = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy).files["bwd_kernels.asc"]
     main = text[text.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
 
-    def q_loop(side: str) -> str:  # the body of the loop over visible Q tiles (closed 4 columns left of it)
-        start = side.index("visible Q tiles")
+    def q_loop(side: str) -> str:  # the loop over visible Q tiles, or the stream of tile pairs (Kernel.stream)
+        stream = "Kernel.stream" in side
+        start = side.index("Kernel.stream") if stream else side.index("visible Q tiles")
         line = side[side.rindex("\n", 0, start) + 1 : start]
-        indent = len(line) - len(line.lstrip())
-        return side[start : side.index("\n" + " " * (indent - 4) + "}\n", start)]
+        indent = len(line) - len(line.lstrip()) - (0 if stream else 4)  # a stream block closes at its own brace's column
+        end = side.index("\n" + " " * indent + "}\n", start)
+        return side[start : side.index("its closing", start) if stream else end]  # a stream's pairs, not its closing
 
     def ready_waits(text: str) -> int:  # cross-core waits on a ready flag (not on a reused slot's free flag)
         return sum(1 for line in text.splitlines() if "CrossCoreWaitFlag(" in line and "slot reused" not in line)
 
-    # per tile pair (the AIC's loop may be software-pipelined: its prologue and body each issue a pair's
-    # stage 0), one ready flag set per S + dP send, one wait per Pc + dSc receive; likewise on the AIVs
+    # per tile pair (the loop may be software-pipelined, or a stream: its prologue and body each issue a
+    # pair's earlier stage), one ready flag set per S + dP send, one wait per Pc + dSc receive; likewise
+    # on the AIVs
     aic = q_loop(main[main.index("ASCEND_IS_AIC"):main.index("ASCEND_IS_AIV")])
     s_sends = aic.count("g_ws_S[")  # the AIC only sends S and dP (FixpipeRows, or MatmulStore for a chunked product)
     assert s_sends >= 1 and aic.count("g_ws_dP[") == s_sends
-    assert aic.count("CrossCoreSetFlag<2, PIPE_FIX>(") == s_sends
+    assert sum("CrossCoreSetFlag<2, PIPE_FIX>(" in ln and "signal_done" not in ln for ln in aic.splitlines()) == s_sends
     assert ready_waits(aic) == aic.count("(Pc_cube, g_ws_Pc[") == aic.count("(dSc_cube, g_ws_dSc[") >= 1
     aiv = q_loop(main[main.index("ASCEND_IS_AIV"):])
-    assert ready_waits(aiv) == aiv.count("g_ws_S[") == aiv.count("g_ws_dP[") == 1
-    assert aiv.count("CrossCoreSetFlag<2, PIPE_MTE3>(") == 1
+    assert ready_waits(aiv) == aiv.count("g_ws_S[") == aiv.count("g_ws_dP[") >= 1
+    assert aiv.count("CrossCoreSetFlag<2, PIPE_MTE3>(") == aiv.count("g_ws_S[")
 
 
 def test_atomic_dkv_lets_the_tiles_grow():

@@ -228,7 +228,8 @@ def test_deal_orders_by_hand():
 def test_snake_deal_is_an_ir_knob():
     """The pass snake-deal gives Kernel.deal = "snake" to the kernels whose tile loop's bounds use the
     grid's fastest axis (a causal forward's Q tile, a causal backward's K/V tile), not to uniform ones
-    (a non-causal forward, the pre/post kernels); the emitted grid loop deals by turns."""
+    (a non-causal forward, the pre/post kernels); the emitted program loop (here each stream's next
+    program, Kernel.stream: stream a's in the prologue and the loop, stream z's) deals by turns."""
     from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
@@ -239,7 +240,9 @@ def test_snake_deal_is_an_ir_knob():
     full = pipeline.compile_forward(spec.replace(window=(-1, -1)), target="ascend910b2")
     assert {k.deal for k in full.kernels} == {"cyclic"}
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
-    assert src.count("const int64_t pid = turn * cores + ((turn & 1) ? cores - 1 - core : core);") == 2  # AIC, AIV
+    for stream, n in (("a", 4), ("z", 2)):  # AIC and AIV
+        assert src.count(f"const int64_t pid = {stream}_turn * cores + (({stream}_turn & 1) ? cores - 1 - core : core);") == n
+    assert "pid = turn * cores + core" not in src and "_turn * cores + core;" not in src
 
 
 def test_receive_early_is_an_ir_knob():
@@ -365,22 +368,24 @@ def test_pipeline_lookahead_is_an_ir_knob():
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert loop.lookahead == 2
     (kernel,) = fwd.kernels
-    assert {b.name: b.stages for b in kernel.buffers if b.stages > 1} == {"Kj": 2, "Vj": 3, "alpha": 3}
+    # m and l: a copy per program in flight (Kernel.stream)
+    assert {b.name: b.stages for b in kernel.buffers if b.stages > 1} == {"Kj": 2, "Vj": 3, "alpha": 3, "m": 3, "l": 3}
     assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 3, "ws_PV": 2}
     bwd = pipeline.compile_backward(spec, target="ascend910b2")
     (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert bloop.lookahead == 2
     (main,) = [k for k in bwd.kernels if any(s is bloop for s, _ in walk(k.body))]
-    assert {b.name: b.stages for b in main.buffers if b.unit == "cube" and b.stages > 1} == {"Qi": 3, "dOi": 3}
+    assert {b.name: b.stages for b in main.buffers if b.unit == "cube" and b.stages > 1} == {"Qi": 3, "dOi": 3, "Kj": 3}  # Kj: per program
     assert {t.name: t.slots for t in bwd.tensors if t.kind == "handoff" and t.slots > 2} == {"ws_S": 3, "ws_dP": 3}
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aic = code[code.index("ASCEND_IS_AIC"):code.index("ASCEND_IS_AIV")]
     aiv = code[code.index("ASCEND_IS_AIV"):]
-    assert "stage 0 of j + 2 before stage 1 of j" in aic and "j_ < j_start + 2" in aic
-    assert aic.count("Vj_r[j % 3] = Vj;") == 2 and "LocalTensor<half> Vj_p = Vj_r[j % 3];" in aic
-    assert aic.index("Vj_r[j % 3] = Vj;") < aic.index("Vj_p = Vj_r")
+    # the programs are one stream of pairs (Kernel.stream): the ring is indexed by the stream's pair count
+    assert "Stream a issues each pair's stage 0" in aic and "2 pairs ahead of stream z's stage 1" in aic and "p_ < 2" in aic
+    assert aic.count("Vj_r[a_n % 3] = Vj;") == 2 and "LocalTensor<half> Vj_p = Vj_r[z_n % 3];" in aic
+    assert aic.index("Vj_r[a_n % 3] = Vj;") < aic.index("Vj_p = Vj_r")
     assert "g_ws_S[(n_ws_S++ % 3LL)" in aic and "if (n_ws_S >= 3LL) CrossCoreWaitFlag(3);" in aic and "g_ws_Pc[(r_ws_Pc++ % 3LL)" in aic
-    assert "stage 1 of j + 2 before stage 2 of j" in aiv and aiv.count("alpha_r[j % 3] = alpha;") == 2
+    assert "Stream a issues each pair's stage 1" in aiv and aiv.count("alpha_r[a_n % 3] = alpha;") == 2
     assert "g_ws_S[(r_ws_S++ % 3LL)" in aiv and "g_ws_Pc[(n_ws_Pc++ % 3LL)" in aiv and "g_ws_PV[(r_ws_PV++ % 2LL)" in aiv
 
 
@@ -401,7 +406,7 @@ def test_receive_ahead_is_an_ir_knob():
     assert not any(isinstance(s, Load) and s.hoist for k in bwd.kernels for s, _ in walk(k.body))
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = code[code.index("ASCEND_IS_AIV"):]
-    steady = aiv[aiv.index("for (int64_t j_ = j_start; j_ <", aiv.index("prologue")):]
+    steady = aiv[aiv.index("while (z_n < a_n)"):]  # the stream's loop (Kernel.stream)
     s_recv = steady.index("LoadRows<float>(S_vector")
     pv_recv = steady.index("LoadRows<float>(PV_vector")
     softmax = steady.index("Muls(S_vector")
@@ -567,7 +572,9 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
 def test_pipelined_handoff_without_its_flag_is_reported():
     """The pipelined forward passes S through three GM slots (the cube two tiles ahead) with its own ready flag. With the vector's wait
     on that ready flag taken out, or the cube's wait for a free slot, the twin fails the run (the sets
-    nothing waits for), so the timeline is never computed from it: no faster timeline from a missing flag."""
+    nothing waits for), so the timeline is never computed from it: no faster timeline from a missing flag.
+    (The prologue's free-slot wait cannot fire: the core's stream runs its prologue once, two sends into
+    three empty slots; the steady loop's does.)"""
     import re
 
     from tilegen.backends.twin import TwinError
@@ -579,7 +586,7 @@ def test_pipelined_handoff_without_its_flag_is_reported():
     free = re.findall(r"\n *if \(n_ws_S >= 3LL\) CrossCoreWaitFlag\(\d+\);[^\n]*", src)
     ready = re.findall(r"\n *CrossCoreWaitFlag\(\d+\);(?=\n *tilegen::LoadRows<float>\(S_vector, g_ws_S\[\(r_ws_S\+\+ % 3LL\))", src)
     assert len(free) == 2 and len(ready) == 2  # the prologue's and the steady loop's stage 0 (cube) and stage 1 (vector)
-    for cut in free + ready:
+    for cut in free[1:] + ready:
         broken = dict(files, **{"fwd_kernels.asc": src.replace(cut, "")})
         with pytest.raises(TwinError, match=r"pending CrossCoreSetFlag|pending set"):  # never waited, or the counter saturates
             trace_run(twin.build(broken), spec, "fwd", 2)

@@ -322,7 +322,11 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
     out: list[tuple[dict, bool]] = []
     for op in ops:
-        if op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + d before the later one of pair k
+        if op["kind"] == "stream":  # Kernel.stream: one instance alone is its openings, its loop, its closing
+            out.extend((o, False) for o in op["open_a"] + op["open_b"])
+            out.extend(_unrolled([op["ploop"]], pattern))
+            out.extend((o, False) for o in op["close"])
+        elif op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + d before the later one of pair k
             d = op.get("lookahead", 1)
             for k in range(min(d, len(pattern))):  # the prologue: the earlier stage of the first d pairs
                 out.extend((o, pattern[k]) for o in op["stage0"])
@@ -593,9 +597,22 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         # the steady period of a pair the mask does not cut, past the pipeline's fill (the third pair
         # alone still carries some of it: the software-pipelined loops run two or three pairs deep)
         p_full = (sim(8, 0) - sim(4, 0)) / 4
-        per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
-                             for f, c, v in zip(pairs - cut, cut, valid)])
-        t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) / clock
+        if kir.stream:
+            # Kernel.stream: a core's instances overlap; each costs its pairs at the steady period (a cut
+            # pair's from four cut pairs after four full ones) and its opening and closing helpers on the
+            # busier side; the pipeline fills once per core
+            p_cut = p_full + (sim(4, 4) - sim(8, 0)) / 4
+            stream = {side: kplan_side.ops[0] for side, kplan_side in (("cube", kplan.aic), ("vector", kplan.aiv))}
+            p_prog = max(sum(_helper_cycles(o, costs, side, False, k_step) for o in op["open_a"] + op["open_b"] + op["close"]
+                             if o["kind"] not in ("done_signal", "wait_stored", "wait_loaded", "wait_received", "rotate"))
+                         for side, op in stream.items())
+            fill = sim(4, 0) - 4 * p_full
+            per_tile = np.array([int(f) * p_full + int(c) * p_cut + p_prog for f, c in zip(pairs - cut, cut)])
+            t = (deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) + fill) / clock
+        else:
+            per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
+                                 for f, c, v in zip(pairs - cut, cut, valid)])
+            t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) / clock
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + sum(start_overhead_s(k, tgt) for k in prog.kernels)

@@ -489,6 +489,14 @@ class Kernel:
     ``SyncAll<false>()``: every store of the earlier kernels has landed before any core goes on), in
     place of a launch of its own. The program's values are unchanged: the barrier orders the kernels
     as the launch boundary did.
+
+    ``stream`` is a schedule knob (set by :func:`tilegen.passes.lower.stream_programs`): the programs a
+    core runs form one stream of tile pairs, and the software-pipelined loop of the program body
+    (``Loop.stages``, ``Loop.lookahead``) runs across program boundaries: a unit's earlier stage (and
+    each program's opening statements that it needs) of the pair ``lookahead`` pairs ahead is issued
+    before its later stage (and, after a program's last pair, the program's closing statements) of this
+    one, even when the two pairs belong to different programs. The buffers both streams use per program
+    get ``lookahead + 1`` copies (:func:`tilegen.passes.lower.stream_split`). The values are unchanged.
     """
 
     name: str
@@ -497,6 +505,7 @@ class Kernel:
     body: tuple[Stmt, ...]
     deal: str = "cyclic"
     sync_all: bool = False
+    stream: bool = False
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:

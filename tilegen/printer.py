@@ -142,6 +142,7 @@ def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     pad = "  " * indent
     deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
     deal += "; in the previous kernel's launch, after SyncAll" if kernel.sync_all else ""
+    deal += "; programs streamed: the pipelined loop runs across them" if kernel.stream else ""
     lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")

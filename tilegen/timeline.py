@@ -34,6 +34,11 @@ signatures spread from the lightest to the heaviest); the fit gives every instan
 dealt over the cores as the kernel deals them (``pid = core, core + cores, …``), consecutive instances
 on a core are added (no overlap across instance boundaries), and the kernel time is the slowest core.
 The result says which form was used, which instances were scheduled and the fit's worst residual.
+A streamed kernel (``Kernel.stream``: a core's instances overlap) also runs every instance of one head on
+one core as one stream (a head of more than ``STREAM_PAIRS`` pairs at Sq and Sk scaled alike, whole
+tiles), scheduled whole: an instance alone costs the pipeline's fill + a + its pairs (the fit), in the
+stream a + its pairs, so the stream's time gives a and the fill; the instances are dealt as above at a +
+pairs each and every core pays the fill once (checked against whole launches in tests/test_timeline.py).
 
 GM levels: a copy into or out of the hand-off workspace is L2-resident (the trace says so); a copy of
 an HBM tensor whose byte range another block of the launch also copies, or this block copied before,
@@ -613,6 +618,40 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
         return parse_trace(trace.read_text()) if trace.exists() else {}
 
 
+STREAM_PAIRS = 400  # tile pairs of one head a one-core stream run (Kernel.stream) traces at most
+
+
+def _stream_runs(exe, prog, spec, small, program, kernels_ir, info, counts_small, segments, l2_ok, costs) -> dict:
+    """For each streamed kernel (``Kernel.stream``): (schedule, instances, pairs, cut pairs) of one core
+    running every instance of one head of ``small`` as one stream; a head of more than ``STREAM_PAIRS``
+    pairs at Sq and Sk scaled alike (whole tiles) to about ``STREAM_PAIRS`` / 2 pairs."""
+    from .exprs import evaluate
+    from .ir import grid_loops
+
+    stream = [n for n, k in enumerate(kernels_ir) if k.stream]
+    if not stream:
+        return {}
+    env = {str(k): v for k, v in prog.env}
+    br, bc = int(env["Br"]), int(env["Bc"])
+    head = max(int(np.sum(info[n][1])) * (counts_small[n] // info[n][0]) for n in stream)
+    sq, sk = small.seq_q, small.seq_k
+    if head > STREAM_PAIRS:
+        f = math.sqrt(STREAM_PAIRS / 2 / head)
+        sq, sk = max(br, round(sq * f / br) * br), max(bc, round(sk * f / bc) * bc)
+    run = small.replace(seq_q=sq, seq_k=sk)
+    traces = segments(trace_run(exe, run, program, 1))
+    sized = dataclasses.replace(prog, env=tuple((k, sq if str(k) == "Sq" else sk if str(k) == "Sk" else v) for k, v in prog.env))
+    out: dict = {}
+    for n in stream:
+        t_n, pr, ct = tile_counts(sized, kernels_ir[n], run)
+        per_head = int(np.prod([evaluate(lp.stop - lp.start, dict(env, Sq=sq, Sk=sk, B=1, Hq=small.heads_q, Hkv=1)) for lp in grid_loops(kernels_ir[n])]))
+        reps = per_head // t_n if t_n else 0
+        blocks = traces.get(n, {})
+        blocks = l2_levels(blocks) if l2_ok[n] else blocks
+        out[n] = (simulate_block(blocks[0], costs), per_head, int(np.sum(pr)) * reps, int(np.sum(ct)) * reps, (sq, sk))
+    return out
+
+
 def simulate_program(
     spec, target, program: str = "bwd", *, dq_strategy: str = "atomic", tile_sizes=None, cache_dir=None, exact: bool | None = None,
     dkv_strategy: str | None = None,
@@ -687,6 +726,7 @@ def simulate_program(
     else:
         g = spec.heads_q // spec.heads_kv
         small = spec.replace(batch=1, heads_q=g, heads_kv=1)
+        counts_small = [n // (spec.batch * spec.heads_kv) for n in programs]  # the grid's (b, head) axes of one KV head
         tiles_main = max(range(len(info)), key=lambda n: int(np.sum(info[n][1])))
         tiles, pairs, cut = info[tiles_main]
         # the cheapest instance of every number of cut pairs first (so that the fit separates them),
@@ -719,6 +759,7 @@ def simulate_program(
         near = {max((u for u in (t - 1, t + 1) if 0 <= u < tiles), key=lambda u: (pairs[u], u), default=t) for t in picks}
         traced = sorted(set(picks) | near)
         traces = segments(trace_run(exe, small, program, max(need, max(traced) + 1), traced))
+        streams = _stream_runs(exe, prog, spec, small, program, kernels_ir, info, counts_small, segments, l2_ok, costs)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
@@ -733,7 +774,20 @@ def simulate_program(
             resid = float(np.max(np.abs(fit[:, 0] - y[:, 0]) / np.maximum(y[:, 0], 1.0))) if len(samples) else 0.0
             xa = np.stack([np.ones(t_n), pr - ct, ct], axis=1)
             per_tile = xa @ coef  # [tile, 1 + len(keys)]
-            end = deal(per_tile[:, 0], programs[n], cores, k.deal)
+            fill, stream_note = 0.0, ""
+            if k.stream:
+                # a core's instances overlap: an instance alone costs fill + a + pairs, in the stream a + pairs
+                # and the core pays the pipeline's fill once; a and fill from the one-core stream's time
+                seq, s_inst, s_pairs, s_cut, (s_q, s_k) = streams[n]
+                rest = seq.end - coef[1, 0] * (s_pairs - s_cut) - coef[2, 0] * s_cut  # fill + s_inst * a
+                a = min(max((rest - coef[0, 0]) / (s_inst - 1), 0.0), coef[0, 0]) if s_inst > 1 else coef[0, 0]
+                fill = coef[0, 0] - a
+                per_tile[:, 0] += a - coef[0, 0]
+                rep_stream = seq
+                stream_note = (f"; streamed: one core ran every instance of one head{'' if (s_q, s_k) == (small.seq_q, small.seq_k) else f' at Sq {s_q}, Sk {s_k}'} "
+                               f"as one stream ({s_inst} instances, {s_pairs} pairs, {seq.end:.0f} cycles): an instance costs {a:.0f} cycles "
+                               f"besides its pairs there, the pipeline's fill {fill:.0f} cycles once per core")
+            end = deal(per_tile[:, 0], programs[n], cores, k.deal) + fill
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
@@ -741,8 +795,10 @@ def simulate_program(
             end, note = _floored(end, floors[n], clock)
             form = (
                 f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
-                f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}); {programs[n]} instances dealt over {cores} cores{note}"
+                f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}){stream_note}; {programs[n]} instances dealt over {cores} cores{note}"
             )
+            if k.stream:
+                rep = rep_stream
             out.append(KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end),
                                       rep.critical_share() if rep else {}, form, samples, resid, rep))
     overhead_s = sum(start_overhead_s(k, tgt) for k in kernels_ir)

@@ -54,7 +54,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import handoff_direction, reads_in, stmt_unit, writes_in
+from ..passes.lower import handoff_direction, reads_in, stmt_unit, stream_split, writes_in
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -277,6 +277,7 @@ class KernelPlan:
     aiv: Side
     shape_names: list[str]
     deal: str = "cyclic"  # how the cores take the grid's programs (Kernel.deal)
+    stream: bool = False  # the programs as one stream of tile pairs (Kernel.stream): each side's ops are one "stream" op
 
 
 @dataclass
@@ -618,8 +619,14 @@ def lower_kernel(
     grid = grid_loops(kernel)
     inner = grid[-1].body if grid else kernel.body
     counters: dict[str, set] = {"cube": set(), "vector": set()}
-    aic.ops = _lower_body(lo, inner, "cube", counters)
-    aiv.ops = _lower_body(lo, inner, "vector", counters)
+    split = stream_split(kernel) if kernel.stream else None
+    if kernel.stream and split is None:
+        raise TargetError(f"kernel {kernel.name} is marked Kernel.stream but its program body is not one pipelined loop between plain statements")
+    if split is None:
+        aic.ops = _lower_body(lo, inner, "cube", counters)
+        aiv.ops = _lower_body(lo, inner, "vector", counters)
+    else:
+        aic.ops, aiv.ops = (_stream_parts(lo, split, unit, counters) for unit in ("cube", "vector"))
     done = [st for st, _ in walk(inner) if isinstance(st, Store) and st.signal_done]
     if done:
         if any(_unit_of_stmt(st, lo.buffers, lo.tensors) != "cube" for st in done):
@@ -632,7 +639,8 @@ def lower_kernel(
         if len(waits) != 1:
             raise TargetError(f"kernel {kernel.name}: Store.signal_done needs exactly one Load.wait_done, found {len(waits)}")
         cond = cexpr(waits[0].zero_unless, lo.consts) if waits[0].zero_unless is not None else ""
-        aic.ops.append({"kind": "done_signal", "flag": done_flag, "cond": cond})
+        # after the program's last stage: in a stream, the program's closing ops
+        (aic.ops[0]["close"] if split is not None else aic.ops).append({"kind": "done_signal", "flag": done_flag, "cond": cond})
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
         # a sender waits at the end for the free flags still pending: one per slot it used
@@ -644,15 +652,53 @@ def lower_kernel(
         for d in t.shape:
             used |= {str(s) for s in sympy.sympify(d).free_symbols}
     shape_names = [n for n in SHAPE_NAMES if n in used] + [n for n in ("Sq", "Sk") if n not in used]
+    if split is not None:
+        for side in (aic, aiv):
+            side.ops[0]["grid"] = [(str(l.var), cexpr(l.stop, lo.consts)) for l in grid]
     return KernelPlan(
         name=name,
         source_kernel=kernel.name,
         deal=kernel.deal,
+        stream=split is not None,
         grid=[(str(l.var), cexpr(l.stop, lo.consts)) for l in grid],
         aic=aic,
         aiv=aiv,
         shape_names=list(dict.fromkeys(shape_names)),
     )
+
+
+def _stream_parts(lo: _Lower, split, unit: str, counters) -> list[dict]:
+    """``unit``'s ops of a streamed kernel (Kernel.stream; :class:`tilegen.passes.lower.StreamSplit`):
+    one ``stream`` op holding the pipelined loop's ``ploop`` op, the program's opening ops of each stream
+    (``open_a`` before the earlier stage of its first pair, ``open_b`` before the later stage of its
+    first pair), its closing ops (``close``: after the later stage of its last pair; the waits the loop
+    leaves for after it come first) and the buffers both streams use per program (``cross``: a copy per
+    program in flight, chosen by the program's ordinal in the stream)."""
+    (open_a, _), (open_b, _, closing) = split.early[unit], split.late[unit]
+    loop_ops = _lower_body(lo, (split.loop,), unit, counters)
+    open_a_ops, open_b_ops = _lower_body(lo, open_a, unit, counters), _lower_body(lo, open_b, unit, counters)
+    if loop_ops and loop_ops[0]["kind"] == "loop":  # the unit runs the loop in one stage: all of it in stream a
+        plain = loop_ops[0]
+        stage = min(g for st, g in zip(split.loop.body, split.loop.stages) if _unit_of_stmt(st, lo.buffers, lo.tensors) == unit)
+        loop_ops[0] = {"kind": "ploop", "lookahead": split.loop.lookahead, "head": 0, "hoisted": [], "stages": [stage, stage + 1],
+                       "var": plain["var"], "start": plain["start"], "stop": plain["stop"], "note": plain["note"], "carry": [],
+                       "skip": plain["skip"], "stage0": plain["body"], "stage1": []}
+    if not loop_ops or loop_ops[0]["kind"] != "ploop":
+        raise TargetError(f"the {unit} of {lo.kernel.name} does not run the streamed loop (Kernel.stream)")
+    cross = split.cross[unit]
+    for op in open_a_ops + open_b_ops:
+        if op["kind"] == "l1_load" and op["dst"] in cross:
+            op["stages"] = 1  # the program's copy is chosen by its ordinal (the stream's opening), not by the load
+    head = split.head
+    return [{
+        "kind": "stream",
+        "ploop": loop_ops[0],
+        "head": {"var": str(head.var), "start": cexpr(head.start, lo.consts), "stop": cexpr(head.stop, lo.consts)} if head else None,
+        "open_a": open_a_ops,
+        "open_b": open_b_ops,
+        "close": loop_ops[1:] + _lower_body(lo, closing, unit, counters),
+        "cross": [{"name": b, "ctype": CTYPE[lo.buffers[b].dtype], "stages": lo.buffers[b].stages} for b in sorted(split.cross[unit])],
+    }]
 
 
 def _held(lo: _Lower, body, unit: str) -> list[str]:

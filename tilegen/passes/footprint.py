@@ -175,6 +175,7 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
     loop_spans: list[tuple[int, int]] = []
     reads: set[tuple[int, str]] = set()
     crossing: set[str] = set()  # accessed in both stages of a pipelined loop: live over the whole loop
+    pipelined: list[tuple[int, int]] = []  # spans of the pipelined loops
     position = 0
 
     def visit(body):
@@ -193,6 +194,8 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
                 # so does a load issued beside the earlier stage's work of a later tile (Load.hoist)
                 crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.hoist)
                 loop_spans.append((start, position - 1))
+                if stmt.stages:
+                    pipelined.append((start, position - 1))
                 continue
             for name in stmt.buffers_read() + stmt.buffers_written():
                 spans.setdefault(name, []).append(position)
@@ -210,6 +213,11 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
             if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged or name in crossing):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
+    if kernel.stream and pipelined:
+        # a streamed kernel (Kernel.stream) runs a program's opening and closing statements between tile
+        # pairs, of other programs too: what lives over the whole pipelined loop lives over the body
+        start, end = pipelined[0]
+        out = {name: ((0, position - 1) if lo <= start and hi >= end else (lo, hi)) for name, (lo, hi) in out.items()}
     return out
 
 

@@ -726,6 +726,103 @@ def receive_early(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamSplit:
+    """How a program body runs as a stream (``Kernel.stream``): the body (the innermost grid loop's)
+    is opening statements, one software-pipelined loop (``loop``; or a serial ``head`` loop holding it
+    alone, whose bounds it does not read: the pairs are then (head, tile) in that order) and closing
+    statements. Per unit
+    (``"cube"``, ``"vector"``; the unit's own statements, in body order): ``early`` its statements of the
+    stream that runs the loop's earlier stage (the opening statements that stage needs: those that access
+    a buffer it accesses or a later such statement accesses; then that stage's statements), ``late`` those of the other stream (the other
+    opening statements, which open a program before its first later stage, that stage's statements, the
+    closing statements), and ``cross`` the buffers both streams access per program (not the per-tile
+    copies the loop already carries from one stage to the other): each needs ``lookahead + 1`` copies,
+    one per program in flight."""
+
+    loop: Loop
+    head: Loop | None  # a serial loop (over the query heads of a KV head) whose body is ``loop`` alone
+    early: dict[str, tuple[tuple[Stmt, ...], tuple[Stmt, ...]]]  # unit -> (opening statements, loop stage)
+    late: dict[str, tuple[tuple[Stmt, ...], tuple[Stmt, ...], tuple[Stmt, ...]]]  # unit -> (opening, stage, closing)
+    cross: dict[str, frozenset[str]]
+
+
+def accessed(stmts) -> set[str]:
+    """The buffers ``stmts`` (and the statements nested in them) read or write."""
+    return {b for st in stmts for s, _ in walk((st,)) for b in s.buffers_read() + s.buffers_written()}
+
+
+def stream_split(kernel) -> StreamSplit | None:
+    """The :class:`StreamSplit` of ``kernel``, or None where its program body is not one pipelined loop
+    (``Loop.stages`` on both units, ``Loop.lookahead`` >= 1; alone in a head loop or not) between
+    statements that are not loops."""
+    grid = grid_loops(kernel)
+    if not grid:
+        return None
+    body = grid[-1].body
+    at = [n for n, st in enumerate(body) if isinstance(st, Loop)]
+    if len(at) != 1:
+        return None
+    index, loop, head = at[0], body[at[0]], None
+    if not loop.stages and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+        head, loop = loop, loop.body[0]
+        if head.var in (sympy.sympify(loop.start).free_symbols | sympy.sympify(loop.stop).free_symbols):
+            return None
+    if not loop.stages or loop.lookahead < 1:
+        return None
+    units = {b.name: b.unit for b in kernel.buffers}
+    if any(stmt_unit(st, units) not in ("cube", "vector") for n, st in enumerate(body) if n != index):
+        return None
+    staged = {b.name for b in kernel.buffers if b.stages > 1}
+    early, late, cross = {}, {}, {}
+    for unit in ("cube", "vector"):
+        split = _unit_stages(loop, units, unit)
+        if split is None:  # a unit that runs the loop in one stage: all of it early, its closing late
+            split = ([s for s in loop.body if stmt_unit(s, units) == unit], [])
+        first, later = split
+        mine = [st for st in body[:index] if stmt_unit(st, units) == unit]
+        need, in_a = accessed(first), set()
+        for n in reversed(range(len(mine))):  # an opening statement the earlier stage (or one it needs) depends on
+            if accessed(mine[n:n + 1]) & need:
+                in_a.add(n)
+                need |= accessed(mine[n:n + 1])
+        opening_a = tuple(st for n, st in enumerate(mine) if n in in_a)
+        opening_b = tuple(st for n, st in enumerate(mine) if n not in in_a)
+        closing = tuple(st for st in body[index + 1:] if stmt_unit(st, units) == unit)
+        carry = {b for st in first for b in st.buffers_written()} & {b for st in later for b in st.buffers_read()} & staged
+        early[unit] = (opening_a, tuple(first))
+        late[unit] = (opening_b, tuple(later), closing)
+        cross[unit] = frozenset((accessed(opening_a + tuple(first)) & accessed(opening_b + tuple(later) + closing)) - carry)
+    return StreamSplit(loop, head, early, late, cross)
+
+
+def stream_programs(program: Program, target) -> Program:
+    """Set ``Kernel.stream`` (see the Kernel docstring) on every kernel of an Ascend target whose program
+    body :func:`stream_split` accepts, with ``lookahead + 1`` copies (``Buffer.stages``) of each buffer
+    both streams access per program, where the levels still fit with the opening and closing
+    statements' buffers live over the whole body (they run beside other programs' pairs); other kernels
+    are unchanged."""
+    if target.placement.get("handoff") != "GM":
+        return program
+    env = {str(k): v for k, v in program.env}
+    kernels = []
+    for k in program.kernels:
+        split = stream_split(k)
+        if split is None:
+            kernels.append(k)
+            continue
+        copies = split.loop.lookahead + 1
+        cross = split.cross["cube"] | split.cross["vector"]
+        if any(b.stages > 1 for b in k.buffers if b.name in cross):
+            kernels.append(k)  # a per-program buffer that already rotates (not produced by the lowering)
+            continue
+        new = dataclasses.replace(
+            k, stream=True, buffers=tuple(dataclasses.replace(b, stages=copies) if b.name in cross else b for b in k.buffers)
+        )
+        kernels.append(new if _fits(new, target, env) else k)
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
 def one_launch(program: Program, target) -> Program:
     """Set ``Kernel.sync_all`` on every kernel after the first (see the module docstring) on a target
     whose cube and vector units hand tiles through GM (their kernels are MIX, launched on every AI Core);

@@ -123,6 +123,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # each row reduction over several 64-column blocks folded to one block first (elementwise)
         program = log.record("fold-row-reductions", fold_row_reductions(program, tgt), tgt)
+        from .lower import stream_programs
+
+        # a core's programs as one stream of tile pairs: the pipelined loop runs across program boundaries
+        program = log.record("stream-programs", stream_programs(program, tgt), tgt)
         from .lower import one_launch
 
         # the program's kernels in one launch, an all-core barrier (SyncAll) between two of them
