@@ -5,7 +5,8 @@ asc-devkit headers; skipped without ``$ASC_DEVKIT`` and clang++-16), against Num
 tests/twin_real/rows_kernels.asc: 16 rows of 128 floats (100 reduced, so a full and a partial 64-lane
 chunk), the broadcast 8 rows at a time (two Brcb groups), -inf rows and zero divisors; MaskTile on six
 windows (cut by either bound, both, neither; rows past Sq; columns past Sk; every column hidden), with
-compare bits for 32 rows and for 8 rows at a time.
+the generated kernels' 64-row Brcb scratch and compare bits for 32 rows (one group of the 16 rows) and
+for 8 rows (two groups) at a time, and the first window again without cutOnly (every bound runs).
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ def test_row_helpers_match_numpy(which, tmp_path):
     }
     at = 3 * ROWS + 3 * tile + CPAD
     got.update({f"mask{k}": y[at + k * tile : at + (k + 1) * tile].reshape(ROWS, CPAD) for k in range(len(MASKS))})
+    got["mask0_every_bound"] = y[at + len(MASKS) * tile : at + (len(MASKS) + 1) * tile].reshape(ROWS, CPAD)
+    want["mask0_every_bound"] = want["mask0"]
     # the cases cover what they say: every one but the last hides scores, the fifth all of them
     hidden = [int(np.isinf(want[f"mask{k}"]).sum() - np.isinf(x).sum()) for k in range(len(MASKS))]
     assert min(hidden[:-1]) > 0 and hidden[-1] == 0 and np.isinf(want["mask4"]).all()

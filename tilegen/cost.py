@@ -265,10 +265,9 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
 
             live = rows if valid is None else min(max(valid, 0), rows)
             pad = vec((rows - live) * cpad) if live < rows else 0.0
-            if op.get("cut_only"):  # on a cut tile: each finite bound (the model does not tell which cuts)
-                bounds = (int(op["left"]) >= 0) + (int(op["right"]) >= 0)
-            else:
-                bounds = (int(op["left"]) >= 0) + 1
+            # on a cut tile: the lower bound where it is finite, and the upper one (the window's, or Sk - 1 on
+            # a tile past Sk): the model does not tell which of them cuts, it counts both
+            bounds = (int(op["left"]) >= 0) + 1
             n = math.ceil(live / 8) * 8
             # per bound (MaskBound): the thresholds (CreateVecIndex and Mins), then one group of rows (the
             # scratch holds 64): Brcb, and per 64 columns a Compare and a Select over the rows
@@ -606,7 +605,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
             p_prog = max(sum(_helper_cycles(o, costs, side, False, k_step) for o in op["open_a"] + op["open_b"] + op["close"]
                              if o["kind"] not in ("done_signal", "wait_stored", "wait_loaded", "wait_received", "rotate"))
                          for side, op in stream.items())
-            fill = sim(4, 0) - 4 * p_full
+            fill = sim(4, 0) - 4 * p_full - p_prog  # an instance alone: its fill, its pairs, its opening and closing
             per_tile = np.array([int(f) * p_full + int(c) * p_cut + p_prog for f, c in zip(pairs - cut, cut)])
             t = (deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) + fill) / clock
         else:

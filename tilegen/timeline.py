@@ -36,9 +36,10 @@ on a core are added (no overlap across instance boundaries), and the kernel time
 The result says which form was used, which instances were scheduled and the fit's worst residual.
 A streamed kernel (``Kernel.stream``: a core's instances overlap) also runs every instance of one head on
 one core as one stream (a head of more than ``STREAM_PAIRS`` pairs at Sq and Sk scaled alike, whole
-tiles), scheduled whole: an instance alone costs the pipeline's fill + a + its pairs (the fit), in the
-stream a + its pairs, so the stream's time gives a and the fill; the instances are dealt as above at a +
-pairs each and every core pays the fill once (checked against whole launches in tests/test_timeline.py).
+tiles), scheduled whole: an instance alone costs the pipeline's fill + a + b·pairs + c·cut pairs, in the
+stream a + b·pairs + c·cut pairs, and one least-squares fit through the instances alone and the stream gives
+all four; the instances are dealt as above without the fill, and every core pays it once (checked against
+whole launches, causal and not, in tests/test_timeline.py).
 
 GM levels: a copy into or out of the hand-off workspace is L2-resident (the trace says so); a copy of
 an HBM tensor whose byte range another block of the launch also copies, or this block copied before,
@@ -776,17 +777,21 @@ def simulate_program(
             per_tile = xa @ coef  # [tile, 1 + len(keys)]
             fill, stream_note = 0.0, ""
             if k.stream:
-                # a core's instances overlap: an instance alone costs fill + a + pairs, in the stream a + pairs
-                # and the core pays the pipeline's fill once; a and fill from the one-core stream's time
+                # a core's instances overlap: an instance alone costs fill + a + b·pairs + c·cut, in the stream
+                # a + b·pairs + c·cut, and the core pays the pipeline's fill once. One least-squares fit through
+                # the instances alone and the one-core stream gives fill, a, b, c (where every instance has the
+                # same pairs, a and b·pairs are not told apart, and need not be: the launch's are alike too)
                 seq, s_inst, s_pairs, s_cut, (s_q, s_k) = streams[n]
-                rest = seq.end - coef[1, 0] * (s_pairs - s_cut) - coef[2, 0] * s_cut  # fill + s_inst * a
-                a = min(max((rest - coef[0, 0]) / (s_inst - 1), 0.0), coef[0, 0]) if s_inst > 1 else coef[0, 0]
-                fill = coef[0, 0] - a
-                per_tile[:, 0] += a - coef[0, 0]
+                xs = np.vstack([np.column_stack([np.ones(len(samples)), x]), [1.0, s_inst, s_pairs - s_cut, s_cut]])
+                ys = np.append(y[:, 0], seq.end)
+                (fill, a, b, c), *_ = np.linalg.lstsq(xs, ys, rcond=None)
+                per_tile[:, 0] = xa @ np.array([a, b, c])
+                resid = max(resid, float(np.max(np.abs(xs @ np.array([fill, a, b, c]) - ys) / np.maximum(ys, 1.0))))
                 rep_stream = seq
                 stream_note = (f"; streamed: one core ran every instance of one head{'' if (s_q, s_k) == (small.seq_q, small.seq_k) else f' at Sq {s_q}, Sk {s_k}'} "
-                               f"as one stream ({s_inst} instances, {s_pairs} pairs, {seq.end:.0f} cycles): an instance costs {a:.0f} cycles "
-                               f"besides its pairs there, the pipeline's fill {fill:.0f} cycles once per core")
+                               f"as one stream ({s_inst} instances, {s_pairs} pairs, {seq.end:.0f} cycles); fitted through it and the "
+                               f"instances alone: time = fill + a + b*pairs + c*cut pairs alone, a + b*pairs + c*cut pairs in a stream "
+                               f"(fill {fill:.0f}, a {a:.0f} cycles; worst residual {resid:.1%}), the fill once per core")
             end = deal(per_tile[:, 0], programs[n], cores, k.deal) + fill
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}

@@ -9,7 +9,7 @@
 int main(int argc, char** argv)
 {
     if (argc != 4) return 2;
-    constexpr int nx = 16 * 128, nv = 16, ny = 3 * 16 + 3 * 16 * 128 + 128 + 6 * 16 * 128;  // 6: the MaskTile cases (rows::NMASK)
+    constexpr int nx = 16 * 128, nv = 16, ny = 3 * 16 + 3 * 16 * 128 + 128 + 7 * 16 * 128;  // 7: the MaskTile cases (rows::NMASK) and the first without cutOnly
     auto* x = static_cast<float*>(twin::GmAlloc(nx * sizeof(float), "x"));
     auto* v = static_cast<float*>(twin::GmAlloc(nv * sizeof(float), "v"));
     auto* y = static_cast<float*>(twin::GmAlloc(ny * sizeof(float), "y"));

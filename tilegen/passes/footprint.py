@@ -215,9 +215,15 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
         out[name] = (lo, hi)
     if kernel.stream and pipelined:
         # a streamed kernel (Kernel.stream) runs a program's opening and closing statements between tile
-        # pairs, of other programs too: what lives over the whole pipelined loop lives over the body
+        # pairs, of other programs too: what lives over the whole pipelined loop, and what both streams use
+        # per program, lives over the body (a buffer only opening or closing statements use lives where
+        # they run, beside tiles that live within a pair)
+        from .lower import stream_split
+
+        split = stream_split(kernel)
+        cross = set().union(*split.cross.values()) if split else set()
         start, end = pipelined[0]
-        out = {name: ((0, position - 1) if lo <= start and hi >= end else (lo, hi)) for name, (lo, hi) in out.items()}
+        out = {name: ((0, position - 1) if (lo <= start and hi >= end) or name in cross else (lo, hi)) for name, (lo, hi) in out.items()}
     return out
 
 

@@ -755,7 +755,8 @@ def accessed(stmts) -> set[str]:
 def stream_split(kernel) -> StreamSplit | None:
     """The :class:`StreamSplit` of ``kernel``, or None where its program body is not one pipelined loop
     (``Loop.stages`` on both units, ``Loop.lookahead`` >= 1; alone in a head loop or not) between
-    statements that are not loops."""
+    statements that are not loops, or where an opening or closing statement accesses a tile the loop
+    carries from one stage to the other."""
     grid = grid_loops(kernel)
     if not grid:
         return None
@@ -790,6 +791,8 @@ def stream_split(kernel) -> StreamSplit | None:
         opening_b = tuple(st for n, st in enumerate(mine) if n not in in_a)
         closing = tuple(st for st in body[index + 1:] if stmt_unit(st, units) == unit)
         carry = {b for st in first for b in st.buffers_written()} & {b for st in later for b in st.buffers_read()} & staged
+        if carry & accessed(opening_a + opening_b + closing):
+            return None  # a carried tile's ring holds the stream's newest pairs, not the program's own
         early[unit] = (opening_a, tuple(first))
         late[unit] = (opening_b, tuple(later), closing)
         cross[unit] = frozenset((accessed(opening_a + tuple(first)) & accessed(opening_b + tuple(later) + closing)) - carry)
@@ -799,9 +802,10 @@ def stream_split(kernel) -> StreamSplit | None:
 def stream_programs(program: Program, target) -> Program:
     """Set ``Kernel.stream`` (see the Kernel docstring) on every kernel of an Ascend target whose program
     body :func:`stream_split` accepts, with ``lookahead + 1`` copies (``Buffer.stages``) of each buffer
-    both streams access per program, where the levels still fit with the opening and closing
-    statements' buffers live over the whole body (they run beside other programs' pairs); other kernels
-    are unchanged."""
+    both streams access per program, where the levels still fit with those buffers, and every buffer
+    that lives over the whole pipelined loop, live over the whole body (the opening and closing
+    statements run between other programs' pairs; :func:`tilegen.passes.footprint._intervals`); other
+    kernels are unchanged."""
     if target.placement.get("handoff") != "GM":
         return program
     env = {str(k): v for k, v in program.env}

@@ -355,15 +355,17 @@ TILEGEN_CCE_CMPVS(vcmpvs_ge, >=)
 #undef TILEGEN_CCE_CMPVS
 
 // ---- compare two tensors -> bits (Compare doc): bit i of dst = (src0[i] OP src1[i]), both sources through
-// their block and repeat strides; the bits are packed as vcmpvs packs them (the dst strides are not
-// modelled: the asc-devkit calls pass the defaults, CompareCompute in kernel_operator_vec_cmp_impl.h).
+// their block and repeat strides; the bits are packed as vcmpvs packs them under the default dst strides
+// (1, 8), the only ones modelled (the asc-devkit calls pass them, CompareCompute in kernel_operator_vec_cmp_impl.h).
 #define TILEGEN_CCE_CMPV(name, OP)                                                                                \
     template <typename T>                                                                                         \
     inline void name(__ubuf__ uint8_t* dst, __ubuf__ T* src0, __ubuf__ T* src1, uint64_t repeat, uint64_t dBlk,   \
                      uint64_t s0Blk, uint64_t s1Blk, uint64_t dRep, uint64_t s0Rep, uint64_t s1Rep)               \
     {                                                                                                             \
-        (void)dBlk; (void)dRep;                                                                                   \
         const char* what = #name;                                                                                 \
+        if (dBlk != 1 || dRep != 8)                                                                               \
+            cce_rt::Fail(what, "dst strides %llu/%llu: only the default 1/8 (packed bits) is modelled",            \
+                         static_cast<unsigned long long>(dBlk), static_cast<unsigned long long>(dRep));            \
         constexpr uint32_t lanes = 256 / sizeof(T);                                                               \
         const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));           \
         const uint32_t op = cce_rt::Issue(PIPE_V);                                                                \
