@@ -622,7 +622,7 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
 STREAM_PAIRS = 400  # tile pairs of one head a one-core stream run (Kernel.stream) traces at most
 
 
-def _stream_runs(exe, prog, spec, small, program, kernels_ir, info, counts_small, segments, l2_ok, costs) -> dict:
+def _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs) -> dict:
     """For each streamed kernel (``Kernel.stream``): (schedule, instances, pairs, cut pairs) of one core
     running every instance of one head of ``small`` as one stream; a head of more than ``STREAM_PAIRS``
     pairs at Sq and Sk scaled alike (whole tiles) to about ``STREAM_PAIRS`` / 2 pairs."""
@@ -634,22 +634,26 @@ def _stream_runs(exe, prog, spec, small, program, kernels_ir, info, counts_small
         return {}
     env = {str(k): v for k, v in prog.env}
     br, bc = int(env["Br"]), int(env["Bc"])
-    head = max(int(np.sum(info[n][1])) * (counts_small[n] // info[n][0]) for n in stream)
-    sq, sk = small.seq_q, small.seq_k
-    if head > STREAM_PAIRS:
-        f = math.sqrt(STREAM_PAIRS / 2 / head)
-        sq, sk = max(br, round(sq * f / br) * br), max(bc, round(sk * f / bc) * bc)
-    run = small.replace(seq_q=sq, seq_k=sk)
+
+    def head(n: int, run) -> tuple[int, int, int]:  # instances, pairs, cut pairs of one head of `run`
+        sized = dataclasses.replace(prog, env=tuple((k, run.seq_q if str(k) == "Sq" else run.seq_k if str(k) == "Sk" else v) for k, v in prog.env))
+        t_n, pr, ct = tile_counts(sized, kernels_ir[n], run)
+        sizes = dict(env, Sq=run.seq_q, Sk=run.seq_k, B=1, Hq=run.heads_q, Hkv=1)
+        per_head = int(np.prod([evaluate(lp.stop - lp.start, sizes) for lp in grid_loops(kernels_ir[n])]))
+        reps = per_head // t_n if t_n else 0
+        return per_head, int(np.sum(pr)) * reps, int(np.sum(ct)) * reps
+
+    run = small
+    most = max(head(n, small)[1] for n in stream)
+    if most > STREAM_PAIRS:
+        f = math.sqrt(STREAM_PAIRS / 2 / most)
+        run = small.replace(seq_q=max(br, round(small.seq_q * f / br) * br), seq_k=max(bc, round(small.seq_k * f / bc) * bc))
     traces = segments(trace_run(exe, run, program, 1))
-    sized = dataclasses.replace(prog, env=tuple((k, sq if str(k) == "Sq" else sk if str(k) == "Sk" else v) for k, v in prog.env))
     out: dict = {}
     for n in stream:
-        t_n, pr, ct = tile_counts(sized, kernels_ir[n], run)
-        per_head = int(np.prod([evaluate(lp.stop - lp.start, dict(env, Sq=sq, Sk=sk, B=1, Hq=small.heads_q, Hkv=1)) for lp in grid_loops(kernels_ir[n])]))
-        reps = per_head // t_n if t_n else 0
         blocks = traces.get(n, {})
         blocks = l2_levels(blocks) if l2_ok[n] else blocks
-        out[n] = (simulate_block(blocks[0], costs), per_head, int(np.sum(pr)) * reps, int(np.sum(ct)) * reps, (sq, sk))
+        out[n] = (simulate_block(blocks[0], costs), *head(n, run), (run.seq_q, run.seq_k))
     return out
 
 
@@ -727,7 +731,6 @@ def simulate_program(
     else:
         g = spec.heads_q // spec.heads_kv
         small = spec.replace(batch=1, heads_q=g, heads_kv=1)
-        counts_small = [n // (spec.batch * spec.heads_kv) for n in programs]  # the grid's (b, head) axes of one KV head
         tiles_main = max(range(len(info)), key=lambda n: int(np.sum(info[n][1])))
         tiles, pairs, cut = info[tiles_main]
         # the cheapest instance of every number of cut pairs first (so that the fit separates them),
@@ -760,7 +763,7 @@ def simulate_program(
         near = {max((u for u in (t - 1, t + 1) if 0 <= u < tiles), key=lambda u: (pairs[u], u), default=t) for t in picks}
         traced = sorted(set(picks) | near)
         traces = segments(trace_run(exe, small, program, max(need, max(traced) + 1), traced))
-        streams = _stream_runs(exe, prog, spec, small, program, kernels_ir, info, counts_small, segments, l2_ok, costs)
+        streams = _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
@@ -787,7 +790,6 @@ def simulate_program(
                 (fill, a, b, c), *_ = np.linalg.lstsq(xs, ys, rcond=None)
                 per_tile[:, 0] = xa @ np.array([a, b, c])
                 resid = max(resid, float(np.max(np.abs(xs @ np.array([fill, a, b, c]) - ys) / np.maximum(ys, 1.0))))
-                rep_stream = seq
                 stream_note = (f"; streamed: one core ran every instance of one head{'' if (s_q, s_k) == (small.seq_q, small.seq_k) else f' at Sq {s_q}, Sk {s_k}'} "
                                f"as one stream ({s_inst} instances, {s_pairs} pairs, {seq.end:.0f} cycles); fitted through it and the "
                                f"instances alone: time = fill + a + b*pairs + c*cut pairs alone, a + b*pairs + c*cut pairs in a stream "
@@ -796,14 +798,12 @@ def simulate_program(
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
-            rep = scheds[rep_t] if rep_t is not None else None
+            rep = streams[n][0] if k.stream else scheds[rep_t] if rep_t is not None else None  # a stream: its one core's schedule
             end, note = _floored(end, floors[n], clock)
             form = (
                 f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
                 f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}){stream_note}; {programs[n]} instances dealt over {cores} cores{note}"
             )
-            if k.stream:
-                rep = rep_stream
             out.append(KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end),
                                       rep.critical_share() if rep else {}, form, samples, resid, rep))
     overhead_s = sum(start_overhead_s(k, tgt) for k in kernels_ir)

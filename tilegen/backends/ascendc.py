@@ -54,7 +54,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import handoff_direction, reads_in, stmt_unit, stream_split, writes_in
+from ..passes.lower import carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -652,9 +652,6 @@ def lower_kernel(
         for d in t.shape:
             used |= {str(s) for s in sympy.sympify(d).free_symbols}
     shape_names = [n for n in SHAPE_NAMES if n in used] + [n for n in ("Sq", "Sk") if n not in used]
-    if split is not None:
-        for side in (aic, aiv):
-            side.ops[0]["grid"] = [(str(l.var), cexpr(l.stop, lo.consts)) for l in grid]
     return KernelPlan(
         name=name,
         source_kernel=kernel.name,
@@ -793,9 +790,7 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     if len(mine) != 2:
         return None
     parts = [tuple(s for s, g in zip(loop.body, loop.stages) if g == stage) for stage in mine]
-    written0 = {b for s in parts[0] for b in s.buffers_written() if lo.buffers[b].stages > 1}
-    read1 = {b for s in parts[1] for b in s.buffers_read()}
-    carry = sorted(written0 & read1)
+    carry = sorted(carried(parts[0], parts[1], {b for b, buf in lo.buffers.items() if buf.stages > 1}))
     stage0 = _lower_body(lo, parts[0], unit, counters)
     rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
     for name in [b for b in carry if b not in rotated]:

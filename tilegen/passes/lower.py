@@ -749,7 +749,13 @@ class StreamSplit:
 
 def accessed(stmts) -> set[str]:
     """The buffers ``stmts`` (and the statements nested in them) read or write."""
-    return {b for st in stmts for s, _ in walk((st,)) for b in s.buffers_read() + s.buffers_written()}
+    return set().union(*(reads_in(st) | writes_in(st) for st in stmts))
+
+
+def carried(first, later, staged) -> set[str]:
+    """The tiles a pipelined loop carries from a unit's earlier stage (statements ``first``) to its later
+    one (``later``): written in the one, read in the other, and among ``staged`` (several copies)."""
+    return {b for st in first for b in st.buffers_written()} & {b for st in later for b in st.buffers_read()} & set(staged)
 
 
 def stream_split(kernel) -> StreamSplit | None:
@@ -790,7 +796,7 @@ def stream_split(kernel) -> StreamSplit | None:
         opening_a = tuple(st for n, st in enumerate(mine) if n in in_a)
         opening_b = tuple(st for n, st in enumerate(mine) if n not in in_a)
         closing = tuple(st for st in body[index + 1:] if stmt_unit(st, units) == unit)
-        carry = {b for st in first for b in st.buffers_written()} & {b for st in later for b in st.buffers_read()} & staged
+        carry = carried(first, later, staged)
         if carry & accessed(opening_a + opening_b + closing):
             return None  # a carried tile's ring holds the stream's newest pairs, not the program's own
         early[unit] = (opening_a, tuple(first))

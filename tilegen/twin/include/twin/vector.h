@@ -548,6 +548,12 @@ inline void UbScratchCheck(const char* api)
                  "P:Select, I:kernel_utils_constants.h TMP_UB_OFFSET");
     }
 }
+// What a Select mode 1/2 leaves in that scratch: nothing a later read may rely on.
+inline void UbScratchPoison()
+{
+    CoreCtx& c = *t_core;
+    std::memset(c.pool[static_cast<int>(Hw::UB)] + kUbScratch, kPoisonByte, HwSize(Hw::UB) - kUbScratch);
+}
 
 }  // namespace vec
 }  // namespace twin
@@ -1369,11 +1375,7 @@ inline void Run(const char* api, const LocalTensor<T>& dst, const LocalTensor<U>
         out[i] = take0 ? a : pick1(i, s1);
     }
     std::memcpy(d.Ptr(), out.data(), out.size() * sizeof(T));
-    if (mode != SELMODE::VSEL_CMPMASK_SPR) {
-        twin::CoreCtx& c = *twin::t_core;
-        std::memset(c.pool[static_cast<int>(twin::Hw::UB)] + twin::kUbScratch, twin::kPoisonByte,
-                    twin::HwSize(twin::Hw::UB) - twin::kUbScratch);
-    }
+    if (mode != SELMODE::VSEL_CMPMASK_SPR) twin::vec::UbScratchPoison();
 }
 }  // namespace detail_sel
 
@@ -1443,8 +1445,7 @@ inline void Level0(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, con
             const T out = ((mb[bit / 8] >> (bit % 8)) & 1u) ? x : src1;
             std::memcpy(d.Ptr() + od.Off(r, l), &out, sizeof(T));
         }
-    twin::CoreCtx& c = *twin::t_core;
-    std::memset(c.pool[static_cast<int>(twin::Hw::UB)] + twin::kUbScratch, twin::kPoisonByte, twin::HwSize(twin::Hw::UB) - twin::kUbScratch);
+    twin::vec::UbScratchPoison();
 }
 }  // namespace detail_sel
 template <typename T, typename U, bool isSetMask = true>
