@@ -1,7 +1,7 @@
 """Roofline, emitted-code model and simulated timeline of every built-in spec on an Ascend target.
 
     PYTHONPATH=. python benchmarks/timeline.py [--target ascend910b2] [--json results/timeline.json] [--mask-every-tile]
-        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--no-one-launch] [--no-stream] [--anchor]
+        [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--no-one-launch] [--no-stream] [--no-free-early] [--no-sink] [--anchor]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
 of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
@@ -27,7 +27,10 @@ two slots. ``--no-receive-ahead`` measures it before the receive-ahead pass (lik
 received after the softmax of the tile two ahead. ``--no-fold`` measures it
 before the fold-row-reductions pass (likewise): one ReduceRepeat per 64 columns of a row reduction.
 ``--no-stream`` measures it before the stream-programs pass (likewise): each program's pipelined loop
-runs alone, its pipeline filled and drained per program. ``--anchor`` adds the one-head, non-causal forward at
+runs alone, its pipeline filled and drained per program. ``--no-free-early`` measures it before the
+receive-free-early pass (likewise, and so without sink-past-free, which reorders around its knob): the
+vector's receive of S waits for all vector work before it. ``--no-sink`` measures it before the
+sink-past-free pass alone (likewise). ``--anchor`` adds the one-head, non-causal forward at
 S = 32k, D = 128, fp16 (simulated TFLOP/s, beside the 168.5 TFLOP/s the pto-isa hand kernel measured on
 a 910B2).
 """
@@ -73,9 +76,11 @@ def main() -> None:
     ap.add_argument("--no-fold", action="store_true", help="without the fold-row-reductions pass")
     ap.add_argument("--no-one-launch", action="store_true", help="without the one-launch pass (a launch per kernel)")
     ap.add_argument("--no-stream", action="store_true", help="without the stream-programs pass (each program's pipelined loop alone)")
+    ap.add_argument("--no-free-early", action="store_true", help="without the receive-free-early pass (S received after all vector work before it)")
+    ap.add_argument("--no-sink", action="store_true", help="without the sink-past-free pass")
     ap.add_argument("--anchor", action="store_true", help="also the one-head non-causal forward at S = 32k, D = 128, fp16 (TFLOP/s)")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold or args.no_one_launch or args.no_stream:
+    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold or args.no_one_launch or args.no_stream or args.no_free_early or args.no_sink:
         import os
 
         from tilegen.passes import handoff, lower
@@ -103,6 +108,10 @@ def main() -> None:
             lower.one_launch = lambda program, target: program
         if args.no_stream:
             lower.stream_programs = lambda program, target: program
+        if args.no_free_early:
+            lower.receive_free_early = lambda program, target: program
+        if args.no_sink:
+            lower.sink_past_free = lambda program, target: program
         if args.handoff_per_tile:
             handoff.unit_phases = lambda program: program
             handoff.one_handoff_per_direction = lambda program: program

@@ -258,3 +258,41 @@ def test_ds_product_walk_flags_a_rounded_p():
     )
     assert [r for _, _, r in _ds_products(program)] == [False]
     assert [r for _, _, r in _ds_products(rounded)] == [True]
+
+
+def test_sink_past_free_reorders_only_independent_work():
+    """receive-free-early marks the forward's receive of S, and sink-past-free moves the work that does
+    not touch S (alpha, l) and the folded row sum after the cast of P: the interpreter gives bitwise the
+    same O and L with and without the reordering, and both pass the float64 reference's rule; the
+    verifier refuses the knob on a tile another stage reads."""
+    from helpers import assert_forward_ok, inputs
+    from tilegen.backends.interp import interpret
+
+    spec = make_spec(heads_q=2, heads_kv=1, seq_q=200, seq_k=520, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="bf16")
+    log = pipeline.PassLog()
+    after = pipeline.compile_forward(spec, target="ascend910b2", tile_sizes=(64, 128), log=log)  # Bc 128: a folded row sum
+    before = dict(log.steps)["receive-free-early"]
+
+    def stage(program):
+        loop = next(s for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages)
+        return loop, [fmt_stmt(s) for s, g in zip(loop.body, loop.stages) if g == 1]
+
+    loop, moved = stage(after)
+    assert any(isinstance(s, Load) and s.free_early for s in loop.body)
+    cast = next(n for n, line in enumerate(moved) if line.startswith("Pc = cast(S_vector)"))
+    assert moved[cast + 1].startswith("ws_Pc[") and moved[cast + 2].startswith("rowsum = rowsum(S_vector)")
+    assert [line.split(" =")[0] for line in moved[cast + 3:cast + 7]] == ["alpha", "alpha", "l", "l"]
+    assert stage(before)[1] != moved
+    data = inputs(spec)
+    feeds = {n: data[n] for n in "QKV"}
+    got_before, _ = interpret(before, feeds)
+    got_after, _ = interpret(after, feeds)
+    np.testing.assert_array_equal(got_before["O"], got_after["O"])
+    np.testing.assert_array_equal(got_before["L"], got_after["L"])
+    assert_forward_ok(spec, got_after["O"], got_after["L"], data)
+    # the knob on S where the later stage also reads S: refused by the verifier
+    k = after.kernels[0]
+    bad_loop = dataclasses.replace(loop, body=loop.body + (Elementwise("S_vector", "exp", ("S_vector",)),), stages=loop.stages + (2,))
+    bad = dataclasses.replace(after, kernels=(dataclasses.replace(k, body=map_body(k.body, lambda s: bad_loop if s == loop else s)),))
+    with pytest.raises(VerifyError, match="free_early needs"):
+        verify(bad, "test")

@@ -417,6 +417,62 @@ def test_receive_ahead_is_an_ir_knob():
     assert steady[pv_recv:steady.index(";", pv_recv)].endswith("(float)0.0f, false)")  # no closing wait
 
 
+def test_receive_free_early_is_an_ir_knob():
+    """Pass receive-free-early: the forward's receive of S gets Load.free_early; the emitted AIV raises the
+    tile's own V -> MTE2 event right after the cast of P (S's last access) and the next receive of S waits
+    for that event (LoadRows' freeId), so the O update runs beside the copy. llama2-7b's backward, whose UB
+    would not fit with S and dP live over the loop, keeps the plain wait; demo's gets both."""
+    from tilegen.backends import ascendc
+    from tilegen.ir import Load, walk
+    from tilegen.passes import pipeline
+
+    def early(program):
+        return [(k.name, s.dst) for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.free_early]
+
+    spec = builtin_spec("llama2-7b")
+    assert early(pipeline.compile_forward(spec, target="ascend910b2")) == [("fwd", "S_vector")]
+    assert early(pipeline.compile_backward(spec, target="ascend910b2")) == []
+    assert early(pipeline.compile_backward(builtin_spec("demo"), target="ascend910b2")) == [("main", "S_vector"), ("main", "dP_vector")]
+    code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    aiv = code[code.index("ASCEND_IS_AIV"):]
+    assert aiv.count("tilegen::FreeInit()") == 1 and aiv.count("tilegen::FreeDrain(fr_S_vector)") == 1
+    steady = aiv[aiv.index("while (z_n < a_n)"):]
+    cast = steady.index("CastRows<half, float>(Pc, S_vector")
+    free = steady.index("tilegen::FreeForMte2(fr_S_vector)")
+    after = steady[steady.index("\n", free):steady.index("alpha_r[", free)]  # the rest of the softmax stage
+    assert cast < free and "S_vector" not in after and "Adds(m, m_new" in after
+    recv = steady.index("LoadRows<float>(S_vector")
+    assert steady[recv:steady.index(";", recv)].endswith("true, fr_S_vector)")
+
+
+@needs_cxx
+def test_receive_free_early_raised_too_soon_is_reported():
+    """The event of Load.free_early is raised after S's last access: raised one statement earlier (before
+    the cast of P reads S) the timeline reports the race on the AIV, and never raised the twin fails the
+    run; it is never a faster timeline."""
+    from tilegen.backends.twin import TwinError
+    from tilegen.timeline import l2_levels
+
+    spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)
+    files = ascendc.generate(spec, "ascend910b2").files
+    src = files["fwd_kernels.asc"]
+    trace_run(twin.build(files), spec, "fwd", 2)  # the emitted kernel runs
+    lines = src.split("\n")
+    at = [n for n, line in enumerate(lines) if "tilegen::FreeForMte2(fr_S_vector)" in line]
+    assert at and all("CastRows<half, float>(Pc, S_vector" in lines[n - 1] for n in at)
+    soon = list(lines)
+    for n in at:
+        soon[n - 1], soon[n] = lines[n], lines[n - 1]
+    traces = trace_run(twin.build(dict(files, **{"fwd_kernels.asc": "\n".join(soon)})), spec, "fwd", 2)
+    costs = Costs(load_target("ascend910b2").timeline)
+    with pytest.raises(TimelineError, match=r"race on AIV"):
+        for block in l2_levels(traces[0]).values():
+            simulate_block(block, costs)
+    never = "\n".join(line for n, line in enumerate(lines) if n not in at)
+    with pytest.raises((TwinError, TimelineError)):
+        trace_run(twin.build(dict(files, **{"fwd_kernels.asc": never})), spec, "fwd", 2)
+
+
 @needs_cxx
 def test_receive_ahead_without_its_waits_is_reported():
     """The hoisted receive of P·V keeps both of its waits: with its ready-flag wait taken out the twin

@@ -205,7 +205,7 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
         return lat + nbytes / rate
 
     kind = op["kind"]
-    if kind == "rotate":  # a scalar select of the buffer's other copy
+    if kind in ("rotate", "free_mte2"):  # a scalar select of the buffer's other copy; a SetFlag
         return issue
     es = _ESIZE.get(op.get("ctype", "float"), 4)
     if side == "vector":
@@ -227,11 +227,13 @@ def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | 
             if op["dpad"] == op["spad"]:
                 return max(issue, vec(int(op["count"]), esz))
             return int(op["crows"]) * max(issue, vec(int(op["cols"]), esz))
-        if kind == "reduce" and op.get("fold"):
-            # RowsFoldReduce: a Max/Add per 64 columns after the first over every row (plain repeats),
-            # then one ReduceRepeat over every row
+        if kind == "fold":
+            # RowsFold: a Max/Add per 64 columns after the first over every row (plain repeats)
             n = math.ceil(int(op["cols"]) / 64)
-            return max(n * issue, (n - 1) * (vs + rows * vr) + vs + rows * c["vector_reduce_repeat_cycles"])
+            return max((n - 1) * issue, (n - 1) * (vs + rows * vr))
+        if kind == "reduce" and op.get("fold"):
+            # RowsReduceFolded: one ReduceRepeat over every row
+            return max(issue, vs + rows * c["vector_reduce_repeat_cycles"])
         if kind == "reduce":
             # a ReduceRepeat per 64 columns over every row, the later chunks combined with Max/Add
             n = math.ceil(int(op["cols"]) / 64)
@@ -371,6 +373,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     # Load.wait_at_read joins it at its WaitLoaded, not at its issue
     gate = {s: 0.0 for s in sides}
     deferred: dict[str, dict[str, float]] = {s: {} for s in sides}  # tile -> end of its deferred copy
+    freed: dict[str, float] = {}  # Load.free_early: tile -> when its last access raised its V -> MTE2 event
 
     def after_copies(s: str, t: float) -> float:
         return max(t, gate[s])
@@ -463,15 +466,22 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 elif kind == "wait_received":  # an MTE2 -> V SetWait: every copy issued on MTE2 before it
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]), pipe_free[s].get("MTE2", 0.0))
                     t += issue
+                elif kind == "free_mte2":  # Load.free_early: the tile's event, raised after the vector work before it
+                    freed[op["buf"]] = t
+                    t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
+                    start = freed.get(op["buf"]) if op.get("free_event") else None
                     if op.get("wait", True):  # a load of a group whose flag was waited for: no wait
                         q = ready.get((s, op["ready"]))
                         if not q:
                             break
-                        t = max(t + issue, q.pop(0))
-                    # the copy runs on MTE2 while the scalar unit issues on; the free flag is set on MTE2
-                    # after it, and the next compute helper waits for it
-                    end = copy(s, "MTE2", t, op, cut)
+                        flag = q.pop(0)
+                        t = max(t + issue, flag)
+                        start = None if start is None else max(start, flag)
+                    # the copy runs on MTE2 while the scalar unit issues on (with Load.free_early from its
+                    # tile's last access, not after the vector work before it); the free flag is set on
+                    # MTE2 after it, and the next compute helper waits for it
+                    end = copy(s, "MTE2", t if start is None else start, op, cut)
                     if op.get("defer"):  # Load.wait_at_read: waited for at its tile's first reader (wait_received)
                         deferred[s][op["buf"]] = end
                     else:
@@ -603,7 +613,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
             p_cut = p_full + (sim(4, 4) - sim(8, 0)) / 4
             stream = {side: kplan_side.ops[0] for side, kplan_side in (("cube", kplan.aic), ("vector", kplan.aiv))}
             p_prog = max(sum(_helper_cycles(o, costs, side, False, k_step) for o in op["open_a"] + op["open_b"] + op["close"]
-                             if o["kind"] not in ("done_signal", "wait_stored", "wait_loaded", "wait_received", "rotate"))
+                             if o["kind"] not in ("done_signal", "wait_stored", "wait_loaded", "wait_received", "rotate", "free_mte2"))
                          for side, op in stream.items())
             fill = sim(4, 0) - 4 * p_full - p_prog  # an instance alone: its fill, its pairs, its opening and closing
             per_tile = np.array([int(f) * p_full + int(c) * p_cut + p_prog for f, c in zip(pairs - cut, cut)])

@@ -209,7 +209,14 @@ class Load(Stmt):
     of a tile the other unit wrote earlier in the same program instance (a ``Store.signal_done``):
     the generated code first waits for that unit's done flag, set once its program's stores have
     landed; where ``zero_unless`` says the writer ran no iteration neither unit touches the flag (a
-    run of empty programs would otherwise pile up more sets than the flag's counter holds). The result is the same either way in the interpreter, which runs one statement at a time."""
+    run of empty programs would otherwise pile up more sets than the flag's counter holds). The result is the same either way in the interpreter, which runs one statement at a time.
+
+    ``free_early`` is a schedule knob of a vector hand-off load into a one-copy UB tile inside one stage
+    of a pipelined loop (set by :func:`tilegen.passes.lower.receive_free_early`): the generated code
+    raises a V -> MTE2 event of its own right after the tile's last access in that stage, and the copy
+    of the next tile waits for that event only, not for all vector work issued before it, so that MTE2
+    refills the tile while the vector finishes the iteration's other work (the forward's O update). The
+    tile is live over the loop (nothing else may take its bytes). The result is the same either way."""
 
     dst: str
     src: Access
@@ -220,6 +227,7 @@ class Load(Stmt):
     hoist: bool = False
     zero_unless: Expr | None = None
     wait_done: bool = False
+    free_early: bool = False
 
     def buffers_written(self):
         return (self.dst,)

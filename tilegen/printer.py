@@ -65,6 +65,8 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             pad += "  (no wait: its group's flag was waited for)"
         if stmt.hoist:
             pad += "  (received ahead, beside the earlier stage's work)"
+        if stmt.free_early:
+            pad += "  (the next tile's copy waits for this tile's last access only)"
         if stmt.wait_done:
             pad += "  (after the other unit's done flag)"
         if stmt.zero_unless is not None:

@@ -264,6 +264,7 @@ class Side:
     views: list[View] = field(default_factory=list)
     counters: list[str] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)  # (counter, flag) waited once at the end
+    frees: list[str] = field(default_factory=list)  # the V -> MTE2 events of the tiles with Load.free_early
     ops: list[dict] = field(default_factory=list)
     chunked: bool = False  # the cube's products run through the halves of L0C (MatMul.n_chunk)
 
@@ -342,6 +343,7 @@ class _Lower:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.tensors = {t.name: t for t in program.tensors}
         self.handoffs = handoffs
+        self.frees: set[str] = set()  # the V -> MTE2 events of Load.free_early (the vector's)
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
         self.modplan = AM.recognise(program.mods) if program.mods is not None else None
@@ -645,6 +647,7 @@ def lower_kernel(
         side.counters = sorted(counters[unit])
         # a sender waits at the end for the free flags still pending: one per slot it used
         side.drains = [(c, handoffs[c[2:]]["free"], handoffs[c[2:]]["slots"]) for c in side.counters if c.startswith("n_")]
+    aiv.frees = sorted(lo.frees)
     used = set()
     for expr in [l.stop for l in grid] + [s for st in _stmts(kernel.body) for s in st.exprs()]:
         used |= {str(s) for s in sympy.sympify(expr).free_symbols}
@@ -744,6 +747,10 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                     ops.append({"kind": "wait_stored", "bufs": tail})
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
+        if op is not None and op["kind"] == "reduce" and op["fold"]:
+            # RowReduce.fold: the fold (the last read of src), then the reduction of the fold alone
+            ops.append({**op, "kind": "fold"})
+            op = {k: v for k, v in op.items() if k != "src"}
         if op is not None:
             if op["kind"] in ("fix_store", "c2v_send") and ops and ops[-1]["kind"] == "matmul" and ops[-1]["n_chunk"]:
                 # a chunked product and its store are one MatmulStore (the verifier: the store is next)
@@ -756,6 +763,11 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 deferred.append(stmt.dst)
             ops.append(op)
     ops.extend(_wait_op(lo, buf) for buf in deferred)  # no reader in the body: wait at its end
+    for op in [o for o in ops if o.get("free_event")]:
+        # Load.free_early: the tile's event is raised right after its last access in this body (the stage)
+        last = max(n for n, o in enumerate(ops) if any(part[f] == op["buf"] for part, f in _buffer_refs(o)))
+        ops.insert(last + 1, {"kind": "free_mte2", "buf": op["buf"], "event": op["free_event"]})
+        lo.frees.add(op["free_event"])
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops
@@ -1065,6 +1077,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
                 if op["slots"] > 1:
                     counters["vector"].add(f"r_{handoff}")
                 op["wait"] = stmt.wait_signal
+                op["free_event"] = f"fr_{buf.name}" if stmt.free_early else ""
         else:
             if stmt.first_plain or stmt.signal_done:
                 raise TargetError(f"the vector store into {stmt.dst.tensor}: first_plain and signal_done are lowered for the cube's stores only")

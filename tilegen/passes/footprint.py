@@ -193,6 +193,8 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
                 crossing.update(s.src for s in stmt.body if isinstance(s, Store) and s.wait_at_rewrite)
                 # so does a load issued beside the earlier stage's work of a later tile (Load.hoist)
                 crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.hoist)
+                # and a load whose next copy starts at the tile's last access (Load.free_early)
+                crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.free_early)
                 loop_spans.append((start, position - 1))
                 if stmt.stages:
                     pipelined.append((start, position - 1))

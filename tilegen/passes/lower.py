@@ -78,6 +78,22 @@
   next program's cube work. The owner's stores get ``Store.signal_done`` (the AIC sets a done flag at
   the end of each program) and the epilogue's first load ``Load.wait_done`` (the AIV waits for it).
   Only where no kernel in between touches what the moved kernel reads or writes.
+- :func:`receive_free_early` (Ascend, after stream_programs): a vector hand-off load that opens a stage of a
+  pipelined loop into a one-copy UB tile that only that stage accesses (the forward's S) gets
+  ``Load.free_early``: the emitted code raises a V -> MTE2 event of the tile's own right after its last
+  access in the stage (the cast of P), and the next pair's copy waits for that event alone, not for all
+  vector work issued before it (the O update, a program's closing and opening), so MTE2 refills the
+  tile while the vector does that work. The tile then lives over the loop (and over a streamed body):
+  only where the levels still fit with nothing else taking its bytes.
+- :func:`sink_past_free` (Ascend, right after receive_free_early): in the stage of a ``Load.free_early``,
+  the last row reduction with a fold that reads the tile moves after the tile's other accesses (the
+  forward's rowsum after the cast of P: its reduce step reads the fold alone, so the tile's event goes up
+  between the two), and the vector's elementwise and row-reduction statements that do not access the
+  tile move to right after its last access and the sends that follow it (the forward's alpha =
+  exp(m − m_use) and the update of l);
+  each only where nothing in between reads what it writes or writes what it reads or writes. The tile's
+  event is raised that much earlier, and that work runs beside the next tile's copy. Only where the
+  levels still fit.
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -103,6 +119,7 @@ from ..ir import (
     Mask,
     MatMul,
     Program,
+    RowReduce,
     Stmt,
     Store,
     grid_loops,
@@ -829,6 +846,92 @@ def stream_programs(program: Program, target) -> Program:
         new = dataclasses.replace(
             k, stream=True, buffers=tuple(dataclasses.replace(b, stages=copies) if b.name in cross else b for b in k.buffers)
         )
+        kernels.append(new if _fits(new, target, env) else k)
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def receive_free_early(program: Program, target) -> Program:
+    """Set ``Load.free_early`` (see the module docstring) on each vector hand-off load into a one-copy UB
+    tile that is the first statement of a pipelined loop to access it, where every other statement that
+    accesses the tile is in the load's stage of that loop, nothing outside the loop does, and the kernel's
+    levels still fit with the tile live over the loop; other loads are unchanged."""
+    if target.placement.get("handoff") != "GM":
+        return program
+    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    level = target.placement["vector"]
+    env = {str(k): v for k, v in program.env}
+    kernels = []
+    for k in program.kernels:
+        bufs = {b.name: b for b in k.buffers}
+        chosen: set[int] = set()
+        for loop, _ in walk(k.body):
+            if not (isinstance(loop, Loop) and loop.stages):
+                continue
+            inside = {id(st) for st, _ in walk(loop.body)}
+            for n, s in enumerate(loop.body):
+                if not (isinstance(s, Load) and s.src.tensor in handoff and not s.hoist and not s.rows):
+                    continue
+                b = bufs.get(s.dst)
+                if b is None or b.scope != level or b.unit != "vector" or b.stages != 1:
+                    continue
+                users = [m for m, st in enumerate(loop.body) if s.dst in accessed((st,))]
+                outside = any(s.dst in reads_in(st) | writes_in(st) for st, _ in walk(k.body)
+                              if id(st) not in inside and not isinstance(st, Loop))
+                if users[0] == n and all(loop.stages[m] == loop.stages[n] for m in users) and not outside:
+                    chosen.add(id(s))
+        if not chosen:
+            kernels.append(k)
+            continue
+        new = dataclasses.replace(k, body=map_body(k.body, lambda st: dataclasses.replace(st, free_early=True) if id(st) in chosen else st))
+        kernels.append(new if _fits(new, target, env) else k)
+    return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def sink_past_free(program: Program, target) -> Program:
+    """Reorder each pipelined loop with a ``Load.free_early`` as the module docstring says; the result
+    is the same (only statements with no dependence between them change places)."""
+    env = {str(k): v for k, v in program.env}
+
+    def sink(loop: Loop) -> Loop:
+        if not loop.stages:
+            return loop
+        body, stages = list(loop.body), list(loop.stages)
+
+        def move_after(i: int, last: int) -> bool:
+            """Move body[i] to right after body[last] where nothing in between depends on it or it on them."""
+            nonlocal body, stages
+            st = body[i]
+            r, w = reads_in(st), writes_in(st)
+            if any(w & (reads_in(o) | writes_in(o)) or r & writes_in(o) for o in body[i + 1:last + 1]):
+                return False
+            order = list(range(i)) + list(range(i + 1, last + 1)) + [i] + list(range(last + 1, len(body)))
+            body, stages = [body[n] for n in order], [stages[n] for n in order]
+            return True
+
+        for load in [st for st in body if isinstance(st, Load) and st.free_early]:
+            a = next(n for n, st in enumerate(body) if st is load)
+            last = max(n for n, st in enumerate(body) if load.dst in accessed((st,)))
+            dest = last  # past the tile's last access and the stores (sends) right after it
+            while dest + 1 < len(body) and isinstance(body[dest + 1], Store) and stages[dest + 1] == stages[a]:
+                dest += 1
+            for i in reversed(range(a + 1, last)):  # the work that does not touch the tile, past its last access
+                st = body[i]
+                if stages[i] == stages[a] and isinstance(st, (Elementwise, RowReduce)) and load.dst not in accessed((st,)):
+                    if move_after(i, dest):
+                        last, dest = last - 1, dest - 1
+            # then a folded row reduction of the tile last among its readers: its reduce step reads the fold alone
+            folds = [n for n in range(a + 1, last) if isinstance(body[n], RowReduce) and body[n].fold and body[n].src == load.dst
+                     and stages[n] == stages[a] and load.dst not in writes_in(body[n])]
+            if folds:
+                move_after(folds[-1], dest)
+        return dataclasses.replace(loop, body=tuple(body), stages=tuple(stages))
+
+    kernels = []
+    for k in program.kernels:
+        if not any(isinstance(st, Load) and st.free_early for st, _ in walk(k.body)):
+            kernels.append(k)
+            continue
+        new = dataclasses.replace(k, body=map_body(k.body, lambda st: sink(st) if isinstance(st, Loop) else st))
         kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
 

@@ -127,6 +127,14 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # a core's programs as one stream of tile pairs: the pipelined loop runs across program boundaries
         program = log.record("stream-programs", stream_programs(program, tgt), tgt)
+        from .lower import receive_free_early
+
+        # the vector's receive of the next pair waits only for this pair's last access of the tile
+        program = log.record("receive-free-early", receive_free_early(program, tgt), tgt)
+        from .lower import sink_past_free
+
+        # the stage's work that does not touch that tile after its last access: beside the next copy
+        program = log.record("sink-past-free", sink_past_free(program, tgt), tgt)
         from .lower import one_launch
 
         # the program's kernels in one launch, an all-core barrier (SyncAll) between two of them

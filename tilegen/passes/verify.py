@@ -125,6 +125,21 @@ class _Checker:
         if not (isinstance(nxt, Store) and nxt.src == stmt.dst) or self.readers[stmt.dst] != 1:
             self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk needs the next statement to store {stmt.dst} and nothing else to read it")
 
+    def free_early(self, loop: Loop, load: Load) -> None:
+        """A load with ``free_early``: a hand-off received into a one-copy vector tile of a pipelined
+        loop, which only statements of the load's stage of that loop access, the load first."""
+        buf = self.bufs.get(load.dst)
+        stages = loop.stages or (0,) * len(loop.body)
+        at = next(n for n, s in enumerate(loop.body) if s is load)
+        users = [n for n, s in enumerate(loop.body) for t, _ in walk((s,)) if load.dst in t.buffers_read() + t.buffers_written()]
+        outside = [t for t, _ in walk(self.kernel.body) if load.dst in t.buffers_read() + t.buffers_written()
+                   and not any(t is u for u, _ in walk(loop.body))]
+        if (getattr(self.tensors.get(load.src.tensor), "kind", "") != "handoff" or buf is None or buf.unit != "vector"
+                or buf.stages != 1 or load.hoist or not loop.stages or users[0] != at
+                or any(stages[n] != stages[at] for n in users) or outside):
+            self.fail(self.kernel, f"`{_fmt(load)}`: free_early needs a hand-off received into a one-copy vector tile that only "
+                      "statements of the load's stage of its pipelined loop access, the load first")
+
     def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
         defined = set(defined)
         for n, stmt in enumerate(body):
@@ -143,6 +158,8 @@ class _Checker:
                     if isinstance(s, Load) and s.hoist and (stmt.lookahead < 2 or not s.wait_at_read
                                                             or getattr(self.tensors.get(s.src.tensor), "kind", "") != "handoff"):
                         self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load receives a hand-off in a loop with lookahead >= 2, with wait_at_read")
+                    if isinstance(s, Load) and s.free_early:
+                        self.free_early(stmt, s)
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner

@@ -314,11 +314,18 @@ __aicore__ inline void WaitSToMte3()
 // tensor's extent). Without `closing` (the IR knob Load.wait_at_read on a received hand-off, no padding)
 // the MTE2 -> V wait is left to the caller, who takes it (WaitMte2ToV) just before the tile's first
 // reader, so that the vector computes on while the copy runs.
+// `freeId` >= 0 (the IR knob Load.free_early): the copy waits for that V -> MTE2 event alone, which
+// FreeForMte2 raised right after dst's last access, instead of for all vector work issued before it.
 template <typename T>
 __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
-                                int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue, bool closing = true)
+                                int64_t cols, int64_t cpad, int64_t pitch, bool pad, T padValue, bool closing = true,
+                                int32_t freeId = -1)
 {
-    WaitVToMte2();
+    if (freeId < 0) {
+        WaitVToMte2();
+    } else {
+        WaitFlag<HardEvent::V_MTE2>(static_cast<TEventID>(freeId));
+    }
     if (valid > 0) {
         DataCopyExtParams p(TILEGEN_NARROW(DataCopyExtParams_blockCount, valid),
                             TILEGEN_NARROW(DataCopyExtParams_blockLen, cols * static_cast<int64_t>(sizeof(T))),
@@ -330,6 +337,27 @@ __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>
     if (pad && valid < rows) {
         Duplicate(dst[valid * cpad], padValue, TILEGEN_NARROW(VectorOp_count, (rows - valid) * cpad));
     }
+}
+
+// The V -> MTE2 event of a UB tile that MTE2 refills every tile pair (the IR knob Load.free_early): an
+// ID allocated for it (TPipe::AllocEventID, include/basic_api/kernel_tpipe.h:469) and raised once, so that
+// the first copy may start; FreeForMte2 raises it after each tile's last access on V, the copy of the
+// next tile (LoadRows' freeId) waits for it, and FreeDrain takes the last one and releases the ID (:471).
+// Set and wait alternate, as SetFlag-WaitFlag(ISASI).md requires of one event ID.
+__aicore__ inline TEventID FreeInit()
+{
+    const TEventID id = GetTPipePtr()->AllocEventID<HardEvent::V_MTE2>();
+    SetFlag<HardEvent::V_MTE2>(id);
+    return id;
+}
+__aicore__ inline void FreeForMte2(TEventID id)
+{
+    SetFlag<HardEvent::V_MTE2>(id);
+}
+__aicore__ inline void FreeDrain(TEventID id)
+{
+    WaitFlag<HardEvent::V_MTE2>(id);
+    GetTPipePtr()->ReleaseEventID<HardEvent::V_MTE2>(id);
 }
 
 // A vector of `valid` consecutive elements GM -> UB; elements [valid, n) get `padValue` when `pad`.
@@ -476,15 +504,16 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
     }
     ResetMask();
 }
-// RowsReduce through a fold (the IR knob RowReduce.fold; cols >= 128): fold row r = the elementwise
-// Max/Add of row r's 64-column blocks (blocks 0 and 1 in one instruction, then each later block into
-// fold, a partial last block under a lane mask; a repeat per row: src repeat stride cpad / 8 blocks,
-// fold's 8), then one ReduceRepeat per row over fold's 64 columns. The in-repeat reduction runs once per
-// row instead of once per 64 columns; asc-devkit's SoftmaxFlashV2 reduces its rows the same way on 2201
-// (impl/adv_api/detail/activation/softmax/membase/v220/softmax_common_impl/softmax_common_nd_reduce.h,
-// NewReduceMaxLastNDImpl).
-__aicore__ inline void RowsFoldReduce(const LocalTensor<float>& vec, const LocalTensor<float>& src, const LocalTensor<float>& fold,
-                                      int64_t rows, int64_t cols, int64_t cpad, bool isMax)
+// RowsReduce through a fold (the IR knob RowReduce.fold; cols >= 128), in two calls: RowsFold sets fold
+// row r to the elementwise Max/Add of row r's 64-column blocks (blocks 0 and 1 in one instruction, then
+// each later block into fold, a partial last block under a lane mask; a repeat per row: src repeat
+// stride cpad / 8 blocks, fold's 8), then RowsReduceFolded runs one ReduceRepeat per row over fold's 64
+// columns. The in-repeat reduction runs once per row instead of once per 64 columns; asc-devkit's
+// SoftmaxFlashV2 reduces its rows the same way on 2201 (impl/adv_api/detail/activation/softmax/membase/
+// v220/softmax_common_impl/softmax_common_nd_reduce.h, NewReduceMaxLastNDImpl). Between the two, src is
+// no longer read (a Load.free_early event may go there).
+__aicore__ inline void RowsFold(const LocalTensor<float>& fold, const LocalTensor<float>& src, int64_t rows, int64_t cols,
+                                int64_t cpad, bool isMax)
 {
     const uint8_t rep = TILEGEN_NARROW(VectorOp_repeatTime, rows);
     const uint8_t stride = TILEGEN_NARROW(VectorOp_repStride, cpad / 8);
@@ -499,6 +528,11 @@ __aicore__ inline void RowsFoldReduce(const LocalTensor<float>& vec, const Local
             Add(fold, acc, src[c0], mask, rep, c0 == LANES_F32 ? first : next);
         }
     }
+    ResetMask();
+}
+__aicore__ inline void RowsReduceFolded(const LocalTensor<float>& vec, const LocalTensor<float>& fold, int64_t rows, bool isMax)
+{
+    const uint8_t rep = TILEGEN_NARROW(VectorOp_repeatTime, rows);
     if (isMax) {
         ReduceRepeat<ReduceType::MAX, float, float>(vec, fold, LANES_F32, rep, 1, 1, 8, ReduceOrder::ORDER_ONLY_VALUE);
     } else {
