@@ -296,3 +296,10 @@ def test_sink_past_free_reorders_only_independent_work():
     bad = dataclasses.replace(after, kernels=(dataclasses.replace(k, body=map_body(k.body, lambda s: bad_loop if s == loop else s)),))
     with pytest.raises(VerifyError, match="free_early needs"):
         verify(bad, "test")
+    # ... and where the tile's last access sits in a nested loop (the event would go before it)
+    cast = next(n for n, s in enumerate(loop.body) if fmt_stmt(s).startswith("Pc = cast(S_vector)"))
+    nested = Loop(sympy.Symbol("t"), sympy.Integer(0), sympy.Integer(1), (loop.body[cast],))
+    nest_loop = dataclasses.replace(loop, body=loop.body[:cast] + (nested,) + loop.body[cast + 1:])
+    bad = dataclasses.replace(after, kernels=(dataclasses.replace(k, body=map_body(k.body, lambda s: nest_loop if s == loop else s)),))
+    with pytest.raises(VerifyError, match="free_early needs"):
+        verify(bad, "test")

@@ -54,7 +54,7 @@ from . import ascendc_mods as AM
 from .. import mods as M
 from ..passes import pipeline
 from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
+from ..passes.lower import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
 from ..resources import data_dir
 from ..spec import AttentionSpec
 from ..targets import Target, load_target
@@ -717,7 +717,10 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
     deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
     held = set(_held(lo, body, unit))  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
+    freed = {st.dst for st in body if isinstance(st, Load) and st.free_early}
+    last_use: dict[str, tuple] = {}  # a Load.free_early tile -> (statement, its ops' span) of its last access
     for stmt in body:
+        start = len(ops)
         for buf in [b for b in deferred if b in reads_in(stmt)]:
             ops.append(_wait_op(lo, buf))  # just before the tile's first reader
             deferred.remove(buf)
@@ -745,6 +748,7 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 tail = _held(lo, stmt.body, unit)
                 if tail:  # the last iteration's stores, before anything after the loop
                     ops.append({"kind": "wait_stored", "bufs": tail})
+            last_use.update({b: (stmt, start, len(ops)) for b in freed & accessed((stmt,))})
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None and op["kind"] == "reduce" and op["fold"]:
@@ -762,12 +766,22 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 op["defer"] = True
                 deferred.append(stmt.dst)
             ops.append(op)
+        last_use.update({b: (stmt, start, len(ops)) for b in freed & accessed((stmt,))})
     ops.extend(_wait_op(lo, buf) for buf in deferred)  # no reader in the body: wait at its end
+    # Load.free_early: the tile's event is raised right after the ops of its last access in this body (the
+    # stage); of a folded row reduction of the tile, right after the fold (its reduce step reads the fold)
+    places = []
     for op in [o for o in ops if o.get("free_event")]:
-        # Load.free_early: the tile's event is raised right after its last access in this body (the stage)
-        last = max(n for n, o in enumerate(ops) if any(part[f] == op["buf"] for part, f in _buffer_refs(o)))
-        ops.insert(last + 1, {"kind": "free_mte2", "buf": op["buf"], "event": op["free_event"]})
+        stmt, start, end = last_use[op["buf"]]
+        at = end
+        if isinstance(stmt, RowReduce) and stmt.fold and stmt.src == op["buf"]:
+            at = next(n for n in range(start, end) if ops[n]["kind"] == "fold") + 1
+        if any(o["kind"] == "wait_received" and o["buf"] == op["buf"] for o in ops[at:]):
+            at = len(ops)  # a copy of the tile still waited for after it: the event after that wait
+        places.append((at, {"kind": "free_mte2", "buf": op["buf"], "event": op["free_event"]}))
         lo.frees.add(op["free_event"])
+    for at, free in sorted(places, key=lambda p: -p[0]):
+        ops.insert(at, free)
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
     return ops

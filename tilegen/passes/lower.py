@@ -853,8 +853,9 @@ def stream_programs(program: Program, target) -> Program:
 def receive_free_early(program: Program, target) -> Program:
     """Set ``Load.free_early`` (see the module docstring) on each vector hand-off load into a one-copy UB
     tile that is the first statement of a pipelined loop to access it, where every other statement that
-    accesses the tile is in the load's stage of that loop, nothing outside the loop does, and the kernel's
-    levels still fit with the tile live over the loop; other loads are unchanged."""
+    accesses the tile is a statement of that loop's body in the load's stage (not a nested loop, not a
+    store), nothing outside the loop accesses it, and the kernel's levels still fit with the tile live
+    over the loop; other loads are unchanged."""
     if target.placement.get("handoff") != "GM":
         return program
     handoff = {t.name for t in program.tensors if t.kind == "handoff"}
@@ -877,7 +878,10 @@ def receive_free_early(program: Program, target) -> Program:
                 users = [m for m, st in enumerate(loop.body) if s.dst in accessed((st,))]
                 outside = any(s.dst in reads_in(st) | writes_in(st) for st, _ in walk(k.body)
                               if id(st) not in inside and not isinstance(st, Loop))
-                if users[0] == n and all(loop.stages[m] == loop.stages[n] for m in users) and not outside:
+                # its accesses are statements of the loop's body itself (the event goes after the last of
+                # them), none a store (a copy out of the tile would still be reading it)
+                plain = all(not isinstance(loop.body[m], (Loop, Store)) for m in users)
+                if users[0] == n and all(loop.stages[m] == loop.stages[n] for m in users) and plain and not outside:
                     chosen.add(id(s))
         if not chosen:
             kernels.append(k)

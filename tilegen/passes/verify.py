@@ -108,6 +108,7 @@ class _Checker:
             self.fail(kernel, "sync_all on the first kernel: there is no earlier kernel whose launch it could join")
         self.bufs = bufs
         self.kernel = kernel
+        self.free_checked: set[int] = set()  # the Load.free_early statements checked with their loop
         self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())
         self.block(kernel.body, frozenset(), set())
 
@@ -125,20 +126,24 @@ class _Checker:
         if not (isinstance(nxt, Store) and nxt.src == stmt.dst) or self.readers[stmt.dst] != 1:
             self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk needs the next statement to store {stmt.dst} and nothing else to read it")
 
-    def free_early(self, loop: Loop, load: Load) -> None:
+    def free_early(self, loop: Loop | None, load: Load) -> None:
         """A load with ``free_early``: a hand-off received into a one-copy vector tile of a pipelined
-        loop, which only statements of the load's stage of that loop access, the load first."""
+        loop (``loop``: the loop whose body holds it, None at a kernel's top level), which only
+        statements of the load's stage in that loop's body access (none a nested loop or a store), the
+        load first."""
         buf = self.bufs.get(load.dst)
-        stages = loop.stages or (0,) * len(loop.body)
-        at = next(n for n, s in enumerate(loop.body) if s is load)
-        users = [n for n, s in enumerate(loop.body) for t, _ in walk((s,)) if load.dst in t.buffers_read() + t.buffers_written()]
-        outside = [t for t, _ in walk(self.kernel.body) if load.dst in t.buffers_read() + t.buffers_written()
-                   and not any(t is u for u, _ in walk(loop.body))]
-        if (getattr(self.tensors.get(load.src.tensor), "kind", "") != "handoff" or buf is None or buf.unit != "vector"
-                or buf.stages != 1 or load.hoist or not loop.stages or users[0] != at
-                or any(stages[n] != stages[at] for n in users) or outside):
+        ok = (loop is not None and bool(loop.stages) and getattr(self.tensors.get(load.src.tensor), "kind", "") == "handoff"
+              and buf is not None and buf.unit == "vector" and buf.stages == 1 and not load.hoist and not load.rows)
+        if ok:
+            at = next(n for n, s in enumerate(loop.body) if s is load)
+            users = [n for n, s in enumerate(loop.body) if any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk((s,)))]
+            inside = {id(u) for u, _ in walk(loop.body)}
+            outside = any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk(self.kernel.body) if id(t) not in inside)
+            ok = (users[0] == at and not outside and all(loop.stages[n] == loop.stages[at] for n in users)
+                  and not any(isinstance(loop.body[n], (Loop, Store)) for n in users))
+        if not ok:
             self.fail(self.kernel, f"`{_fmt(load)}`: free_early needs a hand-off received into a one-copy vector tile that only "
-                      "statements of the load's stage of its pipelined loop access, the load first")
+                      "statements of the load's stage of its pipelined loop's body access (no nested loop, no store), the load first")
 
     def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
         defined = set(defined)
@@ -160,10 +165,13 @@ class _Checker:
                         self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load receives a hand-off in a loop with lookahead >= 2, with wait_at_read")
                     if isinstance(s, Load) and s.free_early:
                         self.free_early(stmt, s)
+                        self.free_checked.add(id(s))
                 inner = self.block(stmt.body, loop_vars | {var}, defined)
                 if stmt.kind == "parallel":
                     defined = inner
                 continue
+            if isinstance(stmt, Load) and stmt.free_early and id(stmt) not in self.free_checked:
+                self.free_early(None, stmt)  # not in a pipelined loop's body
             for name in stmt.buffers_read() + stmt.buffers_written():
                 if name not in self.bufs:
                     self.fail(self.kernel, f"`{_fmt(stmt)}` uses undeclared buffer {name}")
