@@ -117,6 +117,37 @@ def test_run_twin_shows_the_twin_tile_sizes(capsys):
     assert len(lines) == 2 and all("Br=" in l and "Bc=" in l for l in lines), out
 
 
+def test_run_twin_takes_the_forced_tile_sizes(capsys):
+    """--tiles forces the twin's kernels too (they once kept the target's own choice); tiles that do not
+    fit the twin's target are refused in one line before any work."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    assert main(["run", "--spec", "tiny", "--seq", "40", "--tiles", "64x128", "--twin"]) == 0
+    out = capsys.readouterr().out
+    lines = [l for l in out.splitlines() if "ascend910b2 twin" in l]
+    assert len(lines) == 2 and all("Br=64, Bc=128" in l for l in lines), out
+    assert main(["run", "--spec", "tiny", "--tiles", "256x512", "--twin"]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 1 and "Br=256, Bc=512 do not fit target ascend910b2" in err[0], err
+
+
+def test_gpu_tiles_must_be_powers_of_two(tmp_path, capsys):
+    """A Triton module takes power-of-two tiles from 16 (tl.arange, tl.dot): --tiles 100x64 on h200 is
+    refused in one line and writes nothing (it once wrote a module that could not run); a forced size the
+    module takes is labelled as the caller's, not the target table's."""
+    out = tmp_path / "bad"
+    assert main(["generate", "--spec", "tiny", "--target", "h200", "--tiles", "100x64", "-o", str(out)]) == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 1 and "'100x64'" in err[0] and "powers of two from 16" in err[0], err
+    assert not out.exists()
+    good = tmp_path / "good"
+    assert main(["generate", "--spec", "tiny", "--target", "h200", "--tiles", "64x64", "-o", str(good)]) == 0
+    module = next(good.glob("*.py")).read_text()
+    assert "Br = 64, Bc = 64 (given by the caller)" in module and "from the target's [triton] table" not in module
+
+
 def test_kernel_names_do_not_repeat_a_suffix(tmp_path):
     import json
     import re

@@ -360,8 +360,8 @@ PIPE_COLORS = {"S": "#7f7f7f", "MTE1": "#9467bd", "MTE2": "#1f77b4", "MTE3": "#1
 
 def plot_timeline(report: dict, path: str) -> Path:
     """Draw one AI Core's pipes as a Gantt chart per program of ``report``
-    (:func:`tilegen.report.timeline_report`): the simulated block of the program's slowest kernel, one
-    row per pipe of its AIC and of its first AIV (the second mirrors it), a bar per instruction's work
+    (:func:`tilegen.report.timeline_report`): the simulated block of the program's slowest kernel (of a
+    streamed kernel, the core that ran one head's instances as one stream), one row per pipe of its AIC and of its first AIV (the second mirrors it), a bar per instruction's work
     (flag waits are the gaps), time in µs. At most :data:`GANTT_ITEMS` instructions are drawn, the
     first ones in time (the title then says up to when).
 
@@ -395,7 +395,9 @@ def plot_timeline(report: dict, path: str) -> Path:
         ax.set_xlim(0, end)
         ax.set_xlabel("µs (simulated)", fontsize=8)
         shown = f", first {end:.1f} µs of {block.end * us:.1f}" if cut is not None else ""
-        ax.set_title(f"{prog['label']}: {kernel.name}, one AI Core ({kernel.form.split(':')[0]}{shown})", fontsize=10)
+        what = ("the AI Core that ran every instance of one head as one stream (the run the streamed time is fitted through)"
+                if "streamed:" in kernel.form else f"one AI Core ({kernel.form.split(':')[0]})")
+        ax.set_title(f"{prog['label']}: {kernel.name}, {what}{shown}", fontsize=10)
     fig.suptitle(f"simulated timeline of the emitted code on {report['target']} (twin trace, [timeline] cost table)", fontsize=11)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)

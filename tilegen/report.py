@@ -652,9 +652,10 @@ def format_timeline(report: dict) -> str:
     simulated busy fraction of every pipe and the simulated critical path."""
     lines = [
         "",
-        f"== timeline of the emitted code on {report['target']}, predicted (not measured): roofline (all units overlapped), "
-        "model (the emitted helpers; cube and vector meet at the hand-offs), simulated (the twin's instruction trace "
-        "scheduled per pipe)",
+        f"== timeline of the emitted code on {report['target']}, predicted (not measured): roofline (the tile chooser's "
+        "ranking estimate: all units overlapped, every HBM tensor at the HBM rate, the hand-offs' writes and reads together "
+        "at the chip's L2 read rate; it can be slower than the other two), model (the emitted helpers; cube and vector "
+        "meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe)",
         "   cost table: the target's [timeline]; estimates: " + ", ".join(report["estimates"]),
     ]
     for prog in report["programs"]:

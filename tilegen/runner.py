@@ -151,6 +151,7 @@ def validate_run(
         SpecError: the spec is too large for the dense reference, bad tile sizes or dQ strategy,
             ``data`` lacks a tensor or has a wrong shape (each named), or ``asc_devkit`` is not an
             asc-devkit snapshot.
+        ScheduleError: ``tile_sizes`` do not fit ``twin_target``.
         TargetError: ``target`` is unknown (the message lists the known ones), or ``twin_target`` is
             not an Ascend 910B target.
     """
@@ -174,6 +175,9 @@ def validate_run(
         from .backends import ascendc
 
         ascendc.check_request(spec, twin_target)
+        if tile_sizes is not None:  # the twin's kernels take the forced tiles too: they must fit its target
+            pipeline.compile_forward(spec, target=twin_target, tile_sizes=tile_sizes)
+            pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=twin_target, tile_sizes=tile_sizes)
     if asc_devkit is not None:
         from .backends import twin
 
@@ -275,8 +279,9 @@ def check_spec(
         data: Q, K, V, dO (logical BNSD, any float dtype: cast to the spec's) instead of random inputs;
             with mods, also parameter arrays by name (else the spec's values, else generated:
             :func:`mod_params`).
-        twin_target: also generate the Ascend C kernels for this target and run them on the CPU twin;
-            their outputs join the comparisons as ``O (twin)``, ``dQ (twin)``, ...
+        twin_target: also generate the Ascend C kernels for this target (with ``tile_sizes`` forced
+            when given) and run them on the CPU twin; their outputs join the comparisons as
+            ``O (twin)``, ``dQ (twin)``, ...
         asc_devkit: run them on the real-API twin instead (Huawei's headers from this asc-devkit
             snapshot over tilegen's CCE intrinsics; see tilegen/twin/cce/README.md); the comparisons
             are labelled ``O (real-API twin)``, ...
@@ -368,7 +373,7 @@ def check_spec(
                                           rel_floor=lse_rel_floor(l_ref), terms=spec.seq_q * spec.seq_k))
     if twin_target is not None:
         _check_on_twin(report, spec, data, twin_target, dq_strategy, (o_ref, l_ref, o_pl, l_pl), (ref, plain), asc_devkit, params,
-                       mod_ref if spec.sinks else None, mod_pl if spec.sinks else None)
+                       mod_ref if spec.sinks else None, mod_pl if spec.sinks else None, tile_sizes)
     return report
 
 
@@ -406,14 +411,14 @@ def _tagged(progress, label: str):
 
 def _check_on_twin(
     report: RunReport, spec: AttentionSpec, data, target: str, dq_strategy: str, fwd_refs, bwd_refs, asc_devkit=None, params=None,
-    sink_ref=None, sink_plain=None,
+    sink_ref=None, sink_plain=None, tile_sizes=None,
 ) -> None:
-    """Generate the Ascend C kernels, run them on the CPU twin (the real-API one with ``asc_devkit``)
-    and compare their outputs too (with ``params``: the mods' arrays and the sinks; with sinks,
-    ``sink_ref``/``sink_plain`` the references holding ``dparams["sinks"]``)."""
+    """Generate the Ascend C kernels (``tile_sizes`` forced when given), run them on the CPU twin (the
+    real-API one with ``asc_devkit``) and compare their outputs too (with ``params``: the mods' arrays
+    and the sinks; with sinks, ``sink_ref``/``sink_plain`` the references holding ``dparams["sinks"]``)."""
     from .backends import ascendc, twin
 
-    generated = ascendc.generate(spec, target, dq_strategy=dq_strategy)
+    generated = ascendc.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
     files = generated.files
     report.twin_schedule = generated.manifest["schedule"]
     exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)

@@ -340,6 +340,20 @@ class Scheduled:
         return "the target's triton.default"
 
 
+def _check_tiles(tile_sizes) -> None:
+    """Forced tile sizes a Triton module can take: powers of two from 16 (``tl.arange`` takes a
+    power-of-two length, ``tl.dot`` operands at least 16 rows).
+
+    Raises:
+        SpecError: a tile size that is not one (names both sizes).
+    """
+    per_program = isinstance(tile_sizes, dict) and tile_sizes and set(tile_sizes) <= {"fwd", "bwd"}
+    for pair in tile_sizes.values() if per_program else (tile_sizes,):
+        sizes = list(pipeline.parse_tile_sizes(pair).values())
+        if any(v < 16 or v & (v - 1) for v in sizes):
+            raise SpecError("tile_sizes", "x".join(map(str, sizes)), "powers of two from 16 on a GPU target (Triton's tl.arange and tl.dot)")
+
+
 def schedule(
     spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None
 ) -> tuple[Scheduled, Scheduled]:
@@ -357,12 +371,14 @@ def schedule(
     the target's launch knobs (for measuring alternatives).
 
     Raises:
-        SpecError: an unknown dq strategy; ScheduleError: forced tile sizes that do not fit, or no tile
-            sizes fit at all.
+        SpecError: an unknown dq strategy, or forced tile sizes that are not powers of two from 16;
+            ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
     """
     tgt = load_target(target)
     if tgt.kind != "gpu":
         raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+    if tile_sizes is not None:
+        _check_tiles(tile_sizes)
     cfg = triton_config(tgt)
     strategy = dq_strategy or cfg.dq_strategy
     if strategy not in pipeline.DQ_STRATEGIES:
@@ -1451,6 +1467,7 @@ def _program_context(sched: Scheduled) -> dict:
         "name": program.name,
         "tiles": {"Br": env["Br"], "Bc": env["Bc"]},
         "forced": bool(sched.log.schedule.forced) if sched.log.schedule else False,
+        "given": sched.given,
         "row_source": sched.row.source if sched.row else None,
         "skipped": [sk.line() for sk in sched.skipped],
         "kernels": kernels,
