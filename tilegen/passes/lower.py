@@ -86,14 +86,13 @@
   tile while the vector does that work. The tile then lives over the loop (and over a streamed body):
   only where the levels still fit with nothing else taking its bytes.
 - :func:`sink_past_free` (Ascend, right after receive_free_early): in the stage of a ``Load.free_early``,
-  the last row reduction with a fold that reads the tile moves after the tile's other accesses (the
-  forward's rowsum after the cast of P: its reduce step reads the fold alone, so the tile's event goes up
-  between the two), and the vector's elementwise and row-reduction statements that do not access the
-  tile move to right after its last access and the sends that follow it (the forward's alpha =
-  exp(m − m_use) and the update of l);
-  each only where nothing in between reads what it writes or writes what it reads or writes. The tile's
-  event is raised that much earlier, and that work runs beside the next tile's copy. Only where the
-  levels still fit.
+  the vector's elementwise and row-reduction statements that do not access the tile move to right after
+  its last access and the sends that follow it (the forward's alpha = exp(m − m_use) and the update of
+  l), then the last row reduction with a fold that reads the tile moves after the tile's other accesses
+  (the forward's row sum after the cast of P: its reduce step reads the fold alone, so the tile's event
+  goes up between the two); each only where nothing in between reads what it writes or writes what it
+  reads or writes. The tile's event is raised that much earlier, and that work runs beside the next
+  tile's copy. Only where the levels still fit.
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -896,7 +895,7 @@ def sink_past_free(program: Program, target) -> Program:
     is the same (only statements with no dependence between them change places)."""
     env = {str(k): v for k, v in program.env}
 
-    def sink(loop: Loop) -> Loop:
+    def sink(loop: Loop, units: dict) -> Loop:
         if not loop.stages:
             return loop
         body, stages = list(loop.body), list(loop.stages)
@@ -920,7 +919,8 @@ def sink_past_free(program: Program, target) -> Program:
                 dest += 1
             for i in reversed(range(a + 1, last)):  # the work that does not touch the tile, past its last access
                 st = body[i]
-                if stages[i] == stages[a] and isinstance(st, (Elementwise, RowReduce)) and load.dst not in accessed((st,)):
+                if (stages[i] == stages[a] and isinstance(st, (Elementwise, RowReduce)) and stmt_unit(st, units) == "vector"
+                        and load.dst not in accessed((st,))):
                     if move_after(i, dest):
                         last, dest = last - 1, dest - 1
             # then a folded row reduction of the tile last among its readers: its reduce step reads the fold alone
@@ -935,7 +935,8 @@ def sink_past_free(program: Program, target) -> Program:
         if not any(isinstance(st, Load) and st.free_early for st, _ in walk(k.body)):
             kernels.append(k)
             continue
-        new = dataclasses.replace(k, body=map_body(k.body, lambda st: sink(st) if isinstance(st, Loop) else st))
+        units = {b.name: b.unit for b in k.buffers}
+        new = dataclasses.replace(k, body=map_body(k.body, lambda st: sink(st, units) if isinstance(st, Loop) else st))
         kernels.append(new if _fits(new, target, env) else k)
     return dataclasses.replace(program, kernels=tuple(kernels))
 
