@@ -59,62 +59,52 @@ def _tiles(name: str, args, label: str) -> str:
     return f"{env['Br']}x{env['Bc']}"
 
 
+def _same(program, *_):
+    return program
+
+
+# each flag: what it measures without, the replacement, and the (module, function) pairs it replaces
+WITHOUT = {
+    "--mask-every-tile": ("the mask-cut-tiles-only pass", _same, [("lower", "mask_cut_tiles_only")]),
+    "--wait-at-copy": ("the wait-at-first-read pass", _same, [("lower", "wait_at_first_read")]),
+    "--no-pipeline": ("the pipeline-handoffs pass", _same, [("lower", "pipeline_handoffs")]),
+    "--no-vector-stage": ("the pipeline-handoffs pass's vector skew", lambda *a: None, [("lower", "_vector_stages")]),
+    "--handoff-per-tile": ("the unit-phases and one-handoff-per-direction passes", _same,
+                           [("handoff", "unit_phases"), ("handoff", "one_handoff_per_direction")]),
+    "--no-l0c-pingpong": ("the l0c-pingpong pass", _same, [("lower", "l0c_pingpong")]),
+    "--no-snake-deal": ("the snake-deal pass", _same, [("lower", "snake_deal")]),
+    "--no-lookahead": ("the pipeline-lookahead pass", _same, [("lower", "pipeline_lookahead")]),
+    "--no-receive-ahead": ("the receive-ahead pass", _same, [("lower", "receive_ahead")]),
+    "--no-fold": ("the fold-row-reductions pass", _same, [("lower", "fold_row_reductions")]),
+    "--no-one-launch": ("the one-launch pass (a launch per kernel)", _same, [("lower", "one_launch")]),
+    "--no-stream": ("the stream-programs pass (each program's pipelined loop alone)", _same, [("lower", "stream_programs")]),
+    "--no-free-early": ("the receive-free-early pass (S received after all vector work before it)", _same,
+                        [("lower", "receive_free_early")]),
+    "--no-sink": ("the sink-past-free pass", _same, [("lower", "sink_past_free")]),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="ascend910b2")
     ap.add_argument("--json")
-    ap.add_argument("--mask-every-tile", action="store_true", help="without the mask-cut-tiles-only pass")
-    ap.add_argument("--wait-at-copy", action="store_true", help="without the wait-at-first-read pass")
-    ap.add_argument("--no-pipeline", action="store_true", help="without the pipeline-handoffs pass")
-    ap.add_argument("--no-vector-stage", action="store_true", help="the pipeline-handoffs pass without its vector skew")
+    for flag, (what, _, _) in WITHOUT.items():
+        ap.add_argument(flag, action="store_true", help=f"without {what}")
     ap.add_argument("--dkv-strategy", choices=["auto", "on-chip", "atomic"], default="auto", help="the backward's dK/dV strategy")
-    ap.add_argument("--handoff-per-tile", action="store_true", help="without the unit-phases and one-handoff-per-direction passes")
-    ap.add_argument("--no-l0c-pingpong", action="store_true", help="without the l0c-pingpong pass")
-    ap.add_argument("--no-snake-deal", action="store_true", help="without the snake-deal pass")
-    ap.add_argument("--no-lookahead", action="store_true", help="without the pipeline-lookahead pass")
-    ap.add_argument("--no-receive-ahead", action="store_true", help="without the receive-ahead pass")
-    ap.add_argument("--no-fold", action="store_true", help="without the fold-row-reductions pass")
-    ap.add_argument("--no-one-launch", action="store_true", help="without the one-launch pass (a launch per kernel)")
-    ap.add_argument("--no-stream", action="store_true", help="without the stream-programs pass (each program's pipelined loop alone)")
-    ap.add_argument("--no-free-early", action="store_true", help="without the receive-free-early pass (S received after all vector work before it)")
-    ap.add_argument("--no-sink", action="store_true", help="without the sink-past-free pass")
     ap.add_argument("--anchor", action="store_true", help="also the one-head non-causal forward at S = 32k, D = 128, fp16 (TFLOP/s)")
     args = ap.parse_args()
-    if args.mask_every_tile or args.wait_at_copy or args.no_pipeline or args.no_vector_stage or args.handoff_per_tile or args.no_l0c_pingpong or args.no_snake_deal or args.no_lookahead or args.no_receive_ahead or args.no_fold or args.no_one_launch or args.no_stream or args.no_free_early or args.no_sink:
+    chosen = [flag for flag in WITHOUT if getattr(args, flag[2:].replace("-", "_"))]
+    if chosen:
         import os
 
         from tilegen.passes import handoff, lower
 
-        os.environ["TILEGEN_CACHE"] = "0"
-        if args.mask_every_tile:
-            lower.mask_cut_tiles_only = lambda program: program
-        if args.wait_at_copy:
-            lower.wait_at_first_read = lambda program, levels: program
-        if args.no_pipeline:
-            lower.pipeline_handoffs = lambda program, target: program
-        if args.no_vector_stage:
-            lower._vector_stages = lambda *a: None
-        if args.no_l0c_pingpong:
-            lower.l0c_pingpong = lambda program, target: program
-        if args.no_snake_deal:
-            lower.snake_deal = lambda program: program
-        if args.no_lookahead:
-            lower.pipeline_lookahead = lambda program, target: program
-        if args.no_receive_ahead:
-            lower.receive_ahead = lambda program, target: program
-        if args.no_fold:
-            lower.fold_row_reductions = lambda program, target: program
-        if args.no_one_launch:
-            lower.one_launch = lambda program, target: program
-        if args.no_stream:
-            lower.stream_programs = lambda program, target: program
-        if args.no_free_early:
-            lower.receive_free_early = lambda program, target: program
-        if args.no_sink:
-            lower.sink_past_free = lambda program, target: program
-        if args.handoff_per_tile:
-            handoff.unit_phases = lambda program: program
-            handoff.one_handoff_per_direction = lambda program: program
+        os.environ["TILEGEN_CACHE"] = "0"  # the compile cache would hand back the programs with the pass
+        modules = {"lower": lower, "handoff": handoff}
+        for flag in chosen:
+            _, stub, passes = WITHOUT[flag]
+            for module, name in passes:
+                setattr(modules[module], name, stub)
     rows = []
     print("| spec | program | tiles | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.FIX, AIC.MTE2, AIV.V, AIV.S |")
     print("|---|---|---|---|---|---|---|---|")

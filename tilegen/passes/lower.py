@@ -857,31 +857,18 @@ def receive_free_early(program: Program, target) -> Program:
     over the loop; other loads are unchanged."""
     if target.placement.get("handoff") != "GM":
         return program
-    handoff = {t.name for t in program.tensors if t.kind == "handoff"}
+    from .verify import free_early_legal
+
+    tensors = {t.name: t for t in program.tensors}
     level = target.placement["vector"]
     env = {str(k): v for k, v in program.env}
     kernels = []
     for k in program.kernels:
-        bufs = {b.name: b for b in k.buffers}
-        chosen: set[int] = set()
-        for loop, _ in walk(k.body):
-            if not (isinstance(loop, Loop) and loop.stages):
-                continue
-            inside = {id(st) for st, _ in walk(loop.body)}
-            for n, s in enumerate(loop.body):
-                if not (isinstance(s, Load) and s.src.tensor in handoff and not s.hoist and not s.rows):
-                    continue
-                b = bufs.get(s.dst)
-                if b is None or b.scope != level or b.unit != "vector" or b.stages != 1:
-                    continue
-                users = [m for m, st in enumerate(loop.body) if s.dst in accessed((st,))]
-                outside = any(s.dst in reads_in(st) | writes_in(st) for st, _ in walk(k.body)
-                              if id(st) not in inside and not isinstance(st, Loop))
-                # its accesses are statements of the loop's body itself (the event goes after the last of
-                # them), none a store (a copy out of the tile would still be reading it)
-                plain = all(not isinstance(loop.body[m], (Loop, Store)) for m in users)
-                if users[0] == n and all(loop.stages[m] == loop.stages[n] for m in users) and plain and not outside:
-                    chosen.add(id(s))
+        scope = {b.name: b.scope for b in k.buffers}
+        # the legality is the verifier's: the event goes after the tile's last access, a statement of the
+        # loop's body itself, none a store (a copy out of the tile would still be reading it)
+        chosen = {id(s) for loop, _ in walk(k.body) if isinstance(loop, Loop) and loop.stages for s in loop.body
+                  if isinstance(s, Load) and scope.get(s.dst) == level and free_early_legal(k, loop, s, tensors)}
         if not chosen:
             kernels.append(k)
             continue

@@ -65,6 +65,24 @@ def grows_with_seq_product(numel) -> bool:
     return poly.total_degree() >= 2
 
 
+def free_early_legal(kernel: Kernel, loop: Loop, load: Load, tensors: dict) -> bool:
+    """Whether ``load``, a statement of the pipelined ``loop``'s body in ``kernel``, may carry
+    ``Load.free_early``: a hand-off (``tensors`` by name) received into a one-copy vector tile, without
+    hoist or row ids, which only statements of the load's stage in that loop's body access (none a
+    nested loop or a store), the load first. The pass that sets the knob
+    (:func:`tilegen.passes.lower.receive_free_early`) asks the same."""
+    buf = next((b for b in kernel.buffers if b.name == load.dst), None)
+    if not (loop.stages and getattr(tensors.get(load.src.tensor), "kind", "") == "handoff" and buf is not None
+            and buf.unit == "vector" and buf.stages == 1 and not load.hoist and not load.rows):
+        return False
+    at = next(n for n, s in enumerate(loop.body) if s is load)
+    users = [n for n, s in enumerate(loop.body) if any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk((s,)))]
+    inside = {id(u) for u, _ in walk(loop.body)}
+    outside = any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk(kernel.body) if id(t) not in inside)
+    return (users[0] == at and not outside and all(loop.stages[n] == loop.stages[at] for n in users)
+            and not any(isinstance(loop.body[n], (Loop, Store)) for n in users))
+
+
 class _Checker:
     def __init__(self, program: Program, where: str):
         self.program = program
@@ -127,21 +145,9 @@ class _Checker:
             self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk needs the next statement to store {stmt.dst} and nothing else to read it")
 
     def free_early(self, loop: Loop | None, load: Load) -> None:
-        """A load with ``free_early``: a hand-off received into a one-copy vector tile of a pipelined
-        loop (``loop``: the loop whose body holds it, None at a kernel's top level), which only
-        statements of the load's stage in that loop's body access (none a nested loop or a store), the
-        load first."""
-        buf = self.bufs.get(load.dst)
-        ok = (loop is not None and bool(loop.stages) and getattr(self.tensors.get(load.src.tensor), "kind", "") == "handoff"
-              and buf is not None and buf.unit == "vector" and buf.stages == 1 and not load.hoist and not load.rows)
-        if ok:
-            at = next(n for n, s in enumerate(loop.body) if s is load)
-            users = [n for n, s in enumerate(loop.body) if any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk((s,)))]
-            inside = {id(u) for u, _ in walk(loop.body)}
-            outside = any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk(self.kernel.body) if id(t) not in inside)
-            ok = (users[0] == at and not outside and all(loop.stages[n] == loop.stages[at] for n in users)
-                  and not any(isinstance(loop.body[n], (Loop, Store)) for n in users))
-        if not ok:
+        """A load with ``free_early`` (``loop``: the loop whose body holds it, None at a kernel's top
+        level) that :func:`free_early_legal` accepts."""
+        if loop is None or not free_early_legal(self.kernel, loop, load, self.tensors):
             self.fail(self.kernel, f"`{_fmt(load)}`: free_early needs a hand-off received into a one-copy vector tile that only "
                       "statements of the load's stage of its pipelined loop's body access (no nested loop, no store), the load first")
 
