@@ -35,7 +35,9 @@ the most telling measurements come first and ``--budget`` cuts the least telling
    first two others of WIDE["bwd"], the forward at the current tiles and the first two of WIDE["fwd"];
 8. the same rows: the rest of WIDE;
 9. causal MHA rows of D 128: the other MHA_CONFIGS at the row's better heavy_first (per program);
-10. causal MHA rows of D 64 (N 4k, 1k, 16k): rounds 6 and 9 for D 64 together.
+10. causal MHA rows of D 64 (N 4k, 1k, 16k): rounds 6 and 9 for D 64 together;
+11. the forward of D 128 at N 8k (MHA and GQA, causal and not): the first two of WIDE["fwd"], which
+    trade places between N 4k and 16k (the target's ``min_seq_k`` row).
 
 Per variant: TFLOP/s of its program's phase (bwd, or fwd for a forward variant) and of f+b (FLOPs and
 timings as benchmarks/gpu_table.py: 2.5×, 1× and 3.5× of 4·B·H·N²·D, halved when causal;
@@ -108,16 +110,18 @@ ROUND_ROWS = {
     8: [(128, n, False, g) for n in MHA_ORDER for g in (False, True)],
     9: [(128, n, True, False) for n in MHA_ORDER],
     10: [(64, n, True, False) for n in MHA_ORDER],
+    11: [(128, 8192, c, g) for c in (False, True) for g in (False, True)],
 }
-ROUNDS = tuple(range(1, 11))
+ROUNDS = tuple(range(1, 12))
 
 
 def rows() -> list[dict]:
-    """The GQA rows, causal first, in the order of ROW_ORDER; then the causal MHA rows (D 128, D 64)
-    and the non-causal MHA rows of D 128."""
+    """The GQA rows, causal first, in the order of ROW_ORDER; then the causal MHA rows (D 128, D 64),
+    the non-causal MHA rows of D 128, and round 11's rows of D 128 at N 8k."""
     out = [dict(dtype="bf16", d=d, n=n, causal=c, gqa=True) for c in (True, False) for d, n in ROW_ORDER]
     out += [dict(dtype="bf16", d=d, n=n, causal=True, gqa=False) for d in (128, 64) for n in MHA_ORDER]
     out += [dict(dtype="bf16", d=128, n=n, causal=False, gqa=False) for n in MHA_ORDER]
+    out += [dict(dtype="bf16", d=d, n=n, causal=c, gqa=g) for d, n, c, g in ROUND_ROWS[11]]
     return out
 
 
@@ -248,6 +252,8 @@ def round_variants(rec: dict, rnd: int) -> list[dict]:
     one of the round's."""
     if (rec["d"], rec["n"], rec["causal"], rec["gqa"]) not in ROUND_ROWS[rnd]:
         return []
+    if rnd == 11:
+        return [variant(c, 1, False, "fwd") for c in WIDE["fwd"][:2]]
     if rnd in (7, 8):
         part = slice(0, WIDE_FIRST) if rnd == 7 else slice(WIDE_FIRST, None)
         split = 1
@@ -265,7 +271,7 @@ def round_variants(rec: dict, rnd: int) -> list[dict]:
 
 
 def plan(state: dict, rnd: int) -> list[tuple[dict, dict]]:
-    """(row record, variant) pairs of round ``rnd`` (1..10, see the module docstring)."""
+    """(row record, variant) pairs of round ``rnd`` (1..11, see the module docstring)."""
     out = []
     if rnd >= 6:
         order = {key: n for n, key in enumerate(ROUND_ROWS[rnd])}
@@ -277,7 +283,7 @@ def plan(state: dict, rnd: int) -> list[tuple[dict, dict]]:
         return out
     causal = rnd <= 3
     for rec in state["rows"]:
-        if rec["causal"] != causal or not rec["gqa"]:
+        if rec["causal"] != causal or not rec["gqa"] or (rec["d"], rec["n"]) not in ROW_ORDER:
             continue
         cfgs = CONFIGS[rec["d"]]
         if rnd in (1, 4):
@@ -544,13 +550,13 @@ def parse_args(argv=None):
 def dry_variants(row: dict) -> list[dict]:
     """Every variant any round may run on ``row`` (rounds 3, 5 and 9 at both of their best-variant
     outcomes)."""
-    if row["gqa"] and row["d"] in CONFIGS:
+    if row["gqa"] and (row["d"], row["n"]) in ROW_ORDER:
         cfgs = CONFIGS[row["d"]]
         vs = [variant(cfgs[0], s, h) for s in SPLITS for h in (False, True)] + [variant(c, s, row["causal"]) for c in cfgs[1:] for s in (1, SPLITS[-1])]
     else:
         vs = []
     key = (row["d"], row["n"], row["causal"], row["gqa"])
-    for rnd in (6, 7, 8, 10):
+    for rnd in (6, 7, 8, 10, 11):
         if key in ROUND_ROWS[rnd]:
             vs += round_variants({**row, "variants": []}, rnd)
     if key in ROUND_ROWS[9] or key in ROUND_ROWS[10]:
@@ -570,7 +576,7 @@ def dry_run(args) -> int:
     asked = set(args.rounds)
     for row in rows():
         key = (row["d"], row["n"], row["causal"], row["gqa"])
-        if not (row["gqa"] and asked & {1, 2, 3, 4, 5}) and not any(key in ROUND_ROWS[r] for r in asked if r >= 6):
+        if not (row["gqa"] and (row["d"], row["n"]) in ROW_ORDER and asked & {1, 2, 3, 4, 5}) and not any(key in ROUND_ROWS[r] for r in asked if r >= 6):
             continue
         for v in dry_variants(row):
             target = target_file(folder, row, v)

@@ -215,3 +215,18 @@ def test_direct_launch_on_the_fast_path_after_the_first_call(monkeypatch):
     tt.scaled_dot_product_attention(*xs, is_causal=True).backward(do)
     assert m.LAUNCHES["ordinary"] == before["ordinary"]
     assert m.LAUNCHES["direct"] - before["direct"] >= 2
+
+
+def test_percall_floor_benchmark_runs(tmp_path):
+    """benchmarks/percall_floor.py: every path runs and is timed, the file is written (a short run)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import percall_floor
+
+    assert percall_floor.main(["--calls", "5", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "percall_floor.json").read_text())["paths"]
+    assert set(res) == {"tilegen", "flash", "module", "floor", "floor-no-launch"}
+    assert all(r["fwdbwd_us"] > 0 and r["fwd_us"] > 0 for r in res.values())

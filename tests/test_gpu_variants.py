@@ -39,14 +39,16 @@ def test_without_cuda_it_says_so(capsys):
 
 
 def test_the_rows_and_variants_are_the_tables_rows():
-    rows = [r for r in gv.rows() if r["gqa"]]
+    rows = [r for r in gv.rows() if r["gqa"] and r["n"] != 8192]
     assert len(rows) == 12 and all(r["dtype"] == "bf16" for r in rows)
     assert [r["causal"] for r in rows] == [True] * 6 + [False] * 6
-    mha = [r for r in gv.rows() if not r["gqa"]]
+    mha = [r for r in gv.rows() if not r["gqa"] and r["n"] != 8192]
     assert {(r["d"], r["n"], r["causal"]) for r in mha} == {(d, n, True) for d in (64, 128) for n in (1024, 4096, 16384)} | {
         (128, n, False) for n in (1024, 4096, 16384)
     }
-    for rnd in range(6, 11):  # every row a round names exists
+    eight = {(r["d"], r["causal"], r["gqa"]) for r in gv.rows() if r["n"] == 8192}
+    assert eight == {(128, c, g) for c in (False, True) for g in (False, True)}  # round 11's rows
+    for rnd in range(6, 12):  # every row a round names exists
         assert set(gv.ROUND_ROWS[rnd]) <= {(r["d"], r["n"], r["causal"], r["gqa"]) for r in gv.rows()}
     assert {(r["d"], r["n"]) for r in rows} == {(d, n) for d in (64, 128) for n in (1024, 4096, 16384)}
     b, h, hkv = gv.shape(rows[0])
@@ -83,6 +85,10 @@ def test_new_rounds_plan_heavy_first_on_and_off_and_fwd_rows():
     assert {(r["d"], r["causal"]) for r, _ in seven} == {(128, False)} and {r["gqa"] for r, _ in seven} == {True, False}
     assert len(seven) == 6 * 2 * gv.WIDE_FIRST
     assert len(gv.plan(state, 8)) == 6 * (len(gv.WIDE["bwd"]) + len(gv.WIDE["fwd"]) - 2 * gv.WIDE_FIRST)
+    eleven = gv.plan(state, 11)  # the forward at N 8k: the two configs that trade places between 4k and 16k
+    assert len(eleven) == 8 and {r["n"] for r, _ in eleven} == {8192}
+    assert {(v["program"], v["Br"], v["Bc"], v["num_warps"], v["num_stages"]) for _, v in eleven} == {("fwd", 64, 64, 4, 3), ("fwd", 128, 64, 8, 3)}
+    assert all((r["d"], r["n"]) != (128, 8192) for rnd in (1, 2, 3, 4, 5) for r, _ in gv.plan(state, rnd))
     ten = gv.plan(state, 10)
     assert {r["d"] for r, _ in ten} == {64} and len(ten) == 3 * (4 + 4)
     # a fwd variant's target row: program fwd, no group_split (a forward row refuses it)

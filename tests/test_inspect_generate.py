@@ -69,7 +69,8 @@ def test_inspect_text_names_the_row_warps_and_stages(capsys):
     """The text report of llama3-8b on h200: the row the tiles come from, and each kernel's knobs."""
     text = _cli(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest"], capsys)
     fwd = text.split("== backward")[0]
-    assert "tile sizes: Br=64, Bc=64: from the target's triton.schedule[1]" in fwd  # [0]: GQA G = 8 only
-    assert "launch fwd: num_warps=4, num_stages=3 (the target's triton.schedule[1]" in fwd
+    # [0]: Sk >= 8192, which llama3-8b's 8192 keys reach
+    assert "tile sizes: Br=128, Bc=64: from the target's triton.schedule[0] (fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)" in fwd
+    assert "launch fwd: num_warps=8, num_stages=3 (the target's triton.schedule[0]" in fwd
     assert "fastest predicted" not in fwd
     assert "launch main: num_warps=8, num_stages=3" in text

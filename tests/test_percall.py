@@ -229,3 +229,18 @@ def test_fast_path_backward_fills_no_gradient_of_lse(fast, monkeypatch):
     names = [e.key for e in prof.key_averages()]
     assert tt.PLAN_STATS["hits"] == 1
     assert not {"aten::zeros", "aten::fill_", "aten::zero_"} & set(names), names
+
+
+def test_percall_floor_says_it_needs_a_gpu(capsys):
+    """benchmarks/percall_floor.py without CUDA: one line and status 2 (the run is tested on a GPU in
+    tests/test_gpu_percall.py)."""
+    import sys
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import percall_floor
+
+    assert percall_floor.main(["--out", "/nonexistent"]) == 2
+    assert "no CUDA device" in capsys.readouterr().out

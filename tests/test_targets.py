@@ -308,6 +308,31 @@ def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
     assert "from the target's triton.schedule[" in text
 
 
+def test_a_row_with_min_seq_k_applies_from_that_key_length(tmp_path):
+    """h200's forward row "min_seq_k = 8192" (128x64/8w/3s) is taken at Sk = 8192 and above, and the
+    unconditional row below it (64x64/4w/3s) at shorter keys; inspect names the row with its condition.
+    A bad value is refused in one line naming the key."""
+    from tilegen.backends import triton as tb
+
+    picks = {}
+    for sk in (4096, 8191, 8192, 32768):
+        spec = make_spec(seq_q=sk, seq_k=sk, head_dim_qk=128, head_dim_v=128, dtype="bf16")
+        fwd, _ = tb.schedule(spec, "h200")
+        env = {str(k): v for k, v in fwd.program.env}
+        picks[sk] = (env["Br"], env["Bc"], fwd.knobs["fwd"].num_warps, fwd.knobs["fwd"].num_stages, fwd.row.min_seq_k)
+    assert picks == {4096: (64, 64, 4, 3, None), 8191: (64, 64, 4, 3, None), 8192: (128, 64, 8, 3, 8192), 32768: (128, 64, 8, 3, 8192)}
+    from tilegen.report import format_inspect, inspect_report
+
+    spec = make_spec(seq_q=8192, seq_k=8192, head_dim_qk=128, head_dim_v=128, dtype="bf16")
+    text = format_inspect(inspect_report(spec, "h200", programs=("fwd",)), show_nest=False)
+    assert "(fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)" in text
+    bad = Path(load_target("h200").path).read_text().replace("min_seq_k = 8192", "min_seq_k = 0", 1)
+    path = tmp_path / "bad-min-seq.toml"
+    path.write_text(bad)
+    with pytest.raises(TargetError, match=r"min_seq_k = 0 is invalid; accepted: a positive integer"):
+        tb.triton_config(load_target(str(path)))
+
+
 def test_level_pow2_must_be_a_power_of_two(tmp_path):
     text = Path(load_target("h200").path).read_text().replace("pow2 = { value = 16,", "pow2 = { value = 24,", 1)
     path = tmp_path / "bad-pow2.toml"

@@ -125,7 +125,7 @@ RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value);
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
 TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
-ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "Br", "Bc", "group_split", "heavy_first", "source")  # the rest are phases
+ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "source")  # the rest are phases
 
 
 # --- the [triton] section of a target file ---------------------------------------------------------
@@ -155,23 +155,26 @@ class ScheduleRow:
     group: int | None = None  # applies only when G = Hq / Hkv is this (None: any)
     group_split: int | None = None  # backward: programs sharing the query heads of one KV head
     heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
+    min_seq_k: int | None = None  # applies only when Sk (the key length; a packed batch's total) is at least this
 
     def describe(self) -> str:
         """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
         tiles = f", Br {self.tiles[0]} x Bc {self.tiles[1]}" if self.tiles else ""
-        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{tiles})"
+        seq = f", Sk >= {self.min_seq_k}" if self.min_seq_k else ""
+        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{seq}{tiles})"
 
     def stage_counts(self, default: Knobs) -> dict[str, int]:
         """{kernel phase: num_stages} this row launches with (``"*"``: the phases it leaves to ``default``)."""
         return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
 
-    def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> bool:
+    def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> bool:
         return (
             self.program == program
             and self.head_dim == head_dim
             and (self.causal is None or self.causal == causal)
             and (self.dtype is None or self.dtype == dtype)
             and (self.group is None or self.group == group)
+            and (self.min_seq_k is None or seq_k >= self.min_seq_k)
         )
 
 
@@ -184,15 +187,15 @@ class TritonConfig:
     default: Knobs
     rows: tuple[ScheduleRow, ...]
 
-    def row(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> ScheduleRow | None:
+    def row(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> ScheduleRow | None:
         """The first row (file order: most specific first) that applies, or None."""
-        for row in self.matching(program, head_dim, causal, dtype, group):
+        for row in self.matching(program, head_dim, causal, dtype, group, seq_k):
             return row
         return None
 
-    def matching(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1) -> list[ScheduleRow]:
+    def matching(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> list[ScheduleRow]:
         """Every row that applies, in file order."""
-        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype, group)]
+        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype, group, seq_k)]
 
 
 def _knobs(data: Any, where: str, source: str) -> Knobs:
@@ -247,6 +250,9 @@ def triton_config(target: Target) -> TritonConfig:
         split = row.get("group_split")
         if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 64):
             raise TargetError(f"{rw}.group_split = {split!r} is invalid; accepted: an integer from 1 to 64 (reduced to a divisor of G) or absent for 1")
+        min_seq_k = row.get("min_seq_k")
+        if min_seq_k is not None and (isinstance(min_seq_k, bool) or not isinstance(min_seq_k, int) or min_seq_k < 1):
+            raise TargetError(f"{rw}.min_seq_k = {min_seq_k!r} is invalid; accepted: a positive integer (the row applies when Sk is at least this) or absent for any")
         heavy = row.get("heavy_first")
         if heavy is not None and not isinstance(heavy, bool):
             raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
@@ -257,7 +263,7 @@ def triton_config(target: Target) -> TritonConfig:
             for phase, value in row.items()
             if phase not in ROW_KEYS
         }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy))
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k))
     return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
 
 
@@ -402,7 +408,7 @@ def schedule(
 
     out = []
     for kind in ("fwd", f"bwd-{strategy}"):
-        rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group)
+        rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group, spec.seq_k)
         forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
         skipped: list[Skipped] = []
         row = None

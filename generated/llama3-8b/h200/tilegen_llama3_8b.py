@@ -31,8 +31,8 @@ Notation (tilegen DESIGN §3):
     A name ending in `_ptr` is a tensor's base pointer, `X_sN` the stride of its logical dim N.
 
 Schedule (h200):
-    llama3-8b.fwd: Br = 64, Bc = 64 (from the target's [triton] table); predicted 2111.621 us
-      kernel fwd: grid (i, hq, b), num_warps = 4, num_stages = 3; exp2 with log2(e) folded
+    llama3-8b.fwd: Br = 128, Bc = 64 (from the target's [triton] table); predicted 1081.578 us
+      kernel fwd: grid (i, hq, b), num_warps = 8, num_stages = 3; exp2 with log2(e) folded
     llama3-8b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 2246.628 us
       kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
       kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
@@ -529,7 +529,7 @@ def _bound_call(kind, key, stream, args):
 
 def _launch_fwd(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
-    Br, Bc = 64, 64
+    Br, Bc = 128, 64
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     _launch(
         fwd_kernel,
@@ -537,11 +537,11 @@ def _launch_fwd(t, record=None):
         (t["Q"], t["K"], t["V"], t["O"], t["L"], ),
         (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_fwd,
-        num_warps=4, num_stages=3, record=record,
+        num_warps=8, num_stages=3, record=record,
     )
 
 
-_CONSTEXPRS_fwd = dict(Br=64, Bc=64, **CONSTS)
+_CONSTEXPRS_fwd = dict(Br=128, Bc=64, **CONSTS)
 
 
 def _launch_pre(t, record=None):
