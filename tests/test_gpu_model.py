@@ -174,7 +174,7 @@ def test_inspect_text_tags_each_value_with_its_origin(capsys):
     capsys.readouterr()
     assert cli.main(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest"]) == 0
     text = capsys.readouterr().out
-    assert "(fwd, head_dim 128, Br 64 x Bc 64)) [measured row]" in text
+    assert "(fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)) [measured row]" in text
     assert "launch pre: num_warps=4, num_stages=2 (the target's triton.default) [default]" in text
     assert text.count("model (prediction): ") == 2
     assert cli.main(["inspect", "--spec", "tiny", "--target", "h200", "--no-nest"]) == 0
