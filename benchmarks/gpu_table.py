@@ -250,12 +250,14 @@ def loop_us(fn, calls: int) -> float:
 
 
 def per_call(args, state, log, rounds: int = 15) -> dict:
-    """µs per forward and per forward+backward of each path on 1×1×128×64 bf16 causal. The paths are
+    """µs per forward and per forward+backward of each path on 1×1×128×64 bf16 causal, each path's
+    outputs first checked as a row's (``max_abs`` after the warm-up, ``check`` of tilegen). The paths are
     timed interleaved: in each of ``rounds`` rounds every path runs one loop of ``args.calls`` calls per
     phase, the order rotating from round to round, so that a slow spell of the host falls on all of them.
     Per path and phase: the median over the rounds (``fwd_us``, ``fwdbwd_us``) and, against SDPA flash,
     the median, lowest and highest of the per-round ratios (``fwd_vs_flash``: [median, min, max])."""
     q, k, v, do = make_inputs(1, 1, 1, 128, 64, "bf16")
+    ref, slices = reference(q, k, v, do, True, False)
     paths, out = {}, {}
     for impl in IMPLS:
         if impl == "flex" and args.no_flex:
@@ -266,6 +268,7 @@ def per_call(args, state, log, rounds: int = 15) -> dict:
             for phase in ("fwd", "fwdbwd"):
                 for _ in range(20):
                     getattr(path, phase)()
+            out[impl] = {"max_abs": errors(path, ref, slices)}  # after the warm-up: a plan-cache hit
             paths[impl] = path
         except Exception as exc:
             out[impl] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -279,13 +282,15 @@ def per_call(args, state, log, rounds: int = 15) -> dict:
             for phase in ("fwd", "fwdbwd"):
                 times[impl, phase].append(loop_us(getattr(paths[impl], phase), args.calls))
     for impl in paths:
-        res = {f"{phase}_us": statistics.median(times[impl, phase]) for phase in ("fwd", "fwdbwd")}
+        res = {**out[impl], **{f"{phase}_us": statistics.median(times[impl, phase]) for phase in ("fwd", "fwdbwd")}}
         if "flash" in paths:
             for phase in ("fwd", "fwdbwd"):
                 ratios = [a / b for a, b in zip(times[impl, phase], times["flash", phase])]
                 res[f"{phase}_vs_flash"] = [statistics.median(ratios), min(ratios), max(ratios)]
         res["rounds"] = rounds
         out[impl] = res
+    if "max_abs" in out.get("tilegen", {}) and "max_abs" in out.get("flash", {}):
+        out["check"] = check_ok(out["tilegen"]["max_abs"], out["flash"]["max_abs"], ref, "bf16")
     try:
         import tilegen.torch as tt
 
@@ -350,8 +355,8 @@ def markdown(table: list[dict], call: dict, meta: dict) -> str:
             "timed interleaved round by round: medians over the rounds; the ratios to SDPA flash are the medians "
             "of the per-round ratios [lowest, highest]. tilegen / SDPA flash is the per-call goal's ratio (≤ 1.3).",
             "",
-            "| path | fwd µs | fwd+bwd µs | fwd / flash | fwd+bwd / flash |",
-            "|---|---|---|---|---|",
+            "| path | fwd µs | fwd+bwd µs | fwd / flash | fwd+bwd / flash | max abs err (O, dQ, dK, dV) |",
+            "|---|---|---|---|---|---|",
         ]
         base = call.get("flash", {})
         for impl in IMPLS:
@@ -359,7 +364,7 @@ def markdown(table: list[dict], call: dict, meta: dict) -> str:
             if r is None:
                 continue
             if "error" in r:
-                lines.append(f"| {impl} | – | – | – | – |")
+                lines.append(f"| {impl} | – | – | – | – | – |")
                 continue
             def ratio(phase):
                 if f"{phase}_vs_flash" in r:
@@ -367,7 +372,9 @@ def markdown(table: list[dict], call: dict, meta: dict) -> str:
                     return f"{med:.2f} [{lo:.2f}, {hi:.2f}]"
                 return _fmt(_ratio(r[f"{phase}_us"], base.get(f"{phase}_us")), 2)
 
-            lines.append(f"| {impl} | {r['fwd_us']:.1f} | {r['fwdbwd_us']:.1f} | {ratio('fwd')} | {ratio('fwdbwd')} |")
+            err = max(r.get("max_abs", {}).values(), default=None)
+            lines.append(f"| {impl} | {r['fwd_us']:.1f} | {r['fwdbwd_us']:.1f} | {ratio('fwd')} | {ratio('fwdbwd')} | {_fmt(err, 4)} |")
+        lines += ["", f"Per-call check (tilegen against twice SDPA flash's error, as the rows): {call.get('check', '–')}"]
     return "\n".join(lines) + "\n"
 
 

@@ -12,9 +12,13 @@ taking pieces away (each path does what the one above it does, minus one piece):
 - ``module``: a bare ``autograd.Function`` calling the same loaded module's ``forward``/``backward``
   (``trusted=True``): without tilegen.torch's entry (the key, the plan lookup, the target file's stat);
 - ``floor``: a bare ``autograd.Function`` that allocates what the module allocates (out, lse; dQ, dK,
-  dV and one workspace buffer) and launches a Triton kernel that does nothing as many times (1 forward,
-  3 backward) through the same direct launcher the module uses: the Python floor of this design;
-- ``floor-no-launch``: the same allocations and no launch: the autograd node alone.
+  dV and, where the module has them, one workspace buffer) and launches a Triton kernel that does
+  nothing as many times as the module launches (1 forward; the backward's count, 1 where the pass
+  direct-dq left main alone, else 3) through the same direct launcher the module uses: the Python
+  floor of this design;
+- ``floor-no-launch``: the same allocations and no launch: the autograd node alone;
+- ``module-3-launch``: ``module`` over the module generated with the pass direct-dq left out (its
+  backward's pre, main and post kernels): what the pass saves, side by side.
 
 Timing as gpu_table.per_call: ``--rounds`` rounds, in each every path runs one loop of ``--calls``
 calls per phase (CUDA events around the loop), the order rotating; per path the median over the rounds,
@@ -98,22 +102,55 @@ def functions(module):
             @staticmethod
             def backward(ctx, dout, dlse):
                 q, k, v, out, lse = ctx.saved_tensors
-                ws = torch.empty(q.numel() + q.shape[0] * q.shape[1] * q.shape[2], dtype=torch.float32, device=q.device)
                 dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                xs = (dq, dk, dv)
+                if workspace:
+                    xs = (torch.empty(q.numel() + q.shape[0] * q.shape[1] * q.shape[2], dtype=torch.float32, device=q.device),) + xs
                 if launch is not None:
                     stream = module._device_stream()[1]
-                    for x in (ws, dq, dk):
-                        launch((1, 1, 1), stream, (x,))
+                    for i in range(n_bwd):
+                        launch((1, 1, 1), stream, (xs[i % len(xs)],))
                 return dq, dk, dv, None
 
         return Floor
 
+    n_bwd = len(module._LAUNCH_TENSORS["backward"])  # the module's backward launches
+    workspace = any("dQ_ws" in names for names in module._LAUNCH_TENSORS["backward"])
     x = torch.empty(16, device="cuda")
     compiled = nothing[(1,)](x)
     launch = module._direct_launch(nothing, compiled, 1, {})
     if launch is None:
         raise RuntimeError("the installed Triton's launcher form is not the one the generated module launches through")
     return {"module": Module, "floor": floor(launch), "floor-no-launch": floor(None)}
+
+
+def three_launch_module(q, k, v):
+    """The module of the tiny problem generated with the pass direct-dq left out (its backward's pre,
+    main and post kernels, as before the pass), from an uncached compile."""
+    import os
+
+    import tilegen.passes.lower as lower
+    import tilegen.torch as tt
+    from tilegen.backends import triton as triton_backend
+
+    spec = tt._spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0), alignment="top_left", name="attention_fwd")
+    keep, cache, loaded = lower.direct_dq, os.environ.get("TILEGEN_CACHE"), dict(triton_backend._LOADED)
+    lower.direct_dq = lambda program, target: program
+    os.environ["TILEGEN_CACHE"] = "0"
+    triton_backend._LOADED.clear()  # the process's loaded modules: the one with the pass stays the plan's
+    try:
+        module = triton_backend.load(spec, "h200")
+    finally:
+        lower.direct_dq = keep
+        triton_backend._LOADED.clear()
+        triton_backend._LOADED.update(loaded)
+        if cache is None:
+            del os.environ["TILEGEN_CACHE"]
+        else:
+            os.environ["TILEGEN_CACHE"] = cache
+    if not hasattr(module, "_launch_pre"):
+        raise RuntimeError("the three-launch module still has one backward kernel")
+    return module
 
 
 def main(argv=None) -> int:
@@ -138,6 +175,8 @@ def main(argv=None) -> int:
     module = next(reversed(tt._PLANS.values())).module  # the plan the tilegen path just stored
     for name, fn in functions(module).items():
         paths[name] = Path_(fn, q, k, v, do, None)
+        if name == "module":  # the same bare Function over the module without the pass direct-dq
+            paths["module-3-launch"] = Path_(functions(three_launch_module(q, k, v))["module"], q, k, v, do, None)
     for path in paths.values():
         for phase in PHASES:
             for _ in range(20):

@@ -28,7 +28,13 @@ CASES = {
     "sdpa-gqa-fp16": ("sdpa", 2, 8, 2, 192, 128, torch.float16, False, False),
     "flash-causal-deterministic": ("flash", 1, 4, 4, 320, 64, torch.bfloat16, True, True),
     "flash-gqa-causal": ("flash", 1, 8, 1, 128, 64, torch.float16, True, False),
+    # one K/V tile covers the keys: the backward is main alone (pass direct-dq)
+    "sdpa-short-causal-bf16": ("sdpa", 2, 4, 4, 100, 64, torch.bfloat16, True, False),
+    "sdpa-short-gqa-fp16": ("sdpa", 1, 8, 2, 96, 64, torch.float16, False, False),
+    # D 128 at Sk <= 128: main with D's tiles would not fit the footprint, pre and post stay
+    "sdpa-short-gqa-fp16-d128": ("sdpa", 1, 8, 2, 96, 128, torch.float16, False, False),
 }
+SHORT = ("sdpa-short-causal-bf16", "sdpa-short-gqa-fp16")
 
 
 def _make(case, seed=0):
@@ -217,6 +223,23 @@ def test_direct_launch_on_the_fast_path_after_the_first_call(monkeypatch):
     assert m.LAUNCHES["direct"] - before["direct"] >= 2
 
 
+@pytest.mark.parametrize("case", SHORT)
+def test_short_sequence_backward_is_one_launch(case, monkeypatch):
+    """Where one K/V tile covers the keys the module's backward launches main alone (pass direct-dq):
+    a plan-cache hit makes 2 direct launches per forward + backward (and no ordinary one)."""
+    import tilegen.torch as tt
+
+    monkeypatch.setattr(tt, "_PLANS", {})
+    q, k, v, do = _make(case, seed=4)
+    _eager(case, q, k, v, do)
+    m = next(iter(tt._PLANS.values())).module
+    assert not hasattr(m, "_launch_pre") and not hasattr(m, "_launch_post")
+    before = dict(m.LAUNCHES)
+    _eager(case, q, k, v, do)
+    assert m.LAUNCHES["ordinary"] == before["ordinary"]
+    assert m.LAUNCHES["direct"] - before["direct"] == 2
+
+
 def test_percall_floor_benchmark_runs(tmp_path):
     """benchmarks/percall_floor.py: every path runs and is timed, the file is written (a short run)."""
     import json
@@ -228,5 +251,5 @@ def test_percall_floor_benchmark_runs(tmp_path):
 
     assert percall_floor.main(["--calls", "5", "--rounds", "2", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "percall_floor.json").read_text())["paths"]
-    assert set(res) == {"tilegen", "flash", "module", "floor", "floor-no-launch"}
+    assert set(res) == {"tilegen", "flash", "module", "module-3-launch", "floor", "floor-no-launch"}
     assert all(r["fwdbwd_us"] > 0 and r["fwd_us"] > 0 for r in res.values())

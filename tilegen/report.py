@@ -33,6 +33,9 @@ MIB = 1 << 20
 INT32_MAX = 2**31 - 1
 
 
+DQ_DIRECT = ", one K/V tile: D and dQ in main (pass direct-dq)"
+
+
 def block_report(program) -> dict | None:
     """The block classes of a program with a mask mod, as plain data (None without one): ``source``
     (compile time, the spec's parameter values, or run-time only), ``table_shape`` [Bm, Hm, nQ, nK],
@@ -156,7 +159,7 @@ def inspect_report(
         for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
             if sched.kind.split("-")[0] not in programs:
                 continue
-            label = "forward" if sched.kind == "fwd" else f"backward (fused, dq strategy {sched.program.attr('dq_strategy')})"
+            label = "forward" if sched.kind == "fwd" else f"backward (fused, dq strategy {sched.program.attr('dq_strategy')}{DQ_DIRECT if sched.program.attr('dq_direct') else ''})"
             entry = _program_report(label, sched.program, sched.log, tgt, expressions)
             entry["triton_rows"] = {
                 "used": f"{sched.row.describe()}: {sched.row.source}" if sched.row else None,

@@ -1549,6 +1549,7 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "spec_toml": spec.to_toml().rstrip("\n").split("\n"),
         "target": tgt.name,
         "dq_strategy": bwd.program.attr("dq_strategy"),
+        "dq_direct": bool(bwd.program.attr("dq_direct")),
         "consts": consts,
         "scale": spec.softmax_scale,
         "programs": [_program_context(fwd), _program_context(bwd)],

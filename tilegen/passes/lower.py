@@ -93,6 +93,14 @@
   goes up between the two); each only where nothing in between reads what it writes or writes what it
   reads or writes. The tile's event is raised that much earlier, and that work runs beside the next
   tile's copy. Only where the levels still fit.
+- :func:`direct_dq` (GPU, after tiles): the atomic backward where one K/V tile covers the keys (Sk <= Bc,
+  no block table, every Q tile visible from it: each dQ tile then gets one partial, from one program)
+  folds its pre and post kernels into main: D = rowsum(dO∘O) is computed where main loaded it (the
+  statements pre ran for it, on the same Q tile), and dQ = scale·dQp is cast and stored where main
+  added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 round trip go; a short
+  sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
+  launches). Not with sinks (the host's sink gradient reads D), mods or a packed batch's row ids;
+  only where main still fits.
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -111,6 +119,7 @@ import sympy
 from ..ir import (
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
+    Br,
     Elementwise,
     Fill,
     Load,
@@ -119,6 +128,7 @@ from ..ir import (
     MatMul,
     Program,
     RowReduce,
+    Sq,
     Stmt,
     Store,
     grid_loops,
@@ -1082,3 +1092,130 @@ def own_tile_epilogue(program: Program) -> Program:
         kernels[m] = dataclasses.replace(host, body=body, buffers=buffers)
         del kernels[r_idx]
     return dataclasses.replace(program, kernels=tuple(kernels))
+
+
+def _straight_grid_body(kernel) -> tuple[Stmt, ...] | None:
+    """The statements inside ``kernel``'s grid when they hold no loop, else None."""
+    grid = grid_loops(kernel)
+    if not grid or any(isinstance(st, Loop) for st in grid[-1].body):
+        return None
+    return grid[-1].body
+
+
+def _slice_of(body: tuple[Stmt, ...], end: int) -> list[Stmt]:
+    """The statements of the straight-line ``body`` before index ``end`` that the value ``body[end]``
+    reads depends on, in order."""
+    needed = set(body[end].buffers_read())
+    keep = []
+    for st in reversed(body[:end]):
+        if set(st.buffers_written()) & needed:
+            keep.append(st)
+            needed |= set(st.buffers_read())
+    return keep[::-1]
+
+
+def direct_dq(program: Program, target) -> Program:
+    """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
+    its pre and post kernels folded into main (see the module docstring); anything else is returned as
+    it is. The caller leaves out a program whose host code reads D (the sink gradient of a spec with
+    sinks): the IR does not show that read."""
+    if program.attr("dq_strategy") != "atomic" or program.mods is not None:
+        return program
+    kinds = {t.name: t.kind for t in program.tensors}
+    if any(getattr(st, "rows", "") for k in program.kernels for st, _ in walk(k.body)):
+        return program  # a packed batch's row ids
+    accs = [(m, st, loops) for m, k in enumerate(program.kernels) for st, loops in walk(k.body)
+            if isinstance(st, Store) and st.accumulate]
+    if len(accs) != 1 or kinds.get(accs[0][1].dst.tensor) != "workspace" or accs[0][1].rows:
+        return program
+    m, acc, loops = accs[0]
+    main, ws = program.kernels[m], acc.dst.tensor
+    env = program.env_map
+
+    def value(e):
+        return int(sympy.sympify(e).subs(env))
+
+    kv = [lp for lp in loops if lp.role == "kv_tile"]
+    q = [lp for lp in loops if lp.role == "q_tile"]
+    if len(kv) != 1 or len(q) != 1 or kv[0].kind != "parallel" or q[0].kind != "serial" or kv[0].blocks or q[0].blocks:
+        return program
+    if any(lp.role not in ("batch", "head", "kv_tile", "q_tile") for lp in loops):
+        return program
+    try:
+        if value(kv[0].stop - kv[0].start) != 1:
+            return program
+        at_j = {kv[0].var: kv[0].start}
+        q_start, q_stop = (value(sympy.sympify(e).subs(at_j)) for e in (q[0].start, q[0].stop))
+        if (q_start, q_stop) != (0, value(sympy.ceiling(Sq / Br))):
+            return program  # a Q tile the K/V tile does not see would keep no dQ
+    except (TypeError, ValueError):
+        return program
+    # the finisher: one kernel reading ws, as its grid's only loads, and storing the rest
+    readers = [(n, k) for n, k in enumerate(program.kernels)
+               if n != m and any(isinstance(st, Load) and st.src.tensor == ws for st, _ in walk(k.body))]
+    if len(readers) != 1:
+        return program
+    r, post = readers[0]
+    post_body = _straight_grid_body(post)
+    if post_body is None:
+        return program
+    post_loads = [st for st in post_body if isinstance(st, Load)]
+    if len(post_loads) != 1 or post_loads[0].src != acc.dst or any(isinstance(st, Store) and st.accumulate for st in post_body):
+        return program
+    # the zeroer: one kernel, storing ws a filled zero tile, and D (main's only other workspace read)
+    bufs = {b.name: b for b in main.buffers}
+    main_ws_loads = [(st, lps) for st, lps in walk(main.body) if isinstance(st, Load) and kinds.get(st.src.tensor) == "workspace"]
+    if len(main_ws_loads) != 1 or main_ws_loads[0][1] != loops:
+        return program
+    load_d = main_ws_loads[0][0]
+    d = load_d.src.tensor
+    writers = [(n, k) for n, k in enumerate(program.kernels)
+               if any(isinstance(st, Store) and st.dst.tensor in (ws, d) for st, _ in walk(k.body)) and n != m]
+    if len(writers) != 1 or writers[0][0] > m or r < m:
+        return program
+    z, pre = writers[0]
+    pre_body = _straight_grid_body(pre)
+    if pre_body is None:
+        return program
+    if any(isinstance(st, Load) and st.src.tensor == d for n, k in enumerate(program.kernels) if n != m for st, _ in walk(k.body)):
+        return program
+    stores = {st.dst.tensor: i for i, st in enumerate(pre_body) if isinstance(st, Store)}
+    if set(stores) != {ws, d} or pre_body[stores[d]].dst != load_d.src:
+        return program
+    pre_buffers = {b.name: b for b in pre.buffers}
+    d_src = pre_body[stores[d]].src
+    if (pre_buffers[d_src].shape, pre_buffers[d_src].dtype) != (bufs[load_d.dst].shape, bufs[load_d.dst].dtype):
+        return program
+    post_buffers = {b.name: b for b in post.buffers}
+    if (post_buffers[post_loads[0].dst].shape, post_buffers[post_loads[0].dst].dtype) != (bufs[acc.src].shape, bufs[acc.src].dtype):
+        return program
+
+    def moved(kernel, stmts, own: dict[str, str]):
+        """``stmts`` of ``kernel`` renamed for main: ``own`` maps buffers onto main's, the rest get the
+        kernel's name as a prefix; with the buffers they bring."""
+        rename = {b: own.get(b, f"{kernel.name}_{b}") for st in stmts for b in st.buffers_read() + st.buffers_written()}
+        taken = {b for b in rename.values() if b not in own.values()}
+        if taken & set(bufs):
+            return None, None
+        src = {b.name: b for b in kernel.buffers}
+        return [rename_buffers(st, rename) for st in stmts], [dataclasses.replace(src[b], name=n) for b, n in rename.items() if b not in own]
+
+    d_stmts, d_bufs = moved(pre, _slice_of(pre_body, stores[d]), {d_src: load_d.dst})
+    q_stmts, q_bufs = moved(post, [st for st in post_body if st is not post_loads[0]], {post_loads[0].dst: acc.src})
+    if d_stmts is None or q_stmts is None:
+        return program
+
+    def edit(st):
+        if st is load_d:
+            return tuple(d_stmts)
+        if st is acc:
+            return tuple(q_stmts)
+        return st
+
+    new_bufs = {b.name: b for b in (*d_bufs, *q_bufs)}
+    new_main = dataclasses.replace(main, body=map_body(main.body, edit), buffers=main.buffers + tuple(new_bufs.values()))
+    if not _fits(new_main, target, {str(k): v for k, v in program.env}):
+        return program
+    kernels = [new_main if n == m else k for n, k in enumerate(program.kernels) if n not in (z, r)]
+    tensors = tuple(t for t in program.tensors if t.name not in (ws, d))
+    return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors).with_attrs(dq_direct=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import sympy
 
 import dataclasses
+import functools
 
 from ..build import build_backward, build_forward
 from ..errors import SpecError
@@ -92,8 +93,19 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
     if tile_sizes is not None:
         tiles = parse_tile_sizes(tile_sizes)
         forced = (tiles[Br], tiles[Bc])
-    program, log.schedule = choose_tiles(program, tgt, forced)
+    then = None  # passes whose effect depends on the tiles: the tile search scores candidates after them
+    if tgt.kind == "gpu" and not spec.sinks:  # the host's sink gradient reads D
+        from .lower import direct_dq
+
+        then = functools.partial(direct_dq, target=tgt)
+    program, log.schedule = choose_tiles(program, tgt, forced, then)
     program = log.record("choose-tiles", program, tgt)
+    if then is not None:
+        from .tiles import rescheduled
+
+        # one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches
+        program = log.record("direct-dq", then(program), tgt)
+        log.schedule = rescheduled(log.schedule, program, tgt)
     if tgt.kind == "ascend":
         from .lower import wait_at_first_read
 

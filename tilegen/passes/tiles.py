@@ -13,6 +13,8 @@ the larger tile area, then the larger Br, so the choice is deterministic.
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import sympy
@@ -63,7 +65,7 @@ def _useful(values: tuple[int, ...], length: int) -> list[int]:
     return keep
 
 
-def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], br: int, bc: int, score: bool) -> Candidate:
+def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], br: int, bc: int, score: bool, then=None) -> Candidate:
     env = {str(k): v for k, v in program.env}
     env.update({"Br": br, "Bc": bc})
     peaks: dict[str, int] = {}
@@ -76,15 +78,19 @@ def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], b
     time_s = None
     if score and not overflow:
         bound = program.bind({Br: br, Bc: bc})
+        bound = then(bound) if then is not None else bound
         time_s = predict_gpu(bound, target).time_s if uses_gpu_model(target) else predict(bound, target).time_s
     return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)
 
 
-def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | None = None) -> tuple[Program, Schedule]:
+def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | None = None, then=None) -> tuple[Program, Schedule]:
     """Bind Br, Bc of a placed program for ``target``.
 
     Args:
         forced: (Br, Bc) to use instead of searching; it must still fit.
+        then: the passes that follow on the bound program (Program -> Program), which a candidate is
+            scored after (their effect depends on the tiles); the returned program has not been through
+            them.
 
     Raises:
         NoTileFits (a ScheduleError): no candidate fits (the message names the limiting level and the
@@ -96,7 +102,7 @@ def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | Non
     sk = program.evaluate(sympy.Symbol("Sk", integer=True, positive=True))
     capacities = tuple((lvl.name, lvl.usable) for lvl in target.levels)
     if forced is not None:
-        cand = evaluate_candidate(program, target, fps, forced[0], forced[1], score=True)
+        cand = evaluate_candidate(program, target, fps, forced[0], forced[1], score=True, then=then)
         if not cand.feasible:
             level, over = max(cand.overflow, key=lambda x: x[1])
             raise ScheduleError(
@@ -106,7 +112,7 @@ def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | Non
         schedule = Schedule(target.name, forced, True, (cand,), tuple(fps), capacities)
     else:
         cands = [
-            evaluate_candidate(program, target, fps, br, bc, score=True)
+            evaluate_candidate(program, target, fps, br, bc, score=True, then=then)
             for br in _useful(target.tiles["Br"], sq)
             for bc in _useful(target.tiles["Bc"], sk)
         ]
@@ -127,3 +133,9 @@ def choose_tiles(program: Program, target: Target, forced: tuple[int, int] | Non
     prediction = predict(bound, target)
     schedule = Schedule(schedule.target, schedule.chosen, schedule.forced, schedule.candidates, schedule.footprints, capacities, prediction)
     return bound, schedule
+
+
+def rescheduled(schedule: Schedule, program: Program, target: Target) -> Schedule:
+    """``schedule`` with the footprints and the roofline prediction of ``program``, the bound program
+    after the passes that followed the choice (reports then describe the kernels that are emitted)."""
+    return dataclasses.replace(schedule, footprints=tuple(footprints(program, target)), prediction=predict(program, target))

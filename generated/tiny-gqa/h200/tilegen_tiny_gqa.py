@@ -34,11 +34,9 @@ Notation (tilegen DESIGN §3):
 Schedule (h200):
     tiny-gqa.fwd: Br = 64, Bc = 64 (from the target's [triton] table); predicted 3.509 us
       kernel fwd: grid (i, hq, b), num_warps = 8, num_stages = 3; exp2 with log2(e) folded
-    tiny-gqa.bwd: Br = 32, Bc = 128 (from the target's [triton] table); predicted 10.869 us
-      kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
+    tiny-gqa.bwd: Br = 32, Bc = 128 (from the target's [triton] table); predicted 4.536 us
       kernel main: grid (j, hkv, b), num_warps = 4, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
-      kernel post: grid (i, hq, b), num_warps = 4, num_stages = 2
-    dQ strategy: atomic.
+    dQ strategy: atomic, one K/V tile: D computed and dQ stored by main (pass direct-dq).
 """
 
 import math
@@ -193,52 +191,23 @@ L_s0, L_s1, L_s2,
 
 
 @triton.jit
-def pre_kernel(
-    O_ptr,
-    dO_ptr,
-    D_ptr,
-    dQ_ws_ptr,
-O_s0, O_s1, O_s2, O_s3,
-dO_s0, dO_s1, dO_s2, dO_s3,
-D_s0, D_s1, D_s2,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
-    B, Hq, Hkv, Sq, Sk,
-    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
-    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
-):
-    # tiny-gqa.bwd, kernel pre (phase pre)
-    b = tl.program_id(2)
-    hq = tl.program_id(1)
-    i = tl.program_id(0)
-    Oi = tl.load(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
-    dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
-    O32 = (Oi).to(tl.float32)
-    prod = (dOi).to(tl.float32)
-    prod = prod * O32
-    Di = tl.sum(prod, axis=1)
-    tl.store(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, Di, mask=((i*Br + tl.arange(0, Br)) < Sq))
-    zeros = tl.full([Br, Dqk_p], 0.0, tl.float32)
-    tl.store(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, zeros, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
-
-
-@triton.jit
 def main_kernel(
     Q_ptr,
     K_ptr,
     V_ptr,
+    O_ptr,
     L_ptr,
     dO_ptr,
-    D_ptr,
-    dQ_ws_ptr,
+    dQ_ptr,
     dK_ptr,
     dV_ptr,
 Q_s0, Q_s1, Q_s2, Q_s3,
 K_s0, K_s1, K_s2, K_s3,
 V_s0, V_s1, V_s2, V_s3,
+O_s0, O_s1, O_s2, O_s3,
 L_s0, L_s1, L_s2,
 dO_s0, dO_s1, dO_s2, dO_s3,
-D_s0, D_s1, D_s2,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
+dQ_s0, dQ_s1, dQ_s2, dQ_s3,
 dK_s0, dK_s1, dK_s2, dK_s3,
 dV_s0, dV_s1, dV_s2, dV_s3,
     B, Hq, Hkv, Sq, Sk,
@@ -265,14 +234,21 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             S = tl.exp2(S)
             Pc = (S).to(tl.bfloat16)
             dV_acc = tl.dot(Pc, dOi, dV_acc)
-            Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, mask=((i*Br + tl.arange(0, Br)) < Sq), other=0.0)
+            pre_Oi = tl.load(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_O32 = (pre_Oi).to(tl.float32)
+            pre_prod = (pre_dOi).to(tl.float32)
+            pre_prod = pre_prod * pre_O32
+            Di = tl.sum(pre_prod, axis=1)
             dP = tl.dot(Vj, tl.trans(dOi))
             dP = dP - Di[None, :]
             dP = S * dP
             dSc = (dP).to(tl.bfloat16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
             dQp = tl.dot(tl.trans(dSc), Kj)
-            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), sem="relaxed")
+            dQp = dQp * 0.15811388300841897
+            post_dQc = (dQp).to(tl.bfloat16)
+            tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, post_dQc, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
         for i in range(tl.where((j*Bc + Bc - Sk) <= (0), tl.minimum(tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br))), tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq - 8), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq - 8, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 9, Br)))), tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br)))), tl.where((j*Bc + Bc - Sk) <= (0), tl.minimum(tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br))), tl.maximum(tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq - 8), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq - 8, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 9, Br))), tl.minimum(_floor_div(-Br + Sq, Br) + 1, _floor_div(j*Bc - Br - Sk + Sq + 17, Br) + 1))), tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br))))):  # visible Q tiles of K/V tile j: tiles the mask leaves whole
             Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), other=0.0)
             dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
@@ -283,14 +259,21 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             S = tl.exp2(S)
             Pc = (S).to(tl.bfloat16)
             dV_acc = tl.dot(Pc, dOi, dV_acc)
-            Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, mask=((i*Br + tl.arange(0, Br)) < Sq), other=0.0)
+            pre_Oi = tl.load(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_O32 = (pre_Oi).to(tl.float32)
+            pre_prod = (pre_dOi).to(tl.float32)
+            pre_prod = pre_prod * pre_O32
+            Di = tl.sum(pre_prod, axis=1)
             dP = tl.dot(Vj, tl.trans(dOi))
             dP = dP - Di[None, :]
             dP = S * dP
             dSc = (dP).to(tl.bfloat16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
             dQp = tl.dot(tl.trans(dSc), Kj)
-            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), sem="relaxed")
+            dQp = dQp * 0.15811388300841897
+            post_dQc = (dQp).to(tl.bfloat16)
+            tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, post_dQc, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
         for i in range(tl.where((j*Bc + Bc - Sk) <= (0), tl.minimum(tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br))), tl.maximum(tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq - 8), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq - 8, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 9, Br))), tl.minimum(_floor_div(-Br + Sq, Br) + 1, _floor_div(j*Bc - Br - Sk + Sq + 17, Br) + 1))), tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br)))), tl.minimum(_floor_div(-Sk + Sq + tl.minimum(Sk, j*Bc + Bc) + 15, Br) + 1, ((Br + Sq - 1) // (Br)))):  # visible Q tiles of K/V tile j: the mask cuts these tiles
             Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), other=0.0)
             dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
@@ -302,39 +285,26 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             S = tl.exp2(S)
             Pc = (S).to(tl.bfloat16)
             dV_acc = tl.dot(Pc, dOi, dV_acc)
-            Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, mask=((i*Br + tl.arange(0, Br)) < Sq), other=0.0)
+            pre_Oi = tl.load(O_ptr + b * O_s0 + hq * O_s1 + (i*Br + tl.arange(0, Br))[:, None] * O_s2 + tl.arange(0, Dv_p)[None, :] * O_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dv_p)[None, :] < Dv), other=0.0)
+            pre_O32 = (pre_Oi).to(tl.float32)
+            pre_prod = (pre_dOi).to(tl.float32)
+            pre_prod = pre_prod * pre_O32
+            Di = tl.sum(pre_prod, axis=1)
             dP = tl.dot(Vj, tl.trans(dOi))
             dP = dP - Di[None, :]
             dP = S * dP
             dSc = (dP).to(tl.bfloat16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
             dQp = tl.dot(tl.trans(dSc), Kj)
-            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), sem="relaxed")
+            dQp = dQp * 0.15811388300841897
+            post_dQc = (dQp).to(tl.bfloat16)
+            tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, post_dQc, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
     dVc = (dV_acc).to(tl.bfloat16)
     tl.store(dV_ptr + b * dV_s0 + hkv * dV_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * dV_s2 + tl.arange(0, Dv_p)[None, :] * dV_s3, dVc, mask=((j*Bc + tl.arange(0, Bc))[:, None] < Sk) & (tl.arange(0, Dv_p)[None, :] < Dv))
     dK_acc = dK_acc * 0.15811388300841897
     dKc = (dK_acc).to(tl.bfloat16)
     tl.store(dK_ptr + b * dK_s0 + hkv * dK_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * dK_s2 + tl.arange(0, Dqk_p)[None, :] * dK_s3, dKc, mask=((j*Bc + tl.arange(0, Bc))[:, None] < Sk) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
-
-
-@triton.jit
-def post_kernel(
-    dQ_ws_ptr,
-    dQ_ptr,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
-dQ_s0, dQ_s1, dQ_s2, dQ_s3,
-    B, Hq, Hkv, Sq, Sk,
-    Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
-    Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
-):
-    # tiny-gqa.bwd, kernel post (phase post)
-    b = tl.program_id(2)
-    hq = tl.program_id(1)
-    i = tl.program_id(0)
-    dQi = tl.load(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk), other=0.0)
-    dQi = dQi * 0.15811388300841897
-    dQc = (dQi).to(tl.bfloat16)
-    tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, dQc, mask=((i*Br + tl.arange(0, Br))[:, None] < Sq) & (tl.arange(0, Dqk_p)[None, :] < Dqk))
 
 
 def _logical(x):
@@ -583,23 +553,6 @@ def _launch_fwd(t, record=None):
 _CONSTEXPRS_fwd = dict(Br=64, Bc=64, **CONSTS)
 
 
-def _launch_pre(t, record=None):
-    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
-    Br, Bc = 32, 128
-    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    _launch(
-        pre_kernel,
-        ((-((-Sq) // (Br))), Hq, B, ),
-        (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
-        (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
-        _CONSTEXPRS_pre,
-        num_warps=4, num_stages=2, record=record,
-    )
-
-
-_CONSTEXPRS_pre = dict(Br=32, Bc=128, **CONSTS)
-
-
 def _launch_main(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 32, 128
@@ -607,8 +560,8 @@ def _launch_main(t, record=None):
     _launch(
         main_kernel,
         ((-((-Sk) // (Bc))), Hkv, B, ),
-        (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
-        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
+        (t["Q"], t["K"], t["V"], t["O"], t["L"], t["dO"], t["dQ"], t["dK"], t["dV"], ),
+        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["O"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["dQ"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
         num_warps=4, num_stages=3, record=record,
     )
@@ -617,26 +570,9 @@ def _launch_main(t, record=None):
 _CONSTEXPRS_main = dict(Br=32, Bc=128, **CONSTS)
 
 
-def _launch_post(t, record=None):
-    B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
-    Br, Bc = 32, 128
-    G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
-    _launch(
-        post_kernel,
-        ((-((-Sq) // (Br))), Hq, B, ),
-        (t["dQ_ws"], t["dQ"], ),
-        (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
-        _CONSTEXPRS_post,
-        num_warps=4, num_stages=2, record=record,
-    )
-
-
-_CONSTEXPRS_post = dict(Br=32, Bc=128, **CONSTS)
-
-
 _LAUNCH_TENSORS = {  # per program, each launch's tensor names in its kernel's order (see `_bind`)
     "forward": (("Q", "K", "V", "O", "L", ), ),
-    "backward": (("O", "dO", "D", "dQ_ws", ), ("Q", "K", "V", "L", "dO", "D", "dQ_ws", "dK", "dV", ), ("dQ_ws", "dQ", ), ),
+    "backward": (("Q", "K", "V", "O", "L", "dO", "dQ", "dK", "dV", ), ),
 }
 
 
@@ -711,7 +647,6 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
         _check("lse", lse, (B, Hq, Sq), torch.float32)
         _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.bfloat16)
     t = {}
-    (t["D"], t["dQ_ws"], ) = _workspaces(((B, Hq, Sq), (B, Hq, Sq, Dqk), ), torch.float32, device, poison)
     t["Q"] = _logical(q)
     t["K"] = _logical(k)
     t["V"] = _logical(v)
@@ -723,12 +658,10 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
     t["dV"] = _alloc((B, Hkv, Sk, Dv), torch.bfloat16, device, poison, "BSND")
 
     record = [] if bound_key is not None and ("backward", bound_key) not in _BOUND else None
-    _launch_pre(t, record)
     _launch_main(t, record)
-    _launch_post(t, record)
     result = (_logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"]))
     if record is not None:
-        _bind("backward", bound_key, record, t, ("Q", "K", "V", "O", "L", "dO", ), ("D", "dQ_ws", ), result)
+        _bind("backward", bound_key, record, t, ("Q", "K", "V", "O", "L", "dO", ), (), result)
     return result
 
 

@@ -1,0 +1,136 @@
+"""The pass direct-dq (tilegen.passes.lower.direct_dq): on a GPU target, the atomic backward whose one
+K/V tile covers the keys computes D and stores dQ in its main kernel (no pre and post kernels, no D or
+dQ_ws workspace). Where it applies is checked on the compiled programs, where it must not (a Q tile
+that the K/V tile does not see, more than one K/V tile, sinks) too; the programs it gives run in the
+NumPy interpreter against torch autograd on float64 inputs, and the generated Triton module in
+Triton's interpreter (outputs NaN-poisoned before the run) against the float64 reference."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated: CPU tensors, no GPU
+
+import numpy as np
+import pytest
+
+from helpers import assert_backward_ok, inputs, make_spec
+from tilegen.backends.interp import interpret
+from tilegen.ir import Store, walk
+from tilegen.passes import pipeline
+
+torch = pytest.importorskip("torch")
+
+# name: (spec fields, (Br, Bc)); one K/V tile covers Sk and sees every Q tile
+APPLIES = {
+    "causal-gqa-tails": (dict(heads_q=4, heads_kv=2, seq_q=40, seq_k=40, window=(-1, 0)), (16, 64)),
+    "none-sq>sk": (dict(seq_q=72, seq_k=50), (32, 64)),
+    "window-top-left-dqk!=dv": (dict(seq_q=40, seq_k=56, head_dim_qk=40, head_dim_v=24, window=(8, 8), alignment="top_left"), (16, 64)),
+    "causal-top-left-sq>sk-bsnd": (dict(seq_q=48, seq_k=30, window=(-1, 0), alignment="top_left", layout="BSND"), (16, 32)),
+}
+# the pass must leave these as they are
+KEPT = {
+    "two-kv-tiles": (dict(seq_q=40, seq_k=40), (32, 32)),
+    "q-tile-seeing-no-key": (dict(seq_q=72, seq_k=40, window=(-1, 0)), (32, 64)),  # rows 0..31: no visible key
+    "sinks": (dict(seq_q=40, seq_k=40, sinks=True), (32, 64)),
+}
+
+
+def _backward(fields, tiles, dtype="fp32", target="h200", **kw):
+    spec = make_spec(name="direct", dtype=dtype, **fields)
+    return spec, pipeline.compile_backward(spec, target=target, tile_sizes=tiles, **kw)
+
+
+@pytest.mark.parametrize("case", list(APPLIES))
+def test_one_kv_tile_gives_one_kernel(case):
+    _, program = _backward(*APPLIES[case])
+    assert program.attr("dq_direct") is True
+    assert [k.name for k in program.kernels] == ["main"]
+    assert not {"D", "dQ_ws"} & {t.name for t in program.tensors}
+    assert not any(isinstance(st, Store) and st.accumulate for k in program.kernels for st, _ in walk(k.body))  # no atomic
+
+
+@pytest.mark.parametrize("case", list(KEPT))
+def test_pass_leaves_what_it_cannot_fold(case):
+    _, program = _backward(*KEPT[case])
+    assert program.attr("dq_direct") is None
+    assert {"pre", "main", "post"} <= {k.name for k in program.kernels}
+
+
+def test_not_on_ascend_nor_for_the_separate_strategy():
+    fields, tiles = APPLIES["causal-gqa-tails"]
+    _, separate = _backward(fields, tiles, dq_strategy="separate")
+    assert separate.attr("dq_direct") is None
+    _, ascend = _backward(fields, (16, 64), dtype="fp16", target="ascend910b2")
+    assert ascend.attr("dq_direct") is None
+
+
+def _torch_reference(spec, data):
+    """dQ, dK, dV of dense float64 attention by torch autograd (bottom-right or top-left window)."""
+    t = {n: torch.tensor(data[n].astype(np.float64), requires_grad=n in "QKV") for n in ("Q", "K", "V", "dO")}
+    group = spec.heads_q // spec.heads_kv
+    k = t["K"].repeat_interleave(group, dim=1)
+    v = t["V"].repeat_interleave(group, dim=1)
+    s = spec.softmax_scale * t["Q"] @ k.transpose(-1, -2)
+    r = torch.arange(spec.seq_q)[:, None]
+    c = torch.arange(spec.seq_k)[None, :]
+    off = spec.seq_k - spec.seq_q if spec.alignment == "bottom_right" else 0
+    left, right = spec.window
+    visible = torch.ones(spec.seq_q, spec.seq_k, dtype=torch.bool)
+    if left >= 0:
+        visible &= c >= r + off - left
+    if right >= 0:
+        visible &= c <= r + off + right
+    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
+    (p @ v).backward(t["dO"])
+    return t["Q"].grad.numpy(), t["K"].grad.numpy(), t["V"].grad.numpy()
+
+
+@pytest.mark.parametrize("case", list(APPLIES))
+def test_folded_program_matches_torch_autograd(case):
+    fields, tiles = APPLIES[case]
+    spec, program = _backward(fields, tiles)
+    assert program.attr("dq_direct") is True
+    data = inputs(spec, seed=5)
+    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
+    feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
+    grads, _ = interpret(program, feeds)
+    for name, ref in zip(("dQ", "dK", "dV"), _torch_reference(spec, data)):
+        np.testing.assert_allclose(grads[name], ref, rtol=0, atol=2e-5 * max(1.0, float(np.abs(ref).max())), err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def tb():
+    pytest.importorskip("triton")
+    from tilegen.backends import triton as backend
+
+    return backend
+
+
+def _run_module(tb, spec, tiles):
+    from test_triton import _logical, _physical, _to_numpy, _to_torch
+
+    module = tb.load(spec, dq_strategy="atomic", tile_sizes=tiles)
+    data = inputs(spec, seed=3)
+    q, k, v, do = (_to_torch(_physical(data[n], spec.layout)) for n in ("Q", "K", "V", "dO"))
+    o, lse = module.forward(q, k, v, poison=True)
+    dq, dk, dv = module.backward(q, k, v, o, lse, do, poison=True)
+    return module, data, [_to_numpy(_logical(g, spec.layout)) for g in (dq, dk, dv)]
+
+
+@pytest.mark.parametrize("case,dtype", [("causal-gqa-tails", "bf16"), ("window-top-left-dqk!=dv", "fp16"), ("causal-top-left-sq>sk-bsnd", "fp16")])
+def test_generated_module_matches_reference(tb, case, dtype):
+    fields, tiles = APPLIES[case]
+    spec = make_spec(name=f"direct_{dtype}", dtype=dtype, **fields)
+    module, data, grads = _run_module(tb, spec, tiles)
+    assert hasattr(module, "_launch_main") and not hasattr(module, "_launch_pre") and not hasattr(module, "_launch_post")
+    assert_backward_ok(spec, grads, data)
+
+
+def test_generated_module_keeps_pre_and_post_where_a_q_tile_sees_no_key(tb):
+    fields, tiles = KEPT["q-tile-seeing-no-key"]
+    spec = make_spec(name="direct_kept", **fields)
+    module, data, grads = _run_module(tb, spec, tiles)
+    assert hasattr(module, "_launch_pre") and hasattr(module, "_launch_post")
+    assert_backward_ok(spec, grads, data)
+    assert np.all(np.asarray(grads[0][:, :, :32], dtype=np.float32) == 0)  # rows 0..31 see no key: dQ = 0
