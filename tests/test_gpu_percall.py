@@ -31,10 +31,9 @@ CASES = {
     # one K/V tile covers the keys: the backward is main alone (pass direct-dq)
     "sdpa-short-causal-bf16": ("sdpa", 2, 4, 4, 100, 64, torch.bfloat16, True, False),
     "sdpa-short-gqa-fp16": ("sdpa", 1, 8, 2, 96, 64, torch.float16, False, False),
-    # D 128 at Sk <= 128: main with D's tiles would not fit the footprint, pre and post stay
     "sdpa-short-gqa-fp16-d128": ("sdpa", 1, 8, 2, 96, 128, torch.float16, False, False),
 }
-SHORT = ("sdpa-short-causal-bf16", "sdpa-short-gqa-fp16")
+SHORT = ("sdpa-short-causal-bf16", "sdpa-short-gqa-fp16", "sdpa-short-gqa-fp16-d128")
 
 
 def _make(case, seed=0):

@@ -1200,7 +1200,20 @@ def direct_dq(program: Program, target) -> Program:
         src = {b.name: b for b in kernel.buffers}
         return [rename_buffers(st, rename) for st in stmts], [dataclasses.replace(src[b], name=n) for b, n in rename.items() if b not in own]
 
-    d_stmts, d_bufs = moved(pre, _slice_of(pre_body, stores[d]), {d_src: load_d.dst})
+    # pre's loads of a tile main has already loaded in this iteration read main's copy; the others pad
+    # with zeros, as main's loads do (a padded row's D then is 0, as main's load of D gave it)
+    body = loops[-1].body
+    earlier = {st.src: st.dst for st in body[:body.index(load_d)] if isinstance(st, Load) and not st.rows}
+    d_slice, d_own = [], {d_src: load_d.dst}
+    pre_slice = _slice_of(pre_body, stores[d])
+    for st in pre_slice:
+        mine = earlier.get(st.src) if isinstance(st, Load) else None
+        rewritten = any(st.dst in x.buffers_written() for x in pre_slice if x is not st)  # pre computes in place
+        if mine is not None and not rewritten and (pre_buffers[st.dst].shape, pre_buffers[st.dst].dtype) == (bufs[mine].shape, bufs[mine].dtype):
+            d_own[st.dst] = mine
+            continue
+        d_slice.append(dataclasses.replace(st, pad=0.0) if isinstance(st, Load) and st.pad is None else st)
+    d_stmts, d_bufs = moved(pre, d_slice, d_own)
     q_stmts, q_bufs = moved(post, [st for st in post_body if st is not post_loads[0]], {post_loads[0].dst: acc.src})
     if d_stmts is None or q_stmts is None:
         return program

@@ -66,20 +66,27 @@ def _useful(values: tuple[int, ...], length: int) -> list[int]:
 
 
 def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], br: int, bc: int, score: bool, then=None) -> Candidate:
+    """One (Br, Bc): its peak bytes per level and overflows from ``fps``, and, when ``score`` and it
+    fits, the model's time. With ``then`` (see :func:`choose_tiles`) the time, peaks and overflows are
+    those of the program after ``then`` where it changed the program."""
     env = {str(k): v for k, v in program.env}
     env.update({"Br": br, "Bc": bc})
-    peaks: dict[str, int] = {}
-    for fp in fps:
-        value = fp.value(env)
-        peaks[fp.level.name] = max(peaks.get(fp.level.name, 0), int(value))
-    overflow = tuple(
-        (lvl.name, peaks.get(lvl.name, 0) - lvl.usable) for lvl in target.levels if peaks.get(lvl.name, 0) > lvl.usable
-    )
+
+    def peaks_of(footprints_) -> tuple[dict[str, int], tuple]:
+        peaks: dict[str, int] = {}
+        for fp in footprints_:
+            peaks[fp.level.name] = max(peaks.get(fp.level.name, 0), int(fp.value(env)))
+        over = tuple((lvl.name, peaks.get(lvl.name, 0) - lvl.usable) for lvl in target.levels if peaks.get(lvl.name, 0) > lvl.usable)
+        return peaks, over
+
+    peaks, overflow = peaks_of(fps)
     time_s = None
     if score and not overflow:
         bound = program.bind({Br: br, Bc: bc})
-        bound = then(bound) if then is not None else bound
-        time_s = predict_gpu(bound, target).time_s if uses_gpu_model(target) else predict(bound, target).time_s
+        after = then(bound) if then is not None else bound
+        if after is not bound:
+            peaks, overflow = peaks_of(footprints(after, target))
+        time_s = predict_gpu(after, target).time_s if uses_gpu_model(target) else predict(after, target).time_s
     return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)
 
 
