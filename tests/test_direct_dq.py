@@ -76,27 +76,6 @@ def test_not_on_ascend_nor_for_the_separate_strategy():
     assert ascend.attr("dq_direct") is None
 
 
-def _torch_reference(spec, data):
-    """dQ, dK, dV of dense float64 attention by torch autograd (bottom-right or top-left window)."""
-    t = {n: torch.tensor(data[n].astype(np.float64), requires_grad=n in "QKV") for n in ("Q", "K", "V", "dO")}
-    group = spec.heads_q // spec.heads_kv
-    k = t["K"].repeat_interleave(group, dim=1)
-    v = t["V"].repeat_interleave(group, dim=1)
-    s = spec.softmax_scale * t["Q"] @ k.transpose(-1, -2)
-    r = torch.arange(spec.seq_q)[:, None]
-    c = torch.arange(spec.seq_k)[None, :]
-    off = spec.seq_k - spec.seq_q if spec.alignment == "bottom_right" else 0
-    left, right = spec.window
-    visible = torch.ones(spec.seq_q, spec.seq_k, dtype=torch.bool)
-    if left >= 0:
-        visible &= c >= r + off - left
-    if right >= 0:
-        visible &= c <= r + off + right
-    p = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
-    (p @ v).backward(t["dO"])
-    return t["Q"].grad.numpy(), t["K"].grad.numpy(), t["V"].grad.numpy()
-
-
 @pytest.mark.parametrize("case", list(APPLIES))
 def test_folded_program_matches_torch_autograd(case):
     fields, tiles = APPLIES[case]
@@ -106,7 +85,9 @@ def test_folded_program_matches_torch_autograd(case):
     fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
     grads, _ = interpret(program, feeds, pad_value=float("nan"))  # a padded row's value must not matter
-    for name, ref in zip(("dQ", "dK", "dV"), _torch_reference(spec, data)):
+    from test_group_split import torch_grads  # torch autograd on float64 inputs, either alignment
+
+    for name, ref in zip(("dQ", "dK", "dV"), torch_grads(spec, data)):
         np.testing.assert_allclose(grads[name], ref, rtol=0, atol=2e-5 * max(1.0, float(np.abs(ref).max())), err_msg=name)
 
 

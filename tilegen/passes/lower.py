@@ -1041,9 +1041,9 @@ def own_tile_epilogue(program: Program) -> Program:
 
     for r_idx in range(len(kernels) - 1, 0, -1):
         r = kernels[r_idx]
-        grid = grid_loops(r)
-        if not grid or any(isinstance(st, Loop) for st in grid[-1].body):
+        if _straight_grid_body(r) is None:
             continue
+        grid = grid_loops(r)
         owner: dict[str, tuple[int, Store]] = {}  # tensor -> (kernel index, its first_plain store)
         for m, k in enumerate(kernels[:r_idx]):
             for st, _ in walk(k.body):
