@@ -126,3 +126,25 @@ def test_generated_module_keeps_pre_and_post_where_a_q_tile_sees_no_key(tb):
     assert hasattr(module, "_launch_pre") and hasattr(module, "_launch_post")
     assert_backward_ok(spec, grads, data)
     assert np.all(np.asarray(grads[0][:, :, :32], dtype=np.float32) == 0)  # rows 0..31 see no key: dQ = 0
+
+
+def test_inspect_says_whether_the_pass_folded_and_why_not():
+    """`tilegen inspect` on h200: the folded backward's kernels and the pass, or the condition that kept
+    pre and post (more K/V tiles than one, a Q tile the K/V tile does not see, sinks)."""
+    import dataclasses
+
+    from tilegen.report import format_inspect, inspect_report
+    from tilegen.spec import builtin_spec
+
+    def line(spec, tiles=None):
+        text = format_inspect(inspect_report(spec, "h200", programs=("bwd",), tile_sizes=tiles), show_nest=False)
+        return [ln.strip() for ln in text.splitlines() if ln.strip().startswith(("== backward", "direct-dq:"))]
+
+    llama = builtin_spec("llama3-8b")
+    short = line(dataclasses.replace(llama, batch=1, seq_q=128, seq_k=128))
+    assert short == ["== backward (fused, dq strategy atomic, one K/V tile: D and dQ in main (pass direct-dq)): kernels main",
+                     "direct-dq: D and dQ in main, no pre or post"]
+    assert line(dataclasses.replace(llama, batch=1, seq_q=4096, seq_k=4096))[1] == "direct-dq: not applied: 32 K/V tiles per program grid (Sk = 4096 > Bc = 128)"
+    hidden = make_spec(name="hidden", seq_q=72, seq_k=40, window=(-1, 0))  # bottom-right: rows 0..31 see no key
+    assert line(hidden, (32, 64))[1] == "direct-dq: not applied: the K/V tile sees Q tiles 1 to 2 of 3; pre and post give the others dQ = 0"
+    assert line(make_spec(name="sinks", sinks=True))[1] == "direct-dq: not applied: sinks (the host's sink gradient reads D)"

@@ -72,6 +72,10 @@ def test_bad_strategies_are_refused_in_one_line():
 
     with pytest.raises(SpecError, match="dkv_strategy = 'atomic'.*GPU target"):
         generate(spec, "h200", dkv_strategy="atomic")
+    from tilegen.report import inspect_report
+
+    with pytest.raises(SpecError, match="dkv_strategy = 'atomic'.*GPU target"):  # inspect shows what generate emits
+        inspect_report(spec, "h200", dkv_strategy="atomic")
     r = subprocess.run([sys.executable, "-m", "tilegen", "generate", "--spec", "tiny", "-o", "/nonexistent-out", "--dkv-strategy", "sum"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "invalid choice: 'sum'" in r.stderr and "Traceback" not in r.stderr

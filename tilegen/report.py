@@ -36,6 +36,16 @@ INT32_MAX = 2**31 - 1
 DQ_DIRECT = ", one K/V tile: D and dQ in main (pass direct-dq)"
 
 
+def _dq_direct_entry(spec, program, target) -> dict:
+    """Whether the pass direct-dq folded the GPU backward ``program`` and, where not, why."""
+    from .passes.lower import direct_dq_kept
+
+    if program.attr("dq_direct"):
+        return {"folded": True, "why": ""}
+    why = "sinks (the host's sink gradient reads D)" if spec.sinks else direct_dq_kept(program, target)
+    return {"folded": False, "why": why}
+
+
 def block_report(program) -> dict | None:
     """The block classes of a program with a mask mod, as plain data (None without one): ``source``
     (compile time, the spec's parameter values, or run-time only), ``table_shape`` [Bm, Hm, nQ, nK],
@@ -154,8 +164,10 @@ def inspect_report(
         }
     out["programs"] = []
     if tgt is not None and tgt.kind == "gpu":
+        from .backends import check_gpu_dkv
         from .backends import triton as backend
 
+        check_gpu_dkv(dkv_strategy, tgt)
         for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
             if sched.kind.split("-")[0] not in programs:
                 continue
@@ -166,6 +178,8 @@ def inspect_report(
                 "skipped": [sk.line() for sk in sched.skipped],
             }
             entry["emitted"] = sched.choice()  # what `tilegen generate` writes in its manifest
+            if sched.kind != "fwd":
+                entry["dq_direct"] = _dq_direct_entry(spec, sched.program, tgt)
             entry["origin"] = _origins(sched)
             entry["model"] = _gpu_model_entry(sched, tgt)
             out["programs"].append(entry)
@@ -276,6 +290,9 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             if emitted and "group_split" in emitted:
                 heavy = ", heavy first" if emitted["heavy_first"] else ""
                 lines.append(f"  group split: {emitted['group_split']}{heavy} ({emitted['group_split_source']})")
+            if prog.get("dq_direct"):
+                dd = prog["dq_direct"]
+                lines.append(f"  direct-dq: {'D and dQ in main, no pre or post' if dd['folded'] else 'not applied: ' + dd['why']}")
             if emitted and "heavy_first_source" in emitted:
                 lines.append(f"  heavy first: {'yes' if emitted['heavy_first'] else 'no'} ({emitted['heavy_first_source']})")
             for name, launch in (emitted or {}).get("launch", {}).items():

@@ -44,6 +44,17 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
     return Generated(files, manifest)
 
 
+def check_gpu_dkv(dkv_strategy: str | None, target) -> None:
+    """A GPU target's Triton backward keeps dK, dV on chip: ``dkv_strategy`` must resolve to on-chip.
+
+    Raises:
+        SpecError: ``"atomic"`` (or an unknown strategy)."""
+    from ..passes.pipeline import resolve_dkv_strategy
+
+    if resolve_dkv_strategy(dkv_strategy, target) != "on-chip":
+        raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
+
+
 def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).
@@ -55,13 +66,10 @@ def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, 
     """
     from ..targets import load_target
 
-    from ..passes.pipeline import resolve_dkv_strategy
-
     if load_target(target).kind == "gpu":
         from . import triton as backend
 
-        if resolve_dkv_strategy(dkv_strategy, target) != "on-chip":
-            raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
+        check_gpu_dkv(dkv_strategy, target)
         return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
     from . import ascendc as backend
 

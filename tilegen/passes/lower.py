@@ -119,6 +119,7 @@ import sympy
 from ..ir import (
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
+    Bc,
     Br,
     Elementwise,
     Fill,
@@ -128,6 +129,7 @@ from ..ir import (
     MatMul,
     Program,
     RowReduce,
+    Sk,
     Sq,
     Stmt,
     Store,
@@ -1114,20 +1116,46 @@ def _slice_of(body: tuple[Stmt, ...], end: int) -> list[Stmt]:
     return keep[::-1]
 
 
+class _Kept(Exception):
+    """Why :func:`direct_dq` leaves a program as it is (the message)."""
+
+
 def direct_dq(program: Program, target) -> Program:
     """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
     its pre and post kernels folded into main (see the module docstring); anything else is returned as
-    it is. The caller leaves out a program whose host code reads D (the sink gradient of a spec with
-    sinks): the IR does not show that read."""
-    if program.attr("dq_strategy") != "atomic" or program.mods is not None:
+    it is (:func:`direct_dq_kept` says why). The caller leaves out a program whose host code reads D
+    (the sink gradient of a spec with sinks): the IR does not show that read."""
+    try:
+        return _direct_dq(program, target)
+    except _Kept:
         return program
+
+
+def direct_dq_kept(program: Program, target) -> str:
+    """Why :func:`direct_dq` leaves ``program`` as it is, in words; "" where it folds it (or did:
+    attr ``dq_direct``)."""
+    if program.attr("dq_direct"):
+        return ""
+    try:
+        _direct_dq(program, target)
+    except _Kept as why:
+        return str(why)
+    return ""
+
+
+def _direct_dq(program: Program, target) -> Program:
+    """:func:`direct_dq`'s fold, or _Kept naming the first condition that does not hold."""
+    if program.attr("dq_strategy") != "atomic":
+        raise _Kept("the dQ strategy is not atomic")
+    if program.mods is not None:
+        raise _Kept("a score or mask mod (a packed batch's mask among them)")
     kinds = {t.name: t.kind for t in program.tensors}
     if any(getattr(st, "rows", "") for k in program.kernels for st, _ in walk(k.body)):
-        return program  # a packed batch's row ids
+        raise _Kept("a packed batch's row ids")
     accs = [(m, st, loops) for m, k in enumerate(program.kernels) for st, loops in walk(k.body)
             if isinstance(st, Store) and st.accumulate]
-    if len(accs) != 1 or kinds.get(accs[0][1].dst.tensor) != "workspace" or accs[0][1].rows:
-        return program
+    if len(accs) != 1 or kinds.get(accs[0][1].dst.tensor) != "workspace":
+        raise _Kept(f"{len(accs)} accumulating stores where the fold takes dQ's alone (a group split's or atomic dK, dV's add theirs)")
     m, acc, loops = accs[0]
     main, ws = program.kernels[m], acc.dst.tensor
     env = program.env_map
@@ -1137,58 +1165,61 @@ def direct_dq(program: Program, target) -> Program:
 
     kv = [lp for lp in loops if lp.role == "kv_tile"]
     q = [lp for lp in loops if lp.role == "q_tile"]
-    if len(kv) != 1 or len(q) != 1 or kv[0].kind != "parallel" or q[0].kind != "serial" or kv[0].blocks or q[0].blocks:
-        return program
-    if any(lp.role not in ("batch", "head", "kv_tile", "q_tile") for lp in loops):
-        return program
+    if int(program.attr("group_split", 1) or 1) > 1:
+        raise _Kept(f"a group split ({program.attr('group_split')} programs share a KV head's query heads; their dK, dV partials need post_kv)")
+    if len(kv) != 1 or len(q) != 1 or kv[0].kind != "parallel" or q[0].kind != "serial" or kv[0].blocks or q[0].blocks \
+            or any(lp.role not in ("batch", "head", "kv_tile", "q_tile") for lp in loops):
+        raise _Kept("dQ's store is not inside one Q-tile loop of one K/V-tile grid axis without a block table")
     try:
-        if value(kv[0].stop - kv[0].start) != 1:
-            return program
+        n_kv = value(kv[0].stop - kv[0].start)
         at_j = {kv[0].var: kv[0].start}
         q_start, q_stop = (value(sympy.sympify(e).subs(at_j)) for e in (q[0].start, q[0].stop))
-        if (q_start, q_stop) != (0, value(sympy.ceiling(Sq / Br))):
-            return program  # a Q tile the K/V tile does not see would keep no dQ
+        n_q = value(sympy.ceiling(Sq / Br))
     except (TypeError, ValueError):
-        return program
+        raise _Kept("the tile loops' bounds are not bound sizes") from None
+    if n_kv != 1:
+        raise _Kept(f"{n_kv} K/V tiles per program grid (Sk = {env.get(Sk)} > Bc = {env.get(Bc)})")
+    if (q_start, q_stop) != (0, n_q):
+        raise _Kept(f"the K/V tile sees Q tiles {q_start} to {q_stop - 1} of {n_q}; pre and post give the others dQ = 0")
     # the finisher: one kernel reading ws, as its grid's only loads, and storing the rest
     readers = [(n, k) for n, k in enumerate(program.kernels)
                if n != m and any(isinstance(st, Load) and st.src.tensor == ws for st, _ in walk(k.body))]
     if len(readers) != 1:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     r, post = readers[0]
     post_body = _straight_grid_body(post)
     if post_body is None:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     post_loads = [st for st in post_body if isinstance(st, Load)]
     if len(post_loads) != 1 or post_loads[0].src != acc.dst or any(isinstance(st, Store) and st.accumulate for st in post_body):
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     # the zeroer: one kernel, storing ws a filled zero tile, and D (main's only other workspace read)
     bufs = {b.name: b for b in main.buffers}
     main_ws_loads = [(st, lps) for st, lps in walk(main.body) if isinstance(st, Load) and kinds.get(st.src.tensor) == "workspace"]
     if len(main_ws_loads) != 1 or main_ws_loads[0][1] != loops:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     load_d = main_ws_loads[0][0]
     d = load_d.src.tensor
     writers = [(n, k) for n, k in enumerate(program.kernels)
                if any(isinstance(st, Store) and st.dst.tensor in (ws, d) for st, _ in walk(k.body)) and n != m]
     if len(writers) != 1 or writers[0][0] > m or r < m:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     z, pre = writers[0]
     pre_body = _straight_grid_body(pre)
     if pre_body is None:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     if any(isinstance(st, Load) and st.src.tensor == d for n, k in enumerate(program.kernels) if n != m for st, _ in walk(k.body)):
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     stores = {st.dst.tensor: i for i, st in enumerate(pre_body) if isinstance(st, Store)}
     if set(stores) != {ws, d} or pre_body[stores[d]].dst != load_d.src:
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     pre_buffers = {b.name: b for b in pre.buffers}
     d_src = pre_body[stores[d]].src
     if (pre_buffers[d_src].shape, pre_buffers[d_src].dtype) != (bufs[load_d.dst].shape, bufs[load_d.dst].dtype):
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
     post_buffers = {b.name: b for b in post.buffers}
     if (post_buffers[post_loads[0].dst].shape, post_buffers[post_loads[0].dst].dtype) != (bufs[acc.src].shape, bufs[acc.src].dtype):
-        return program
+        raise _Kept("pre and post are not in the form the fold takes")
 
     def moved(kernel, stmts, own: dict[str, str]):
         """``stmts`` of ``kernel`` renamed for main: ``own`` maps buffers onto main's, the rest get the
@@ -1216,7 +1247,7 @@ def direct_dq(program: Program, target) -> Program:
     d_stmts, d_bufs = moved(pre, d_slice, d_own)
     q_stmts, q_bufs = moved(post, [st for st in post_body if st is not post_loads[0]], {post_loads[0].dst: acc.src})
     if d_stmts is None or q_stmts is None:
-        return program
+        raise _Kept("a buffer name of pre or post is taken in main")
 
     def edit(st):
         if st is load_d:
@@ -1226,9 +1257,11 @@ def direct_dq(program: Program, target) -> Program:
         return st
 
     new_bufs = {b.name: b for b in (*d_bufs, *q_bufs)}
-    new_main = dataclasses.replace(main, body=map_body(main.body, edit), buffers=main.buffers + tuple(new_bufs.values()))
+    computed = dataclasses.replace(bufs[load_d.dst], stages=1)  # D is computed now, not loaded ahead
+    kept = tuple(computed if b.name == load_d.dst else b for b in main.buffers)
+    new_main = dataclasses.replace(main, body=map_body(main.body, edit), buffers=kept + tuple(new_bufs.values()))
     if not _fits(new_main, target, {str(k): v for k, v in program.env}):
-        return program
+        raise _Kept("main with D's tiles would not fit the target's on-chip levels")
     kernels = [new_main if n == m else k for n, k in enumerate(program.kernels) if n not in (z, r)]
     tensors = tuple(t for t in program.tensors if t.name not in (ws, d))
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors).with_attrs(dq_direct=True)

@@ -616,7 +616,7 @@ def forward(q, k, v, *, poison=False, trusted=False):
 
 
 def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
-    """Attention backward (recompute; dQ strategy atomic): (dq, dk, dv).
+    """Attention backward (recompute; dQ strategy atomic, one kernel: dQ stored by main): (dq, dk, dv).
 
     Args:
         q, k, v: as for `forward`; o, lse: its outputs; do: dLoss/dO like o. Any strides.
