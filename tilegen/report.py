@@ -318,7 +318,8 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 lines.append(f"  {c['Br']:>4} {c['Bc']:>4} rejected: {over}")
             if len(rejected) > candidates:
                 lines.append(f"  ... {len(rejected) - candidates} more rejected")
-            lines.append("footprint vs usable capacity per core (the buffers live together at the peak; --json gives the expressions):")
+            lines.append("footprint vs usable capacity per core (bytes: the allocation plan, first fit in order of first use, "
+                         "gaps included; listed: the buffers live at the peak; --json gives the expressions):")
             for fp in prog["footprints"]:
                 share = fp["bytes"] / fp["usable"] if fp["usable"] else 0
                 lines.append(
