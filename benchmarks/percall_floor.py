@@ -135,7 +135,7 @@ def three_launch_module(q, k, v):
 
     spec = tt._spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0), alignment="top_left", name="attention_fwd")
     keep, cache, loaded = lower.direct_dq, os.environ.get("TILEGEN_CACHE"), dict(triton_backend._LOADED)
-    lower.direct_dq = lambda program, target: program
+    lower.direct_dq = lambda program, target, sinks=False: program
     os.environ["TILEGEN_CACHE"] = "0"
     triton_backend._LOADED.clear()  # the process's loaded modules: the one with the pass stays the plan's
     try:

@@ -40,10 +40,7 @@ def _dq_direct_entry(spec, program, target) -> dict:
     """Whether the pass direct-dq folded the GPU backward ``program`` and, where not, why."""
     from .passes.lower import direct_dq_kept
 
-    if program.attr("dq_direct"):
-        return {"folded": True, "why": ""}
-    why = "sinks (the host's sink gradient reads D)" if spec.sinks else direct_dq_kept(program, target)
-    return {"folded": False, "why": why}
+    return {"folded": bool(program.attr("dq_direct")), "why": direct_dq_kept(program, target, spec.sinks)}
 
 
 def block_report(program) -> dict | None:

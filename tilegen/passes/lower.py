@@ -99,8 +99,8 @@
   statements pre ran for it, on the same Q tile), and dQ = scale·dQp is cast and stored where main
   added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 round trip go; a short
   sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
-  launches). Not with sinks (the host's sink gradient reads D), mods or a packed batch's row ids;
-  only where main still fits.
+  launches). Not with sinks (the host's sink gradient reads D), mods, a packed batch's row ids or a
+  group split; only where main still fits (:func:`direct_dq_kept` names the condition).
 - :func:`one_launch` (Ascend, last): every kernel of a program after the first gets ``Kernel.sync_all``:
   the program runs as one launch whose kernels are separated by the all-core barrier
   ``SyncAll<false>()`` (the backward's pre, pre_kv, main, post, post_kv: one launch and four barriers
@@ -1120,31 +1120,36 @@ class _Kept(Exception):
     """Why :func:`direct_dq` leaves a program as it is (the message)."""
 
 
-def direct_dq(program: Program, target) -> Program:
+def direct_dq(program: Program, target, sinks: bool = False) -> Program:
     """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
     its pre and post kernels folded into main (see the module docstring); anything else is returned as
-    it is (:func:`direct_dq_kept` says why). The caller leaves out a program whose host code reads D
-    (the sink gradient of a spec with sinks): the IR does not show that read."""
+    it is (:func:`direct_dq_kept` says why). ``sinks``: the spec has sinks, whose gradient the host
+    computes from D (a read the IR does not show), so D stays."""
     try:
-        return _direct_dq(program, target)
+        return _direct_dq(program, target, sinks)
     except _Kept:
         return program
 
 
-def direct_dq_kept(program: Program, target) -> str:
+def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
     """Why :func:`direct_dq` leaves ``program`` as it is, in words; "" where it folds it (or did:
     attr ``dq_direct``)."""
     if program.attr("dq_direct"):
         return ""
     try:
-        _direct_dq(program, target)
+        _direct_dq(program, target, sinks)
     except _Kept as why:
         return str(why)
     return ""
 
 
-def _direct_dq(program: Program, target) -> Program:
+NOT_THE_FORM = "pre and post are not in the form the fold takes"
+
+
+def _direct_dq(program: Program, target, sinks: bool) -> Program:
     """:func:`direct_dq`'s fold, or _Kept naming the first condition that does not hold."""
+    if sinks:
+        raise _Kept("sinks (the host's sink gradient reads D)")
     if program.attr("dq_strategy") != "atomic":
         raise _Kept("the dQ strategy is not atomic")
     if program.mods is not None:
@@ -1185,41 +1190,41 @@ def _direct_dq(program: Program, target) -> Program:
     readers = [(n, k) for n, k in enumerate(program.kernels)
                if n != m and any(isinstance(st, Load) and st.src.tensor == ws for st, _ in walk(k.body))]
     if len(readers) != 1:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     r, post = readers[0]
     post_body = _straight_grid_body(post)
     if post_body is None:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     post_loads = [st for st in post_body if isinstance(st, Load)]
     if len(post_loads) != 1 or post_loads[0].src != acc.dst or any(isinstance(st, Store) and st.accumulate for st in post_body):
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     # the zeroer: one kernel, storing ws a filled zero tile, and D (main's only other workspace read)
     bufs = {b.name: b for b in main.buffers}
     main_ws_loads = [(st, lps) for st, lps in walk(main.body) if isinstance(st, Load) and kinds.get(st.src.tensor) == "workspace"]
     if len(main_ws_loads) != 1 or main_ws_loads[0][1] != loops:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     load_d = main_ws_loads[0][0]
     d = load_d.src.tensor
     writers = [(n, k) for n, k in enumerate(program.kernels)
                if any(isinstance(st, Store) and st.dst.tensor in (ws, d) for st, _ in walk(k.body)) and n != m]
     if len(writers) != 1 or writers[0][0] > m or r < m:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     z, pre = writers[0]
     pre_body = _straight_grid_body(pre)
     if pre_body is None:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     if any(isinstance(st, Load) and st.src.tensor == d for n, k in enumerate(program.kernels) if n != m for st, _ in walk(k.body)):
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     stores = {st.dst.tensor: i for i, st in enumerate(pre_body) if isinstance(st, Store)}
     if set(stores) != {ws, d} or pre_body[stores[d]].dst != load_d.src:
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     pre_buffers = {b.name: b for b in pre.buffers}
     d_src = pre_body[stores[d]].src
     if (pre_buffers[d_src].shape, pre_buffers[d_src].dtype) != (bufs[load_d.dst].shape, bufs[load_d.dst].dtype):
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
     post_buffers = {b.name: b for b in post.buffers}
     if (post_buffers[post_loads[0].dst].shape, post_buffers[post_loads[0].dst].dtype) != (bufs[acc.src].shape, bufs[acc.src].dtype):
-        raise _Kept("pre and post are not in the form the fold takes")
+        raise _Kept(NOT_THE_FORM)
 
     def moved(kernel, stmts, own: dict[str, str]):
         """``stmts`` of ``kernel`` renamed for main: ``own`` maps buffers onto main's, the rest get the

@@ -94,10 +94,10 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         tiles = parse_tile_sizes(tile_sizes)
         forced = (tiles[Br], tiles[Bc])
     then = None  # passes whose effect depends on the tiles: the tile search scores candidates after them
-    if tgt.kind == "gpu" and not spec.sinks:  # the host's sink gradient reads D
+    if tgt.kind == "gpu":
         from .lower import direct_dq
 
-        then = functools.partial(direct_dq, target=tgt)
+        then = functools.partial(direct_dq, target=tgt, sinks=spec.sinks)
     program, log.schedule = choose_tiles(program, tgt, forced, then)
     program = log.record("choose-tiles", program, tgt)
     if then is not None:
