@@ -16,27 +16,21 @@ the fold), kernel times torch.profiler averages over 20 calls.
 
 Usage (GPU machine, repository root): OUT=<folder> PYTHONPATH=. python benchmarks/gpu_dq_probe.py
 """
-import json, os, re, sys, time, types
+import json, os, re, sys, time
 
 import torch
 import triton
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tilegen.backends.triton import render  # noqa: E402
 from tilegen.torch import _spec  # noqa: E402
+from probe_modules import kernel_times, load  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
 res = {"meta": {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name(0)}, "rows": [], "fwd": []}
 T0 = time.time()
-
-def load(src, name):
-    m = types.ModuleType(name)
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tilegen_probe_{name}.py")
-    open(path, "w").write(src)
-    m.__file__ = path
-    exec(compile(src, path, "exec"), m.__dict__)
-    return m
 
 def tma(src):
     def sub(m):
@@ -100,18 +94,6 @@ def knobs_of(src):
         if mm: out[ph] = (int(mm.group(1)), int(mm.group(2)))
     return out
 
-def kernel_times(fn, n=20):
-    from torch.profiler import profile, ProfilerActivity
-    fn(); torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(n): fn()
-        torch.cuda.synchronize()
-    d = {}
-    for e in p.key_averages():
-        if e.device_time_total > 0:
-            d[e.key] = e.device_time_total / n
-    return d
-
 triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device="cuda", dtype=torch.int8))
 rows = [("bf16", 1024), ("fp16", 1024), ("bf16", 4096), ("fp16", 16384), ("bf16", 16384)]
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -121,7 +103,7 @@ for dtn, N in rows:
     B = 16384 // N
     q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=DT[dtn]) for _ in range(4))
     spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, -1), alignment="top_left", name="probe")
-    src = render(spec, "h200")
+    src = render(spec, "h200", dq_strategy="atomic")
     m0 = load(src, f"orig_{dtn}_{N}")
     src1 = fold(src)
     m1 = load(src1, f"fold_{dtn}_{N}")

@@ -177,6 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.twin_target is not None and not (args.twin or args.asc_devkit):
         raise SpecError("--twin-target", args.twin_target, "only together with --twin (or --asc-devkit)")
     target = _run_target(args.target)
+    args.dq_strategy = _dq_strategy(args, spec, target)
     twin = (args.twin_target or _default_twin_target(target)) if args.twin or args.asc_devkit else None
     validate_run(
         spec, tile_sizes=args.tiles, dq_strategy=args.dq_strategy, data=data, twin_target=twin, asc_devkit=args.asc_devkit,
@@ -385,6 +386,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .cache import cached
 
     spec = resolve_spec(args)
+    args.dq_strategy = _dq_strategy(args, spec, args.target)
     if args.compare and args.target is None:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
     if args.cp is not None:
@@ -579,6 +581,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     target = args.target
+    args.dq_strategy = _backend_guard(spec, args, f"--target = {target!r}", lambda: _dq_strategy(args, spec, target))
     generated = _backend_guard(
         spec, args, f"--target = {target!r}",
         lambda: cached(
@@ -628,6 +631,15 @@ def _mods_constructs(spec: AttentionSpec) -> str:
     return "; ".join(parts)
 
 
+def _dq_strategy(args: argparse.Namespace, spec: AttentionSpec, target) -> str:
+    """``--dq-strategy``, or the target's choice when it is not given (:func:`tilegen.backends.dq_strategy_for`)."""
+    if args.dq_strategy is not None:
+        return args.dq_strategy
+    from .backends import dq_strategy_for
+
+    return dq_strategy_for(spec, target, None, args.tiles)
+
+
 def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None, dkv_strategy: str | None = None):
     from .backends import generate
 
@@ -662,7 +674,8 @@ def build_parser() -> argparse.ArgumentParser:
         "only the CCE intrinsics (needs clang++-16; kernel_tiling.h from $ASC_GEN or made from DIR). Implies --twin",
     )
     run.add_argument(
-        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default=None,
+        help="how the fused backward reduces dQ (default: the target's choice: on a GPU target its [[triton.schedule]] rows, otherwise atomic)"
     )
     run.set_defaults(func=cmd_run)
     inspect = sub.add_parser(
@@ -674,7 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes, e.g. 64x128")
     inspect.add_argument("--program", choices=["fwd", "bwd", "all"], default="all", help="which programs (default all)")
     inspect.add_argument(
-        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default=None,
+        help="how the fused backward reduces dQ (default: the target's choice: on a GPU target its [[triton.schedule]] rows, otherwise atomic)"
     )
     inspect.add_argument(
         "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,
@@ -721,7 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h200 (Triton); default ascend910b2")
     gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
     gen.add_argument(
-        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default="atomic", help="how the fused backward reduces dQ (default atomic)"
+        "--dq-strategy", choices=sorted(DQ_STRATEGIES), default=None,
+        help="how the fused backward reduces dQ (default: the target's choice: on a GPU target its [[triton.schedule]] rows, otherwise atomic)"
     )
     gen.add_argument(
         "--dkv-strategy", choices=[DKV_AUTO, *sorted(DKV_STRATEGIES)], default=DKV_AUTO,

@@ -34,6 +34,7 @@ INT32_MAX = 2**31 - 1
 
 
 DQ_DIRECT = ", one K/V tile: D and dQ in main (pass direct-dq)"
+DQ_TRANSPOSED = ", dq kernel on Bc x Br tiles (pass transpose-dq-tiles)"
 
 
 def _dq_direct_entry(spec, program, target) -> dict:
@@ -168,7 +169,10 @@ def inspect_report(
         for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
             if sched.kind.split("-")[0] not in programs:
                 continue
-            label = "forward" if sched.kind == "fwd" else f"backward (fused, dq strategy {sched.program.attr('dq_strategy')}{DQ_DIRECT if sched.program.attr('dq_direct') else ''})"
+            label = "forward" if sched.kind == "fwd" else (
+                f"backward (fused, dq strategy {sched.program.attr('dq_strategy')}{DQ_DIRECT if sched.program.attr('dq_direct') else ''}"
+                f"{DQ_TRANSPOSED if sched.program.attr('dq_tiles') == 'transposed' else ''})"
+            )
             entry = _program_report(label, sched.program, sched.log, tgt, expressions)
             entry["triton_rows"] = {
                 "used": f"{sched.row.describe()}: {sched.row.source}" if sched.row else None,

@@ -55,6 +55,27 @@ def check_gpu_dkv(dkv_strategy: str | None, target) -> None:
         raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
 
 
+def dq_strategy_for(spec, target, dq_strategy: str | None = None, tile_sizes=None) -> str:
+    """The backward's dQ strategy for ``spec`` on ``target``: ``dq_strategy`` when given; on a GPU target
+    the one its schedule takes (:func:`tilegen.backends.triton.schedule`: the first backward
+    ``[[triton.schedule]]`` row that applies, else ``triton.dq_strategy``); otherwise (an Ascend
+    target, or none) ``"atomic"``. What ``generate``, ``inspect`` and ``run`` use when no strategy is
+    named, so that the three agree with ``tilegen.torch``.
+
+    Raises:
+        TargetError: an unknown target; ScheduleError: ``tile_sizes`` that do not fit it."""
+    if dq_strategy is not None or target is None:
+        return dq_strategy or "atomic"
+    from ..targets import load_target
+
+    tgt = load_target(target)
+    if tgt.kind != "gpu":
+        return "atomic"
+    from . import triton as backend
+
+    return backend.schedule(spec, tgt, None, tile_sizes)[1].program.attr("dq_strategy")
+
+
 def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).

@@ -125,7 +125,7 @@ RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value);
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
 TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
-ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "source")  # the rest are phases
+ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "dq_tiles", "source")  # the rest are phases
 
 
 # --- the [triton] section of a target file ---------------------------------------------------------
@@ -156,6 +156,7 @@ class ScheduleRow:
     group_split: int | None = None  # backward: programs sharing the query heads of one KV head
     heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
     min_seq_k: int | None = None  # applies only when Sk (the key length; a packed batch's total) is at least this
+    dq_tiles: str | None = None  # bwd-separate: "transposed" runs the dq kernel on Bc x Br tiles (None: "same")
 
     def describe(self) -> str:
         """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
@@ -168,8 +169,9 @@ class ScheduleRow:
         return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
 
     def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> bool:
+        """Whether the row applies; ``program`` ``"bwd"`` takes a row of either backward program."""
         return (
-            self.program == program
+            (self.program == program or (program == "bwd" and self.program.startswith("bwd-")))
             and self.head_dim == head_dim
             and (self.causal is None or self.causal == causal)
             and (self.dtype is None or self.dtype == dtype)
@@ -256,6 +258,9 @@ def triton_config(target: Target) -> TritonConfig:
         heavy = row.get("heavy_first")
         if heavy is not None and not isinstance(heavy, bool):
             raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
+        dq_tiles = row.get("dq_tiles")
+        if dq_tiles is not None and (row.get("program") != "bwd-separate" or dq_tiles not in pipeline.DQ_TILES):
+            raise TargetError(f"{rw}.dq_tiles = {dq_tiles!r} is invalid; accepted: {' or '.join(map(repr, pipeline.DQ_TILES))} on a bwd-separate row, or absent")
         if split is not None and not str(row.get("program")).startswith("bwd"):
             raise TargetError(f"{rw}: group_split is a backward knob; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
         knobs = {
@@ -263,7 +268,7 @@ def triton_config(target: Target) -> TritonConfig:
             for phase, value in row.items()
             if phase not in ROW_KEYS
         }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k))
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k, dq_tiles))
     return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
 
 
@@ -313,13 +318,15 @@ class Scheduled:
         return "the cost model: the fastest predicted feasible candidate"
 
     def choice(self) -> dict:
-        """The schedule the module is emitted with, as plain data: ``Br``, ``Bc``, ``kernels``, the
-        tile sizes' source, and per kernel its ``num_warps``, ``num_stages`` and their source. The
+        """The schedule the module is emitted with, as plain data: ``Br``, ``Bc`` (the separate strategy:
+        ``dq_tiles``, ``transposed`` when its dq kernel runs on Bc x Br tiles), ``kernels``, the tile
+        sizes' source, and per kernel its ``num_warps``, ``num_stages`` and their source. The
         manifest and ``tilegen inspect`` both print this."""
         env = {str(k): v for k, v in self.program.env}
         return {
             "Br": env["Br"],
             "Bc": env["Bc"],
+            **({"dq_tiles": self.program.attr("dq_tiles") or "same"} if self.kind == "bwd-separate" else {}),
             "kernels": [k.name for k in self.program.kernels],
             "tiles_source": self.tiles_source(),
             **(
@@ -361,7 +368,8 @@ def _check_tiles(tile_sizes) -> None:
 
 
 def schedule(
-    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None
+    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+    dq_tiles: str | None = None,
 ) -> tuple[Scheduled, Scheduled]:
     """The forward and fused backward programs of ``spec`` scheduled for ``target``.
 
@@ -372,13 +380,19 @@ def schedule(
     dims, the tiles' dtypes, the row's ``num_stages``): the measured rows name a padded head dim and
     often no dtype, and a row measured on bf16 may not fit fp32 or a padded D; a row that does not fit
     is skipped, and :attr:`Scheduled.skipped` says why. ``tile_sizes`` (Br, Bc) forces both programs'
-    sizes instead, or ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked). ``dq_strategy``
-    None takes the target's ``triton.dq_strategy``. ``knobs`` {phase: (num_warps, num_stages)} overrides
-    the target's launch knobs (for measuring alternatives).
+    sizes instead, or ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked).
+
+    The backward's dQ strategy: ``dq_strategy`` (then only rows of that program apply), else the
+    program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
+    and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
+    (``dq_tiles`` overrides it) runs the dq kernel on transposed tiles
+    (:func:`tilegen.passes.lower.transpose_dq_tiles`); a row whose transposition does not apply (a
+    block table of the mask) is skipped like one that does not fit. ``knobs`` {phase: (num_warps,
+    num_stages)} overrides the target's launch knobs (for measuring alternatives).
 
     Raises:
-        SpecError: an unknown dq strategy, or forced tile sizes that are not powers of two from 16;
-            ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
+        SpecError: an unknown dq strategy or dq_tiles, or forced tile sizes that are not powers of two
+            from 16; ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
     """
     tgt = load_target(target)
     if tgt.kind != "gpu":
@@ -386,12 +400,18 @@ def schedule(
     if tile_sizes is not None:
         _check_tiles(tile_sizes)
     cfg = triton_config(tgt)
-    strategy = dq_strategy or cfg.dq_strategy
-    if strategy not in pipeline.DQ_STRATEGIES:
-        raise SpecError("dq_strategy", strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
+    if dq_strategy is not None and dq_strategy not in pipeline.DQ_STRATEGIES:
+        raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
+    if dq_tiles is not None and dq_tiles not in pipeline.DQ_TILES:
+        raise SpecError("dq_tiles", dq_tiles, "one of " + ", ".join(pipeline.DQ_TILES))
     head_dim = _pow2(max(spec.head_dim_qk, spec.head_dim_v))
     causal = spec.mask_kind != "none"
     given = {phase: int(value[1]) for phase, value in (knobs or {}).items()}
+
+    def strategy_of(row) -> str:
+        if dq_strategy is not None:
+            return dq_strategy
+        return row.program.split("-", 1)[1] if row is not None else cfg.dq_strategy
 
     def compile_with(kind, row, tiles):
         stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
@@ -401,20 +421,35 @@ def schedule(
             program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, heavy_first=heavy)
         else:
             split, heavy, _ = group_knobs(spec, row)
+            strategy = strategy_of(row)
+            own = row.dq_tiles if row is not None and row.program == f"bwd-{strategy}" else None  # a bwd-separate row's
             program = pipeline.compile_backward(
-                spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, group_split=split, heavy_first=heavy
+                spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, group_split=split, heavy_first=heavy,
+                dq_tiles=dq_tiles or own or "same",
             )
         return program, log
 
+    def refused(exc: Exception) -> bool:
+        """A row that cannot be used here: its tiles overflow a level, or its dq_tiles do not apply."""
+        return isinstance(exc, ScheduleError) or (isinstance(exc, SpecError) and exc.field == "dq_tiles" and dq_tiles is None)
+
     out = []
-    for kind in ("fwd", f"bwd-{strategy}"):
+    for kind in ("fwd", "bwd" if dq_strategy is None else f"bwd-{dq_strategy}"):
         rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group, spec.seq_k)
         forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
         skipped: list[Skipped] = []
         row = None
         if forced is not None:  # the caller's sizes; the first row that applies gives the knobs
-            row = rows[0] if rows else None
-            program, log = compile_with(kind, row, tuple(forced))
+            for candidate in rows + [None]:
+                try:
+                    program, log = compile_with(kind, candidate, tuple(forced))
+                except SpecError as exc:
+                    if candidate is None or not refused(exc):
+                        raise
+                    skipped.append(Skipped(candidate, str(exc)))
+                    continue
+                row = candidate
+                break
         else:
             for candidate in rows:
                 tiles = None
@@ -422,7 +457,9 @@ def schedule(
                     tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
                 try:
                     program, log = compile_with(kind, candidate, tiles)
-                except ScheduleError as exc:
+                except (ScheduleError, SpecError) as exc:
+                    if not refused(exc):
+                        raise
                     skipped.append(Skipped(candidate, str(exc)))
                     continue
                 row = candidate
@@ -434,7 +471,8 @@ def schedule(
             if phase in chosen:
                 chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
         split_source = group_knobs(spec, row)[2] if kind != "fwd" else forward_knobs(row)[1]
-        out.append(Scheduled(kind, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
+        label = kind if kind == "fwd" else f"bwd-{program.attr('dq_strategy')}"
+        out.append(Scheduled(label, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
     return out[0], out[1]
 
 
@@ -1411,6 +1449,7 @@ class KernelLowering:
             "num_stages": self.knobs.num_stages,
             "knobs_source": self.knobs.source,
             "transposed": sorted(self.transposed),
+            "tiles_transposed": self.kernel.phase == "dq" and self.program.attr("dq_tiles") == "transposed",
             "log2": bool(self.scaled),
         }
 
@@ -1531,10 +1570,11 @@ def guarded_outputs(program: Program) -> dict[str, tuple[str, float]]:
     return out
 
 
-def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None) -> str:
+def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+           dq_tiles: str | None = None) -> str:
     """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
-    :func:`schedule` for ``dq_strategy`` and ``tile_sizes``."""
-    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes, knobs)
+    :func:`schedule` for ``dq_strategy``, ``tile_sizes``, ``knobs`` and ``dq_tiles``."""
+    fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes, knobs, dq_tiles)
     tgt = load_target(target)
     env_values = {str(k): v for k, v in fwd.program.env}
     consts = {
@@ -1678,8 +1718,10 @@ def cache_dir() -> Path:
     return folder() / "triton"
 
 
-def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None):
-    """Generate (once per spec, target and strategy in a process) and import the module for ``spec``.
+def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+         dq_tiles: str | None = None):
+    """Generate (once per spec, target and strategy in a process) and import the module for ``spec``
+    (arguments as :func:`render`).
 
     Triton reads a kernel's source from its file, so the module is written under :func:`cache_dir`
     with a digest of its text in the file name, then imported.
@@ -1690,13 +1732,14 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
         dq_strategy,
         repr(tile_sizes),
         None if knobs is None else tuple(sorted((k, tuple(v)) for k, v in knobs.items())),
+        dq_tiles,
     )
     hit = _LOADED.get(key)
     if hit is not None:
         return hit
     from ..fileio import write_atomic
 
-    source = render(spec, target, dq_strategy, tile_sizes, knobs)
+    source = render(spec, target, dq_strategy, tile_sizes, knobs, dq_tiles)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -136,6 +136,9 @@ from ..ir import (
     grid_loops,
     map_body,
     rename_buffers,
+    substitute,
+    tensors_read,
+    tensors_written,
     walk,
 )
 
@@ -1270,3 +1273,48 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
     kernels = [new_main if n == m else k for n, k in enumerate(program.kernels) if n not in (z, r)]
     tensors = tuple(t for t in program.tensors if t.name not in (ws, d))
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors).with_attrs(dq_direct=True)
+
+
+DQ_TILES = ("same", "transposed")  # the separate strategy's dq kernel: main's Br x Bc, or Bc x Br
+
+
+def transpose_dq_tiles(program: Program) -> Program:
+    """The separate strategy's ``dq`` kernel on transposed tiles: its Q tiles Bc rows and its K/V tiles
+    Br columns (``Br`` and ``Bc`` exchanged in its statements, loop bounds and buffers), while ``main``
+    keeps Br x Bc. ``main`` holds two Bc x D accumulators (dK, dV) and streams Q tiles, ``dq`` one
+    (Br x D: dQ) and streams K/V tiles: each wants its held tile tall and its streamed tile short, so
+    one pair of sizes serves both (FlexAttention's backward: BLOCK_M2 = BLOCK_N1, BLOCK_N2 = BLOCK_M1,
+    torch/_inductor/kernel/flex). The values are unchanged: ``dq`` computes each dQ row from every K/V
+    column it sees whatever the tiling (only the accumulation order of dQ changes). The program records
+    attr ``dq_tiles``.
+
+    Raises:
+        ValueError: ``program`` has no ``dq`` kernel (not the separate strategy), or a tensor that
+            kernel reads or writes has a shape that depends on the tile sizes (a block table), which
+            the kernel would index with the other tiling.
+    """
+    dq = next((k for k in program.kernels if k.phase == "dq"), None)
+    if dq is None or program.attr("dq_strategy") != "separate":
+        raise ValueError(f"transpose_dq_tiles: program {program.name} has no dq kernel of the separate strategy")
+    touched = {n for st, _ in walk(dq.body) for n in tensors_read(st) + tensors_written(st)}
+    tiled = sorted(t.name for t in program.tensors if t.name in touched and any(sympy.sympify(d).free_symbols & {Br, Bc} for d in t.shape))
+    if tiled:
+        raise ValueError(f"transpose_dq_tiles: kernel dq reads {', '.join(tiled)}, whose shapes depend on the tile sizes")
+    if any(lp.blocks for st, _ in walk(dq.body) for lp in ([st] if isinstance(st, Loop) else [])):
+        raise ValueError("transpose_dq_tiles: kernel dq skips tiles by a block table of Br x Bc tiles")
+    swap = {Br: Bc, Bc: Br}
+
+    def sub(e):
+        return sympy.sympify(e).subs(swap, simultaneous=True)
+
+    body = tuple(_swap_stmt(st, swap) for st in dq.body)
+    buffers = tuple(dataclasses.replace(b, shape=tuple(sub(d) for d in b.shape)) for b in dq.buffers)
+    new = dataclasses.replace(dq, body=body, buffers=buffers)
+    kernels = tuple(new if k is dq else k for k in program.kernels)
+    return dataclasses.replace(program, kernels=kernels).with_attrs(dq_tiles="transposed")
+
+
+def _swap_stmt(stmt: Stmt, swap) -> Stmt:
+    """``stmt`` with the symbols of ``swap`` exchanged at once in every expression (recursively)."""
+    tmp = {s: sympy.Dummy(s.name) for s in swap}
+    return substitute(substitute(stmt, {s: tmp[s] for s in swap}), {tmp[s]: swap[s] for s in swap})

@@ -27,6 +27,7 @@ from .cleanup import (
     tidy_names,
 )
 from .fuse import fuse
+from .lower import DQ_TILES, transpose_dq_tiles
 from .strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
 from .verify import verify
 
@@ -302,19 +303,22 @@ def compile_backward(
     group_split: int = 1,
     heavy_first: bool = False,
     dkv_strategy: str | None = None,
+    dq_tiles: str = "same",
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound;
     ``num_stages`` as :func:`schedule`; ``dkv_strategy`` as :func:`resolve_dkv_strategy` (the
     program's attribute ``dkv_strategy`` names the one built). ``group_split`` (programs sharing the
     query heads of one KV head, a divisor of G) and ``heavy_first`` (K/V-tile grid axis outermost) are
-    the fused ``main`` kernel's schedule knobs (:func:`tilegen.passes.group.split_group`); the defaults
-    leave the program as built.
+    the fused ``main`` kernel's schedule knobs (:func:`tilegen.passes.group.split_group`); ``dq_tiles``
+    (``same`` or ``transposed``) the separate strategy's ``dq`` kernel's
+    (:func:`tilegen.passes.lower.transpose_dq_tiles`); the defaults leave the program as built.
 
     Results are cached on disk (:mod:`tilegen.cache`).
 
     Raises:
         SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
-            of G, or knobs on an unfused program."""
+            of G, or knobs on an unfused program, or ``dq_tiles`` unknown or ``transposed`` where the
+            program has no separate ``dq`` kernel it applies to."""
     from .group import check_split, split_group
 
     log = log if log is not None else PassLog()
@@ -324,12 +328,16 @@ def compile_backward(
     if spec.group % split:
         raise SpecError("group_split", group_split, f"a divisor of G = {spec.group} (the query heads per KV head)")
     knobbed = split > 1 or bool(heavy_first)
+    if dq_tiles not in DQ_TILES:
+        raise SpecError("dq_tiles", dq_tiles, "one of " + ", ".join(DQ_TILES))
+    if dq_tiles != "same" and (not fused or dq_strategy != "separate"):
+        raise SpecError("dq_tiles", dq_tiles, "'same' unless the backward is fused with the separate dQ strategy (the dq kernel it transposes)")
     if knobbed and not fused:
         raise SpecError("group_split", group_split, "1 with heavy_first off for an unfused backward (the knobs split the fused main kernel)")
     dkv = resolve_dkv_strategy(dkv_strategy, target)
     stages = _stages_key(num_stages)
     if dkv == DKV_AUTO:
-        return _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log, num_stages, split, bool(heavy_first))
+        return _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log, num_stages, split, bool(heavy_first), dq_tiles)
 
     def build(inner: PassLog) -> Program:
         program = inner.record("build", build_backward(spec, dkv).with_attrs(dkv_strategy=dkv))
@@ -337,13 +345,19 @@ def compile_backward(
             program = fuse_backward(program, dq_strategy, inner)
         if knobbed:
             program = inner.record(f"split group ({split}{', heavy first' if heavy_first else ''})", split_group(program, split, bool(heavy_first)))
+        if dq_tiles == "transposed":
+            try:
+                program = inner.record("transpose-dq-tiles", transpose_dq_tiles(program))
+            except ValueError as exc:
+                raise SpecError("dq_tiles", dq_tiles, f"'same' here: {str(exc).split(': ', 1)[1]}") from None
         return schedule(program, spec, target, tile_sizes, inner, stages)
 
     key = ("backward", spec, fused, dq_strategy, dkv, target_key(target), tile_sizes, stages)
+    key += (("dq_tiles", dq_tiles),) if dq_tiles != "same" else ()
     return _cached(key + ((split, bool(heavy_first)) if knobbed else ()), log, build)
 
 
-def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_stages, group_split=1, heavy_first=False) -> Program:
+def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_stages, group_split=1, heavy_first=False, dq_tiles="same") -> Program:
     """``dkv_strategy="auto"`` on a GM hand-off target: the atomic program when the cost model
     (:func:`tilegen.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
     by) predicts its schedule faster than the on-chip one's, whose tiles the accumulators held in L0C
@@ -357,7 +371,7 @@ def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_st
     def compiled(name):
         return compile_backward(
             spec, fused=fused, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=logs[name],
-            num_stages=num_stages, dkv_strategy=name, group_split=group_split, heavy_first=heavy_first,
+            num_stages=num_stages, dkv_strategy=name, group_split=group_split, heavy_first=heavy_first, dq_tiles=dq_tiles,
         )
 
     try:

@@ -33,11 +33,11 @@ Notation (tilegen DESIGN §3):
 Schedule (h200):
     llama2-7b.fwd: Br = 64, Bc = 64 (from the target's [triton] table); predicted 542.289 us
       kernel fwd: grid (i, hq, b), num_warps = 4, num_stages = 3; exp2 with log2(e) folded
-    llama2-7b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 632.91 us
+    llama2-7b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 685.204 us
       kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
       kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
-      kernel post: grid (i, hq, b), num_warps = 4, num_stages = 2
-    dQ strategy: atomic.
+      kernel dq: grid (i, hq, b), num_warps = 8, num_stages = 3; Q tiles of Bc rows, K/V tiles of Br (dq tiles transposed); exp2 with log2(e) folded
+    dQ strategy: separate.
 """
 
 import math
@@ -177,11 +177,9 @@ def pre_kernel(
     O_ptr,
     dO_ptr,
     D_ptr,
-    dQ_ws_ptr,
 O_s0, O_s1, O_s2, O_s3,
 dO_s0, dO_s1, dO_s2, dO_s3,
 D_s0, D_s1, D_s2,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
     B, Hq, Hkv, Sq, Sk,
     Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
     Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
@@ -197,8 +195,6 @@ dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
     prod = prod * O32
     Di = tl.sum(prod, axis=1)
     tl.store(D_ptr + b * D_s0 + hq * D_s1 + (i*Br + tl.arange(0, Br)) * D_s2, Di)
-    zeros = tl.full([Br, Dqk_p], 0.0, tl.float32)
-    tl.store(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, zeros)
 
 
 @triton.jit
@@ -209,7 +205,6 @@ def main_kernel(
     L_ptr,
     dO_ptr,
     D_ptr,
-    dQ_ws_ptr,
     dK_ptr,
     dV_ptr,
 Q_s0, Q_s1, Q_s2, Q_s3,
@@ -218,7 +213,6 @@ V_s0, V_s1, V_s2, V_s3,
 L_s0, L_s1, L_s2,
 dO_s0, dO_s1, dO_s2, dO_s3,
 D_s0, D_s1, D_s2,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
 dK_s0, dK_s1, dK_s2, dK_s3,
 dV_s0, dV_s1, dV_s2, dV_s3,
     B, Hq, Hkv, Sq, Sk,
@@ -251,8 +245,6 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             dP = S * dP
             dSc = (dP).to(tl.float16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
-            dQp = tl.dot(tl.trans(dSc), Kj)
-            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, sem="relaxed")
         for i in range(tl.minimum(((Br + Sq - 1) // (Br)), tl.maximum(tl.where((Sq) <= (j*Bc - Sk + Sq), ((Br + Sq - 1) // (Br)), tl.maximum(0, _floor_div(j*Bc - Sk + Sq, Br))), (-_floor_div(-j*Bc - Bc + Sk - Sq + 1, Br)))), ((Br + Sq - 1) // (Br))):  # visible Q tiles of K/V tile j: tiles the mask leaves whole
             Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Br + tl.arange(0, Br))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3)
             dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Br + tl.arange(0, Br))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3)
@@ -269,8 +261,6 @@ dV_s0, dV_s1, dV_s2, dV_s3,
             dP = S * dP
             dSc = (dP).to(tl.float16)
             dK_acc = tl.dot(dSc, Qi, dK_acc)
-            dQp = tl.dot(tl.trans(dSc), Kj)
-            tl.atomic_add(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3, dQp, sem="relaxed")
     dVc = (dV_acc).to(tl.float16)
     tl.store(dV_ptr + b * dV_s0 + hkv * dV_s1 + (j*Bc + tl.arange(0, Bc))[:, None] * dV_s2 + tl.arange(0, Dv_p)[None, :] * dV_s3, dVc)
     dK_acc = dK_acc * 0.08838834764831843
@@ -279,23 +269,61 @@ dV_s0, dV_s1, dV_s2, dV_s3,
 
 
 @triton.jit
-def post_kernel(
-    dQ_ws_ptr,
+def dq_kernel(
+    Q_ptr,
+    K_ptr,
+    V_ptr,
+    L_ptr,
+    dO_ptr,
+    D_ptr,
     dQ_ptr,
-dQ_ws_s0, dQ_ws_s1, dQ_ws_s2, dQ_ws_s3,
+Q_s0, Q_s1, Q_s2, Q_s3,
+K_s0, K_s1, K_s2, K_s3,
+V_s0, V_s1, V_s2, V_s3,
+L_s0, L_s1, L_s2,
+dO_s0, dO_s1, dO_s2, dO_s3,
+D_s0, D_s1, D_s2,
 dQ_s0, dQ_s1, dQ_s2, dQ_s3,
     B, Hq, Hkv, Sq, Sk,
     Br: tl.constexpr, Bc: tl.constexpr, G: tl.constexpr,
     Dqk: tl.constexpr, Dv: tl.constexpr, Dqk_p: tl.constexpr, Dv_p: tl.constexpr,
 ):
-    # llama2-7b.bwd, kernel post (phase post)
+    # llama2-7b.bwd, kernel dq (phase dq)
     b = tl.program_id(2)
     hq = tl.program_id(1)
-    i = tl.program_id(0)
-    dQi = tl.load(dQ_ws_ptr + b * dQ_ws_s0 + hq * dQ_ws_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_ws_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_ws_s3)
-    dQi = dQi * 0.08838834764831843
-    dQc = (dQi).to(tl.float16)
-    tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Br + tl.arange(0, Br))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, dQc)
+    i = (((Bc + Sq - 1) // (Bc)) - 1 - tl.program_id(0))
+    dOi = tl.load(dO_ptr + b * dO_s0 + hq * dO_s1 + (i*Bc + tl.arange(0, Bc))[:, None] * dO_s2 + tl.arange(0, Dv_p)[None, :] * dO_s3)
+    Di = tl.load(D_ptr + b * D_s0 + hq * D_s1 + (i*Bc + tl.arange(0, Bc)) * D_s2)
+    Qi = tl.load(Q_ptr + b * Q_s0 + hq * Q_s1 + (i*Bc + tl.arange(0, Bc))[:, None] * Q_s2 + tl.arange(0, Dqk_p)[None, :] * Q_s3)
+    Li = tl.load(L_ptr + b * L_s0 + hq * L_s1 + (i*Bc + tl.arange(0, Bc)) * L_s2) * 1.4426950408889634
+    L_use = tl.where(Li == float("-inf"), 0.0, Li)
+    dQ_acc = tl.full([Bc, Dqk_p], 0.0, tl.float32)
+    for j in range(0, tl.maximum(0, tl.minimum(tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Bc + Bc) - 1, Br) + 1, _floor_div(i*Bc - Br + Sk - Sq + 1, Br) + 1), ((Br + Sk - 1) // (Br))))):  # visible K/V tiles of Q tile i: tiles the mask leaves whole
+        Kj = tl.load(K_ptr + b * K_s0 + ((hq) // (G)) * K_s1 + (j*Br + tl.arange(0, Br))[:, None] * K_s2 + tl.arange(0, Dqk_p)[None, :] * K_s3)
+        S = tl.dot(Qi, tl.trans(Kj)) * 0.12751743082459868
+        S = S - L_use[:, None]
+        S = tl.exp2(S)
+        Vj = tl.load(V_ptr + b * V_s0 + ((hq) // (G)) * V_s1 + (j*Br + tl.arange(0, Br))[:, None] * V_s2 + tl.arange(0, Dv_p)[None, :] * V_s3)
+        dP = tl.dot(dOi, tl.trans(Vj))
+        dP = dP - Di[:, None]
+        dP = S * dP
+        dSc = (dP).to(tl.float16)
+        dQ_acc = tl.dot(dSc, Kj, dQ_acc)
+    for j in range(tl.maximum(0, tl.minimum(tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Bc + Bc) - 1, Br) + 1, _floor_div(i*Bc - Br + Sk - Sq + 1, Br) + 1), ((Br + Sk - 1) // (Br)))), tl.minimum(_floor_div(Sk - Sq + tl.minimum(Sq, i*Bc + Bc) - 1, Br) + 1, ((Br + Sk - 1) // (Br)))):  # visible K/V tiles of Q tile i: the mask cuts these tiles
+        Kj = tl.load(K_ptr + b * K_s0 + ((hq) // (G)) * K_s1 + (j*Br + tl.arange(0, Br))[:, None] * K_s2 + tl.arange(0, Dqk_p)[None, :] * K_s3)
+        S = tl.dot(Qi, tl.trans(Kj)) * 0.12751743082459868
+        S = tl.where(((j*Br + tl.arange(0, Br))[None, :] <= (i*Bc + tl.arange(0, Bc))[:, None] + Sk - Sq), S, float("-inf"))
+        S = S - L_use[:, None]
+        S = tl.exp2(S)
+        Vj = tl.load(V_ptr + b * V_s0 + ((hq) // (G)) * V_s1 + (j*Br + tl.arange(0, Br))[:, None] * V_s2 + tl.arange(0, Dv_p)[None, :] * V_s3)
+        dP = tl.dot(dOi, tl.trans(Vj))
+        dP = dP - Di[:, None]
+        dP = S * dP
+        dSc = (dP).to(tl.float16)
+        dQ_acc = tl.dot(dSc, Kj, dQ_acc)
+    dQ_acc = dQ_acc * 0.08838834764831843
+    dQc = (dQ_acc).to(tl.float16)
+    tl.store(dQ_ptr + b * dQ_s0 + hq * dQ_s1 + (i*Bc + tl.arange(0, Bc))[:, None] * dQ_s2 + tl.arange(0, Dqk_p)[None, :] * dQ_s3, dQc)
 
 
 def _logical(x):
@@ -551,8 +579,8 @@ def _launch_pre(t, record=None):
     _launch(
         pre_kernel,
         ((-((-Sq) // (Br))), Hq, B, ),
-        (t["O"], t["dO"], t["D"], t["dQ_ws"], ),
-        (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), B, Hq, Hkv, Sq, Sk),
+        (t["O"], t["dO"], t["D"], ),
+        (*t["O"].stride(), *t["dO"].stride(), *t["D"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_pre,
         num_warps=4, num_stages=2, record=record,
     )
@@ -568,8 +596,8 @@ def _launch_main(t, record=None):
     _launch(
         main_kernel,
         ((-((-Sk) // (Bc))), Hkv, B, ),
-        (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ_ws"], t["dK"], t["dV"], ),
-        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ_ws"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
+        (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dK"], t["dV"], ),
+        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dK"].stride(), *t["dV"].stride(), B, Hq, Hkv, Sq, Sk),
         _CONSTEXPRS_main,
         num_warps=8, num_stages=3, record=record,
     )
@@ -578,26 +606,26 @@ def _launch_main(t, record=None):
 _CONSTEXPRS_main = dict(Br=64, Bc=128, **CONSTS)
 
 
-def _launch_post(t, record=None):
+def _launch_dq(t, record=None):
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
     Br, Bc = 64, 128
     G, Dqk, Dv = CONSTS["G"], CONSTS["Dqk"], CONSTS["Dv"]
     _launch(
-        post_kernel,
-        ((-((-Sq) // (Br))), Hq, B, ),
-        (t["dQ_ws"], t["dQ"], ),
-        (*t["dQ_ws"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
-        _CONSTEXPRS_post,
-        num_warps=4, num_stages=2, record=record,
+        dq_kernel,
+        ((-((-Sq) // (Bc))), Hq, B, ),
+        (t["Q"], t["K"], t["V"], t["L"], t["dO"], t["D"], t["dQ"], ),
+        (*t["Q"].stride(), *t["K"].stride(), *t["V"].stride(), *t["L"].stride(), *t["dO"].stride(), *t["D"].stride(), *t["dQ"].stride(), B, Hq, Hkv, Sq, Sk),
+        _CONSTEXPRS_dq,
+        num_warps=8, num_stages=3, record=record,
     )
 
 
-_CONSTEXPRS_post = dict(Br=64, Bc=128, **CONSTS)
+_CONSTEXPRS_dq = dict(Br=64, Bc=128, **CONSTS)
 
 
 _LAUNCH_TENSORS = {  # per program, each launch's tensor names in its kernel's order (see `_bind`)
     "forward": (("Q", "K", "V", "O", "L", ), ),
-    "backward": (("O", "dO", "D", "dQ_ws", ), ("Q", "K", "V", "L", "dO", "D", "dQ_ws", "dK", "dV", ), ("dQ_ws", "dQ", ), ),
+    "backward": (("O", "dO", "D", ), ("Q", "K", "V", "L", "dO", "D", "dK", "dV", ), ("Q", "K", "V", "L", "dO", "D", "dQ", ), ),
 }
 
 
@@ -644,7 +672,7 @@ def forward(q, k, v, *, poison=False, trusted=False):
 
 
 def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
-    """Attention backward (recompute; dQ strategy atomic): (dq, dk, dv).
+    """Attention backward (recompute; dQ strategy separate): (dq, dk, dv).
 
     Args:
         q, k, v: as for `forward`; o, lse: its outputs; do: dLoss/dO like o. Any strides.
@@ -672,13 +700,13 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
         _check("lse", lse, (B, Hq, Sq), torch.float32)
         _check("do", do, _physical_shape((B, Hq, Sq, Dv)), torch.float16)
     t = {}
-    (t["D"], t["dQ_ws"], ) = _workspaces(((B, Hq, Sq), (B, Hq, Sq, Dqk), ), torch.float32, device, poison)
     t["Q"] = _logical(q)
     t["K"] = _logical(k)
     t["V"] = _logical(v)
     t["O"] = _logical(o)
     t["L"] = lse
     t["dO"] = _logical(do)
+    t["D"] = _new((B, Hq, Sq), torch.float32, device, poison)
     t["dQ"] = _alloc((B, Hq, Sq, Dqk), torch.float16, device, poison, "BSND")
     t["dK"] = _alloc((B, Hkv, Sk, Dqk), torch.float16, device, poison, "BSND")
     t["dV"] = _alloc((B, Hkv, Sk, Dv), torch.float16, device, poison, "BSND")
@@ -686,10 +714,10 @@ def backward(q, k, v, o, lse, do, *, poison=False, trusted=False):
     record = [] if bound_key is not None and ("backward", bound_key) not in _BOUND else None
     _launch_pre(t, record)
     _launch_main(t, record)
-    _launch_post(t, record)
+    _launch_dq(t, record)
     result = (_logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"]))
     if record is not None:
-        _bind("backward", bound_key, record, t, ("Q", "K", "V", "O", "L", "dO", ), ("D", "dQ_ws", ), result)
+        _bind("backward", bound_key, record, t, ("Q", "K", "V", "O", "L", "dO", ), (), result)
     return result
 
 
