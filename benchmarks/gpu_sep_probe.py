@@ -193,6 +193,8 @@ if ROUND == 2:
 # main first. Each row: the atomic module, the separate one as generated, and the same module with its
 # dq launch before main (direct launches off, as for the hand-combined one).
 ROWS3 = [(128, 1024, False, False, "bf16"), (128, 16384, False, False, "bf16"), (128, 16384, False, True, "fp16"), (128, 16384, True, True, "bf16")]
+if os.environ.get("ROWS3"):  # e.g. ROWS3="128,4096,1,1,bf16;128,1024,1,1,bf16" (d, N, causal, gqa, dtype)
+    ROWS3 = [(int(a), int(b), bool(int(c)), bool(int(g)), t) for a, b, c, g, t in (r.split(",") for r in os.environ["ROWS3"].split(";"))]
 if ROUND == 3:
     res["round"] = 3
     for d, N, causal, gqa, dtn in ROWS3:
@@ -230,4 +232,4 @@ if ROUND == 3:
         rec["elapsed_s"] = time.time() - T0
         print(json.dumps(rec), flush=True)
         res["rows"].append(rec)
-        json.dump(res, open(f"{OUT}/gpu_sep_probe3.json", "w"), indent=1)
+        json.dump(res, open(f"{OUT}/{os.environ.get('STEM', 'gpu_sep_probe3')}.json", "w"), indent=1)
