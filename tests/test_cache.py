@@ -145,7 +145,8 @@ def test_generate_never_serves_another_specs_entry(tmp_path, fresh_cache):
     other = _generate("ascend910b2", tmp_path / "b", "tiny-gqa")
     assert tiny != other
     requests = {
-        name: ("generate", builtin_spec(name), target_key("ascend910b2"), "atomic", None, "auto") for name in ("tiny", "tiny-gqa")
+        # no --dq-strategy: the request carries None (the target's choice; atomic on Ascend)
+        name: ("generate", builtin_spec(name), target_key("ascend910b2"), None, None, "auto") for name in ("tiny", "tiny-gqa")
     }
     paths = {name: _entry(fresh_cache, r) for name, r in requests.items()}
     assert all(p.is_file() for p in paths.values())  # the CLI's own request, as the test spells it

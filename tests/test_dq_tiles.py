@@ -73,6 +73,8 @@ def test_refused_where_the_dq_kernel_reads_tile_shaped_data():
         pipeline.compile_backward(builtin_spec("alibi"), target="h200", dq_strategy="separate", dq_tiles="transposed")
     with pytest.raises(SpecError, match="separate dQ strategy"):
         pipeline.compile_backward(make_spec(), target="h200", dq_strategy="atomic", dq_tiles="transposed")
+    with pytest.raises(SpecError, match="dq_tiles = 'transposed' is invalid; accepted: 'same' on a target whose cube and vector hand tiles over through GM"):
+        pipeline.compile_backward(make_spec(), target="ascend910b2", dq_strategy="separate", dq_tiles="transposed")  # one set of hand-off tiles
     with pytest.raises(SpecError, match="dq_tiles = 'sideways' is invalid; accepted: one of same, transposed"):
         pipeline.compile_backward(make_spec(), target="h200", dq_strategy="separate", dq_tiles="sideways")
 
@@ -202,3 +204,22 @@ def test_sinks_module_matches_torch_autograd(tb):
     ref = torch.autograd.grad(p @ vv, (x["Q"], x["K"], x["V"], ts), x["dO"])
     for name, ours, want in zip(("dQ", "dK", "dV", "dsinks"), (dq, dk, dv, dparams["sinks"]), ref):
         np.testing.assert_allclose(_to_numpy(ours), want.numpy(), rtol=0, atol=2e-5 * max(1.0, float(want.abs().max())), err_msg=name)
+
+
+def test_inspect_names_the_separate_row_it_skipped_and_the_api_agrees(tmp_path, capsys):
+    """Without --dq-strategy the report takes the target's own choice, so a bwd-separate row that does
+    not apply (a mask mod's block table) is named with its reason; tilegen.inspect and tilegen.generate
+    take the same choice as the CLI."""
+    import tilegen
+    from tilegen.cli import main
+
+    prefix = dataclasses.replace(builtin_spec("prefix-lm"), head_dim_qk=128, head_dim_v=128, seq_q=1024, seq_k=1024, dtype="bf16")
+    path = tmp_path / "prefix128.toml"
+    path.write_text(prefix.to_toml(), encoding="utf-8")
+    assert main(["inspect", str(path), "--target", "h200", "--program", "bwd"]) == 0
+    out = capsys.readouterr().out
+    assert "dq strategy atomic" in out and "(bwd-separate, head_dim 128, Sk >= 1024, Br 64 x Bc 128) skipped:" in out and "block table" in out
+    shown = tilegen.inspect("llama3-8b", "h200", programs=("bwd",))
+    assert "dq strategy separate" in str(shown)
+    result = tilegen.generate("llama3-8b", "h200", tmp_path / "gen")
+    assert result.manifest["dq_strategy"] == "separate" and result.manifest["schedule"]["backward"]["dq_tiles"] == "transposed"

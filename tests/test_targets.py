@@ -303,7 +303,7 @@ def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
     assert bwd.knobs["main"].num_stages == 3  # the knobs of the row used (64x128/8w/3s), not the skipped one (4)
     from tilegen.report import format_inspect, inspect_report
 
-    text = format_inspect(inspect_report(spec, str(path), programs=("bwd",)), show_nest=False)
+    text = format_inspect(inspect_report(spec, str(path), dq_strategy="atomic", programs=("bwd",)), show_nest=False)
     assert "Br 256 x Bc 256) skipped: tile sizes Br=256, Bc=256 do not fit target h200: level SMEM" in text
     assert "from the target's triton.schedule[" in text
 

@@ -790,7 +790,7 @@ class InspectResult:
 
 
 def generate(
-    spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None
+    spec, target: str = "ascend910b2", out_dir=None, *, dq_strategy: str | None = None, tile_sizes=None, dkv_strategy: str | None = None
 ) -> GenerateResult:
     """Write the kernels, host code, build files and manifest of ``spec`` for ``target`` into
     ``out_dir`` (created if needed), as ``tilegen generate`` does.
@@ -798,6 +798,8 @@ def generate(
     Args:
         spec: an :class:`AttentionSpec`, a built-in spec's name or a spec file.
         target: ``ascend910b1``..``b4`` (Ascend C) or ``h200`` (Triton), or a target file.
+        dq_strategy: ``"atomic"`` or ``"separate"``; None: the target's choice (a GPU target's
+            ``[[triton.schedule]]`` rows, otherwise atomic), as ``tilegen generate`` and ``tilegen.torch``.
         tile_sizes: (Br, Bc) to force for both programs.
         dkv_strategy: how the backward reduces dK, dV: ``"on-chip"`` (accumulators held over the Q
             loop), ``"atomic"`` (atomic adds into fp32 workspaces, Ascend C only) or None / ``"auto"``
@@ -817,11 +819,11 @@ def generate(
 
 
 def inspect(
-    spec, target: str | None = None, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd"), dkv_strategy: str | None = None
+    spec, target: str | None = None, *, dq_strategy: str | None = None, tile_sizes=None, programs=("fwd", "bwd"), dkv_strategy: str | None = None
 ) -> InspectResult:
     """The schedule of ``spec`` on ``target`` as ``tilegen inspect`` reports it (tile sizes and every
     candidate, footprints against capacity, predicted traffic, FLOPs and time, the loop nest);
-    ``dkv_strategy`` as :func:`generate`.
+    ``dq_strategy`` and ``dkv_strategy`` as :func:`generate`.
 
     Raises:
         SpecError, TargetError: a bad spec, target or strategy.

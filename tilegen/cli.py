@@ -386,6 +386,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .cache import cached
 
     spec = resolve_spec(args)
+    # the reports of the schedule take None for a GPU target's own choice (they name the rows it skipped);
+    # the rest take the strategy it resolves to
+    args.dq_requested = args.dq_strategy
     args.dq_strategy = _dq_strategy(args, spec, args.target)
     if args.compare and args.target is None:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
@@ -434,7 +437,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.compile:
         from .report import compiled_report
 
-        compiled = compiled_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+        compiled = compiled_report(spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
         if args.json:
             import json
 
@@ -508,7 +511,7 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
     from .report import inspect_report
 
     programs = INSPECT_PROGRAMS[args.program]
-    report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
+    report = inspect_report(spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
     maps = None
     if spec.mask_mod:  # draw the mask's block classes where they are known before the run
         from .report import tiles_map_data
@@ -540,7 +543,7 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
         return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(
-        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json,
+        spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=programs, expressions=args.json,
         dkv_strategy=args.dkv_strategy,
     )
     if report["programs"] and all("error" in p for p in report["programs"]):
@@ -581,7 +584,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec = resolve_spec(args)
     target = args.target
-    args.dq_strategy = _backend_guard(spec, args, f"--target = {target!r}", lambda: _dq_strategy(args, spec, target))
     generated = _backend_guard(
         spec, args, f"--target = {target!r}",
         lambda: cached(

@@ -142,15 +142,17 @@ def inspect_report(
     spec: AttentionSpec,
     target: str | None,
     *,
-    dq_strategy: str = "atomic",
+    dq_strategy: str | None = None,
     tile_sizes=None,
     programs=("fwd", "bwd"),
     expressions: bool = False,
     dkv_strategy: str | None = None,
 ) -> dict:
-    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring); ``dkv_strategy``
-    as :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (not for a GPU target, whose Triton
-    backward keeps dK, dV on chip)."""
+    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring); ``dq_strategy``
+    None: the target's choice (:func:`tilegen.backends.dq_strategy_for`; on a GPU target the schedule
+    rows, whose skipped ones the report names); ``dkv_strategy`` as
+    :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (not for a GPU target, whose Triton backward
+    keeps dK, dV on chip)."""
     tgt = load_target(target) if target is not None else None
     out: dict = {"spec": spec.to_dict(), "target": None}
     if tgt is not None:
@@ -185,6 +187,7 @@ def inspect_report(
             entry["model"] = _gpu_model_entry(sched, tgt)
             out["programs"].append(entry)
         return out
+    dq_strategy = dq_strategy or "atomic"
     if "fwd" in programs:
         out["programs"].append(
             _compiled_report("forward", lambda log: pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log), tgt, expressions)

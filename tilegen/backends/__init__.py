@@ -76,9 +76,10 @@ def dq_strategy_for(spec, target, dq_strategy: str | None = None, tile_sizes=Non
     return backend.schedule(spec, tgt, None, tile_sizes)[1].program.attr("dq_strategy")
 
 
-def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
+def generate(spec, target, dq_strategy: str | None = None, tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
     """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).
+    ``dq_strategy`` None: the target's choice (:func:`dq_strategy_for`).
     ``dkv_strategy`` (Ascend C only; the Triton backward keeps dK, dV on chip): as
     :func:`tilegen.passes.pipeline.resolve_dkv_strategy`.
 
@@ -94,7 +95,7 @@ def generate(spec, target, dq_strategy: str | None = "atomic", tile_sizes=None, 
         return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
     from . import ascendc as backend
 
-    return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+    return backend.generate(spec, target, dq_strategy=dq_strategy or "atomic", tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
 
 
 def write(generated: Generated, out_dir) -> list[str]:

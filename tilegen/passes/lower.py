@@ -1299,7 +1299,7 @@ def transpose_dq_tiles(program: Program) -> Program:
     touched = {n for st, _ in walk(dq.body) for n in tensors_read(st) + tensors_written(st)}
     tiled = sorted(t.name for t in program.tensors if t.name in touched and any(sympy.sympify(d).free_symbols & {Br, Bc} for d in t.shape))
     if tiled:
-        raise ValueError(f"transpose_dq_tiles: kernel dq reads {', '.join(tiled)}, whose shapes depend on the tile sizes")
+        raise ValueError(f"transpose_dq_tiles: kernel dq reads or writes {', '.join(tiled)}, whose shapes depend on the tile sizes")
     if any(lp.blocks for st, _ in walk(dq.body) for lp in ([st] if isinstance(st, Loop) else [])):
         raise ValueError("transpose_dq_tiles: kernel dq skips tiles by a block table of Br x Bc tiles")
     swap = {Br: Bc, Bc: Br}

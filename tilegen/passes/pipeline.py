@@ -332,6 +332,12 @@ def compile_backward(
         raise SpecError("dq_tiles", dq_tiles, "one of " + ", ".join(DQ_TILES))
     if dq_tiles != "same" and (not fused or dq_strategy != "separate"):
         raise SpecError("dq_tiles", dq_tiles, "'same' unless the backward is fused with the separate dQ strategy (the dq kernel it transposes)")
+    if dq_tiles != "same" and target is not None:
+        from ..targets import load_target
+
+        if load_target(target).placement.get("handoff") == "GM":
+            # unit_phases (after this pass) gives main and dq one set of Br x Bc hand-off tiles
+            raise SpecError("dq_tiles", dq_tiles, "'same' on a target whose cube and vector hand tiles over through GM (Ascend): its hand-off tiles are Br x Bc for main and dq alike")
     if knobbed and not fused:
         raise SpecError("group_split", group_split, "1 with heavy_first off for an unfused backward (the knobs split the fused main kernel)")
     dkv = resolve_dkv_strategy(dkv_strategy, target)

@@ -31,9 +31,9 @@ Notation (tilegen DESIGN §3):
     A name ending in `_ptr` is a tensor's base pointer, `X_sN` the stride of its logical dim N.
 
 Schedule (h200):
-    llama3-8b.fwd: Br = 128, Bc = 64 (from the target's [triton] table); predicted 1081.578 us
+    llama3-8b.fwd: Br = 128, Bc = 64 (from the target's [triton] table); roofline prediction 1081.578 us (tilegen inspect: also the GPU cost model's)
       kernel fwd: grid (i, hq, b), num_warps = 8, num_stages = 3; exp2 with log2(e) folded
-    llama3-8b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); predicted 2594.07 us
+    llama3-8b.bwd: Br = 64, Bc = 128 (from the target's [triton] table); roofline prediction 2594.07 us (tilegen inspect: also the GPU cost model's)
       kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
       kernel main: grid (j, hkv, b), num_warps = 8, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
       kernel dq: grid (i, hq, b), num_warps = 8, num_stages = 3; Q tiles of Bc rows, K/V tiles of Br (dq tiles transposed); exp2 with log2(e) folded

@@ -38,10 +38,10 @@ Notation (tilegen DESIGN §3):
     A name ending in `_ptr` is a tensor's base pointer, `X_sN` the stride of its logical dim N.
 
 Schedule (h200):
-    softcap-doc.fwd: Br = 128, Bc = 64 (from the target's [triton] table); predicted 8.563 us
+    softcap-doc.fwd: Br = 128, Bc = 64 (from the target's [triton] table); roofline prediction 8.563 us (tilegen inspect: also the GPU cost model's)
       kernel fwd_classify: grid (j, i, b, hq), num_warps = 4, num_stages = 2
       kernel fwd: grid (i, hq, b), num_warps = 8, num_stages = 3; exp2 with log2(e) folded
-    softcap-doc.bwd: Br = 32, Bc = 128 (from the target's [triton] table); predicted 17.466 us
+    softcap-doc.bwd: Br = 32, Bc = 128 (from the target's [triton] table); roofline prediction 17.466 us (tilegen inspect: also the GPU cost model's)
       kernel bwd_classify: grid (j, i, b, hq), num_warps = 4, num_stages = 2
       kernel pre: grid (i, hq, b), num_warps = 4, num_stages = 2
       kernel main: grid (j, hkv, b), num_warps = 4, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded

@@ -32,9 +32,9 @@ Notation (tilegen DESIGN §3):
     A name ending in `_ptr` is a tensor's base pointer, `X_sN` the stride of its logical dim N.
 
 Schedule (h200):
-    tiny-gqa.fwd: Br = 64, Bc = 64 (from the target's [triton] table); predicted 3.509 us
+    tiny-gqa.fwd: Br = 64, Bc = 64 (from the target's [triton] table); roofline prediction 3.509 us (tilegen inspect: also the GPU cost model's)
       kernel fwd: grid (i, hq, b), num_warps = 8, num_stages = 3; exp2 with log2(e) folded
-    tiny-gqa.bwd: Br = 32, Bc = 128 (from the target's [triton] table); predicted 4.395 us
+    tiny-gqa.bwd: Br = 32, Bc = 128 (from the target's [triton] table); roofline prediction 4.395 us (tilegen inspect: also the GPU cost model's)
       kernel main: grid (j, hkv, b), num_warps = 4, num_stages = 3; [Br, Bc] tiles held transposed; exp2 with log2(e) folded
     dQ strategy: atomic, one K/V tile: D computed and dQ stored by main (pass direct-dq).
 """
