@@ -386,10 +386,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .cache import cached
 
     spec = resolve_spec(args)
-    # the reports of the schedule take None for a GPU target's own choice (they name the rows it skipped);
-    # the rest take the strategy it resolves to
-    args.dq_requested = args.dq_strategy
-    args.dq_strategy = _dq_strategy(args, spec, args.target)
     if args.compare and args.target is None:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
     if args.cp is not None:
@@ -437,7 +433,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.compile:
         from .report import compiled_report
 
-        compiled = compiled_report(spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+        compiled = compiled_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
         if args.json:
             import json
 
@@ -476,7 +472,7 @@ def _inspect_tiles_map(spec: AttentionSpec, args: argparse.Namespace) -> None:
     from .plot import plot_tiles_map
     from .report import tiles_map_data
 
-    maps = tiles_map_data(spec, args.target, at=args.tiles_at, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
+    maps = tiles_map_data(spec, args.target, at=args.tiles_at, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
     where = f"on {args.target}" if args.target else "(no target: default tile sizes)"
     path = plot_tiles_map(maps, args.tiles_map, f"tilegen inspect --tiles-map: {describe(spec)} {where}")
     print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
@@ -493,7 +489,7 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
         raise SpecError("--target", None, "a target with interconnect figures for --cp (h200, ascend910b1..b4)")
     if args.compare or args.plot:
         raise SpecError("--cp", args.cp, "the ring table alone (without --compare or --plot)")
-    report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=args.dq_strategy))
+    report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=_dq_strategy(args, spec, args.target)))
     print(json.dumps(report, indent=2) if args.json else format_cp(report), end="\n" if args.json else "")
     return 0
 
@@ -502,7 +498,7 @@ def _inspect_timeline(spec: AttentionSpec, args: argparse.Namespace) -> dict:
     from .report import timeline_report
 
     return timeline_report(
-        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program], dkv_strategy=args.dkv_strategy
+        spec, args.target, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program], dkv_strategy=args.dkv_strategy
     )
 
 
@@ -511,13 +507,13 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
     from .report import inspect_report
 
     programs = INSPECT_PROGRAMS[args.program]
-    report = inspect_report(spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
+    report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
     maps = None
     if spec.mask_mod:  # draw the mask's block classes where they are known before the run
         from .report import tiles_map_data
 
         try:
-            maps = tiles_map_data(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs)
+            maps = tiles_map_data(spec, args.target, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=programs)
         except SpecError:
             maps = None
     path = plot_inspect(report, args.plot, block_maps=maps)
@@ -539,11 +535,11 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     from .report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
 
     if args.compare:
-        report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=args.dq_strategy)
+        report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
         return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(
-        spec, args.target, dq_strategy=args.dq_requested, tile_sizes=args.tiles, programs=programs, expressions=args.json,
+        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json,
         dkv_strategy=args.dkv_strategy,
     )
     if report["programs"] and all("error" in p for p in report["programs"]):

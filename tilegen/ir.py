@@ -612,11 +612,13 @@ def map_body(body: tuple[Stmt, ...], fn: Callable[[Stmt], Stmt | tuple[Stmt, ...
     return tuple(out)
 
 
-def substitute(stmt: Stmt, mapping: Mapping) -> Stmt:
-    """``stmt`` with every index expression (and loop bound, recursively) substituted by ``mapping``."""
+def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt:
+    """``stmt`` with every index expression (and loop bound, recursively) substituted by ``mapping``;
+    ``simultaneous``: all at once (sympy's ``subs(..., simultaneous=True)``), so that a mapping may
+    exchange symbols (Br -> Bc, Bc -> Br)."""
 
     def sub(e: Expr) -> Expr:
-        return sympy.sympify(e).subs(mapping)
+        return sympy.sympify(e).subs(mapping, simultaneous=simultaneous)
 
     def sub_access(a: Access) -> Access:
         return Access(a.tensor, tuple(sub(x) for x in a.index), tuple(sub(x) for x in a.tile))
@@ -630,7 +632,7 @@ def substitute(stmt: Stmt, mapping: Mapping) -> Stmt:
         return dataclasses.replace(stmt, row0=sub(stmt.row0), col0=sub(stmt.col0))
     if isinstance(stmt, Loop):
         return dataclasses.replace(
-            stmt, start=sub(stmt.start), stop=sub(stmt.stop), body=tuple(substitute(s, mapping) for s in stmt.body)
+            stmt, start=sub(stmt.start), stop=sub(stmt.stop), body=tuple(substitute(s, mapping, simultaneous) for s in stmt.body)
         )
     return stmt
 

@@ -439,33 +439,23 @@ def schedule(
         forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
         skipped: list[Skipped] = []
         row = None
-        if forced is not None:  # the caller's sizes; the first row that applies gives the knobs
-            for candidate in rows + [None]:
-                try:
-                    program, log = compile_with(kind, candidate, tuple(forced))
-                except SpecError as exc:
-                    if candidate is None or not refused(exc):
-                        raise
-                    skipped.append(Skipped(candidate, str(exc)))
-                    continue
-                row = candidate
-                break
-        else:
-            for candidate in rows:
-                tiles = None
-                if candidate.tiles is not None:
-                    tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
-                try:
-                    program, log = compile_with(kind, candidate, tiles)
-                except (ScheduleError, SpecError) as exc:
-                    if not refused(exc):
-                        raise
-                    skipped.append(Skipped(candidate, str(exc)))
-                    continue
-                row = candidate
-                break
+        for candidate in rows + [None]:  # None: no row, the pipeline's own choice
+            if forced is not None:
+                tiles = tuple(forced)  # the caller's sizes; the first row that applies gives the knobs
+            elif candidate is not None and candidate.tiles is not None:
+                tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
             else:
-                program, log = compile_with(kind, None, None)
+                tiles = None
+            try:
+                program, log = compile_with(kind, candidate, tiles)
+            except (ScheduleError, SpecError) as exc:
+                # forced sizes that overflow are the caller's error, not a row's
+                if candidate is None or not refused(exc) or (forced is not None and isinstance(exc, ScheduleError)):
+                    raise
+                skipped.append(Skipped(candidate, str(exc)))
+                continue
+            row = candidate
+            break
         chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
         for phase, value in (knobs or {}).items():
             if phase in chosen:

@@ -1281,8 +1281,8 @@ DQ_TILES = ("same", "transposed")  # the separate strategy's dq kernel: main's B
 def transpose_dq_tiles(program: Program) -> Program:
     """The separate strategy's ``dq`` kernel on transposed tiles: its Q tiles Bc rows and its K/V tiles
     Br columns (``Br`` and ``Bc`` exchanged in its statements, loop bounds and buffers), while ``main``
-    keeps Br x Bc. ``main`` holds two Bc x D accumulators (dK, dV) and streams Q tiles, ``dq`` one
-    (Br x D: dQ) and streams K/V tiles: each wants its held tile tall and its streamed tile short, so
+    keeps Br x Bc. ``main`` holds two accumulators of its K/V tile (dK, dV) and streams Q tiles, ``dq``
+    one of its Q tile (dQ) and streams K/V tiles: each wants its held tile tall and its streamed tile short, so
     one pair of sizes serves both (FlexAttention's backward: BLOCK_M2 = BLOCK_N1, BLOCK_N2 = BLOCK_M1,
     torch/_inductor/kernel/flex). The values are unchanged: ``dq`` computes each dQ row from every K/V
     column it sees whatever the tiling (only the accumulation order of dQ changes). The program records
@@ -1303,18 +1303,9 @@ def transpose_dq_tiles(program: Program) -> Program:
     if any(lp.blocks for st, _ in walk(dq.body) for lp in ([st] if isinstance(st, Loop) else [])):
         raise ValueError("transpose_dq_tiles: kernel dq skips tiles by a block table of Br x Bc tiles")
     swap = {Br: Bc, Bc: Br}
-
-    def sub(e):
-        return sympy.sympify(e).subs(swap, simultaneous=True)
-
-    body = tuple(_swap_stmt(st, swap) for st in dq.body)
-    buffers = tuple(dataclasses.replace(b, shape=tuple(sub(d) for d in b.shape)) for b in dq.buffers)
+    body = tuple(substitute(st, swap, simultaneous=True) for st in dq.body)
+    buffers = tuple(dataclasses.replace(b, shape=tuple(sympy.sympify(d).subs(swap, simultaneous=True) for d in b.shape)) for b in dq.buffers)
     new = dataclasses.replace(dq, body=body, buffers=buffers)
     kernels = tuple(new if k is dq else k for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels).with_attrs(dq_tiles="transposed")
 
-
-def _swap_stmt(stmt: Stmt, swap) -> Stmt:
-    """``stmt`` with the symbols of ``swap`` exchanged at once in every expression (recursively)."""
-    tmp = {s: sympy.Dummy(s.name) for s in swap}
-    return substitute(substitute(stmt, {s: tmp[s] for s in swap}), {tmp[s]: swap[s] for s in swap})
