@@ -15,7 +15,7 @@ benchmarks/NOTES.md) and ring sizes W:
   ring wait on each other; no transfer is counted). Strong-scaling efficiency of the compute alone:
   t_full / (W · t_ring). The ranks' merged outputs are compared with ``full`` on the first heads
   (the ring's arithmetic at full size, against the single-device kernel).
-- ``predicted``: :func:`tilegen.scaling.cp_report` for the same spec on ``--target`` (the cost model's
+- ``predicted``: :func:`tilegen.harness.scaling.cp_report` for the same spec on ``--target`` (the cost model's
   kernel times and the target's link figures; a prediction, not a measurement).
 
 Times: CUDA events around each call, median of ``--reps`` after one warm-up (ms). Writes
@@ -143,8 +143,8 @@ def run_row(T: int, causal: bool, worlds: list[int], heads: int, dim: int, reps:
 
 
 def predicted(T: int, causal: bool, worlds: list[int], heads: int, dim: int, target: str) -> dict:
-    from tilegen.scaling import cp_report
-    from tilegen.spec import AttentionSpec
+    from tilegen.harness.scaling import cp_report
+    from tilegen.core.spec import AttentionSpec
 
     spec = AttentionSpec(batch=1, heads_q=heads, heads_kv=heads, seq_q=T, seq_k=T, head_dim_qk=dim, head_dim_v=dim, dtype="bf16",
                          window=(-1, 0) if causal else (-1, -1), name=f"cp{T}")

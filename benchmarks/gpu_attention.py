@@ -14,7 +14,7 @@ H·D = 2048 (the FlashAttention papers' sizing), it
    flex_attention,
 4. measures the peak extra memory of one forward+backward (``torch.cuda.max_memory_allocated`` above the
    inputs), and
-5. puts the cost model's prediction (:func:`tilegen.cost.predict` of the schedule tilegen used) beside
+5. puts the cost model's prediction (:func:`tilegen.models.cost.predict` of the schedule tilegen used) beside
    each measurement.
 
 TFLOP/s: FLOPs = 4·B·H·N²·D for the forward, halved when causal; backward 2.5×, forward+backward 3.5×
@@ -55,7 +55,7 @@ def flops(b, h, n, d, causal):
 
 
 def make_spec(dtype, d, n, causal, batch=None, heads=None):
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     h = heads or HIDDEN // d
     b = batch or TOKENS // n
@@ -128,7 +128,7 @@ class Tilegen:
 
 
 def _tile_syms():
-    from tilegen.ir import Bc, Br
+    from tilegen.core.ir import Bc, Br
 
     return (Br, Bc)
 
@@ -233,7 +233,7 @@ def check(spec, q, k, v, do, ours, fast):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from tilegen import dtypes
+    from tilegen.core import dtypes
 
     causal = spec.mask_kind == "causal"
     sl = (slice(0, 1), slice(0, 2))

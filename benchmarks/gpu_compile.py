@@ -1,12 +1,12 @@
 """What the compiler allocates for the generated Triton kernels of every variant of the committed H200
-sweep, read on the CPU (:func:`tilegen.backends.triton_compile.compile_resources`: an sm_90 compile with
+sweep, read on the CPU (:func:`tilegen.backends.triton.compile.compile_resources`: an sm_90 compile with
 the ptxas Triton ships; no GPU): registers per thread, spilled bytes per thread, shared bytes per program.
 
     PYTHONPATH=. python benchmarks/gpu_compile.py            # writes results/gpu_compile.json
 
 Per sweep variant (its label, as benchmarks/gpu_model.py prints it) and kernel phase: ``registers``,
 ``stack_bytes``, ``shared_bytes``; benchmarks/gpu_model.py --compiled passes them to
-:func:`tilegen.cost.predict_gpu`. The kernels compiled are today's rendering of each variant's tiles,
+:func:`tilegen.models.cost.predict_gpu`. The kernels compiled are today's rendering of each variant's tiles,
 warps and stages, not the module the sweep timed (an earlier commit); the output says so. One spec's
 kernels: ``tilegen inspect --spec NAME --target h200 --compile``.
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tilegen.backends.triton_compile import compile_resources  # noqa: E402
-from tilegen.targets import load_target  # noqa: E402
+from tilegen.backends.triton.compile import compile_resources  # noqa: E402
+from tilegen.core.targets import load_target  # noqa: E402
 
 
 def sweep(path: Path) -> dict:

@@ -1,4 +1,4 @@
-"""The CPU compile of ``inspect --compile`` (tilegen.backends.triton_compile) against Triton's own JIT on
+"""The CPU compile of ``inspect --compile`` (tilegen.backends.triton.compile) against Triton's own JIT on
 a GPU: for each built-in spec named on the command line, the registers, stack bytes and shared bytes
 of every launched kernel compiled for sm_90 in a child process, beside the ``n_regs``, ``n_spills``
 (in 4-byte words) and ``metadata.shared`` of the kernels Triton's JIT compiled when the generated
@@ -12,9 +12,9 @@ Writes dev.json into $OUT (benchmarks/results/gpu_compile_check.json is one such
 import os, json, sys, inspect, traceback
 os.environ["TILEGEN_CACHE_DIR"] = "/tmp/tgc"
 import torch, triton
-from tilegen.spec import builtin_spec
+from tilegen.core.spec import builtin_spec
 from tilegen.backends import triton as tb
-from tilegen.backends.triton_compile import compile_resources
+from tilegen.backends.triton.compile import compile_resources
 out = {"triton": triton.__version__, "specs": {}}
 for name in sys.argv[1:]:
     spec = builtin_spec(name); r = {}

@@ -81,7 +81,7 @@ def run_config(dtype: str, d: int, n: int, causal: bool, force=None, compare_mod
     import torch.nn.functional as F
 
     from tilegen.backends import triton as tb
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     h = max(1, 2048 // d)

@@ -1,4 +1,4 @@
-"""The GPU cost model (:func:`tilegen.cost.predict_gpu`) against the committed H200 sweep.
+"""The GPU cost model (:func:`tilegen.models.cost.predict_gpu`) against the committed H200 sweep.
 
 ``results/gpu_sweep.json`` holds 27 measured variants (bf16, N = 4096, B·N = 16k, H·D = 2048,
 non-causal) of the forward, the atomic backward and the separate backward at head dims 64 and 128, each
@@ -36,11 +36,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tilegen.cost import GPU_MODEL_PARAMS, gpu_params, predict_gpu  # noqa: E402
-from tilegen.ir import Bc, Br  # noqa: E402
+from tilegen.models.cost import GPU_MODEL_PARAMS, gpu_params, predict_gpu  # noqa: E402
+from tilegen.core.ir import Bc, Br  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
-from tilegen.spec import AttentionSpec  # noqa: E402
-from tilegen.targets import load_target  # noqa: E402
+from tilegen.core.spec import AttentionSpec  # noqa: E402
+from tilegen.core.targets import load_target  # noqa: E402
 
 FITTED = tuple(k for k in GPU_MODEL_PARAMS if k != "base_registers")  # base_registers is sourced (NOTES: ptxas)
 SWEEP = HERE / "results" / "gpu_sweep.json"

@@ -18,7 +18,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tilegen.backends.triton import render  # noqa: E402
-from tilegen.targets import load_target  # noqa: E402
+from tilegen.core.targets import load_target  # noqa: E402
 from tilegen.torch import _spec  # noqa: E402
 from probe_modules import kernel_times, load  # noqa: E402
 

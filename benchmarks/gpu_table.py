@@ -228,7 +228,7 @@ def run_row(row, args, state, log) -> dict:
 def check_ok(ours: dict, flash: dict, ref, dtype: str) -> str:
     """"ok" when each of O, dQ, dK, dV's max-abs errors in ``ours`` is within twice flash's plus half an
     ulp of ``dtype`` at the reference's scale (the rule of benchmarks/gpu_attention.py), else "FAIL"."""
-    from tilegen import dtypes
+    from tilegen.core import dtypes
 
     eps = dtypes.eps(dtype)
     ok = all(ours[t] <= 2 * flash[t] + 0.5 * eps * float(r.abs().max()) for t, r in zip(("O", "dQ", "dK", "dV"), ref))

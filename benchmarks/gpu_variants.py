@@ -184,7 +184,7 @@ def target_file(folder: Path, row: dict, v: dict) -> str:
 
 def spec_of(row: dict):
     """The spec tilegen.torch builds for the row's call (BNSD, is_causal: top-left causal)."""
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     b, h, hkv = shape(row)
     return AttentionSpec(
@@ -589,7 +589,7 @@ def dry_run(args) -> int:
                 bad += 1
                 print(f"MISMATCH {label}: emitted {got}")
             if args.compile:  # the screening on the CPU: what the compiler allocates for this variant's kernels
-                from tilegen.backends.triton_compile import compile_resources
+                from tilegen.backends.triton.compile import compile_resources
 
                 facts = compile_resources(spec_of(row), target, programs=(v["program"],))["kernels"]
                 print(f"{label}: " + "; ".join(

@@ -54,7 +54,7 @@ def dense():
     return o, dq, dk, dv
 
 if mode == "fused":
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
     from tilegen.passes import pipeline
     from tilegen.backends.interp import interpret
     spec = AttentionSpec(1, 1, 1, n, n, d, d, "fp32", name="bench")

@@ -74,8 +74,8 @@ class Row:
     the dense torch check (functions of broadcast index tensors)."""
 
     def __init__(self, mod: str, d: int, n: int = TOKENS):
-        from tilegen import mods as M
-        from tilegen.spec import AttentionSpec
+        from tilegen.core import mods as M
+        from tilegen.core.spec import AttentionSpec
 
         self.mod, self.d, self.n, self.h = mod, d, n, HIDDEN // d
         self.arrays = {}
@@ -167,7 +167,7 @@ class Tilegen:
         """Fraction of the (Q tile, K/V tile) pairs the forward visits (1 without a mask mod: the window
         fast path's loop bounds, counted from the schedule's tile sizes)."""
         env = self.fwd_sched.program.env_map
-        from tilegen.ir import Bc, Br
+        from tilegen.core.ir import Bc, Br
 
         nq, nk = math.ceil(self.q.shape[2] / env[Br]), math.ceil(self.k.shape[2] / env[Bc])
         if not hasattr(self.mod, "block_lists"):
@@ -176,7 +176,7 @@ class Tilegen:
         return float(lists["BM_kvn"].sum()) / (lists["BM_kvn"].numel() * nk) if nq else None
 
     def describe(self):
-        from tilegen.ir import Bc, Br
+        from tilegen.core.ir import Bc, Br
 
         return {
             "fwd_tiles": [self.fwd_sched.program.env_map[s] for s in (Br, Bc)],
@@ -261,7 +261,7 @@ def dense_reference(row, q, k, v, do, params):
 def check(row, q, k, v, do, params, ours, flex):
     """Per tensor: tilegen's and flex's max-abs error against :func:`dense_reference` on batch 0, head 0,
     and whether tilegen's is within 2·flex's + half a bf16 ulp at the result's scale."""
-    from tilegen import dtypes
+    from tilegen.core import dtypes
 
     ref, ref_p = dense_reference(row, q, k, v, do, params)
     mine, mine_p = ours.outputs()

@@ -47,7 +47,7 @@ from types import SimpleNamespace
 import torch
 
 import tilegen.torch as tt
-from tilegen.targets import target_key
+from tilegen.core.targets import target_key
 
 
 class StubModule:

@@ -12,8 +12,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.getcwd())
-from tilegen import reference, torch as tt  # noqa: E402
-from tilegen.check import compare, lse_rel_floor  # noqa: E402
+from tilegen.core import reference
+from tilegen import torch as tt  # noqa: E402
+from tilegen.harness.check import compare, lse_rel_floor  # noqa: E402
 from tilegen.distributed import ring_attention  # noqa: E402
 
 ok = True

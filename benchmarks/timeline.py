@@ -4,8 +4,8 @@
         [--wait-at-copy] [--no-pipeline] [--no-vector-stage] [--dkv-strategy on-chip|atomic|auto] [--handoff-per-tile] [--no-l0c-pingpong] [--no-snake-deal] [--no-lookahead] [--no-receive-ahead] [--no-fold] [--no-one-launch] [--no-stream] [--no-free-early] [--no-sink] [--anchor]
 
 Prints one Markdown row per spec and program: time and matmul utilisation (of the target's cube peak)
-of the roofline (tilegen.cost.predict), the model (tilegen.cost.predict_emitted) and the simulated
-timeline (tilegen.timeline.simulate_program, the hand twin's trace), and the simulated busy fraction
+of the roofline (tilegen.models.cost.predict), the model (tilegen.backends.ascendc.cost.predict_emitted) and the simulated
+timeline (tilegen.backends.ascendc.timeline.simulate_program, the hand twin's trace), and the simulated busy fraction
 of the cube (AIC.M) and vector (AIV.V) pipes of the longest kernel. Needs g++ (the hand twin).
 ``--mask-every-tile`` measures the schedule before the mask-cut-tiles-only pass (the pass replaced by
 the identity, the compile cache off): MaskTile does its work on every tile. ``--wait-at-copy`` measures
@@ -41,7 +41,7 @@ import argparse
 import json
 
 from tilegen import builtin_spec
-from tilegen.report import timeline_report
+from tilegen.harness.report import timeline_report
 
 SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32 (fp32) is refused by the Ascend C backend
 
@@ -125,8 +125,8 @@ def main() -> None:
     anchor = None
     if args.anchor:
         # the pto-isa hand kernel's published row (910B2, one (b, h), S0 = S1 = 32k, HEAD 128): 168.5 TFLOP/s
-        from tilegen.cost import predict_emitted
-        from tilegen.timeline import simulate_program
+        from tilegen.backends.ascendc.cost import predict_emitted
+        from tilegen.backends.ascendc.timeline import simulate_program
 
         n = 32768
         spec = builtin_spec("llama2-7b").replace(heads_q=1, heads_kv=1, seq_q=n, seq_k=n, window=(-1, -1))

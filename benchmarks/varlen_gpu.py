@@ -236,7 +236,7 @@ class TilegenKernels:
 
     def visited(self):
         """Fraction of the (Q tile, K/V tile) pairs the forward visits (its block lists)."""
-        from tilegen.ir import Bc
+        from tilegen.core.ir import Bc
 
         lists = self.impl.mod.block_lists("fwd", self.impl.q, **self.impl.kw)
         nk = math.ceil(self.impl.k.shape[1] / self.impl.fwd_sched.program.env_map[Bc])
@@ -429,7 +429,7 @@ def reference(case, seqs: int):
 def check(case, peers: dict, seqs: int) -> dict:
     """Per peer and tensor: max-abs error against :func:`reference` on the first ``seqs`` sequences, and
     ``ok`` (within twice the best other peer's error plus half a bf16 ulp at the tensor's scale)."""
-    from tilegen import dtypes
+    from tilegen.core import dtypes
 
     ref, rows = reference(case, seqs)
     errs = {}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tilegen import dtypes, reference
-from tilegen.check import compare, longest_sum, lse_rel_floor
-from tilegen.spec import AttentionSpec
+from tilegen.core import dtypes, reference
+from tilegen.harness.check import compare, longest_sum, lse_rel_floor
+from tilegen.core.spec import AttentionSpec
 
 
 def make_spec(**kw) -> AttentionSpec:
@@ -99,7 +99,7 @@ def real_api_devkit() -> str:
 
     import pytest
 
-    from tilegen.backends import twin
+    from tilegen.backends.ascendc import twin
 
     devkit = os.environ.get("ASC_DEVKIT")
     if not devkit:

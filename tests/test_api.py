@@ -8,7 +8,7 @@ import pytest
 
 import tilegen
 from helpers import assert_forward_ok, inputs, make_spec
-from tilegen.errors import SpecError
+from tilegen.core.errors import SpecError
 
 
 @pytest.mark.parametrize("layout", ["BNSD", "BSND"])

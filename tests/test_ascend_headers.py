@@ -27,9 +27,9 @@ import pytest
 
 from helpers import make_spec
 from tilegen.backends import ascendc
-from tilegen.errors import SpecError, TargetError
-from tilegen.mods import parse_param_decls
-from tilegen.spec import builtin_spec, builtin_specs
+from tilegen.core.errors import SpecError, TargetError
+from tilegen.core.mods import parse_param_decls
+from tilegen.core.spec import builtin_spec, builtin_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKER = ROOT / "tools" / "ascend-headercheck" / "asc_check.sh"

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec, subnormal_p_case
-from tilegen.backends import ascendc, twin, write
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.backends.output import write
 from tilegen.backends.interp import interpret
-from tilegen.errors import SpecError, TargetError
+from tilegen.core.errors import SpecError, TargetError
 from tilegen.passes import pipeline
-from tilegen.spec import builtin_spec
+from tilegen.core.spec import builtin_spec
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -50,8 +52,8 @@ CASES = {
 
 def proven_maxima(spec, run_spec, dq_strategy="atomic") -> dict[str, int]:
     """Field -> the largest value the lowering proved for it (its obligations evaluated at run_spec's sizes)."""
-    from tilegen.build import shape_env
-    from tilegen.exprs import evaluate
+    from tilegen.core.build import shape_env
+    from tilegen.core.exprs import evaluate
 
     sizes = {str(k): v for k, v in shape_env(run_spec).items()}
     out: dict[str, int] = {}
@@ -454,7 +456,7 @@ def test_real_minilm_activations_on_the_twin(dtype):
     b, h, s, d = fx["Q"].shape[1:]
     spec = spec_from_hf_config(root / "hf" / "all-MiniLM-L6-v2" / "config.json", seq=s, batch=b, dtype=dtype)
     assert spec.softmax_scale == pytest.approx(float(fx["scale"]))
-    from tilegen import dtypes
+    from tilegen.core import dtypes
 
     nd = dtypes.numpy_dtype(dtype)
     exe = twin.build(ascendc.generate(spec, "ascend910b2").files)

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from tilegen import cache
+from tilegen.core import cache
 from tilegen.cli import main
-from tilegen.resources import data_dir
-from tilegen.spec import builtin_spec
-from tilegen.targets import load_target, target_key
+from tilegen.core.resources import data_dir
+from tilegen.core.spec import builtin_spec
+from tilegen.core.targets import load_target, target_key
 
 AIC = "aic = { value = 24,"
 
@@ -83,7 +83,7 @@ def test_an_edited_template_is_used_in_the_same_process(tmp_path, fresh_cache, m
     """The code stamp re-reads templates and targets on every call (they are read at run time), so a
     cached result rendered from the old template is not served."""
     import tilegen.backends.ascendc as ascendc
-    import tilegen.targets as targets
+    import tilegen.core.targets as targets
 
     for name in ("templates", "targets"):
         shutil.copytree(data_dir(name), tmp_path / name)
@@ -162,7 +162,7 @@ def test_a_twin_build_is_reused_only_for_its_own_sources(tmp_path):
     request's build (a key collision), is built again, not run."""
     import subprocess
 
-    from tilegen.backends import twin
+    from tilegen.backends.ascendc import twin
 
     if twin.compiler() is None:
         pytest.skip("no C++ compiler")

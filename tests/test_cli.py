@@ -101,7 +101,7 @@ def test_cached_output_equals_a_fresh_compile(tmp_path):
 def test_cache_follows_an_edited_target_file(tmp_path):
     """A target given as a file is keyed by its contents: editing the file between runs changes the
     schedule (or, for a GPU target, the [triton] launch knobs) instead of serving the old output."""
-    from tilegen.resources import data_dir
+    from tilegen.core.resources import data_dir
 
     cache = {"TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
     target = tmp_path / "mine.toml"

@@ -50,7 +50,7 @@ def test_lse_of_the_right_shape_but_wrong_dtype_names_both_dtypes():
 
 
 def test_a_missing_field_says_missing_and_what_is_accepted():
-    from tilegen.spec import spec_from_dict
+    from tilegen.core.spec import spec_from_dict
 
     with pytest.raises(tilegen.SpecError) as info:
         spec_from_dict({"heads": 2, "seq": 8, "head_dim": 16}, where="x.toml")
@@ -94,8 +94,8 @@ def test_torch_on_cpu_refuses_an_unknown_target():
 def test_run_data_says_which_entry_it_used(tmp_path, capsys):
     import numpy as np
 
-    from tilegen.runner import random_inputs
-    from tilegen.spec import builtin_spec
+    from tilegen.harness.runner import random_inputs
+    from tilegen.core.spec import builtin_spec
 
     spec = builtin_spec("tiny-fp32")
     a, b = random_inputs(spec, 1), random_inputs(spec, 2)
@@ -166,7 +166,7 @@ def test_the_ascend910_refusal_cites_documents_that_exist():
     import re
     from pathlib import Path
 
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     msg = load_target("ascend910").generate_refusal
     assert "ascend-910b.md" not in msg  # not in the repository
@@ -254,8 +254,8 @@ def test_progress_bar_on_a_terminal_only():
     import io
 
     from tilegen.cli import progress_bar
-    from tilegen.runner import check_spec
-    from tilegen.spec import builtin_spec
+    from tilegen.harness.runner import check_spec
+    from tilegen.core.spec import builtin_spec
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -318,7 +318,7 @@ print(float((o.float() - ref).abs().max()))
 def test_a_generated_bf16_module_is_right_under_the_triton_interpreter(tmp_path):
     """Without the tests' interpreter patch (a fresh process): the module widens bf16 tl.dot itself."""
     pytest.importorskip("triton")
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     spec = AttentionSpec(batch=1, heads_q=2, heads_kv=2, seq_q=32, seq_k=32, head_dim_qk=16, head_dim_v=16, dtype="bf16", name="bf")
     res = tilegen.generate(spec, "h200", tmp_path)

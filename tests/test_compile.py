@@ -24,8 +24,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilegen.torch as tt  # noqa: E402
-from tilegen.check import compare  # noqa: E402
-from tilegen.errors import SpecError  # noqa: E402
+from tilegen.harness.check import compare  # noqa: E402
+from tilegen.core.errors import SpecError  # noqa: E402
 
 # --- opcheck ---------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
-from tilegen.ir import Load, Store, walk
+from tilegen.core.ir import Load, Store, walk
 from tilegen.passes import pipeline
 
 torch = pytest.importorskip("torch")
@@ -133,8 +133,8 @@ def test_inspect_says_whether_the_pass_folded_and_why_not():
     pre and post (more K/V tiles than one, a Q tile the K/V tile does not see, sinks)."""
     import dataclasses
 
-    from tilegen.report import format_inspect, inspect_report
-    from tilegen.spec import builtin_spec
+    from tilegen.harness.report import format_inspect, inspect_report
+    from tilegen.core.spec import builtin_spec
 
     def line(spec, tiles=None):
         text = format_inspect(inspect_report(spec, "h200", dq_strategy="atomic", programs=("bwd",), tile_sizes=tiles), show_nest=False)

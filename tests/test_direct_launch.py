@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from tilegen.backends import triton as triton_backend  # noqa: E402
-from tilegen.spec import AttentionSpec  # noqa: E402
+from tilegen.core.spec import AttentionSpec  # noqa: E402
 
 STREAM = 77  # the fake current stream
 NAMES = ["x_ptr", "y_ptr", "x_s0", "y_s0", "n", "Br", "G"]  # two pointers, three ints, two constexprs

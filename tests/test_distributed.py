@@ -4,7 +4,7 @@ Every multi-rank check runs in few process launches (one per world size, plus th
 launch starts the ranks on one machine (torch.multiprocessing's fork server, which imported torch and
 tilegen once: a spawned rank spends seconds importing them; a free TCP port; bounded timeouts), runs a
 list of cases, and sends back every rank's outputs and gradients; the tests reassemble them and compare the whole
-sequence with the single-process float64 reference (:mod:`tilegen.reference`, not the code under test)
+sequence with the single-process float64 reference (:mod:`tilegen.core.reference`, not the code under test)
 under DESIGN §3's accuracy rule. The problems are tiny: the interpreter runs tile by tile in Python.
 
 ring-flash-attention (the real package, pure Python) is run with tilegen's adapters in place of
@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 import torch
 
-from tilegen import reference
-from tilegen.errors import SpecError
-from tilegen.check import compare, lse_rel_floor
+from tilegen.core import reference
+from tilegen.core.errors import SpecError
+from tilegen.harness.check import compare, lse_rel_floor
 from tilegen.distributed import ring_plan, shard_sequence, unshard_sequence
 
 TIMEOUT_S = 120  # a whole launch (all ranks, all cases); a rank that hangs past it fails the test
@@ -65,7 +65,7 @@ def _worker(rank: int, world: int, port: int, job, args, results, pg_timeout_s: 
             dist.destroy_process_group()
 
 
-_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "tilegen.api", "tilegen.torch", "tilegen.distributed", "tilegen.reference", "tilegen.backends.interp"]
+_PRELOAD = ["torch", "torch._dynamo", "torch.distributed", "tilegen.api", "tilegen.torch", "tilegen.distributed", "tilegen.core.reference", "tilegen.backends.interp"]
 
 
 def _context():

@@ -12,10 +12,10 @@ import pytest
 
 from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
-from tilegen.errors import SpecError
-from tilegen.ir import Load, Loop, MatMul, Store
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import Load, Loop, MatMul, Store
 from tilegen.passes import pipeline
-from tilegen.spec import builtin_spec
+from tilegen.core.spec import builtin_spec
 
 CASES = {
     "gqa-window": dict(heads_q=4, heads_kv=2, seq_q=130, seq_k=190, head_dim_qk=64, head_dim_v=64, window=(40, 7), dtype="fp16"),
@@ -39,7 +39,7 @@ def test_atomic_dkv_matches_the_float64_reference(case, dq_strategy, target):
     names = {t.name for t in program.tensors}
     assert {"dK_ws", "dV_ws"} <= names
     data = inputs(spec, seed=3)
-    from tilegen import reference
+    from tilegen.core import reference
 
     kw = dict(scale=spec.softmax_scale, window=spec.window, alignment=spec.alignment)
     o, lse = reference.forward(data["Q"], data["K"], data["V"], **kw)
@@ -72,7 +72,7 @@ def test_bad_strategies_are_refused_in_one_line():
 
     with pytest.raises(SpecError, match="dkv_strategy = 'atomic'.*GPU target"):
         generate(spec, "h200", dkv_strategy="atomic")
-    from tilegen.report import inspect_report
+    from tilegen.harness.report import inspect_report
 
     with pytest.raises(SpecError, match="dkv_strategy = 'atomic'.*GPU target"):  # inspect shows what generate emits
         inspect_report(spec, "h200", dkv_strategy="atomic")
@@ -159,8 +159,8 @@ def test_write_first_plain_is_an_ir_knob():
     a target (no lowering) pre_kv stays."""
     import dataclasses
 
-    from tilegen.errors import VerifyError
-    from tilegen.ir import map_body, walk
+    from tilegen.core.errors import VerifyError
+    from tilegen.core.ir import map_body, walk
     from tilegen.passes.verify import verify
 
     spec = builtin_spec("llama2-7b")

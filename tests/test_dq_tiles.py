@@ -18,10 +18,10 @@ import sympy
 
 from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
-from tilegen.errors import SpecError, TargetError
-from tilegen.ir import Bc, Br, Loop, grid_loops, walk
+from tilegen.core.errors import SpecError, TargetError
+from tilegen.core.ir import Bc, Br, Loop, grid_loops, walk
 from tilegen.passes import pipeline
-from tilegen.spec import builtin_spec
+from tilegen.core.spec import builtin_spec
 
 torch = pytest.importorskip("torch")
 
@@ -109,7 +109,7 @@ def test_generated_module_matches_reference(tb, case, dtype):
 
 def test_softcap_module_matches_the_mod_reference(tb):
     from test_mods_triton import _check, _run, _softcap, _spec
-    from tilegen import mods as M
+    from tilegen.core import mods as M
 
     spec, arrays = _spec(M.softcap(30.0), M.causal(), dtype="bf16", seq_q=40, seq_k=48)
     module = tb.load(spec, dq_strategy="separate", tile_sizes=(16, 32), dq_tiles="transposed")
@@ -147,7 +147,7 @@ def test_rows_choose_the_strategy_and_skip_a_transposition_that_does_not_apply(t
 
 
 def test_target_file_refuses_dq_tiles_where_it_means_nothing(tmp_path, tb):
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     from pathlib import Path
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from helpers import assert_backward_ok, assert_forward_ok, inputs
 from tilegen.backends.interp import interpret
-from tilegen.errors import SpecError
+from tilegen.core.errors import SpecError
 from tilegen.passes import pipeline
-from tilegen.spec import AttentionSpec
+from tilegen.core.spec import AttentionSpec
 
 window_side = st.one_of(st.just(-1), st.integers(0, 700))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tilegen.backends import ascendc
-from tilegen.spec import builtin_spec
-from tilegen.targets import load_target
+from tilegen.core.spec import builtin_spec
+from tilegen.core.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent / "generated"
 FOLDERS = sorted(p.parent for p in ROOT.glob("*/*/manifest.json"))

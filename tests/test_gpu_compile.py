@@ -1,4 +1,4 @@
-"""tilegen.backends.triton_compile (inspect --compile, benchmarks/gpu_compile.py) against what Triton
+"""tilegen.backends.triton.compile (inspect --compile, benchmarks/gpu_compile.py) against what Triton
 allocated on the H200.
 
 The reference is ``benchmarks/results/gpu_footprint.json`` (issue 12): the shared bytes Triton's
@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tilegen.backends.triton_compile import compile_resources  # noqa: E402
-from tilegen.spec import AttentionSpec  # noqa: E402
+from tilegen.backends.triton.compile import compile_resources  # noqa: E402
+from tilegen.core.spec import AttentionSpec  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "gpu_footprint.json"
 

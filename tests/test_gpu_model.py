@@ -1,4 +1,4 @@
-"""The GPU cost model (:func:`tilegen.cost.predict_gpu`) against measurement, and `tilegen inspect`
+"""The GPU cost model (:func:`tilegen.models.cost.predict_gpu`) against measurement, and `tilegen inspect`
 against the generated Triton module.
 
 The reference for the model is ``benchmarks/results/gpu_sweep.json``: 27 variants (tiles, warps,
@@ -21,11 +21,11 @@ import pytest
 
 from tilegen import cli
 from tilegen.backends import triton as tb
-from tilegen.cost import predict, predict_gpu
+from tilegen.models.cost import predict, predict_gpu
 from tilegen.passes import pipeline
-from tilegen.report import inspect_report
-from tilegen.spec import AttentionSpec, builtin_spec
-from tilegen.targets import load_target
+from tilegen.harness.report import inspect_report
+from tilegen.core.spec import AttentionSpec, builtin_spec
+from tilegen.core.targets import load_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import gpu_model  # noqa: E402

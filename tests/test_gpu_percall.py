@@ -170,7 +170,7 @@ def test_direct_launch_is_taken_and_gives_the_ordinary_bits(case, strategy, monk
     dv (and dq with the deterministic "separate" strategy; with float atomics the order of dq's adds
     may differ), and every launch after the first is direct (LAUNCHES counter)."""
     from tilegen.backends import triton as triton_backend
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     hq, hkv, dtype, causal = DIRECT_CASES[case]
     spec = AttentionSpec(batch=2, heads_q=hq, heads_kv=hkv, seq_q=200, seq_k=200, head_dim_qk=64, head_dim_v=64,

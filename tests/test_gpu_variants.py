@@ -59,7 +59,7 @@ def test_the_rows_and_variants_are_the_tables_rows():
 def _current(program: str, d: int) -> tuple:
     """(Br, Bc, warps, stages) of targets/h200.toml's own row for ``program`` at head dim ``d``."""
     from tilegen.backends import triton as tb
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     cfg = tb.triton_config(load_target("h200"))
     row = cfg.row("fwd" if program == "fwd" else "bwd-atomic", d, True, "bf16")

@@ -4,7 +4,7 @@ GQA specs (Hq 8 / Hkv 2, Hq 6 / Hkv 3), causal, windowed and unmasked, with the 
 head split over 1, 2 and G programs, run in the IR interpreter and as generated Triton kernels in
 Triton's interpreter (``TRITON_INTERPRET=1``), the knobs set by a ``[[triton.schedule]]`` row of a
 target file as users set them. dQ, dK, dV are checked against torch autograd in float64 (DESIGN §3's
-rule, tilegen.check.compare, with the plain dtype implementation for the tolerance).
+rule, tilegen.harness.check.compare, with the plain dtype implementation for the tolerance).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from helpers import inputs, make_spec  # noqa: E402
-from tilegen import reference  # noqa: E402
+from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
-from tilegen.check import compare, longest_sum, lse_rel_floor  # noqa: E402
-from tilegen.errors import SpecError, TargetError  # noqa: E402
+from tilegen.harness.check import compare, longest_sum, lse_rel_floor  # noqa: E402
+from tilegen.core.errors import SpecError, TargetError  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
 
 H200 = Path(__file__).resolve().parents[1] / "targets" / "h200.toml"
@@ -222,7 +222,7 @@ def test_forward_rows_take_no_group_split(tb, tmp_path):
 
 
 def test_inspect_shows_the_emitted_split(tmp_path):
-    from tilegen.report import format_inspect, inspect_report
+    from tilegen.harness.report import format_inspect, inspect_report
     from tilegen.backends import triton as backend
 
     spec = make_spec(heads_q=8, heads_kv=2, seq_q=64, seq_k=64, window=(-1, 0))

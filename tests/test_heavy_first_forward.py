@@ -4,7 +4,7 @@ Causal (both alignments, Sq ≠ Sk), windowed and unmasked specs, MHA and GQA, w
 ``[[triton.schedule]]`` row for ``program = "fwd"`` as users set it, run in the IR interpreter (parallel
 axes in a random order) and as the generated Triton module in Triton's interpreter
 (``TRITON_INTERPRET=1``). O and L are checked against torch in float64 (softmax of the masked scores,
-torch.logsumexp; DESIGN §3's rule, tilegen.check.compare, with the plain dtype implementation for the
+torch.logsumexp; DESIGN §3's rule, tilegen.harness.check.compare, with the plain dtype implementation for the
 tolerance), dQ, dK, dV of the module's autograd path against torch autograd in float64, and the
 outputs against the same module without the knob bit for bit (every program computes what it did).
 """
@@ -22,10 +22,10 @@ torch = pytest.importorskip("torch")
 
 from helpers import inputs, make_spec  # noqa: E402
 from test_group_split import _bnsd, assert_grads_ok, target_with, tb  # noqa: E402,F401  (tb: the Triton backend fixture)
-from tilegen import reference  # noqa: E402
+from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
-from tilegen.check import compare, longest_sum  # noqa: E402
-from tilegen.errors import TargetError  # noqa: E402
+from tilegen.harness.check import compare, longest_sum  # noqa: E402
+from tilegen.core.errors import TargetError  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
 
 TILES = (16, 16)
@@ -95,7 +95,7 @@ def test_heavy_first_forward_in_the_interpreter(name):
     data = inputs(spec, seed=11)
     program = pipeline.compile_forward(spec, tile_sizes=TILES, heavy_first=True)
     assert program.attr("heavy_first") is True
-    from tilegen.ir import grid_loops
+    from tilegen.core.ir import grid_loops
 
     assert [lp.role for lp in grid_loops(program.kernel("fwd"))] == ["q_tile", "batch", "head"]
     out, _ = interpret(program, {n: data[n] for n in "QKV"}, order_seed=3)
@@ -155,7 +155,7 @@ def test_forward_rows_take_heavy_first_but_not_group_split(tb, tmp_path):
 
 def test_inspect_shows_the_forwards_heavy_first(tmp_path):
     from tilegen.backends import triton as backend
-    from tilegen.report import format_inspect, inspect_report
+    from tilegen.harness.report import format_inspect, inspect_report
 
     spec = make_spec(heads_q=8, heads_kv=2, seq_q=64, seq_k=64, window=(-1, 0))
     target = target_with(tmp_path, fwd_row(32, True, causal=True))

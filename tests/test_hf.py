@@ -5,7 +5,7 @@
 - The fixture tests/data/minilm_attention.npz (tests/data/make_minilm_fixture.py): Q, K, V, dO captured
   from two layers of the real model on real sentences, with torch float64 autograd references. tilegen's
   forward and fused backward (both dQ strategies) run on it in fp32, fp16 and bf16 and are judged by
-  DESIGN §3's rule against both the torch references and tilegen.reference.
+  DESIGN §3's rule against both the torch references and tilegen.core.reference.
 
 Nothing here needs the network, transformers or the model package; one optional test compares the mask
 and layer rules with transformers' own code (transformers is in the test extra; the test skips without it).
@@ -23,11 +23,11 @@ import pytest
 
 import tilegen
 from helpers import assert_backward_ok, assert_forward_ok
-from tilegen import dtypes, reference
-from tilegen.check import compare
-from tilegen.errors import SpecError
+from tilegen.core import dtypes, reference
+from tilegen.harness.check import compare
+from tilegen.core.errors import SpecError
 from tilegen.hf import load_hf_config, spec_from_hf_config
-from tilegen.spec import AttentionSpec, spec_from_dict
+from tilegen.core.spec import AttentionSpec, spec_from_dict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -303,7 +303,7 @@ def test_fixture_is_small_real_and_self_consistent(fixture):
     assert fixture["input_ids"][:, 0].tolist() == [101, 101] and fixture["input_ids"][:, -1].tolist() == [102, 102]  # [CLS] … [SEP]
     assert float(np.abs(fixture["dO"]).max()) > 0
     # Two independent float64 computations of the same attention agree: torch autograd (stored in the
-    # fixture) and tilegen.reference (NumPy, written apart from the IR). This checks the fixture and the
+    # fixture) and tilegen.core.reference (NumPy, written apart from the IR). This checks the fixture and the
     # reference, not tilegen's kernels.
     for li in range(2):
         q, k, v, do = (fixture[n][li].astype(np.float64) for n in ("Q", "K", "V", "dO"))
@@ -327,7 +327,7 @@ def test_forward_on_real_activations(fixture, li, dtype):
     data = _layer_data(fixture, li, dtype)
     o, lse = tilegen.attention(data["Q"], data["K"], data["V"], softmax_scale=float(fixture["scale"]), tile_sizes=(8, 8))
     assert o.dtype == dtypes.numpy_dtype(dtype)
-    # Against tilegen.reference (float64 on the same dtype-rounded inputs).
+    # Against tilegen.core.reference (float64 on the same dtype-rounded inputs).
     assert_forward_ok(spec, o, lse, data)
     # Against torch's float64 forward on the model's float32 tensors: the same rule, the plain
     # same-precision run on the same rounded inputs setting the budget.

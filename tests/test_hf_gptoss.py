@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from tilegen.cli import main
-from tilegen.errors import SpecError
+from tilegen.core.errors import SpecError
 from tilegen.hf import spec_from_hf_config, specs_from_hf_config
-from tilegen.spec import AttentionSpec, spec_from_dict
+from tilegen.core.spec import AttentionSpec, spec_from_dict
 
 try:
     import tomllib

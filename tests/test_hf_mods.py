@@ -29,9 +29,9 @@ transformers = pytest.importorskip("transformers")
 import tilegen.hf_attention  # noqa: E402,F401  (registers attn_implementation="tilegen")
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.hf import bloom_alibi_slopes, mpt_alibi_slopes, spec_from_hf_config, specs_from_hf_config  # noqa: E402
-from tilegen.mods import check_param_arrays  # noqa: E402
+from tilegen.core.mods import check_param_arrays  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
-from tilegen.spec import spec_from_dict  # noqa: E402
+from tilegen.core.spec import spec_from_dict  # noqa: E402
 
 try:
     import tomllib
@@ -196,7 +196,7 @@ def test_mpt_layer_with_spec_slopes_matches_eager(heads):
 
 
 def test_alibi_configs_that_are_ambiguous_are_named():
-    from tilegen.errors import SpecError
+    from tilegen.core.errors import SpecError
 
     mpt = {"model_type": "mpt", "n_heads": 4, "d_model": 32, "max_seq_len": 16, "n_layers": 1}
     for extra, field in (
@@ -216,7 +216,7 @@ def test_alibi_configs_that_are_ambiguous_are_named():
 @pytest.mark.parametrize("buckets,max_distance", [(32, 128), (8, 20), (16, 12), (64, 256), (32, 33)])
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_t5_bucket_expression_matches_transformers(buckets, max_distance, bidirectional):
-    from tilegen import mods
+    from tilegen.core import mods
     from tilegen.hf import t5_bucket_text
     from transformers.models.t5.modeling_t5 import T5Attention
 

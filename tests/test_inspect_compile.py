@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tilegen import cli
-from tilegen.errors import TilegenError
+from tilegen.core.errors import TilegenError
 
 
 @pytest.fixture(autouse=True)
@@ -65,8 +65,8 @@ def test_compile_needs_a_gpu_target(capsys):
 
 
 def test_compile_without_triton_is_one_line(monkeypatch):
-    from tilegen.backends.triton_compile import compile_resources
-    from tilegen.spec import builtin_spec
+    from tilegen.backends.triton.compile import compile_resources
+    from tilegen.core.spec import builtin_spec
 
     monkeypatch.setitem(sys.modules, "triton", None)
     with pytest.raises(TilegenError, match=r"needs Triton \(pip install"):

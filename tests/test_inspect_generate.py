@@ -10,8 +10,8 @@ import json
 import pytest
 
 from tilegen import cli
-from tilegen.spec import builtin_spec, builtin_specs
-from tilegen.targets import load_target, target_names
+from tilegen.core.spec import builtin_spec, builtin_specs
+from tilegen.core.targets import load_target, target_names
 
 TARGETS = [t for t in target_names() if t != "ascend910"]  # ascend910 generates nothing (refused in one line)
 # every built-in spec on one target of each kind (the Ascend 910B2, the H200); the other 910B targets

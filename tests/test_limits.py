@@ -1,8 +1,8 @@
 """Counts without tile-pair enumeration, and the limits of what tilegen accepts.
 
-The static counts (:mod:`tilegen.analysis`) sum the innermost tile loop in closed form; they are checked
+The static counts (:mod:`tilegen.models.analysis`) sum the innermost tile loop in closed form; they are checked
 here against a count over a dense [Sq, Sk] visibility mask built from DESIGN §3's rule
-(:func:`tilegen.reference.visible`): tile pair (i, j) is visited iff its block of the mask has a True.
+(:func:`tilegen.core.reference.visible`): tile pair (i, j) is visited iff its block of the mask has a True.
 Specs past tilegen's limits fail with one line naming the field; a 2^23-token spec compiles in bounded
 memory on both backends.
 """
@@ -19,13 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilegen import analysis, dtypes, reference
-from tilegen.analysis import count
-from tilegen.build import build_backward, build_forward
+from tilegen.models import analysis
+from tilegen.core import dtypes, reference
+from tilegen.models.analysis import count
+from tilegen.core.build import build_backward, build_forward
 from tilegen.cli import main
-from tilegen.errors import SpecError
-from tilegen.ir import Bc, Br
-from tilegen.spec import MAX_SEQ, MAX_WINDOW, AttentionSpec, visible_row_range
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import Bc, Br
+from tilegen.core.spec import MAX_SEQ, MAX_WINDOW, AttentionSpec, visible_row_range
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import tilegen
-import tilegen.mods as M
-from tilegen import dtypes
+import tilegen.core.mods as M
+from tilegen.core import dtypes
 from tilegen.api import make_spec_and_params
 from tilegen.backends.interp import interpret
-from tilegen.check import compare, lse_rel_floor
+from tilegen.harness.check import compare, lse_rel_floor
 from tilegen.passes import pipeline
 
 from mod_reference import dense
@@ -240,8 +240,8 @@ def test_numpy_indexing_with_traced_value_is_a_clear_error():
 
 
 def test_unknown_function_and_name_in_text():
-    from tilegen.spec import AttentionSpec
-    from tilegen.errors import SpecError
+    from tilegen.core.spec import AttentionSpec
+    from tilegen.core.errors import SpecError
 
     with pytest.raises(SpecError, match="unknown function 'sigmoid'"):
         AttentionSpec(1, 1, 1, 8, 8, 16, 16, score_mod="sigmoid(score)")
@@ -264,7 +264,7 @@ def test_parameter_of_wrong_shape():
 
 def test_text_round_trip_and_derivatives():
     """The compiler's derivatives, checked against finite differences of the NumPy evaluation."""
-    from tilegen.spec import AttentionSpec
+    from tilegen.core.spec import AttentionSpec
 
     spec = AttentionSpec(1, 2, 2, 8, 8, 16, 16, score_mod="30 * tanh(score / 30) - 0.5 * abs(q_idx - kv_idx)")
     mods = spec.mods

@@ -19,11 +19,12 @@ import torch
 
 from helpers import inputs
 from mod_reference import dense
-from tilegen import mods as M
-from tilegen.backends import ascendc, twin
-from tilegen.check import compare, longest_sum
-from tilegen.errors import SpecError
-from tilegen.spec import builtin_spec
+from tilegen.core import mods as M
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.harness.check import compare, longest_sum
+from tilegen.core.errors import SpecError
+from tilegen.core.spec import builtin_spec
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no g++ for the CPU twin")
 

@@ -5,7 +5,7 @@ the spec (DESIGN §3's window and the mask written as NumPy over every (query, k
 whole tiles with invisible pairs, then per tile: empty (no visible pair), full (every pair of the
 whole tile visible), partial. The static counts (visited tiles, FLOPs) are checked against the same
 brute force and against what the interpreter measures. The reference `run` uses
-(:func:`tilegen.reference.mod_attention`) is checked against tests/mod_reference.py, the torch
+(:func:`tilegen.core.reference.mod_attention`) is checked against tests/mod_reference.py, the torch
 reference written with no tilegen.mods import.
 """
 
@@ -16,13 +16,14 @@ import json
 import numpy as np
 import pytest
 
-from tilegen import analysis, reference
-from tilegen.analysis import count, total
+from tilegen.models import analysis
+from tilegen.core import reference
+from tilegen.models.analysis import count, total
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
 from tilegen.passes import pipeline
-from tilegen.runner import mod_params, random_inputs
-from tilegen.spec import builtin_spec, load_spec
+from tilegen.harness.runner import mod_params, random_inputs
+from tilegen.core.spec import builtin_spec, load_spec
 
 import mod_reference
 
@@ -243,7 +244,7 @@ def test_document_mask_counts_from_the_spec_values_and_run_time_without(tmp_path
 def test_document_mask_block_counts_at_4k():
     """A 4096-token packed batch of 7 documents with a causal mask, 128 x 128 tiles, against the brute
     force; the classes take well under the time budget of a 16k spec."""
-    from tilegen import mods as M
+    from tilegen.core import mods as M
 
     rng = np.random.default_rng(5)
     cuts = np.sort(rng.choice(np.arange(1, 4096), 6, replace=False))
@@ -400,7 +401,7 @@ def test_mod_language_sizes_are_not_booleans_and_or_broadcasts():
     ``["Hq"]``) was taken for a boolean, since every sympy Symbol is one; ``|`` of relations over
     [rows, 1] and [1, cols] index grids failed in the NumPy evaluation (lambdify's logical_or.reduce
     stacks its operands)."""
-    from tilegen import mods as M
+    from tilegen.core import mods as M
 
     assert M.parse("Hq", "score", {}) == M.SIZE_SYMBOLS["Hq"]
     expr = M.parse("(kv_idx < 2) | (kv_idx <= q_idx)", "mask", {})

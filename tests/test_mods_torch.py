@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 
 import tilegen.torch as tt  # noqa: E402
 from mod_reference import dense  # noqa: E402
-from tilegen import mods  # noqa: E402
-from tilegen.check import compare  # noqa: E402
-from tilegen.errors import SpecError  # noqa: E402
+from tilegen.core import mods  # noqa: E402
+from tilegen.harness.check import compare  # noqa: E402
+from tilegen.core.errors import SpecError  # noqa: E402
 
 
 def _qkv(b, hq, hkv, sq, sk, d, seed=0):

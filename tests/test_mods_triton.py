@@ -2,7 +2,7 @@
 
 Every case is checked against tests/mod_reference.py: dense attention in torch with the mods written
 there as torch functions (not through tilegen.mods), float64 truth and the plain same-precision variant,
-parameter gradients by torch autograd, under DESIGN §3's accuracy rule (tilegen.check.compare). Outputs
+parameter gradients by torch autograd, under DESIGN §3's accuracy rule (tilegen.harness.check.compare). Outputs
 and workspaces are NaN-poisoned before every run. Cases: softcap (with a causal window), ALiBi with its
 slopes' gradient (GQA), relative bias with its table's gradient (Sq != Sk), document ∧ causal with an
 empty K/V tile and full tiles, prefix-LM (a mask of indices alone), a user-written mod (two biases, a
@@ -23,9 +23,9 @@ import torch
 
 import mod_reference
 from helpers import inputs, make_spec
-from tilegen import mods as M
-from tilegen.check import compare, longest_sum, lse_rel_floor
-from tilegen.spec import AttentionSpec
+from tilegen.core import mods as M
+from tilegen.harness.check import compare, longest_sum, lse_rel_floor
+from tilegen.core.spec import AttentionSpec
 
 pytest.importorskip("triton")
 from test_triton import _to_numpy, _to_torch  # noqa: E402
@@ -286,8 +286,8 @@ def test_missing_parameter_is_named(tb):
 def test_a_parameter_shape_of_one_size_parses():
     """``shape = ["Sk"]`` in a spec file (tilegen/specs/softcap-doc.toml): a bare size is a number, not a
     boolean (every sympy Symbol is a sympy Boolean)."""
-    from tilegen.ir import Sk
-    from tilegen.spec import builtin_spec
+    from tilegen.core.ir import Sk
+    from tilegen.core.spec import builtin_spec
 
     (decl,) = M.parse_param_decls({"doc": {"shape": ["Sk"], "dtype": "int32"}})
     assert decl.shape == (Sk,)

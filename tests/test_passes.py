@@ -10,16 +10,16 @@ import pytest
 import sympy
 
 from helpers import make_spec
-from tilegen.build import build_backward, build_forward, kv_tile_range, mask_info, q_tile_range
-from tilegen.errors import FusionError, VerifyError
-from tilegen.exprs import evaluate
-from tilegen.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
+from tilegen.core.build import build_backward, build_forward, kv_tile_range, mask_info, q_tile_range
+from tilegen.core.errors import FusionError, VerifyError
+from tilegen.core.exprs import evaluate
+from tilegen.core.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
 from tilegen.passes import pipeline
 from tilegen.passes.cleanup import forward_stores
 from tilegen.passes.depgraph import dependence_graph, edges_between
 from tilegen.passes.fuse import fuse
 from tilegen.passes.verify import verify
-from tilegen.printer import fmt_stmt, format_program
+from tilegen.core.printer import fmt_stmt, format_program
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -98,7 +98,7 @@ def _tiny_program(pad, chain):
     bufs = (Buffer("X", (Br, Bc), "fp32"), Buffer("Y", (Br, Bc), "fp32"), Buffer("Z", (Br, Bc), "fp32"))
     body = chain + (Store(t, "X"), Load("Y", t, pad=pad), Elementwise("Z", "mul", ("Y", "Y")), Store(Access("Out", (b, i * Br, j * Bc), (Br, Bc)), "Z"))
     loops = Loop(b, sympy.Integer(0), sympy.Integer(1), (Loop(i, 0, 2, (Loop(j, 0, 2, body),), kind="parallel"),), kind="parallel", role="batch")
-    from tilegen.ir import MaskInfo, Tensor
+    from tilegen.core.ir import MaskInfo, Tensor
 
     tensors = (Tensor("In", (sympy.Integer(1), Sq, Sk), "fp32", "input"), Tensor("T", (sympy.Integer(1), Sq, Sk), "fp32", "workspace"), Tensor("Out", (sympy.Integer(1), Sq, Sk), "fp32", "output"))
     return Program("t", tensors, (Kernel("k", "k", bufs, (loops,)),), MaskInfo(), 1.0)
@@ -106,7 +106,7 @@ def _tiny_program(pad, chain):
 
 def test_forwarding_needs_proved_zero_padding():
     src = Access("In", (b, i * Br, j * Bc), (Br, Bc))
-    from tilegen.ir import Mask
+    from tilegen.core.ir import Mask
 
     unknown = (Load("X", src),)
     masked = (Load("X", src), Mask("X", "X", i * Br, j * Bc), Elementwise("X", "exp", ("X",)))
@@ -120,7 +120,7 @@ def test_forwarding_needs_proved_zero_padding():
 
 
 def _walk(kernel):
-    from tilegen.ir import walk
+    from tilegen.core.ir import walk
 
     return walk(kernel.body)
 

@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import tilegen.torch as tt  # noqa: E402
-from tilegen.errors import SpecError  # noqa: E402
-from tilegen.resources import data_dir  # noqa: E402
+from tilegen.core.errors import SpecError  # noqa: E402
+from tilegen.core.resources import data_dir  # noqa: E402
 
 
 @pytest.fixture()

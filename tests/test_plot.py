@@ -1,5 +1,5 @@
 """`tilegen inspect --plot`: the tile classes against a dense classification from DESIGN §3's rule
-(:func:`tilegen.reference.visible`, one boolean per query-key pair), the files written, the one-line
+(:func:`tilegen.core.reference.visible`, one boolean per query-key pair), the files written, the one-line
 errors."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from tilegen import cli, plot
-from tilegen.reference import visible
+from tilegen import cli
+from tilegen.harness import plot
+from tilegen.core.reference import visible
 
 pytest.importorskip("matplotlib")
 
@@ -136,9 +137,9 @@ def test_visited_and_masked_are_the_tiles_the_loop_bounds_visit(case):
     visited or masked: what the picture calls skipped, the kernel skips."""
     import sympy
 
-    from tilegen.build import kv_tile_range
-    from tilegen.exprs import evaluate
-    from tilegen.ir import MaskInfo
+    from tilegen.core.build import kv_tile_range
+    from tilegen.core.exprs import evaluate
+    from tilegen.core.ir import MaskInfo
 
     sq, sk, br, bc, window, alignment = case
     offset = sympy.Symbol("Sk", integer=True, positive=True) - sympy.Symbol("Sq", integer=True, positive=True) if alignment == "bottom_right" else sympy.Integer(0)

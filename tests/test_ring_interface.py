@@ -2,7 +2,7 @@
 merge, fp32 gradient buffers, and the call conventions of FlashAttention's ``_flash_attn_forward/
 _flash_attn_backward`` (as ring-flash-attention calls them) and of ``_templated_ring_attention``'s op.
 
-Results are compared with the float64 reference (:mod:`tilegen.reference`) under DESIGN §3's rule; the
+Results are compared with the float64 reference (:mod:`tilegen.core.reference`) under DESIGN §3's rule; the
 multi-rank rings that use this interface are in test_distributed.py.
 """
 
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from tilegen import reference
+from tilegen.core import reference
 from tilegen import torch as tt
-from tilegen.check import compare, lse_rel_floor
-from tilegen.errors import SpecError
+from tilegen.harness.check import compare, lse_rel_floor
+from tilegen.core.errors import SpecError
 
 
 def _data(seed=0, b=1, s=16, hq=2, hkv=1, d=16, dtype=torch.float32):

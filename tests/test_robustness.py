@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import tilegen
-import tilegen.report
+import tilegen.harness.report
 from helpers import inputs, make_spec
 from tilegen.backends import ascendc
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
-from tilegen.errors import SpecError
+from tilegen.core.errors import SpecError
 from tilegen.passes import pipeline
-from tilegen.spec import builtin_spec
+from tilegen.core.spec import builtin_spec
 
 
 def one_line_error(capsys, argv, needle):
@@ -91,7 +91,7 @@ def test_api_backward_arguments_are_named():
 def test_failed_generate_leaves_previous_output(tmp_path, monkeypatch):
     out = tmp_path / "out"
     spec = builtin_spec("tiny")
-    ascendc.write(ascendc.generate(spec), out)
+    write(ascendc.generate(spec), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     gen = ascendc.generate(builtin_spec("tiny-gqa"))
     real = type(out).write_text
@@ -105,7 +105,7 @@ def test_failed_generate_leaves_previous_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(type(out), "write_text", failing)
     with pytest.raises(SpecError, match="No space left"):
-        ascendc.write(gen, out)
+        write(gen, out)
     monkeypatch.undo()
     after = {p.name: p.read_bytes() for p in out.iterdir()}
     assert after == before
@@ -147,7 +147,7 @@ def test_emitted_offsets_are_64_bit():
         # (Kernel.stream: each stream's turn and program index)
         assert (re.search(r"for \(int64_t pid = core;", code) or re.search(r"const int64_t pid = turn \* cores", code)
                 or (re.search(r"const int64_t pid = a_turn \* cores", code) and "int64_t a_turn = -1, a_pid = 0" in code))
-    report = tilegen.report.inspect_report(spec, "ascend910b2", programs=("bwd",))
+    report = tilegen.harness.report.inspect_report(spec, "ascend910b2", programs=("bwd",))
     assert {w["tensor"] for w in report["programs"][0]["offsets_past_int32"]} >= {"Q", "dQ_ws"}
 
 

@@ -1,4 +1,4 @@
-"""Ring attention on paper (``tilegen inspect --cp N``, :mod:`tilegen.scaling`): bytes per step from
+"""Ring attention on paper (``tilegen inspect --cp N``, :mod:`tilegen.harness.scaling`): bytes per step from
 the shapes by hand, transfer times from the target files' interconnect figures, kernel times equal to
 what ``tilegen inspect`` predicts for the step's block, and the one-line errors."""
 
@@ -10,10 +10,10 @@ import pytest
 
 import tilegen
 from tilegen.cli import main
-from tilegen.errors import SpecError
-from tilegen.scaling import cp_report, ring_sizes
-from tilegen.spec import AttentionSpec
-from tilegen.targets import load_target
+from tilegen.core.errors import SpecError
+from tilegen.harness.scaling import cp_report, ring_sizes
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import load_target
 
 
 def _spec(**kw):

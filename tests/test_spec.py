@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from tilegen.errors import SpecError
-from tilegen.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec, spec_from_dict
+from tilegen.core.errors import SpecError
+from tilegen.core.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec, spec_from_dict
 
 
 def test_builtins_exist_and_load():
@@ -86,7 +86,7 @@ def test_no_window_can_empty_every_row():
     """With left, right >= -1 the diagonal point is always visible: (Sq-1, Sk-1) bottom-right and (0, 0)
     top-left. So validation's "every row empty" guard can never fire for a spec; rows can be empty one
     by one (bottom-right causal with Sq > Sk), which is legal."""
-    from tilegen.spec import visible_row_range
+    from tilegen.core.spec import visible_row_range
 
     for sq in (1, 2, 7):
         for sk in (1, 3, 9):

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from helpers import inputs, make_spec
-from tilegen.analysis import count, total
+from tilegen.models.analysis import count, total
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
-from tilegen.errors import ScheduleError, TargetError
+from tilegen.core.errors import ScheduleError, TargetError
 from tilegen.passes import pipeline
-from tilegen.report import tradeoff_report
-from tilegen.spec import builtin_spec
-from tilegen.targets import load_target, target_names
+from tilegen.harness.report import tradeoff_report
+from tilegen.core.spec import builtin_spec
+from tilegen.core.targets import load_target, target_names
 
 KIB = 1024
 
@@ -301,7 +301,7 @@ def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
     assert [sk.row.source for sk in bwd.skipped] == ["planted: too large"]
     assert "SMEM" in bwd.skipped[0].reason
     assert bwd.knobs["main"].num_stages == 3  # the knobs of the row used (64x128/8w/3s), not the skipped one (4)
-    from tilegen.report import format_inspect, inspect_report
+    from tilegen.harness.report import format_inspect, inspect_report
 
     text = format_inspect(inspect_report(spec, str(path), dq_strategy="atomic", programs=("bwd",)), show_nest=False)
     assert "Br 256 x Bc 256) skipped: tile sizes Br=256, Bc=256 do not fit target h200: level SMEM" in text
@@ -321,7 +321,7 @@ def test_a_row_with_min_seq_k_applies_from_that_key_length(tmp_path):
         env = {str(k): v for k, v in fwd.program.env}
         picks[sk] = (env["Br"], env["Bc"], fwd.knobs["fwd"].num_warps, fwd.knobs["fwd"].num_stages, fwd.row.min_seq_k)
     assert picks == {4096: (64, 64, 4, 3, None), 8191: (64, 64, 4, 3, None), 8192: (128, 64, 8, 3, 8192), 32768: (128, 64, 8, 3, 8192)}
-    from tilegen.report import format_inspect, inspect_report
+    from tilegen.harness.report import format_inspect, inspect_report
 
     spec = make_spec(seq_q=8192, seq_k=8192, head_dim_qk=128, head_dim_v=128, dtype="bf16")
     text = format_inspect(inspect_report(spec, "h200", programs=("fwd",)), show_nest=False)

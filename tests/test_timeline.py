@@ -1,4 +1,4 @@
-"""The timeline of the emitted Ascend C (tilegen.timeline) and the emitted-code model (cost.predict_emitted).
+"""The timeline of the emitted Ascend C (tilegen.backends.ascendc.timeline) and the emitted-code model (cost.predict_emitted).
 
 - A hand-written trace of one AI Core, scheduled with a small cost table: every start and end, the busy
   cycles and the critical path are worked out by hand below, independently of the scheduler.
@@ -16,10 +16,11 @@ import concurrent.futures as cf
 import pytest
 
 from tilegen import builtin_spec
-from tilegen.backends import ascendc, twin
-from tilegen.cost import predict_emitted
-from tilegen.targets import load_target
-from tilegen.timeline import Costs, Instr, TimelineError, simulate_block, simulate_program, trace_run
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.backends.ascendc.cost import predict_emitted
+from tilegen.core.targets import load_target
+from tilegen.backends.ascendc.timeline import Costs, Instr, TimelineError, simulate_block, simulate_program, trace_run
 
 needs_cxx = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -188,7 +189,7 @@ def test_wait_at_rewrite_is_an_ir_knob():
     Pc is live over the loop: no other UB view of the kernel overlaps it. Triton targets never get it."""
     import re
 
-    from tilegen.ir import Store, walk
+    from tilegen.core.ir import Store, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
@@ -214,7 +215,7 @@ def test_deal_orders_by_hand():
     1, 0; turn 2 gives pid 6 to core 0: core 0 has 1 + 6 + 7 = 14, core 1 2 + 5 = 7, core 2 3 + 4 = 7."""
     import numpy as np
 
-    from tilegen.timeline import deal
+    from tilegen.backends.ascendc.timeline import deal
 
     work = np.arange(1, 8, dtype=float)
     assert deal(work, 7, 3) == 12.0
@@ -253,7 +254,7 @@ def test_receive_early_is_an_ir_knob():
     forward are unchanged; Triton targets never get it."""
     import re
 
-    from tilegen.ir import Load, Loop, walk
+    from tilegen.core.ir import Load, Loop, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
@@ -283,7 +284,7 @@ def test_l0c_pingpong_is_an_ir_knob():
     once (the forward; the atomic backward's main kernel), as few chunks as fit half of L0C (64 KiB):
     128 x 256 fp32 is two of 128 columns, 160 x 192 two of 96; a kernel with an accumulator held in L0C
     (the on-chip dK/dV strategy) keeps the level whole; Triton targets never get the knob."""
-    from tilegen.ir import MatMul, walk
+    from tilegen.core.ir import MatMul, walk
     from tilegen.passes import pipeline
 
     def chunks(prog):
@@ -303,7 +304,7 @@ def test_l0c_pingpong_is_an_ir_knob():
 def test_wait_at_first_read_is_an_ir_knob():
     """The pass sets Load.wait_at_read on the forward's K and V tile loads of an Ascend target (their next
     statement does not read them), never on a Triton target, nor on a hand-off's load."""
-    from tilegen.ir import Load, walk
+    from tilegen.core.ir import Load, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
@@ -321,7 +322,7 @@ def test_pipeline_handoffs_is_an_ir_knob():
     """The pass gives the forward's K/V loop stages (K and V loads, S = Q Kᵀ and its hand-off: 0; the rest:
     1), two GM slots and an own ready flag id to every hand-off the loop passes; the backward's Q loop too
     (S and dP: stage 0; dV, dK, dQ: stage 1). Never on a Triton target."""
-    from tilegen.ir import Load, Loop, MatMul, Store, walk
+    from tilegen.core.ir import Load, Loop, MatMul, Store, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
@@ -360,7 +361,7 @@ def test_pipeline_lookahead_is_an_ir_knob():
     prologue of two earlier stages, then the earlier stage of j + 2 before the later stage of j, and the
     later stage reads the copy its earlier stage filled (a ring of views written before it is read)."""
     from tilegen.backends import ascendc
-    from tilegen.ir import Loop, walk
+    from tilegen.core.ir import Loop, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
@@ -395,7 +396,7 @@ def test_receive_ahead_is_an_ir_knob():
     before the softmax of j + 2, and waits for it (MTE2 -> V) just before acc += P·V. The backward (its
     vector in one stage) has no hoisted load."""
     from tilegen.backends import ascendc
-    from tilegen.ir import Load, walk
+    from tilegen.core.ir import Load, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
@@ -423,7 +424,7 @@ def test_receive_free_early_is_an_ir_knob():
     for that event (LoadRows' freeId), so the O update runs beside the copy. llama2-7b's backward, whose UB
     would not fit with S and dP live over the loop, keeps the plain wait; demo's gets both."""
     from tilegen.backends import ascendc
-    from tilegen.ir import Load, walk
+    from tilegen.core.ir import Load, walk
     from tilegen.passes import pipeline
 
     def early(program):
@@ -450,8 +451,8 @@ def test_receive_free_early_raised_too_soon_is_reported():
     """The event of Load.free_early is raised after S's last access: raised one statement earlier (before
     the cast of P reads S) the timeline reports the race on the AIV, and never raised the twin fails the
     run; it is never a faster timeline."""
-    from tilegen.backends.twin import TwinError
-    from tilegen.timeline import l2_levels
+    from tilegen.backends.ascendc.twin import TwinError
+    from tilegen.backends.ascendc.timeline import l2_levels
 
     spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)
     files = ascendc.generate(spec, "ascend910b2").files
@@ -480,8 +481,8 @@ def test_receive_ahead_without_its_waits_is_reported():
     timeline reports the race on the AIV, never a faster timeline."""
     import re
 
-    from tilegen.backends.twin import TwinError
-    from tilegen.timeline import l2_levels
+    from tilegen.backends.ascendc.twin import TwinError
+    from tilegen.backends.ascendc.timeline import l2_levels
 
     spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)  # 5 K/V tiles: the steady loop's hoisted receives run
     files = ascendc.generate(spec, "ascend910b2").files
@@ -506,7 +507,7 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
     import dataclasses
 
     from tilegen.backends import ascendc
-    from tilegen.errors import TargetError
+    from tilegen.core.errors import TargetError
     from tilegen.passes import lower
 
     real = lower.pipeline_lookahead
@@ -558,7 +559,7 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     import dataclasses
 
     from tilegen.passes import lower, pipeline
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     log = pipeline.PassLog()
     pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
@@ -570,7 +571,7 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     prog = dataclasses.replace(before, kernels=(single,))
     assert lower.pipeline_handoffs(prog, tgt) is prog
     # a stage-1 store into the GM tensor a stage-0 load reads: tile j + 1's load would pass tile j's store
-    from tilegen.ir import Load, Loop, Store, map_body
+    from tilegen.core.ir import Load, Loop, Store, map_body
 
     def edit(stmt):
         if isinstance(stmt, Loop) and any(isinstance(s, Load) and s.dst == "Kj" for s in stmt.body):
@@ -590,9 +591,9 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
     skewed then; the cube still is."""
     import dataclasses
 
-    from tilegen.ir import Elementwise, Loop, RowReduce, map_body, walk
+    from tilegen.core.ir import Elementwise, Loop, RowReduce, map_body, walk
     from tilegen.passes import lower, pipeline
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     log = pipeline.PassLog()
     pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
@@ -633,7 +634,7 @@ def test_pipelined_handoff_without_its_flag_is_reported():
     three empty slots; the steady loop's does.)"""
     import re
 
-    from tilegen.backends.twin import TwinError
+    from tilegen.backends.ascendc.twin import TwinError
 
     spec = builtin_spec("tiny").replace(seq_q=300, seq_k=300)  # 5 K/V tiles: the steady loop's earlier stages run too
     files = ascendc.generate(spec, "ascend910b2").files
@@ -722,7 +723,7 @@ def test_streamed_cost_only_form_matches_the_whole_launch():
 
 
 def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
-    from tilegen.ir import Mask, walk
+    from tilegen.core.ir import Mask, walk
     from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
@@ -736,7 +737,7 @@ def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
 
 
 def test_bad_program_is_one_line():
-    from tilegen.errors import SpecError
+    from tilegen.core.errors import SpecError
 
     with pytest.raises(SpecError, match="program"):
         predict_emitted(builtin_spec("tiny"), "ascend910b2", "both")
@@ -748,7 +749,7 @@ def test_l2_levels_from_the_trace_byte_ranges():
     """Two blocks of one launch (hand traces): the K tile both copy is L2-resident in both; each one's
     own Q tile stays HBM; a block's second atomic Fixpipe into the same dK_ws rows is L2 (its first is
     HBM); a hand-off copy (already level 1) is untouched. Priced at the L2 or HBM rate accordingly."""
-    from tilegen.timeline import l2_levels
+    from tilegen.backends.ascendc.timeline import l2_levels
 
     k_tile, q0, q1 = ("G", 0, 4096), ("G", 8192, 12288), ("G", 12288, 16384)
 
@@ -774,8 +775,8 @@ def test_l2_reuse_names_the_reaccessed_tensors():
     """llama2-7b on 910B2: the forward re-reads K and V (every Q-tile instance), the backward's main
     kernel Q, dO, L, D and its atomic dQ/dK/dV workspaces; nothing else. An L2 too small for the heads
     in flight takes none as resident."""
-    from tilegen.analysis import l2_reuse
-    from tilegen.ir import Load, walk
+    from tilegen.models.analysis import l2_reuse
+    from tilegen.core.ir import Load, walk
 
     _, plans = ascendc.plan_programs(builtin_spec("llama2-7b"), "ascend910b2")
     got = {}
@@ -795,8 +796,8 @@ def test_hbm_floor_is_each_tensor_once():
     """The backward's pre kernel of llama2-7b (B 1, H 32, S 4096, D 128, fp16) reads O and dO and
     writes D (fp32) and zeroes dQ_ws (fp32): 2·2 + 4/128 + 4 bytes per element of [B, H, S, D], once,
     at the target's HBM bandwidth (1382 GB/s)."""
-    from tilegen.analysis import count
-    from tilegen.cost import hbm_floor_s
+    from tilegen.models.analysis import count
+    from tilegen.models.cost import hbm_floor_s
 
     tgt = load_target("ascend910b2")
     _, plans = ascendc.plan_programs(builtin_spec("llama2-7b"), tgt)
@@ -812,8 +813,8 @@ def test_l2_reuse_follows_the_loop_bounds():
     so nothing is re-accessed. At S = 32k, Hq 64 / Hkv 8, the backward's re-accessed tensors of the
     heads in flight, worked out by hand, exceed the 192 MiB L2: none is taken as resident, while the
     forward's K and V (one KV head per query head's instance) fit."""
-    from tilegen.analysis import l2_reuse
-    from tilegen.exprs import evaluate
+    from tilegen.models.analysis import l2_reuse
+    from tilegen.core.exprs import evaluate
 
     _, plans = ascendc.plan_programs(builtin_spec("llama3-8b").replace(seq_q=64, seq_k=64), "ascend910b2")
     for plan in plans:
@@ -839,10 +840,10 @@ def test_one_launch_is_an_ir_knob():
     verifier refuses the knob on a program's first kernel (it has no launch to join)."""
     import dataclasses
 
-    from tilegen.errors import VerifyError
+    from tilegen.core.errors import VerifyError
     from tilegen.passes import pipeline
     from tilegen.passes.verify import verify
-    from tilegen.printer import format_kernel
+    from tilegen.core.printer import format_kernel
 
     spec = builtin_spec("llama2-7b")
     bwd = pipeline.compile_backward(spec, target="ascend910b2")

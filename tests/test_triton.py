@@ -1,7 +1,7 @@
 """The Triton backend and the torch entry points.
 
 Generated kernels run in Triton's interpreter (``TRITON_INTERPRET=1``) on CPU tensors and are checked
-against the float64 reference (tilegen.reference, DESIGN §3's rule through tests/helpers.py) on small
+against the float64 reference (tilegen.core.reference, DESIGN §3's rule through tests/helpers.py) on small
 specs: every mask kind (none, causal with both alignments, sliding windows, rows with no visible key),
 GQA, tails, padded head dims, BSND, fp16, bf16 and fp32, both dQ strategies. Outputs and workspaces are
 NaN-poisoned before every run. The torch entry points' CPU path is checked against torch autograd on
@@ -27,9 +27,9 @@ import sympy
 torch = pytest.importorskip("torch")
 
 from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec, subnormal_p_case  # noqa: E402
-from tilegen import dtypes  # noqa: E402
-from tilegen.check import compare  # noqa: E402
-from tilegen.errors import SpecError, TargetError  # noqa: E402
+from tilegen.core import dtypes  # noqa: E402
+from tilegen.harness.check import compare  # noqa: E402
+from tilegen.core.errors import SpecError, TargetError  # noqa: E402
 
 try:
     import triton  # noqa: F401
@@ -123,7 +123,7 @@ def create_dot(self, *args):  # a bf16 dot widened by other code first, with the
 create_dot._widens_bf16 = True
 ti.InterpreterBuilder.create_dot = create_dot
 from tilegen.backends import triton as tb
-from tilegen.spec import AttentionSpec
+from tilegen.core.spec import AttentionSpec
 spec = AttentionSpec(batch=1, heads_q=1, heads_kv=1, seq_q=16, seq_k=16, head_dim_qk=16, head_dim_v=16, dtype="bf16")
 tb.load(spec, dq_strategy="atomic", tile_sizes=(16, 16))
 x = np.array([0x3F80C000, 0x3F808000, 0x3F818000], np.uint32).view(np.float32)  # above / at / at a tie
@@ -204,12 +204,12 @@ def _eval_python(text: str, values: dict) -> int:
 
 def test_expression_printer_matches_sympy():
     from tilegen.backends.triton import PYTHON_EXPR, TRITON_EXPR
-    from tilegen.build import kv_tile_range, q_tile_range
-    from tilegen.ir import Bc, Br, MaskInfo, Sk, Sq, i, j
+    from tilegen.core.build import kv_tile_range, q_tile_range
+    from tilegen.core.ir import Bc, Br, MaskInfo, Sk, Sq, i, j
 
     mask = MaskInfo(left=5, right=0, offset=Sk - Sq)
     exprs = [*kv_tile_range(mask, i), *q_tile_range(mask, j), sympy.ceiling((Sk - Sq - 7) / Bc)]
-    from tilegen.exprs import evaluate
+    from tilegen.core.exprs import evaluate
 
     rng = np.random.default_rng(0)
     printed = [PYTHON_EXPR(e) for e in exprs]
@@ -224,7 +224,7 @@ def test_expression_printer_matches_sympy():
 
 def test_target_section_is_validated(tmp_path):
     from tilegen.backends.triton import triton_config
-    from tilegen.targets import load_target
+    from tilegen.core.targets import load_target
 
     cfg = triton_config(load_target("h200"))
     assert cfg.dq_strategy in ("atomic", "separate")

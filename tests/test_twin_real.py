@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from helpers import assert_backward_ok, assert_forward_ok, inputs, real_api_devkit
-from tilegen.backends import ascendc, twin
-from tilegen.spec import builtin_spec
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.core.spec import builtin_spec
 
 DEVKIT = real_api_devkit()  # skips the module with one line without a snapshot or clang++-16
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from helpers import real_api_devkit
-from tilegen.backends import twin
+from tilegen.backends.ascendc import twin
 
 DEVKIT = real_api_devkit()  # skips the module with one line without a snapshot or clang++-16
 

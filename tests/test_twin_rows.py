@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilegen.backends import ascendc, twin
-from tilegen.spec import builtin_spec
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.core.spec import builtin_spec
 
 HERE = Path(__file__).resolve().parent
 ROWS, CPAD, COLS = 16, 128, 100

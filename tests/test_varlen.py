@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import tilegen
-from tilegen import dtypes
-from tilegen.check import compare, lse_rel_floor
-from tilegen.errors import SpecError
+from tilegen.core import dtypes
+from tilegen.harness.check import compare, lse_rel_floor
+from tilegen.core.errors import SpecError
 
 from mod_reference import _RoundGrad
 
@@ -291,7 +291,7 @@ def test_bad_arguments_name_the_argument(kw, field):
 
 def test_integer_parameters_index_other_parameters():
     """int32 parameters are integer-valued in the mod language, so a read may index another read."""
-    import tilegen.mods as M
+    import tilegen.core.mods as M
 
     decls = {"seq": M.ParamDecl("seq", (6,), "int32"), "start": M.ParamDecl("start", (2,), "int32")}
     expr = M.parse("kv_idx >= start[seq[q_idx]]", "mask", decls)
@@ -370,8 +370,8 @@ def test_tilegen_run_checks_a_packed_batch_with_sinks():
     tokens outside every sequence left unwritten; a written one fails the check."""
     import dataclasses
 
-    from tilegen.runner import _outside, check_spec
-    from tilegen.spec import builtin_spec
+    from tilegen.harness.runner import _outside, check_spec
+    from tilegen.core.spec import builtin_spec
 
     report = check_spec(builtin_spec("varlen-sinks"), backward="fused")
     assert report.ok, "\n".join(c.line() for c in report.comparisons)

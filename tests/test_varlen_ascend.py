@@ -18,10 +18,12 @@ import numpy as np
 import pytest
 
 from test_varlen import reference
-from tilegen import api, dtypes
-from tilegen.backends import ascendc, twin
-from tilegen.check import compare, lse_rel_floor
-from tilegen.spec import builtin_spec
+from tilegen import api
+from tilegen.core import dtypes
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.harness.check import compare, lse_rel_floor
+from tilegen.core.spec import builtin_spec
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no g++ for the CPU twin")
 
@@ -151,7 +153,7 @@ def test_builtin_spec_and_dsinks_bitwise_equal_for_any_core_count():
 def test_tilegen_run_twin_checks_the_packed_batch_with_sinks():
     """``tilegen run --spec varlen-sinks --twin``: the twin's outputs against the torch reference, with
     dsinks and the tokens outside every sequence untouched."""
-    from tilegen.runner import check_spec
+    from tilegen.harness.runner import check_spec
 
     report = check_spec(builtin_spec("varlen-sinks"), backward="fused", twin_target="ascend910b2")
     assert report.ok, "\n".join(c.line() for c in report.comparisons)

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from tilegen import api
-from tilegen.check import compare, lse_rel_floor
-from tilegen.targets import load_target
+from tilegen.harness.check import compare, lse_rel_floor
+from tilegen.core.targets import load_target
 
 pytest.importorskip("triton")
 from test_varlen import CU_K, CU_Q, ISSUE_CU_K, ISSUE_CU_Q, _data, reference  # noqa: E402

@@ -13,8 +13,8 @@ Python API (NumPy in, NumPy out, interpreter-backed):
 See README.md for the CLI and DESIGN.md for the conventions.
 """
 
-from .errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
-from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
+from tilegen.core.errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
+from tilegen.core.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 
 __all__ = [
     "AttentionSpec",
@@ -43,7 +43,7 @@ def __getattr__(name: str):
     # The API pulls in the passes (sympy, networkx); import it on first use so that `import tilegen`
     # and the CLI's cached paths stay light.
     if name in _API:
-        from . import api
+        from tilegen import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'tilegen' has no attribute {name!r}")

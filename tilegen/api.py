@@ -1,6 +1,6 @@
 """The Python API: NumPy in, NumPy out, backed by the interpreter.
 
-``attention`` and ``attention_backward`` build an :class:`~tilegen.spec.AttentionSpec` from the arrays,
+``attention`` and ``attention_backward`` build an :class:`~tilegen.core.spec.AttentionSpec` from the arrays,
 run the whole pipeline (build, passes, schedule) and execute the program in the NumPy interpreter. They
 are for checking and for small problems; the generated kernels are what runs fast.
 """
@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .errors import SpecError
-from .passes import pipeline
-from .spec import ALIGNMENTS, LAYOUTS, AttentionSpec
-from .backends.interp import interpret
+from tilegen.core import dtypes
+from tilegen.core.errors import SpecError
+from tilegen.core.sinks import check_sinks, sink_grad
+from tilegen.passes import pipeline
+from tilegen.core.spec import ALIGNMENTS, LAYOUTS, AttentionSpec
+from tilegen.backends.interp import interpret
 
 _ACCEPTED_DTYPES = "numpy.float16, ml_dtypes.bfloat16 or numpy.float32"
 
@@ -91,7 +92,7 @@ def make_spec_and_params(
 ) -> tuple[AttentionSpec, dict]:
     """:func:`make_spec` and the parameter arrays the mods read, by name (checked against the spec's
     declarations: shapes, dtype kinds). ``sinks`` (bool) sets the spec's ``sinks`` field."""
-    from .mods import check_param_arrays, mods_from_api, _intersect
+    from tilegen.core.mods import check_param_arrays, mods_from_api, intersect_windows
     if layout not in LAYOUTS:
         raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
     if alignment not in ALIGNMENTS:
@@ -123,7 +124,7 @@ def make_spec_and_params(
         head_dim_v=lv.shape[3],
         dtype=dtypes.name_of(q.dtype),
         scale=None if softmax_scale is None else float(softmax_scale),
-        window=_intersect(_window(causal, window), mod_window),
+        window=intersect_windows(_window(causal, window), mod_window),
         alignment=alignment,
         layout=layout,
         name="api",
@@ -145,7 +146,7 @@ def _fa_score_mod(score_mod, softcap, alibi_slopes):
         SpecError: softcap not None/0/a positive finite number; softcap or alibi_slopes together with
             score_mod (write them inside the score mod instead).
     """
-    from . import mods as M
+    from tilegen.core import mods as M
 
     cap = _check_softcap(softcap)
     if score_mod is not None and (cap is not None or alibi_slopes is not None):
@@ -171,45 +172,6 @@ def _check_softcap(softcap):
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating)) or not (np.isfinite(softcap) and softcap > 0):
         raise SpecError("softcap", softcap, "None or 0.0 (off), or a positive finite number")
     return float(softcap)
-
-
-def _check_sinks(sinks, heads_q: int) -> np.ndarray | None:
-    """``sinks`` as float32 [Hq], or None.
-
-    Raises:
-        SpecError: not a float array of shape [Hq] with finite values.
-    """
-    if sinks is None:
-        return None
-    accepted = f"a float numpy.ndarray of shape [{heads_q}] (one finite logit per query head) or None"
-    if not isinstance(sinks, np.ndarray):
-        raise SpecError("sinks", type(sinks).__name__, accepted)
-    if sinks.dtype.kind != "f":
-        raise SpecError("sinks.dtype", str(sinks.dtype), accepted)
-    if sinks.shape != (heads_q,):
-        raise SpecError("sinks.shape", sinks.shape, accepted)
-    out = np.ascontiguousarray(sinks, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise SpecError("sinks", "a non-finite value", accepted)
-    return out
-
-
-def sink_grad(o, do, lse, sinks, rows=None) -> np.ndarray:
-    """dσ_h = −Σ_rows exp(σ_h − L_row)·D_row with D = rowsum(dO∘O) (DESIGN §3), float32 [Hq].
-
-    ``o``, ``do``: [..., Hq, S, Dv] logical (BNSD or [Hq, S, Dv]); ``lse``: [..., Hq, S] fp32 from the
-    forward; ``rows``: optional bool [S] of the rows that take part (varlen: tokens inside a sequence).
-    D is formed in fp32 from the stored O as the backward's pre kernel does; the sum over rows (and
-    batch) runs in float64 in one fixed order (NumPy's pairwise sum over a fixed shape): the result is
-    bitwise reproducible. An O(B·Hq·S) step after the kernels.
-    """
-    d = np.sum(np.asarray(do, dtype=np.float32) * np.asarray(o, dtype=np.float32), axis=-1, dtype=np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):  # rows left out may hold lse = -inf
-        w = np.exp(np.asarray(sinks, dtype=np.float64).reshape(-1, 1) - np.asarray(lse, dtype=np.float64)) * d
-    if rows is not None:
-        w = np.where(rows, w, 0.0)
-    axes = tuple(range(w.ndim - 2)) + (w.ndim - 1,)
-    return (-np.sum(w, axis=axes)).astype(np.float32)
 
 
 def attention(
@@ -248,7 +210,7 @@ def attention(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
         sinks=sinks is not None,
     )
-    sk = _check_sinks(sinks, spec.heads_q)
+    sk = check_sinks(sinks, spec.heads_q)
     if sk is not None:
         params = {**params, "sinks": sk}
     program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
@@ -308,7 +270,7 @@ def attention_backward(
     spec, params = make_spec_and_params(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
     )
-    sk = _check_sinks(sinks, spec.heads_q)
+    sk = check_sinks(sinks, spec.heads_q)
     expect_o = spec.logical_shapes["O"]
     for name, x in (("o", o), ("do", do)):
         _check_array(name, x, 4)
@@ -338,7 +300,7 @@ def attention_backward(
     mods = program.mods
     dparams = {}
     if mods is not None and mods.grads:
-        from .mods import param_grads
+        from tilegen.core.mods import param_grads
 
         dparams = param_grads(program, grads)
     if sk is not None:
@@ -438,7 +400,7 @@ def varlen_layout(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_se
 
 def varlen_block_classes(cu_q: np.ndarray, cu_k: np.ndarray, total_q: int, total_k: int, br: int, bc: int, window=(-1, -1)) -> np.ndarray:
     """The block classes of a packed batch in closed form on the host: float32 [nQ, nK] (nQ = ⌈total_q /
-    br⌉, nK = ⌈total_k / bc⌉) with the classify kernel's codes (``tilegen.ir.BLOCK_EMPTY`` 0, ``_PARTIAL``
+    br⌉, nK = ⌈total_k / bc⌉) with the classify kernel's codes (``tilegen.core.ir.BLOCK_EMPTY`` 0, ``_PARTIAL``
     1, ``_FULL`` 2) for the varlen spec's mask (DESIGN §3, "Packed batches"): the document mask and the
     window (left, right) aligned bottom-right per sequence, on Q tile × K/V tile of br × bc tokens.
 
@@ -454,7 +416,7 @@ def varlen_block_classes(cu_q: np.ndarray, cu_k: np.ndarray, total_q: int, total
         cu_q, cu_k: the checked offsets (int64 [nseq + 1], :class:`Varlen`'s ``cu_q``/``cu_k``).
         total_q, total_k: the token counts; br, bc: tile rows; window: (left, right), −1 unbounded.
     """
-    from .ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+    from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
 
     left, right = window
     nq, nk = -(-total_q // br), -(-total_k // bc)
@@ -491,7 +453,7 @@ def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, he
     mask q_seq[q_idx] == k_seq[kv_idx] and the window per sequence, bottom-right, through q_off;
     FlashAttention's softcap and ALiBi (−slope·|i + Sk_s − Sq_s − j| in sequence-local indices
     = −slope·|q_idx + q_off[q_idx] − kv_idx|)."""
-    from .mods import ParamDecl
+    from tilegen.core.mods import ParamDecl
 
     total_q, total_k = len(lay.q_seq), len(lay.k_seq)
     decls = [ParamDecl(VARLEN_Q_SEQ, (total_q,), "int32"), ParamDecl(VARLEN_K_SEQ, (total_k,), "int32")]
@@ -567,7 +529,7 @@ def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_
     lay = varlen_layout(cu_seqlens_q, cu_seqlens_k, int(shape_q[0]), int(shape_k[0]), max_seqlen_q, max_seqlen_k)
     win = _window(causal, window)
     hq = int(shape_q[1])
-    sk = _check_sinks(sinks, hq)
+    sk = check_sinks(sinks, hq)
     score, mask, decls, arrays = _varlen_mods(lay, win, softcap, alibi_slopes, hq)
     _check_scale(softmax_scale)
     if shape_q[0] == 0 or shape_k[0] == 0:
@@ -680,7 +642,7 @@ def attention_varlen_backward(
         dv[~lay.k_inside] = 0
         dparams = {}
         if program.mods is not None and program.mods.grads:
-            from .mods import param_grads
+            from tilegen.core.mods import param_grads
 
             dparams = param_grads(program, grads)
     if sk is not None:
@@ -709,7 +671,7 @@ def _as_spec(spec) -> AttentionSpec:
     """An :class:`AttentionSpec`, a built-in spec's name or a spec file's path, as a spec."""
     from pathlib import Path
 
-    from .spec import builtin_spec, builtin_specs, load_spec
+    from tilegen.core.spec import builtin_spec, builtin_specs, load_spec
 
     if isinstance(spec, AttentionSpec):
         return spec
@@ -784,7 +746,7 @@ class InspectResult:
         return json.dumps(self.report, indent=2)
 
     def __str__(self) -> str:
-        from .report import format_inspect
+        from tilegen.harness.report import format_inspect
 
         return format_inspect(self.report)
 
@@ -808,7 +770,8 @@ def generate(
     Raises:
         SpecError, TargetError, ScheduleError: a bad spec, target, strategy or output folder; no fitting tile.
     """
-    from .backends import generate as generate_files, write
+    from tilegen.backends import generate as generate_files
+    from tilegen.backends.output import write
 
     spec = _as_spec(spec)
     if out_dir is None:
@@ -828,7 +791,7 @@ def inspect(
     Raises:
         SpecError, TargetError: a bad spec, target or strategy.
     """
-    from .report import inspect_report
+    from tilegen.harness.report import inspect_report
 
     spec = _as_spec(spec)
     report = inspect_report(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, programs=tuple(programs), dkv_strategy=dkv_strategy)

@@ -18,10 +18,10 @@ import argparse
 import os
 import sys
 
-from .errors import ScheduleError, SpecError, TilegenError
-from .passes.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES
-from .spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
-from .targets import target_key, target_names
+from tilegen.core.errors import ScheduleError, SpecError, TilegenError
+from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES
+from tilegen.core.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
+from tilegen.core.targets import target_key, target_names
 
 DEFAULT_SPEC = "demo"
 DEFAULT_TWIN_TARGET = "ascend910b2"
@@ -169,7 +169,7 @@ def describe_mods(spec: AttentionSpec) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .runner import check_spec, compile_run, mod_params, validate_run
+    from tilegen.harness.runner import check_spec, compile_run, mod_params, validate_run
 
     spec = resolve_spec(args)
     backward = "unfused" if args.unfused else "both"
@@ -230,8 +230,8 @@ def _run_target(name: str | None):
     """``run --target``: the loaded target, or None; an unknown one is a one-line error naming the flag."""
     if name is None:
         return None
-    from .errors import TargetError
-    from .targets import load_target
+    from tilegen.core.errors import TargetError
+    from tilegen.core.targets import load_target
 
     try:
         return load_target(name)
@@ -356,7 +356,7 @@ def load_data(path: str, index: int) -> tuple[dict, str]:
 
 def traffic_table(report) -> str:
     """HBM bytes per tensor (read + written) per program, side by side."""
-    from .report import format_bytes
+    from tilegen.harness.report import format_bytes
 
     labels = list(report.measurements)
     names: list[str] = []
@@ -383,7 +383,7 @@ INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # 
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .cache import cached
+    from tilegen.core.cache import cached
 
     spec = resolve_spec(args)
     if args.compare and args.target is None:
@@ -391,19 +391,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.cp is not None:
         return _inspect_cp(spec, args)
     if args.plot:
-        from .plot import check_path, require_matplotlib
+        from tilegen.harness.plot import check_path, require_matplotlib
 
         if args.compare:
             raise SpecError("--plot", args.plot, "a picture of the schedule, without --compare")
         check_path(args.plot)
         require_matplotlib()
     if args.tiles_map:
-        from .plot import check_path, require_matplotlib
+        from tilegen.harness.plot import check_path, require_matplotlib
 
         check_path(args.tiles_map, "--tiles-map")
         require_matplotlib()
     if args.compile:
-        from .targets import load_target
+        from tilegen.core.targets import load_target
 
         if args.compare:
             raise SpecError("--compile", True, "without --compare (the store-P-versus-recompute report)")
@@ -411,7 +411,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise SpecError("--target", args.target, "for --compile, a GPU target (h200): its Triton kernels compiled for its architecture")
     simulate = args.simulate or args.timeline
     if simulate:
-        from .targets import load_target
+        from tilegen.core.targets import load_target
 
         timed = [n for n in target_names() if (t := load_target(n)).kind == "ascend" and t.timeline]
         if args.target is None or args.compare:
@@ -420,7 +420,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if tgt.kind != "ascend" or not tgt.timeline:
             raise SpecError("--target", args.target, f"for --simulate, an Ascend target with a [timeline] cost table ({', '.join(timed)})")
         if args.timeline:
-            from .plot import check_path, require_matplotlib
+            from tilegen.harness.plot import check_path, require_matplotlib
 
             check_path(args.timeline, "--timeline")
             require_matplotlib()
@@ -431,7 +431,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     timeline = _inspect_timeline(spec, args) if simulate else None
     compiled = None
     if args.compile:
-        from .report import compiled_report
+        from tilegen.harness.report import compiled_report
 
         compiled = compiled_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
         if args.json:
@@ -449,17 +449,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         text = json.dumps(report, indent=2) + "\n"
     print(text, end="")
     if timeline is not None and not args.json:
-        from .report import format_timeline
+        from tilegen.harness.report import format_timeline
 
         print(format_timeline(timeline), end="")
     if compiled is not None and not args.json:
-        from .report import format_compiled
+        from tilegen.harness.report import format_compiled
 
         print(format_compiled(compiled), end="")
     if args.plot:
         _inspect_plot(spec, args)
     if args.timeline:
-        from .plot import plot_timeline
+        from tilegen.harness.plot import plot_timeline
 
         path = plot_timeline(timeline, args.timeline)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
@@ -469,8 +469,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_tiles_map(spec: AttentionSpec, args: argparse.Namespace) -> None:
-    from .plot import plot_tiles_map
-    from .report import tiles_map_data
+    from tilegen.harness.plot import plot_tiles_map
+    from tilegen.harness.report import tiles_map_data
 
     maps = tiles_map_data(spec, args.target, at=args.tiles_at, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program])
     where = f"on {args.target}" if args.target else "(no target: default tile sizes)"
@@ -479,11 +479,11 @@ def _inspect_tiles_map(spec: AttentionSpec, args: argparse.Namespace) -> None:
 
 
 def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
-    """``inspect --cp N``: the ring's per-step table (:mod:`tilegen.scaling`), through the compile cache."""
+    """``inspect --cp N``: the ring's per-step table (:mod:`tilegen.harness.scaling`), through the compile cache."""
     import json
 
-    from .cache import cached
-    from .scaling import cp_report, format_cp
+    from tilegen.core.cache import cached
+    from tilegen.harness.scaling import cp_report, format_cp
 
     if args.target is None:
         raise SpecError("--target", None, "a target with interconnect figures for --cp (h200, ascend910b1..b4)")
@@ -495,7 +495,7 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
 
 
 def _inspect_timeline(spec: AttentionSpec, args: argparse.Namespace) -> dict:
-    from .report import timeline_report
+    from tilegen.harness.report import timeline_report
 
     return timeline_report(
         spec, args.target, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program], dkv_strategy=args.dkv_strategy
@@ -503,14 +503,14 @@ def _inspect_timeline(spec: AttentionSpec, args: argparse.Namespace) -> dict:
 
 
 def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
-    from .plot import plot_inspect
-    from .report import inspect_report
+    from tilegen.harness.plot import plot_inspect
+    from tilegen.harness.report import inspect_report
 
     programs = INSPECT_PROGRAMS[args.program]
     report = inspect_report(spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, dkv_strategy=args.dkv_strategy)
     maps = None
     if spec.mask_mod:  # draw the mask's block classes where they are known before the run
-        from .report import tiles_map_data
+        from tilegen.harness.report import tiles_map_data
 
         try:
             maps = tiles_map_data(spec, args.target, dq_strategy=_dq_strategy(args, spec, args.target), tile_sizes=args.tiles, programs=programs)
@@ -521,7 +521,7 @@ def _inspect_plot(spec: AttentionSpec, args: argparse.Namespace) -> None:
 
 
 def _warn_memory(spec: AttentionSpec, target) -> None:
-    from .memory import device_memory_warning
+    from tilegen.harness.memory import device_memory_warning
 
     if target is not None:
         note = device_memory_warning(spec, target)
@@ -532,7 +532,7 @@ def _warn_memory(spec: AttentionSpec, target) -> None:
 def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
     import json
 
-    from .report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
+    from tilegen.harness.report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
 
     if args.compare:
         report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
@@ -551,12 +551,12 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
-    from .fileio import write_atomic
+    from tilegen.core.fileio import write_atomic
 
     if args.from_hf:
         if args.spec_file or args.spec:
             raise SpecError("--from-hf", args.from_hf, "either --from-hf or a spec, not both")
-        from .hf import spec_from_hf_config
+        from tilegen.hf import spec_from_hf_config
 
         spec = spec_from_hf_config(
             args.from_hf, seq=args.seq, batch=args.batch or 1, name=args.name, layer=args.layer, dtype=args.dtype
@@ -575,8 +575,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .backends import launch_label, write
-    from .cache import cached
+    from tilegen.backends.output import launch_label, write
+    from tilegen.core.cache import cached
 
     spec = resolve_spec(args)
     target = args.target
@@ -615,7 +615,7 @@ def _backend_guard(spec: AttentionSpec, args: argparse.Namespace, what: str, fn)
     except Exception as exc:
         if not spec.has_mods or args.debug:
             raise
-        from .errors import TargetError
+        from tilegen.core.errors import TargetError
 
         raise TargetError(
             f"{what}: its backend cannot emit this spec's mods ({_mods_constructs(spec)}): {type(exc).__name__}: {exc}".replace("\n", " ")
@@ -633,19 +633,19 @@ def _dq_strategy(args: argparse.Namespace, spec: AttentionSpec, target) -> str:
     """``--dq-strategy``, or the target's choice when it is not given (:func:`tilegen.backends.dq_strategy_for`)."""
     if args.dq_strategy is not None:
         return args.dq_strategy
-    from .backends import dq_strategy_for
+    from tilegen.backends import dq_strategy_for
 
     return dq_strategy_for(spec, target, None, args.tiles)
 
 
 def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=None, dkv_strategy: str | None = None):
-    from .backends import generate
+    from tilegen.backends import generate
 
     return generate(spec, target, dq_strategy, tile_sizes, dkv_strategy)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from tilegen import __version__
 
     parser = _Parser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")

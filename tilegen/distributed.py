@@ -43,8 +43,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .errors import SpecError
-from . import torch as tt
+from tilegen.core.errors import SpecError
+from tilegen import torch as tt
 
 __all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "ring_plan", "BALANCES"]
 

@@ -1,8 +1,8 @@
 """Attention specs from HuggingFace ``config.json`` files.
 
 :func:`spec_from_hf_config` reads a model's ``config.json`` (a dict, the file, or the model folder that
-holds it) and returns the :class:`~tilegen.spec.AttentionSpec` of one self-attention layer of that
-model. What tilegen cannot express is refused with a :class:`~tilegen.errors.SpecError` that names the
+holds it) and returns the :class:`~tilegen.core.spec.AttentionSpec` of one self-attention layer of that
+model. What tilegen cannot express is refused with a :class:`~tilegen.core.errors.SpecError` that names the
 config key, its value and what would be accepted.
 
 Mapping (transformers 5.24.0 is the reference; paths are inside its ``src/transformers``):
@@ -116,8 +116,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import SpecError
-from .spec import AttentionSpec
+from tilegen.core.errors import SpecError
+from tilegen.core.spec import AttentionSpec
 
 _ALIASES = {
     "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
@@ -450,7 +450,7 @@ def _score_mod(cfg: _Config, heads_q: int, causal: bool) -> tuple[str, tuple]:
         slopes = mpt_alibi_slopes(heads_q, 8)
     if cap is None and slopes is None:
         return "", ()
-    from . import mods
+    from tilegen.core import mods
 
     parts = []
     if cap is not None:
@@ -504,7 +504,7 @@ def t5_bucket_text(num_buckets: int, max_distance: int, bidirectional: bool) -> 
 def _t5_score_mod(cfg: _Config, part: str) -> tuple[str, tuple]:
     """score + rel_bias[h, bucket(q_idx, kv_idx)] with ``rel_bias`` fp32 [Hq, num_buckets] (the
     transpose of ``relative_attention_bias.weight``, learned: no values in the spec)."""
-    from .mods import SIZE_SYMBOLS, ParamDecl
+    from tilegen.core.mods import SIZE_SYMBOLS, ParamDecl
 
     buckets = cfg.integer("relative_attention_num_buckets", cfg.get("relative_attention_num_buckets", 32), lo=2)
     max_distance = cfg.integer("relative_attention_max_distance", cfg.get("relative_attention_max_distance", 128), lo=1)

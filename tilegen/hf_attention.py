@@ -60,7 +60,7 @@ from typing import Any
 
 import torch
 
-from .torch import UnsupportedArgument, flash_attn_func
+from tilegen.torch import UnsupportedArgument, flash_attn_func
 
 __all__ = ["NAME", "attention_forward", "attention_mask", "register", "window_of_mask"]
 

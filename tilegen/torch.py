@@ -64,8 +64,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import SpecError, TargetError
-from .spec import AttentionSpec
+from tilegen.core.errors import SpecError, TargetError
+from tilegen.core.sinks import check_sinks
+from tilegen.core.spec import AttentionSpec
 
 __all__ = [
     "flash_attn_func",
@@ -188,7 +189,7 @@ def _mod_texts(score_mod, mask_mod) -> tuple:
     hit = _MOD_TEXTS.get(key)
     if hit is not None and hit[0] is score_mod and hit[1] is mask_mod:
         return hit[2]
-    from .mods import mods_from_api
+    from tilegen.core.mods import mods_from_api
 
     score_text, mask_text, decls, window, _ = mods_from_api(score_mod, mask_mod)
     out = (score_text, mask_text, _decls_json(decls), tuple(p.name for p in decls), window[0], window[1])
@@ -211,7 +212,7 @@ def _flash_mod(softcap: float, alibi_ndim: int):
     hit = _FLASH_MODS.get((softcap, alibi_ndim))
     if hit is not None:
         return hit
-    from . import mods
+    from tilegen.core import mods
 
     cap = mods.softcap(softcap) if softcap else None
     bias = mods.alibi(np.zeros((1,) * alibi_ndim, dtype=np.float32)) if alibi_ndim else None
@@ -229,9 +230,9 @@ _FLASH_MODS: dict[tuple[float, int], Any] = {}
 def _mod_params(fn) -> list:
     """The :class:`tilegen.mods.Param` objects a mod can read (as :func:`tilegen.mods.trace` finds
     them): a Mod's own, or a function's closure, globals and defaults. Traceable by dynamo."""
-    from .mods import Mod, _closure_params
+    from tilegen.core.mods import Mod, closure_params
 
-    return list(fn.params) if isinstance(fn, Mod) else _closure_params(fn)
+    return list(fn.params) if isinstance(fn, Mod) else closure_params(fn)
 
 
 def _mod_tensors(score_mod, mask_mod, names: tuple, device, bound: dict) -> list:
@@ -269,7 +270,7 @@ def _op_mods(q, k, v, layout, score_mod, mask_mod, param_decls, params) -> tuple
     params = list(params)
     if not (score_mod or mask_mod or param_decls or params):
         return ("", "", ()), []
-    from .mods import ModError, parse_param_decls
+    from tilegen.core.mods import ModError, parse_param_decls
 
     data = json.loads(param_decls) if param_decls else {}
     by_name = {d.name: d for d in parse_param_decls(data)}
@@ -303,7 +304,7 @@ def _interp_mods(mods: tuple, params) -> dict:
     score_text, mask_text, decls = mods
     if not (score_text or mask_text):
         return {}
-    from .mods import Mod, Param, parse
+    from tilegen.core.mods import Mod, Param, parse
 
     by_name = {d.name: d for d in decls}
     wrapped = tuple(Param(d.name, (t.detach().float() if d.differentiable else t.detach()).cpu().numpy()) for d, t in zip(decls, params))
@@ -403,7 +404,7 @@ def attention_fwd(
     spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_fwd", mods=mods)
     device = q.device.type
     if device == "cuda":
-        from .backends import triton as triton_backend
+        from tilegen.backends import triton as triton_backend
 
         module = triton_backend.load(spec, target, dq_strategy)
         if mods[2]:
@@ -412,7 +413,7 @@ def attention_fwd(
             out, lse = module.forward(q, k, v)
         return out.contiguous(), lse.contiguous()
     if device == "cpu":
-        from . import api
+        from tilegen import api
 
         o, lse = api.attention(
             _to_numpy(q), _to_numpy(k), _to_numpy(v), **_interp_kw(scale, *window, alignment, layout), **_interp_mods(mods, params)
@@ -473,7 +474,7 @@ def attention_bwd(
     spec = _spec(q, k, v, layout=layout, scale=scale, window=window, alignment=alignment, name="attention_bwd", mods=mods)
     device = q.device.type
     if device == "cuda":
-        from .backends import triton as triton_backend
+        from tilegen.backends import triton as triton_backend
 
         module = triton_backend.load(spec, target, dq_strategy)
         if mods[2]:
@@ -483,7 +484,7 @@ def attention_bwd(
         dparams = grads[3] if len(grads) > 3 else {}
         dx = tuple(g.contiguous() for g in grads[:3])
     elif device == "cpu":
-        from . import api
+        from tilegen import api
 
         grads = api.attention_backward(
             *(_to_numpy(x) for x in (q, k, v, out)),
@@ -555,7 +556,7 @@ attention_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 def _check_gpu_target(target: str) -> None:
     """``target`` names a GPU target (checked on every device, so a typo never passes on the CPU)."""
-    from .targets import load_target, target_names
+    from tilegen.core.targets import load_target, target_names
 
     def accepted() -> str:  # built only for the error: it reads every target file
         gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
@@ -606,7 +607,7 @@ class _Plan:
 def _stamp(target: str) -> tuple:
     import os
 
-    from .targets import load_target
+    from tilegen.core.targets import load_target
 
     path = load_target(target).path
     st = os.stat(path)
@@ -661,7 +662,7 @@ def _op_plan(q, k, v, layout, scale, window_left, window_right, alignment, dq_st
         return plan
     _check_gpu_target(target)
     spec = _spec(q, k, v, layout=layout, scale=scale, window=(window_left, window_right), alignment=alignment, name="attention_fwd")
-    from .backends import triton as triton_backend
+    from tilegen.backends import triton as triton_backend
 
     plan = _Plan(triton_backend.load(spec, target, dq_strategy), _stamp(target))
     _store(key, plan)
@@ -747,9 +748,9 @@ def _run(q, k, v, *, layout: str, scale, window: tuple[int, int], alignment: str
         return _fast_out(q, k, v, plan)
     score_text, mask_text, decls, params, mod_window = _mods_of_call(score_mod, mask_mod, q, bound or {})
     if mod_window != (-1, -1):
-        from .mods import _intersect
+        from tilegen.core.mods import intersect_windows
 
-        window = _intersect(window, mod_window)
+        window = intersect_windows(window, mod_window)
     scale = None if scale is None else float(scale)
     return attention_fwd(q, k, v, layout, scale, window[0], window[1], alignment, dq_strategy, target, score_text, mask_text, decls, params)[0]
 
@@ -955,7 +956,7 @@ def _varlen_blocks(module, kind: str, cfg, total_q: int, total_k: int, device) -
     block classes of the packed batch in closed form on the host (:func:`tilegen.api.varlen_block_classes`
     for the program's ``TILE_SIZES``) and their tile lists, on ``device``. Computed once per plan
     (:func:`_plan_blocks`), so a training loop over one packing computes them once."""
-    from . import api
+    from tilegen import api
 
     br, bc = module.TILE_SIZES[kind]
     table = api.varlen_block_classes(cfg.cu_q.astype(np.int64), cfg.cu_k.astype(np.int64), total_q, total_k, br, bc, cfg.window)
@@ -1023,9 +1024,9 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
     Raises:
         SpecError (ValueError): a bad argument (on a miss; a hit had the same key, hence passed).
     """
-    from . import api
-    from .backends import triton as triton_backend
-    from .mods import mods_from_api
+    from tilegen import api
+    from tilegen.backends import triton as triton_backend
+    from tilegen.core.mods import mods_from_api
 
     key = _extras_key(q, k, v, sinks, alibi, cfg)
     plan = _lookup(key)
@@ -1042,7 +1043,7 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
             # a new packing of known shapes and arguments: the spec does not hold the offsets, so its
             # module is the known plan's; the offsets are checked and their arrays built here
             lay = api.varlen_layout(cfg.cu_q, cfg.cu_k, q.shape[0], k.shape[0], cfg.max_q, cfg.max_k)
-            api._check_sinks(sinks_np, q.shape[1])
+            check_sinks(sinks_np, q.shape[1])
             arrays = api._varlen_mods(lay, cfg.window, cfg.softcap, alibi_np, q.shape[1])[3]
             spec, module = None, known.module
         else:
@@ -1096,7 +1097,7 @@ class _ExtrasAttention(torch.autograd.Function):
         cfg = ctx.cfg
         dout = torch.zeros_like(out) if dout is None else dout.contiguous()
         if not _triton_path(q):
-            from . import api
+            from tilegen import api
 
             kw = dict(softmax_scale=cfg.scale, causal=False, window=cfg.window, softcap=cfg.softcap,
                       alibi_slopes=_np_or_none(alibi), sinks=_np_or_none(sinks), dq_strategy="separate" if cfg.deterministic else "atomic")
@@ -1153,7 +1154,7 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
     tokens outside every sequence; the module allocates out = 0 and lse = −inf, which those tokens
     keep (no masking after the kernels). The plan comes from the plan table (:func:`_extras_plan`);
     the sinks and slopes are passed as they are now, on the device."""
-    from . import api
+    from tilegen import api
 
     device = q.device.type
     if device == "npu":
@@ -1301,7 +1302,7 @@ def flash_attn_varlen_func(
             raise SpecError(f"{name}.dtype", str(c.dtype), "torch.int32 (an int32 torch.Tensor [num_seqs + 1])")
         cu.append(c.detach().cpu().numpy())
     cap = _check_extras(q, sinks, alibi_slopes, softcap)
-    from . import api
+    from tilegen import api
 
     # every check of the shapes and offsets once, before anything runs (on the Triton path the plan's
     # miss makes them, before any kernel; a hit has the key of a call that passed them)
@@ -1361,7 +1362,7 @@ def merge_attention(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tenso
 
 
 def _block_window(causal, window_size, alignment) -> tuple[int, int]:
-    from .spec import ALIGNMENTS
+    from tilegen.core.spec import ALIGNMENTS
 
     if alignment not in ALIGNMENTS:
         raise SpecError("alignment", alignment, " or ".join(repr(a) for a in ALIGNMENTS))
@@ -1373,7 +1374,7 @@ def _lse_shape(q: torch.Tensor, layout: str) -> tuple[int, int, int]:
 
 
 def _check_layout(layout) -> None:
-    from .spec import LAYOUTS
+    from tilegen.core.spec import LAYOUTS
 
     if layout not in LAYOUTS:
         raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))

@@ -8,7 +8,7 @@ sys.path.insert(0, str(here.parent))
 
 from helpers import make_spec  # noqa: E402
 from tilegen.passes import pipeline  # noqa: E402
-from tilegen.printer import format_program  # noqa: E402
+from tilegen.core.printer import format_program  # noqa: E402
 
 (here / "bwd-atomic.txt").write_text(
     format_program(pipeline.compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic"))

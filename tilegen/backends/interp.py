@@ -28,9 +28,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .. import dtypes
-from ..exprs import UnboundSymbol, evaluate
-from ..ir import (
+from tilegen.core import dtypes
+from tilegen.core.exprs import UnboundSymbol, evaluate
+from tilegen.core.ir import (
     BLOCK_EMPTY,
     BLOCK_FULL,
     BLOCK_PARTIAL,
@@ -94,7 +94,7 @@ class InterpreterError(RuntimeError):
 
 
 class Interpreter:
-    """Runs one bound :class:`~tilegen.ir.Program`.
+    """Runs one bound :class:`~tilegen.core.ir.Program`.
 
     Args:
         program: every symbol in ``program.env`` (shapes and tile sizes).
@@ -488,7 +488,7 @@ class Interpreter:
         return env, rows, cols, r0, c0, lane_nd
 
     def _modop(self, stmt: ModOp, scope) -> None:
-        from .. import mods as M
+        from tilegen.core import mods as M
 
         mods = self.program.mods
         if stmt.op == "classify":

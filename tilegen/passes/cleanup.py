@@ -26,7 +26,7 @@ from collections import Counter
 
 import sympy
 
-from ..ir import (
+from tilegen.core.ir import (
     Elementwise,
     Fill,
     Kernel,
@@ -505,7 +505,7 @@ def promote_accumulation(program: Program, kernel_name: str) -> Program:
 
 
 def _grid_signature(kernel: Kernel):
-    from ..ir import grid_loops
+    from tilegen.core.ir import grid_loops
 
     return tuple((str(l.var), l.start, l.stop) for l in grid_loops(kernel))
 
@@ -513,7 +513,7 @@ def _grid_signature(kernel: Kernel):
 def fold_zero_init(program: Program) -> Program:
     """``T[a] = 0`` (a filled zero tile) in kernel A and ``T[a] += x`` once per program in a later kernel
     B over the same grid, nothing else touching T in between: B stores ``T[a] = x`` and A's store goes."""
-    from ..ir import grid_loops
+    from tilegen.core.ir import grid_loops
 
     infos = []
     for k, kernel in enumerate(program.kernels):

@@ -1,7 +1,7 @@
 """The dependence graph of a program's statements (networkx).
 
 Nodes are the non-loop statements of every kernel, in program order, each with what it reads and
-writes: on-chip buffers by name, HBM tensors by :class:`~tilegen.ir.Access`. Edges are the classic
+writes: on-chip buffers by name, HBM tensors by :class:`~tilegen.core.ir.Access`. Edges are the classic
 dependences between two statements touching the same resource, at least one of them writing it:
 ``flow`` (read after write), ``anti`` (write after read) and ``output`` (write after write).
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..ir import Access, Elementwise, Load, Loop, MatMul, Program, Stmt, Store, walk
+from tilegen.core.ir import Access, Elementwise, Load, Loop, MatMul, Program, Stmt, Store, walk
 
 
 @dataclass(frozen=True)

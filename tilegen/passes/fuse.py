@@ -27,8 +27,8 @@ import dataclasses
 
 import sympy
 
-from ..errors import FusionError
-from ..ir import (
+from tilegen.core.errors import FusionError
+from tilegen.core.ir import (
     Buffer,
     G,
     Kernel,
@@ -41,8 +41,8 @@ from ..ir import (
     rename_buffers,
     substitute,
 )
-from ..printer import fmt_access, fmt_stmt
-from .depgraph import dependence_graph, edges_between
+from tilegen.core.printer import fmt_access, fmt_stmt
+from tilegen.passes.depgraph import dependence_graph, edges_between
 
 _DIMS = {"b": {"b"}, "hkv": {"hkv"}, "hq": {"hq", "hkv"}, "i": {"i"}, "j": {"j"}}
 

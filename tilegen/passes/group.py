@@ -41,8 +41,8 @@ import dataclasses
 
 import sympy
 
-from ..errors import SpecError
-from ..ir import (
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import (
     B,
     Access,
     Br,
@@ -57,7 +57,7 @@ from ..ir import (
     Program,
     Store,
     Tensor,
-    _index,
+    index_symbol,
     Sk,
     b,
     ceil_div,
@@ -68,7 +68,7 @@ from ..ir import (
     walk,
 )
 
-hs = _index("hs")  # the program's share of the group's query heads
+hs = index_symbol("hs")  # the program's share of the group's query heads
 PARTS = {"dK": "dK_part", "dV": "dV_part"}
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Load, Loop, Program, Stmt, Store
-from .place import _op_unit
+from tilegen.core.ir import Load, Loop, Program, Stmt, Store
+from tilegen.passes.place import op_unit
 
 
 def _resources(stmt: Stmt) -> tuple[set[str], set[str]]:
@@ -50,7 +50,7 @@ def _phases(body: tuple[Stmt, ...]) -> list[int]:
     phase: list[int] = []
     unit: list[str | None] = []
     for n, stmt in enumerate(body):
-        own = _op_unit(stmt)
+        own = op_unit(stmt)
         best, best_unit = 0, None
         for m in range(n):
             if not _depends(res[m], res[n]):

@@ -116,7 +116,7 @@ import dataclasses
 
 import sympy
 
-from ..ir import (
+from tilegen.core.ir import (
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
     Bc,
@@ -140,6 +140,15 @@ from ..ir import (
     tensors_read,
     tensors_written,
     walk,
+)
+from tilegen.models.stages import (
+    accessed,
+    handoff_direction,
+    reads_in,
+    stmt_unit,
+    stream_split,
+    unit_stages,
+    writes_in,
 )
 
 
@@ -165,20 +174,6 @@ def mask_cut_tiles_only(program: Program) -> Program:
 
     kernels = tuple(dataclasses.replace(k, body=map_body(k.body, edit)) for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels)
-
-
-def reads_in(stmt: Stmt) -> set[str]:
-    """The buffers ``stmt`` reads, with everything a loop's body reads."""
-    if isinstance(stmt, Loop):
-        return {b for s, _ in walk(stmt.body) for b in s.buffers_read()}
-    return set(stmt.buffers_read())
-
-
-def writes_in(stmt: Stmt) -> set[str]:
-    """The buffers ``stmt`` writes, with everything a loop's body writes."""
-    if isinstance(stmt, Loop):
-        return {b for s, _ in walk(stmt.body) for b in s.buffers_written()}
-    return set(stmt.buffers_written())
 
 
 def wait_at_first_read(program: Program, levels: frozenset[str]) -> Program:
@@ -214,20 +209,9 @@ PIPELINE_SLOTS = 2  # GM slots of a hand-off a pipelined loop passes: tile j + 1
 
 def _fits(kernel, target, env) -> bool:
     """Whether every level's footprint of ``kernel`` fits its usable bytes at the bound sizes ``env``."""
-    from .footprint import kernel_footprints
+    from tilegen.models.footprint import kernel_footprints
 
     return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
-
-
-def stmt_unit(stmt: Stmt, units) -> str | None:
-    """The unit that runs ``stmt`` (the owner of the buffer it loads into, stores from, or writes);
-    ``units``: buffer name -> its unit (``Buffer.unit``)."""
-    if isinstance(stmt, Load):
-        return units.get(stmt.dst)
-    if isinstance(stmt, Store):
-        return units.get(stmt.src)
-    written = stmt.buffers_written()
-    return units.get(written[0]) if written else None
 
 
 def _access(stmt: Stmt, handoff: set[str]) -> tuple[set[str], set[str]]:
@@ -461,16 +445,6 @@ def _signal_groups(program: Program) -> dict[str, frozenset[str]]:
     return {name: frozenset(group) for group in nx.connected_components(links) for name in group}
 
 
-def handoff_direction(program: Program, name: str) -> str:
-    """``c2v`` when the cube stores into hand-off ``name``, else ``v2c``."""
-    for k in program.kernels:
-        units = {b.name: b.unit for b in k.buffers}
-        for s, _ in walk(k.body):
-            if isinstance(s, Store) and s.dst.tensor == name:
-                return "c2v" if units.get(s.src) == "cube" else "v2c"
-    return "v2c"
-
-
 def l0c_pingpong(program: Program, target) -> Program:
     """Set ``MatMul.n_chunk`` in every kernel whose buffers on the target's result level are each
     written by one non-accumulating matmul, stored by the next statement and read by nothing else (see
@@ -478,7 +452,7 @@ def l0c_pingpong(program: Program, target) -> Program:
     bound tile sizes, of balanced widths rounded up to 16 columns: a 128 x 256 product in the 128 KiB L0C
     of the 910B (``targets/ascend910b2.toml``) runs as two chunks of 128 columns. Kernels without such
     products are unchanged."""
-    from ..exprs import evaluate
+    from tilegen.core.exprs import evaluate
 
     level_name = target.placement["result"]
     half = target.level(level_name).usable // 2
@@ -528,16 +502,6 @@ def l0c_pingpong(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 
-def _unit_stages(loop: Loop, units, unit: str) -> tuple[list, list] | None:
-    """``unit``'s statements of a pipelined loop as (earlier stage, later stage), in body order; None
-    where the unit runs fewer than two stages of it."""
-    mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == unit]
-    stages = sorted({g for _, g in mine})
-    if len(stages) != 2:
-        return None
-    return [s for s, g in mine if g == stages[0]], [s for s, g in mine if g == stages[1]]
-
-
 LOOKAHEAD = 2  # each unit's earlier stage two tiles ahead of its later one (three S slots in the forward)
 
 
@@ -561,7 +525,7 @@ def pipeline_lookahead(program: Program, target) -> Program:
         sent: set[str] = set()
         for loop in loops:
             for unit in ("cube", "vector"):
-                split = _unit_stages(loop, units, unit)
+                split = unit_stages(loop, units, unit)
                 if split is None:
                     continue
                 first, later = split
@@ -596,7 +560,7 @@ def receive_ahead(program: Program, target) -> Program:
         for loop, _ in walk(k.body):
             if not (isinstance(loop, Loop) and loop.stages and loop.lookahead >= 2):
                 continue
-            split = _unit_stages(loop, units, "vector")
+            split = unit_stages(loop, units, "vector")
             if split is None:
                 continue
             first, later = split
@@ -631,8 +595,8 @@ def fold_row_reductions(program: Program, target) -> Program:
     2201: ``NewReduceMaxLastNDImpl`` in impl/adv_api/detail/activation/softmax/membase/v220/
     softmax_common_impl/softmax_common_nd_reduce.h first takes the elementwise Max of the 64-column
     blocks of every row, then reduces one 64-column block per row.)"""
-    from ..exprs import evaluate
-    from ..ir import Buffer, RowReduce
+    from tilegen.core.exprs import evaluate
+    from tilegen.core.ir import Buffer, RowReduce
 
     level = target.placement["vector"]
     env = {str(k): v for k, v in program.env}
@@ -696,7 +660,7 @@ def snake_deal(program: Program) -> Program:
     """Set ``Kernel.deal = "snake"`` on every kernel whose innermost grid loop's body holds a tile loop
     with bounds that use that grid loop's variable (see the module docstring); the others keep
     ``"cyclic"``."""
-    from ..ir import grid_loops
+    from tilegen.core.ir import grid_loops
 
     kernels = []
     for k in program.kernels:
@@ -757,91 +721,12 @@ def receive_early(program: Program, target) -> Program:
     return dataclasses.replace(program, kernels=tuple(kernels))
 
 
-@dataclasses.dataclass(frozen=True)
-class StreamSplit:
-    """How a program body runs as a stream (``Kernel.stream``): the body (the innermost grid loop's)
-    is opening statements, one software-pipelined loop (``loop``; or a serial ``head`` loop holding it
-    alone, whose bounds it does not read: the pairs are then (head, tile) in that order) and closing
-    statements. Per unit
-    (``"cube"``, ``"vector"``; the unit's own statements, in body order): ``early`` its statements of the
-    stream that runs the loop's earlier stage (the opening statements that stage needs: those that access
-    a buffer it accesses or a later such statement accesses; then that stage's statements), ``late`` those of the other stream (the other
-    opening statements, which open a program before its first later stage, that stage's statements, the
-    closing statements), and ``cross`` the buffers both streams access per program (not the per-tile
-    copies the loop already carries from one stage to the other): each needs ``lookahead + 1`` copies,
-    one per program in flight."""
-
-    loop: Loop
-    head: Loop | None  # a serial loop (over the query heads of a KV head) whose body is ``loop`` alone
-    early: dict[str, tuple[tuple[Stmt, ...], tuple[Stmt, ...]]]  # unit -> (opening statements, loop stage)
-    late: dict[str, tuple[tuple[Stmt, ...], tuple[Stmt, ...], tuple[Stmt, ...]]]  # unit -> (opening, stage, closing)
-    cross: dict[str, frozenset[str]]
-
-
-def accessed(stmts) -> set[str]:
-    """The buffers ``stmts`` (and the statements nested in them) read or write."""
-    return set().union(*(reads_in(st) | writes_in(st) for st in stmts))
-
-
-def carried(first, later, staged) -> set[str]:
-    """The tiles a pipelined loop carries from a unit's earlier stage (statements ``first``) to its later
-    one (``later``): written in the one, read in the other, and among ``staged`` (several copies)."""
-    return {b for st in first for b in st.buffers_written()} & {b for st in later for b in st.buffers_read()} & set(staged)
-
-
-def stream_split(kernel) -> StreamSplit | None:
-    """The :class:`StreamSplit` of ``kernel``, or None where its program body is not one pipelined loop
-    (``Loop.stages`` on both units, ``Loop.lookahead`` >= 1; alone in a head loop or not) between
-    statements that are not loops, or where an opening or closing statement accesses a tile the loop
-    carries from one stage to the other."""
-    grid = grid_loops(kernel)
-    if not grid:
-        return None
-    body = grid[-1].body
-    at = [n for n, st in enumerate(body) if isinstance(st, Loop)]
-    if len(at) != 1:
-        return None
-    index, loop, head = at[0], body[at[0]], None
-    if not loop.stages and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
-        head, loop = loop, loop.body[0]
-        if head.var in (sympy.sympify(loop.start).free_symbols | sympy.sympify(loop.stop).free_symbols):
-            return None
-    if not loop.stages or loop.lookahead < 1:
-        return None
-    units = {b.name: b.unit for b in kernel.buffers}
-    if any(stmt_unit(st, units) not in ("cube", "vector") for n, st in enumerate(body) if n != index):
-        return None
-    staged = {b.name for b in kernel.buffers if b.stages > 1}
-    early, late, cross = {}, {}, {}
-    for unit in ("cube", "vector"):
-        split = _unit_stages(loop, units, unit)
-        if split is None:  # a unit that runs the loop in one stage: all of it early, its closing late
-            split = ([s for s in loop.body if stmt_unit(s, units) == unit], [])
-        first, later = split
-        mine = [st for st in body[:index] if stmt_unit(st, units) == unit]
-        need, in_a = accessed(first), set()
-        for n in reversed(range(len(mine))):  # an opening statement the earlier stage (or one it needs) depends on
-            if accessed(mine[n:n + 1]) & need:
-                in_a.add(n)
-                need |= accessed(mine[n:n + 1])
-        opening_a = tuple(st for n, st in enumerate(mine) if n in in_a)
-        opening_b = tuple(st for n, st in enumerate(mine) if n not in in_a)
-        closing = tuple(st for st in body[index + 1:] if stmt_unit(st, units) == unit)
-        carry = carried(first, later, staged)
-        if carry & accessed(opening_a + opening_b + closing):
-            return None  # a carried tile's ring holds the stream's newest pairs, not the program's own
-        early[unit] = (opening_a, tuple(first))
-        late[unit] = (opening_b, tuple(later), closing)
-        cross[unit] = frozenset((accessed(opening_a + tuple(first)) & accessed(opening_b + tuple(later) + closing)) - carry)
-    return StreamSplit(loop, head, early, late, cross)
-
-
 def stream_programs(program: Program, target) -> Program:
     """Set ``Kernel.stream`` (see the Kernel docstring) on every kernel of an Ascend target whose program
     body :func:`stream_split` accepts, with ``lookahead + 1`` copies (``Buffer.stages``) of each buffer
     both streams access per program, where the levels still fit with those buffers, and every buffer
     that lives over the whole pipelined loop, live over the whole body (the opening and closing
-    statements run between other programs' pairs; :func:`tilegen.passes.footprint._intervals`); other
+    statements run between other programs' pairs; :func:`tilegen.models.footprint.live_intervals`); other
     kernels are unchanged."""
     if target.placement.get("handoff") != "GM":
         return program
@@ -872,7 +757,7 @@ def receive_free_early(program: Program, target) -> Program:
     over the loop; other loads are unchanged."""
     if target.placement.get("handoff") != "GM":
         return program
-    from .verify import free_early_legal
+    from tilegen.passes.verify import free_early_legal
 
     tensors = {t.name: t for t in program.tensors}
     level = target.placement["vector"]

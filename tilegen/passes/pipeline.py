@@ -13,12 +13,12 @@ import sympy
 import dataclasses
 import functools
 
-from ..build import build_backward, build_forward
-from ..errors import SpecError
-from ..ir import Bc, Br, Program
-from ..spec import AttentionSpec
-from ..targets import target_key
-from .cleanup import (
+from tilegen.core.build import build_backward, build_forward
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import Bc, Br, Program
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import target_key
+from tilegen.passes.cleanup import (
     cleanup,
     drop_stores,
     eliminate_dead,
@@ -26,10 +26,10 @@ from .cleanup import (
     promote_accumulation,
     tidy_names,
 )
-from .fuse import fuse
-from .lower import DQ_TILES, transpose_dq_tiles
-from .strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
-from .verify import verify
+from tilegen.passes.fuse import fuse
+from tilegen.passes.lower import DQ_TILES, transpose_dq_tiles
+from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
+from tilegen.passes.verify import verify
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
 
@@ -56,33 +56,33 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
     if target is None:
         tiles = parse_tile_sizes(tile_sizes) if tile_sizes is not None else default_tiles(spec)
         return log.record("bind-tiles", program.bind(tiles))
-    from ..targets import load_target
-    from .place import place
-    from .tiles import choose_tiles
+    from tilegen.core.targets import load_target
+    from tilegen.passes.place import place
+    from tilegen.passes.tiles import choose_tiles
 
     tgt = load_target(target)
     if tgt.kind == "ascend":
-        from .lower import mask_cut_tiles_only, split_matmul_scale
+        from tilegen.passes.lower import mask_cut_tiles_only, split_matmul_scale
 
         # the cube has no scale factor: S = scale * Q K^T becomes Q K^T, then * scale on the vector unit
         program = log.record("split-matmul-scale", split_matmul_scale(program))
         # the mask's work only on the tiles it cuts (a schedule knob of each Mask, rendered by MaskTile)
         program = log.record("mask-cut-tiles-only", mask_cut_tiles_only(program))
-        from .lower import snake_deal
+        from tilegen.passes.lower import snake_deal
 
         # programs of uneven work (a causal tile loop) dealt over the cores in boustrophedon order
         program = log.record("snake-deal", snake_deal(program))
-        from .lower import write_first_plain
+        from tilegen.passes.lower import write_first_plain
 
         # a workspace tile each program owns: its first store writes it, nothing zeroes it beforehand
         program = log.record("write-first-plain", write_first_plain(program))
-        from .lower import own_tile_epilogue
+        from tilegen.passes.lower import own_tile_epilogue
 
         # a kernel that only finishes those tiles: the epilogue of each owning program
         program = log.record("own-tile-epilogue", own_tile_epilogue(program))
     gm_handoff = tgt.placement.get("handoff") == "GM"
     if gm_handoff:
-        from . import handoff
+        from tilegen.passes import handoff
 
         # the backward's S and dP in one cube step, P and dS in one vector step (statement order)
         program = log.record("unit-phases", handoff.unit_phases(program))
@@ -96,33 +96,33 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
         forced = (tiles[Br], tiles[Bc])
     then = None  # passes whose effect depends on the tiles: the tile search scores candidates after them
     if tgt.kind == "gpu":
-        from .lower import direct_dq
+        from tilegen.passes.lower import direct_dq
 
         then = functools.partial(direct_dq, target=tgt, sinks=spec.sinks)
     program, log.schedule = choose_tiles(program, tgt, forced, then)
     program = log.record("choose-tiles", program, tgt)
     if then is not None:
-        from .tiles import rescheduled
+        from tilegen.passes.tiles import rescheduled
 
         # one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches
         program = log.record("direct-dq", then(program), tgt)
         log.schedule = rescheduled(log.schedule, program, tgt)
     if tgt.kind == "ascend":
-        from .lower import wait_at_first_read
+        from tilegen.passes.lower import wait_at_first_read
 
         # each L1 copy waited for where its tile is first read, not at once (a knob of each Load)
         program = log.record("wait-at-first-read", wait_at_first_read(program, frozenset({tgt.placement["operand"]})), tgt)
-        from .lower import pipeline_handoffs
+        from tilegen.passes.lower import pipeline_handoffs
 
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs
         program = log.record("pipeline-handoffs", pipeline_handoffs(program, tgt), tgt)
-        from .lower import pipeline_lookahead, receive_ahead
+        from tilegen.passes.lower import pipeline_lookahead, receive_ahead
 
         # each unit's earlier stage two tiles ahead of its later one (a third copy and slot)
         program = log.record("pipeline-lookahead", pipeline_lookahead(program, tgt), tgt)
         # the vector's later-stage receive issued beside its earlier stage's work
         program = log.record("receive-ahead", receive_ahead(program, tgt), tgt)
-        from .lower import l0c_pingpong, receive_early, wait_at_rewrite
+        from tilegen.passes.lower import l0c_pingpong, receive_early, wait_at_rewrite
 
         # a hand-off the vector receives under an earlier load's flag copied beside the vector's work
         program = log.record("receive-early", receive_early(program, tgt), tgt)
@@ -132,23 +132,23 @@ def schedule(program: Program, spec: AttentionSpec, target, tile_sizes, log: Pas
 
         # each fresh cube product in column chunks through the two halves of L0C (Fixpipe beside Mmad)
         program = log.record("l0c-pingpong", l0c_pingpong(program, tgt), tgt)
-        from .lower import fold_row_reductions
+        from tilegen.passes.lower import fold_row_reductions
 
         # each row reduction over several 64-column blocks folded to one block first (elementwise)
         program = log.record("fold-row-reductions", fold_row_reductions(program, tgt), tgt)
-        from .lower import stream_programs
+        from tilegen.passes.lower import stream_programs
 
         # a core's programs as one stream of tile pairs: the pipelined loop runs across program boundaries
         program = log.record("stream-programs", stream_programs(program, tgt), tgt)
-        from .lower import receive_free_early
+        from tilegen.passes.lower import receive_free_early
 
         # the vector's receive of the next pair waits only for this pair's last access of the tile
         program = log.record("receive-free-early", receive_free_early(program, tgt), tgt)
-        from .lower import sink_past_free
+        from tilegen.passes.lower import sink_past_free
 
         # the stage's work that does not touch that tile after its last access: beside the next copy
         program = log.record("sink-past-free", sink_past_free(program, tgt), tgt)
-        from .lower import one_launch
+        from tilegen.passes.lower import one_launch
 
         # the program's kernels in one launch, an all-core barrier (SyncAll) between two of them
         program = log.record("one-launch", one_launch(program, tgt), tgt)
@@ -188,7 +188,7 @@ def parse_tile_sizes(tile_sizes) -> dict[sympy.Symbol, int]:
 def _cached(request, log: PassLog, build) -> Program:
     """Run ``build(log)`` through the compile cache; a cached result fills ``log.schedule`` and records
     the final program only (the passes did not run)."""
-    from ..cache import cached
+    from tilegen.core.cache import cached
 
     def run():
         inner = PassLog()
@@ -213,8 +213,8 @@ def compile_forward(
     outermost (a schedule knob, :func:`tilegen.passes.group.heavy_first_forward`); the default leaves
     the program as built.
 
-    Results are cached on disk (:mod:`tilegen.cache`)."""
-    from .group import heavy_first_forward
+    Results are cached on disk (:mod:`tilegen.core.cache`)."""
+    from tilegen.passes.group import heavy_first_forward
 
     log = log if log is not None else PassLog()
     stages = _stages_key(num_stages)
@@ -246,7 +246,7 @@ def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
     if dkv_strategy in (None, DKV_AUTO):
         if target is None:
             return "on-chip"
-        from ..targets import load_target
+        from tilegen.core.targets import load_target
 
         return DKV_AUTO if load_target(target).placement.get("handoff") == "GM" else "on-chip"
     return dkv_strategy
@@ -313,13 +313,13 @@ def compile_backward(
     (``same`` or ``transposed``) the separate strategy's ``dq`` kernel's
     (:func:`tilegen.passes.lower.transpose_dq_tiles`); the defaults leave the program as built.
 
-    Results are cached on disk (:mod:`tilegen.cache`).
+    Results are cached on disk (:mod:`tilegen.core.cache`).
 
     Raises:
         SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
             of G, or knobs on an unfused program, or ``dq_tiles`` unknown or ``transposed`` where the
             program has no separate ``dq`` kernel it applies to."""
-    from .group import check_split, split_group
+    from tilegen.passes.group import check_split, split_group
 
     log = log if log is not None else PassLog()
     if dq_strategy not in DQ_STRATEGIES:
@@ -333,7 +333,7 @@ def compile_backward(
     if dq_tiles != "same" and (not fused or dq_strategy != "separate"):
         raise SpecError("dq_tiles", dq_tiles, "'same' unless the backward is fused with the separate dQ strategy (the dq kernel it transposes)")
     if dq_tiles != "same" and target is not None:
-        from ..targets import load_target
+        from tilegen.core.targets import load_target
 
         if load_target(target).placement.get("handoff") == "GM":
             # unit_phases (after this pass) gives main and dq one set of Br x Bc hand-off tiles
@@ -365,12 +365,12 @@ def compile_backward(
 
 def _auto_dkv(spec, fused, dq_strategy, target, tile_sizes, log: PassLog, num_stages, group_split=1, heavy_first=False, dq_tiles="same") -> Program:
     """``dkv_strategy="auto"`` on a GM hand-off target: the atomic program when the cost model
-    (:func:`tilegen.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
+    (:func:`tilegen.models.cost.predict`, the figure :func:`~tilegen.passes.tiles.choose_tiles` ranks tiles
     by) predicts its schedule faster than the on-chip one's, whose tiles the accumulators held in L0C
     bound (it is, from a few thousand tokens: larger tiles), or when no tile size fits the on-chip
     one; else the on-chip program (a kernel fewer, deterministic: the small specs, where the
     launches dominate). Both compiles go through the cache; ``log`` gets the chosen one's."""
-    from ..errors import ScheduleError
+    from tilegen.core.errors import ScheduleError
 
     logs = {name: PassLog() for name in ("on-chip", "atomic")}
 

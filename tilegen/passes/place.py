@@ -29,8 +29,8 @@ import dataclasses
 
 import sympy
 
-from ..errors import ScheduleError
-from ..ir import (
+from tilegen.core.errors import ScheduleError
+from tilegen.core.ir import (
     Access,
     Buffer,
     Elementwise,
@@ -47,10 +47,10 @@ from ..ir import (
     Tensor,
     walk,
 )
-from ..targets import Target
+from tilegen.core.targets import Target
 
 
-def _op_unit(stmt: Stmt) -> str | None:
+def op_unit(stmt: Stmt) -> str | None:
     if isinstance(stmt, MatMul):
         return "cube"
     if isinstance(stmt, (Elementwise, RowReduce, Mask, ModOp)):
@@ -66,7 +66,7 @@ def _accesses(kernel: Kernel) -> dict[str, list[tuple[int, Stmt, str | None]]]:
         if isinstance(stmt, Loop):
             continue
         for name in dict.fromkeys(stmt.buffers_read() + stmt.buffers_written()):
-            out.setdefault(name, []).append((position, stmt, _op_unit(stmt)))
+            out.setdefault(name, []).append((position, stmt, op_unit(stmt)))
         position += 1
     return out
 
@@ -151,7 +151,7 @@ def _split_mixed(kernel: Kernel, program: Program) -> tuple[Kernel, list[Tensor]
 
 
 def _rename_in(stmt: Stmt, names: dict[str, str]) -> Stmt:
-    from ..ir import rename_buffers
+    from tilegen.core.ir import rename_buffers
 
     return rename_buffers(stmt, names)
 

@@ -2,10 +2,10 @@
 
 Candidates are the target's ``[tiles]`` lists (multiples of its hardware granule); a candidate larger
 than needed to cover a sequence (when a smaller candidate already covers it) is skipped. For each
-candidate the program is bound, its footprints (:mod:`tilegen.passes.footprint`) are evaluated per
+candidate the program is bound, its footprints (:mod:`tilegen.models.footprint`) are evaluated per
 level and kernel, and it is rejected with the level and the bytes by which it overflows when any
 level's peak exceeds the level's usable capacity; the feasible ones are scored with the cost model
-(:func:`tilegen.cost.predict`; on a GPU target with a ``[gpu_model]`` table, :func:`tilegen.cost.predict_gpu`
+(:func:`tilegen.models.cost.predict`; on a GPU target with a ``[gpu_model]`` table, :func:`tilegen.models.cost.predict_gpu`
 at the target's default ``num_warps``, which is what a kernel without a measured ``[[triton.schedule]]``
 row launches with: the roofline ties every Br there, this model does not). The fastest wins; ties go to
 the larger tile area, then the larger Br, so the choice is deterministic.
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..cost import Prediction, predict, predict_gpu, uses_gpu_model
-from ..errors import NoTileFits, ScheduleError
-from ..ir import Bc, Br, Program
-from ..targets import Target
-from .footprint import Footprint, footprints
+from tilegen.models.cost import Prediction, predict, predict_gpu, uses_gpu_model
+from tilegen.core.errors import NoTileFits, ScheduleError
+from tilegen.core.ir import Bc, Br, Program
+from tilegen.core.targets import Target
+from tilegen.models.footprint import Footprint, footprints
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from collections import Counter
 
 import sympy
 
-from ..errors import VerifyError
-from ..ir import (
+from tilegen.core.errors import VerifyError
+from tilegen.core.ir import (
     DEALS,
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
@@ -239,7 +239,7 @@ class _Checker:
             if d.dtype != "fp32":
                 self.fail(k, f"`{_fmt(stmt)}`: the accumulator {d.name} must be fp32, is {d.dtype}")
         elif isinstance(stmt, Elementwise):
-            from ..ir import ELEMENTWISE_OPS
+            from tilegen.core.ir import ELEMENTWISE_OPS
 
             if stmt.op not in ELEMENTWISE_OPS:
                 self.fail(k, f"`{_fmt(stmt)}`: unknown op {stmt.op}")
@@ -297,7 +297,7 @@ class _Checker:
 
 
 def _fmt(stmt) -> str:
-    from ..printer import fmt_stmt
+    from tilegen.core.printer import fmt_stmt
 
     return fmt_stmt(stmt)
 
@@ -317,7 +317,7 @@ def verify(program: Program, where: str = "?", target=None) -> Program:
 
 
 def _check_target(program: Program, where: str, target) -> None:
-    from .footprint import footprints
+    from tilegen.models.footprint import footprints
 
     levels = {lvl.name: lvl for lvl in target.levels}
     for kernel in program.kernels:

@@ -1,6 +1,6 @@
 """Pictures of a schedule: ``tilegen inspect --plot FILE`` (PNG or SVG, by the file's extension).
 
-One figure, drawn from the numbers :func:`tilegen.report.inspect_report` already computes (no count is
+One figure, drawn from the numbers :func:`tilegen.harness.report.inspect_report` already computes (no count is
 made here twice):
 
 - per program (forward, backward), the (Q tile, K/V tile) pairs by class (:func:`tile_classes`):
@@ -23,7 +23,7 @@ grid ever being allocated.
 
 With a mask mod, :func:`plot_inspect` draws the block classes of one (b, h) instead (when known before
 the run), and :func:`plot_tiles_map` (``tilegen inspect --tiles-map FILE``) draws them alone, one
-panel per program, in tile indices (Q tile, K/V tile), as :func:`tilegen.analysis.block_classes`
+panel per program, in tile indices (Q tile, K/V tile), as :func:`tilegen.models.analysis.block_classes`
 computes them.
 
 matplotlib is the ``plot`` extra (``pip install tilegen[plot]``); it is imported only when drawing, on
@@ -37,13 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SpecError, TilegenError
+from tilegen.core.errors import SpecError, TilegenError
+from tilegen.core.spec import visible_band
 
 SKIPPED, MASKED, VISITED = 0, 1, 2
 CLASS_NAMES = {VISITED: "visited", MASKED: "masked", SKIPPED: "skipped"}
 MAX_CELLS = 512
 FORMATS = (".png", ".svg")
-_UNBOUNDED = 1 << 62  # stands for ±infinity in int64 arithmetic (positions are far below 2^62)
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,6 @@ class TileGrid:
         return self.cells.shape != (self.q_tiles, self.kv_tiles)
 
 
-def _band(seq_q: int, seq_k: int, window, alignment: str) -> tuple[int, int]:
-    """[dl, dh]: the visible values of c − r (DESIGN §3), ±_UNBOUNDED where a side is unbounded."""
-    left, right = window
-    off = seq_k - seq_q if alignment == "bottom_right" else 0
-    return (off - left if left >= 0 else -_UNBOUNDED), (off + right if right >= 0 else _UNBOUNDED)
-
-
 def _edges(n: int, cells: int) -> np.ndarray:
     k = min(n, cells)
     return (np.arange(k + 1, dtype=np.int64) * n) // k
@@ -89,7 +82,7 @@ def tile_classes(seq_q: int, seq_k: int, br: int, bc: int, window=(-1, -1), alig
         seq_q, seq_k: Sq, Sk (tokens, ≥ 1); br, bc: tile sizes (≥ 1); window: (left, right), −1 unbounded;
         alignment: "bottom_right" or "top_left"; max_cells: the most cells drawn per side (≥ 1).
     """
-    dl, dh = _band(seq_q, seq_k, window, alignment)
+    dl, dh = visible_band(seq_q, seq_k, window, alignment)
     nq, nk = -(-seq_q // br), -(-seq_k // bc)
     # exact counts: per Q tile, the K/V tiles with a visible pair, and those with all pairs visible
     i = np.arange(nq, dtype=np.int64)
@@ -241,9 +234,9 @@ def _matplotlib():
 
 
 def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_maps: list[dict] | None = None) -> Path:
-    """Draw ``report`` (:func:`tilegen.report.inspect_report`'s dict) to ``path`` (.png or .svg).
+    """Draw ``report`` (:func:`tilegen.harness.report.inspect_report`'s dict) to ``path`` (.png or .svg).
 
-    ``block_maps`` (one per program, :func:`tilegen.report.tiles_map_data`) replaces the window's tile
+    ``block_maps`` (one per program, :func:`tilegen.harness.report.tiles_map_data`) replaces the window's tile
     classes by a mask mod's block classes of one (b, h): full drawn as visited, partial as masked,
     empty as skipped.
 
@@ -360,7 +353,7 @@ PIPE_COLORS = {"S": "#7f7f7f", "MTE1": "#9467bd", "MTE2": "#1f77b4", "MTE3": "#1
 
 def plot_timeline(report: dict, path: str) -> Path:
     """Draw one AI Core's pipes as a Gantt chart per program of ``report``
-    (:func:`tilegen.report.timeline_report`): the simulated block of the program's slowest kernel (of a
+    (:func:`tilegen.harness.report.timeline_report`): the simulated block of the program's slowest kernel (of a
     streamed kernel, the core that ran one head's instances as one stream), one row per pipe of its AIC and of its first AIV (the second mirrors it), a bar per instruction's work
     (flag waits are the gaps), time in µs. At most :data:`GANTT_ITEMS` instructions are drawn, the
     first ones in time (the title then says up to when).

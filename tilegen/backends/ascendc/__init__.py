@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 import jinja2
 import sympy
 
-from .. import dtypes
-from . import Generated, launch_label, with_manifest, write  # noqa: F401  (write: re-exported for callers)
-from ..errors import SpecError, TargetError
-from ..exprs import evaluate
-from ..analysis import target_l2_reuse
-from .. import ir
-from ..ir import (
+from tilegen.core import dtypes
+from tilegen.backends.output import Generated, launch_label, with_manifest
+from tilegen.core.errors import SpecError, TargetError
+from tilegen.core.exprs import evaluate
+from tilegen.models.analysis import target_l2_reuse
+from tilegen.core import ir
+from tilegen.core.ir import (
     Access,
     Buffer,
     Elementwise,
@@ -50,14 +50,14 @@ from ..ir import (
     grid_loops,
     walk,
 )
-from . import ascendc_mods as AM
-from .. import mods as M
-from ..passes import pipeline
-from ..passes.footprint import buffer_bytes, plan
-from ..passes.lower import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
-from ..resources import data_dir
-from ..spec import AttentionSpec
-from ..targets import Target, load_target
+from tilegen.backends.ascendc import mods as AM
+from tilegen.core import mods as M
+from tilegen.passes import pipeline
+from tilegen.models.footprint import buffer_bytes, plan
+from tilegen.models.stages import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
+from tilegen.core.resources import data_dir
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import Target, load_target
 
 CTYPE = {"fp16": "half", "bf16": "bfloat16_t", "fp32": "float", "int32": "int32_t"}
 SHAPE_NAMES = ("B", "Hq", "Hkv", "G", "Sq", "Sk")
@@ -204,7 +204,7 @@ class FieldUse:
 
 
 def _sizes(spec: AttentionSpec) -> dict[str, int]:
-    from ..build import shape_env
+    from tilegen.core.build import shape_env
 
     return {str(k): v for k, v in shape_env(spec).items()}
 
@@ -358,7 +358,7 @@ class _Lower:
             raise TargetError(f"kernel {kernel.name} mixes chunked and whole products (MatMul.n_chunk): L0C is either the halves of tilegen::Cube or the planned accumulators")
 
     def l2_resident(self, stmt) -> bool:
-        """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.analysis.l2_reuse`)."""
+        """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.models.analysis.l2_reuse`)."""
         return self.l2 is not None and id(stmt) in self.l2.stmts
 
     # descriptor fields: ``field`` takes at most ``value`` (an expression of the sizes, see FIELDS)
@@ -501,7 +501,7 @@ class _Lower:
 
     def grad_width(self, term: int) -> int:
         """Entries of parameter-gradient term ``term``'s per-tile window (tilegen.mods.grad_window)."""
-        from ..mods import grad_window
+        from tilegen.core.mods import grad_window
 
         g = self.program.mods.grads[term]
         widths, _ = grad_window(g, self.program.mods.param(g.param), ir.Br, ir.Bc)
@@ -599,9 +599,9 @@ def _stmts(body):
 
 
 def _live_spans(kernel: Kernel, level: str):
-    from ..passes.footprint import _intervals
+    from tilegen.models.footprint import live_intervals
 
-    intervals = _intervals(kernel)
+    intervals = live_intervals(kernel)
     return [(b, *intervals[b.name]) for b in kernel.buffers if b.scope == level and b.name in intervals]
 
 
@@ -1272,7 +1272,7 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
             body.append({"i": "distance_dot", "center": cint(M.Q_IDX + t.K), "cols": cols, "cpad": cpad})
             post.append({"i": "acc_out", "scale": cfloat(t.k)})
         else:
-            from ..mods import grad_window
+            from tilegen.core.mods import grad_window
 
             g = mods.grads[stmt.term]
             _, origins = grad_window(g, mods.param(g.param), ir.Br, ir.Bc)
@@ -1527,7 +1527,7 @@ def reduce_partials(program: Program, partials: dict) -> dict:
     tiles reduced in fixed order (:func:`tilegen.mods.param_grads`); deterministic."""
     import numpy as np
 
-    from ..mods import param_grads
+    from tilegen.core.mods import param_grads
 
     halves = {k: np.asarray(v, dtype=np.float64) for k, v in partials.items()}
     return param_grads(program, {k: v[..., 0, :] + v[..., 1, :] for k, v in halves.items()})
@@ -1550,9 +1550,9 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
         TargetError: the target is not an Ascend 910B one (generation is for NPU arch 2201); the
             message lists the targets that are.
         SpecError: the spec needs something the backend does not lower (fp32 inputs on the cube, a score
-            or mask mod outside the forms of :mod:`tilegen.backends.ascendc_mods`; names the construct).
+            or mask mod outside the forms of :mod:`tilegen.backends.ascendc.mods`; names the construct).
     """
-    from ..targets import target_names
+    from tilegen.core.targets import target_names
 
     tgt = load_target(target)
     if tgt.kind != "ascend" or not tgt.generate:
@@ -1590,7 +1590,7 @@ def generate(
     :data:`FIELDS`); those that depend on a run-time size become the host checks of ``tiling.h``
     (``TilegenRefusal``), which the torch binding and the twin harness apply before a launch.
     ``tile_sizes`` (Br, Bc) forces the tile sizes of both programs (they must fit). ``dkv_strategy``:
-    how the backward reduces dK, dV (:data:`tilegen.passes.strategies.DKV_STRATEGIES`; None or
+    how the backward reduces dK, dV (:data:`tilegen.core.strategies.DKV_STRATEGIES`; None or
     ``"auto"``: ``"atomic"`` on the 910B).
 
     Raises:

@@ -83,9 +83,9 @@ from typing import Any
 
 import sympy
 
-from . import Generated, with_manifest
-from ..errors import ScheduleError, SpecError, TargetError
-from ..ir import (
+from tilegen.backends.output import Generated, with_manifest
+from tilegen.core.errors import ScheduleError, SpecError, TargetError
+from tilegen.core.ir import (
     Access,
     Bc,
     Br,
@@ -109,13 +109,13 @@ from ..ir import (
     grid_loops,
     walk,
 )
-from ..ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
-from ..ir import i as I_TILE, j as J_TILE
-from ..passes import pipeline
-from ..exprs import next_pow2
-from ..resources import data_dir
-from ..spec import AttentionSpec
-from ..targets import Target, load_target, target_key
+from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+from tilegen.core.ir import i as I_TILE, j as J_TILE
+from tilegen.passes import pipeline
+from tilegen.core.exprs import next_pow2
+from tilegen.core.resources import data_dir
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import Target, load_target, target_key
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
@@ -1157,7 +1157,7 @@ class KernelLowering:
     def _mod_names(self, row0, col0, shape, transposed: bool, indent: int, score: str | None = None, flat: bool = False) -> dict:
         """Assign the tile's query rows and key columns (``q_idx``, ``kv_idx``: broadcast to the tile's
         orientation; ``q_idx1``, ``kv_idx1``: 1-d) and map the mod language's symbols to code."""
-        from .. import mods as M
+        from tilegen.core import mods as M
 
         rows = f"({TRITON_EXPR(row0)} + tl.arange(0, {self.width(shape[0])}))"
         cols = f"({TRITON_EXPR(col0)} + tl.arange(0, {self.width(shape[1])}))"
@@ -1196,7 +1196,7 @@ class KernelLowering:
         return conds
 
     def modop(self, s: ModOp, indent: int, unmasked: bool) -> None:
-        from .. import mods as M
+        from tilegen.core import mods as M
 
         mods = self.program.mods
         sid = id(s)
@@ -1239,7 +1239,7 @@ class KernelLowering:
     def _pgrad(self, s: ModOp, indent: int, shape, t: bool, names: dict, pr: "ModPrinter", g: str) -> None:
         """gp [W] = the tile's partial of gradient term ``s.term``: Σ of dS′·coef binned by the
         parameter index minus the window's origin (row-major over the window's widths)."""
-        from .. import mods as M
+        from tilegen.core import mods as M
 
         mods = self.program.mods
         term = mods.grads[s.term]
@@ -1609,7 +1609,7 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
     """What the module's host code needs of the mods: the parameters (shapes, dtypes, values), whether
     the mask reads indices alone, the block tables' shapes, and per gradient term of the backward its
     window (widths, origins as Python code of the tile indices b, h, i, j) for the fixed-order reduction."""
-    from .. import mods as M
+    from tilegen.core import mods as M
 
     mods = spec.mods
     sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
@@ -1702,8 +1702,8 @@ _LOADED: dict[tuple, Any] = {}
 
 def cache_dir() -> Path:
     """Where :func:`load` keeps generated modules: ``triton/`` in tilegen's cache folder
-    (``$TILEGEN_CACHE_DIR``, default ``~/.cache/tilegen``; see :mod:`tilegen.cache`)."""
-    from ..cache import folder
+    (``$TILEGEN_CACHE_DIR``, default ``~/.cache/tilegen``; see :mod:`tilegen.core.cache`)."""
+    from tilegen.core.cache import folder
 
     return folder() / "triton"
 
@@ -1727,7 +1727,7 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
     hit = _LOADED.get(key)
     if hit is not None:
         return hit
-    from ..fileio import write_atomic
+    from tilegen.core.fileio import write_atomic
 
     source = render(spec, target, dq_strategy, tile_sizes, knobs, dq_tiles)
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # tilegen/
 
 
 def data_dir(name: str) -> Path:
@@ -27,3 +27,8 @@ def data_dir(name: str) -> Path:
 def specs_dir() -> Path:
     """The folder of built-in spec files (``tilegen/specs``)."""
     return _PACKAGE / "specs"
+
+
+def package_dir() -> Path:
+    """The ``tilegen`` package folder (its C++ data: ``twin/``; its sources, which the compile cache hashes)."""
+    return _PACKAGE

@@ -33,9 +33,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .dtypes import DTYPES, itemsize
-from .errors import MissingFieldError, SpecError, SpecErrors
-from .resources import specs_dir
+from tilegen.core.dtypes import DTYPES, itemsize
+from tilegen.core.errors import MissingFieldError, SpecError, SpecErrors
+from tilegen.core.resources import specs_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -183,7 +183,7 @@ class AttentionSpec:
     @property
     def mods(self):
         """The parsed :class:`tilegen.mods.ModSet`, or None without mods."""
-        from .mods import modset_from_spec
+        from tilegen.core.mods import modset_from_spec
 
         return modset_from_spec(self)
 
@@ -351,7 +351,7 @@ def _check_mods(spec: AttentionSpec, where: str | None) -> None:
             raise SpecError(field, getattr(spec, field), "an expression string of the mod language, or absent", where)
     if spec.params == () and not spec.score_mod and not spec.mask_mod:
         return  # no mods: the mod language (sympy) is not imported
-    from .mods import ModError, ParamDecl, parse
+    from tilegen.core.mods import ModError, ParamDecl, parse
 
     if not isinstance(spec.params, tuple) or not all(isinstance(p, ParamDecl) for p in spec.params):
         raise SpecError("params", spec.params, "a tuple of tilegen.mods.ParamDecl", where)
@@ -389,7 +389,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
 
     Raises:
         SpecError: an unknown key (with the closest known one), a missing field, a wrong type or an
-            invalid value. When several fields are wrong, a :class:`~tilegen.errors.SpecErrors` lists
+            invalid value. When several fields are wrong, a :class:`~tilegen.core.errors.SpecErrors` lists
             every one (one line each); the rules across fields (heads_kv divides heads_q, the tensor
             size, the mask leaving a row visible) are checked once every field is valid on its own.
     """
@@ -400,7 +400,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
     copies: set[str] = set()  # fields set from another one (a shorthand, heads_kv = heads_q): checked once
     allowed = (_FIELDS - {"window"}) | set(_SHORTHANDS) | {"mask", "window"}
     if "params" in data:
-        from .mods import parse_param_decls
+        from tilegen.core.mods import parse_param_decls
 
         try:
             data["params"] = parse_param_decls(data["params"], where)
@@ -511,3 +511,13 @@ def builtin_spec(name: str) -> AttentionSpec:
     if name not in specs:
         raise SpecError("spec", name, "one of " + ", ".join(specs), None)
     return load_spec(specs[name])
+
+
+UNBOUNDED = 1 << 62  # stands for ±infinity in int64 arithmetic (positions are far below 2^62)
+
+
+def visible_band(seq_q: int, seq_k: int, window, alignment: str) -> tuple[int, int]:
+    """[dl, dh]: the visible values of c − r (DESIGN §3), ±UNBOUNDED where a side is unbounded."""
+    left, right = window
+    off = seq_k - seq_q if alignment == "bottom_right" else 0
+    return (off - left if left >= 0 else -UNBOUNDED), (off + right if right >= 0 else UNBOUNDED)

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import sympy
 
-from . import dtypes
-from .exprs import UnboundSymbol, evaluate
-from .ir import Elementwise, Kernel, Load, Loop, Mask, MatMul, ModOp, Program, RowReduce, Store, grid_loops, walk
+from tilegen.core import dtypes
+from tilegen.core.exprs import UnboundSymbol, evaluate
+from tilegen.core.ir import Elementwise, Kernel, Load, Loop, Mask, MatMul, ModOp, Program, RowReduce, Store, grid_loops, walk
 
 UNIFORM_ROLES = ("batch", "head", "head_split")  # loops whose every trip does the same work
 
@@ -325,7 +325,7 @@ class BlockClasses:
     """The class of every (Q tile, K/V tile) pair of a program with a mask mod (DESIGN §2, §3).
 
     Attributes:
-        table: uint8 [Bm, Hm, nQ, nK] of 0 empty / 1 partial / 2 full (``BLOCK_*`` of :mod:`tilegen.ir`;
+        table: uint8 [Bm, Hm, nQ, nK] of 0 empty / 1 partial / 2 full (``BLOCK_*`` of :mod:`tilegen.core.ir`;
             Bm = B only if the mask reads b, Hm = Hq only if it reads h), or None when not computed.
         source: where the classes come from, in words (``compile time``, the spec's parameter values,
             or why they are run-time only).
@@ -357,7 +357,7 @@ def _three_valued(expr, corners, point):
     evaluates an index expression."""
     import sympy
 
-    from .mods import KV_IDX, Q_IDX
+    from tilegen.core.mods import KV_IDX, Q_IDX
 
     shape = np.broadcast_shapes(*(np.shape(c[0]) for c in corners), *(np.shape(c[1]) for c in corners))
     if expr is sympy.true or expr == sympy.true:
@@ -426,7 +426,7 @@ def block_classes(mods, *, sizes: dict, window, offset: int, br: int, bc: int, p
     """
     import sympy
 
-    from . import mods as M
+    from tilegen.core import mods as M
 
     b_, hq, sq, sk = int(sizes["B"]), int(sizes["Hq"]), int(sizes["Sq"]), int(sizes["Sk"])
     dep_b, dep_h = mods.mask_depends()
@@ -494,7 +494,7 @@ def program_block_classes(program: Program, params=None) -> BlockClasses | None:
         if reads and all(decls[n].values is not None for n in reads):
             params = {n: np.asarray(decls[n].values).reshape(decls[n].concrete_shape(sizes)) for n in reads}
     offset = int(evaluate(program.mask.offset, env))
-    return _cached_classes(mods, tuple(sorted(sizes.items())), (program.mask.left, program.mask.right), offset, env["Br"], env["Bc"], params, source)
+    return cached_classes(mods, tuple(sorted(sizes.items())), (program.mask.left, program.mask.right), offset, env["Br"], env["Bc"], params, source)
 
 
 _CLASS_CACHE: dict = {}
@@ -518,7 +518,7 @@ def aggregate_classes(base: np.ndarray, fr: int, fc: int) -> np.ndarray:
     return np.where(hi == 0, 0, np.where(lo == 2, 2, 1)).astype(np.uint8)
 
 
-def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
+def cached_classes(mods, sizes, window, offset, br, bc, params, source):
     """block_classes memoised on its arguments (parameter arrays by content): the schedule pass asks for
     the classes once per candidate and program. For a mask evaluated element by element (one that
     reads parameters, or non-affine index functions: floor, %, abs, min, max, where), tile sizes that
@@ -539,7 +539,7 @@ def _cached_classes(mods, sizes, window, offset, br, bc, params, source):
         # evaluated element by element, once, on the base table
         dense = bool(mods.mask.has(sympy.Indexed, sympy.floor, sympy.ceiling, sympy.Mod, sympy.Abs, sympy.Min, sympy.Max, sympy.Piecewise))
         if dense and (br, bc) != (g, g) and br % g == 0 and bc % g == 0 and base_tiles <= BASE_LIMIT:
-            base = _cached_classes(mods, sizes, window, offset, g, g, params, source)
+            base = cached_classes(mods, sizes, window, offset, g, g, params, source)
             if base.known:
                 hit = BlockClasses(aggregate_classes(base.table, br // g, bc // g), base.source, base.scale)
         if hit is None:
@@ -577,10 +577,10 @@ class L2Reuse:
 def l2_reuse(program: Program, kernel: Kernel, cores: int, l2_bytes: int) -> L2Reuse:
     """The GM accesses of ``kernel`` whose regions are re-accessed within its launch (:class:`L2Reuse`).
 
-    This is the rule the emitted-code cost model (:mod:`tilegen.cost`) uses to price a re-accessed
+    This is the rule the emitted-code cost model (:mod:`tilegen.models.cost`) uses to price a re-accessed
     region at the L2 rates: in the forward every Q-tile instance reads the same K and V tiles, in the
     backward every K/V-tile instance reads the same Q, dO, L and D tiles and adds into the same dQ rows.
-    The timeline (:mod:`tilegen.timeline`) finds the same accesses independently, from the byte ranges
+    The timeline (:mod:`tilegen.backends.ascendc.timeline`) finds the same accesses independently, from the byte ranges
     of the twin's trace. ``cores``: the launch's parallel units; ``l2_bytes``: the L2 size in bytes
     (910B2: 192 MiB, CANN's Ascend910B2.ini ``l2_size``).
     """

@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import SpecError, TilegenError
-from ..exprs import evaluate
-from ..spec import AttentionSpec
+from tilegen.core import dtypes
+from tilegen.core.errors import SpecError, TilegenError
+from tilegen.core.exprs import evaluate
+from tilegen.core.resources import package_dir
+from tilegen.core.spec import AttentionSpec
 
-TWIN_INCLUDE = Path(__file__).resolve().parent.parent / "twin" / "include"
-CCE_DIR = Path(__file__).resolve().parent.parent / "twin" / "cce"
+TWIN_INCLUDE = package_dir() / "twin" / "include"
+CCE_DIR = package_dir() / "twin" / "cce"
 REAL_CXX = "clang++-16"  # the real-API twin needs clang (x86 GS address space, _Float16); $TILEGEN_CLANG overrides
 
 
@@ -267,7 +268,7 @@ def run_attention(
         dtype, L float32); with a mask mod, the forward's dict has the block table ``BM`` its classify
         kernel wrote; with float parameters or sinks, the backward's has ``dparams`` (name → fp32
         gradient, reduced on the host in fixed order; ``"sinks"``: dσ_h = −Σ_rows exp(σ_h − L)·D over the
-        rows inside a sequence, :func:`tilegen.api.sink_grad`). In a packed batch (``spec.packed_ids``)
+        rows inside a sequence, :func:`tilegen.core.sinks.sink_grad`). In a packed batch (``spec.packed_ids``)
         the rows outside every sequence hold what the harness put there (NaN): the kernels never write
         them.
 
@@ -286,14 +287,14 @@ def run_attention(
     params = dict(params or {})
     sinks = params.pop("sinks", None)
     if spec.sinks:
-        from ..api import _check_sinks
+        from tilegen.core.sinks import check_sinks
 
         if sinks is None:
             raise SpecError("params[sinks]", None, f"a float32 array of shape [{spec.heads_q}] for a spec with sinks")
-        sinks = _check_sinks(np.asarray(sinks), spec.heads_q)
+        sinks = check_sinks(np.asarray(sinks), spec.heads_q)
     if mods is not None:
-        from . import ascendc
-        from ..mods import check_param_arrays
+        from tilegen.backends import ascendc
+        from tilegen.core.mods import check_param_arrays
 
         if programs is None:
             programs = [p.program for p in ascendc.plan_programs(spec)[1]]
@@ -325,7 +326,7 @@ def run_attention(
     if partials:
         bwd["dparams"] = ascendc.reduce_partials(programs[1], {n: bwd[n] for n in partials})
     if spec.sinks:
-        from ..api import sink_grad
+        from tilegen.core.sinks import sink_grad
 
         rows = None
         if spec.packed_ids:

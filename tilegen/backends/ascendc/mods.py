@@ -24,7 +24,7 @@ row (count-form vector calls of ``cpad`` elements on one row at a time, so the s
   host adds the two halves and reduces the tiles in fixed order (:func:`tilegen.mods.param_grads`):
   deterministic, no atomics.
 
-Anything else is refused at generate time with a :class:`~tilegen.errors.SpecError` naming the
+Anything else is refused at generate time with a :class:`~tilegen.core.errors.SpecError` naming the
 construct. Values are exact where they are integers: indices pass through float32 compares, exact up to
 2^24 (the ``MaskTile_index`` field obligation).
 """
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from .. import mods as M
-from ..errors import SpecError, TargetError
+from tilegen.core import mods as M
+from tilegen.core.errors import SpecError, TargetError
 
 # names the emitted C++ gives the mod language's indices (grid variables b, hq; the row's query index q)
 _B, _H, _Q = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("b", "hq", "q"))

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, reference
-from .backends.interp import Measurement, interpret
-from .check import Comparison, compare, longest_sum, lse_rel_floor
-from .errors import SpecError
-from .ir import Program
-from .passes import pipeline
-from .spec import AttentionSpec
+from tilegen.core import dtypes, reference
+from tilegen.backends.interp import Measurement, interpret
+from tilegen.harness.check import Comparison, compare, longest_sum, lse_rel_floor
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import Program
+from tilegen.passes import pipeline
+from tilegen.core.spec import AttentionSpec
 
 INPUTS = ("Q", "K", "V", "dO")  # the tensors a run is fed (logical BNSD)
 REFERENCE_BUDGET_BYTES = 3 << 30  # the dense float64 reference holds a few [B, Hq, Sq, Sk] arrays
@@ -83,15 +83,15 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
     Raises:
         ModError: a given array of the wrong shape or dtype kind, or a name no mod reads.
     """
-    from .api import _check_sinks
-    from .mods import check_param_arrays
+    from tilegen.core.sinks import check_sinks
+    from tilegen.core.mods import check_param_arrays
 
     mods = spec.mods
     given = dict(given or {})
     sinks, notes = None, []
     if spec.sinks:
         if "sinks" in given:
-            sinks = _check_sinks(np.asarray(given.pop("sinks")), spec.heads_q)
+            sinks = check_sinks(np.asarray(given.pop("sinks")), spec.heads_q)
             notes.append(f"sinks [{spec.heads_q}] given")
         else:
             sinks = (SINK_SCALE * np.random.default_rng([seed, 2]).standard_normal(spec.heads_q)).astype(np.float32)
@@ -166,20 +166,20 @@ def validate_run(
     if dq_strategy not in pipeline.DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
     if target is not None:
-        from .targets import load_target
+        from tilegen.core.targets import load_target
 
         load_target(target)
     if data is not None:
         cast_inputs(spec, data)
     if twin_target is not None:
-        from .backends import ascendc
+        from tilegen.backends import ascendc
 
         ascendc.check_request(spec, twin_target)
         if tile_sizes is not None:  # the twin's kernels take the forced tiles too: they must fit its target
             pipeline.compile_forward(spec, target=twin_target, tile_sizes=tile_sizes)
             pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=twin_target, tile_sizes=tile_sizes)
     if asc_devkit is not None:
-        from .backends import twin
+        from tilegen.backends.ascendc import twin
 
         twin.check_devkit(asc_devkit)
 
@@ -220,12 +220,12 @@ def compile_run(
             program = pipeline.compile_backward(spec, fused=form == "fused", dq_strategy=dq_strategy, tile_sizes=tile_sizes)
             out[program_label(form, dq_strategy)] = (program, source)
         return out
-    from .targets import load_target
+    from tilegen.core.targets import load_target
 
     tgt = load_target(target)
     checked = f"given by the caller, checked against {tgt.name}'s on-chip capacities"
     if tgt.kind == "gpu":
-        from .backends import triton
+        from tilegen.backends import triton
 
         fwd_s, bwd_s = triton.schedule(spec, tgt, dq_strategy, tile_sizes)
         fwd = (fwd_s.program, checked if fwd_s.given else f"{tgt.name}: {fwd_s.tiles_source()}")
@@ -288,10 +288,10 @@ def check_spec(
         progress: called as ``progress(program label, kernel, trips done, trips in all)`` while the
             interpreter runs (see :func:`tilegen.backends.interp.interpret`).
 
-    With mods or sinks the truth is :func:`tilegen.reference.mod_attention` (float64 torch, autograd)
-    and the plain one :func:`tilegen.reference.plain_mod_attention`; the gradient of every fp32
+    With mods or sinks the truth is :func:`tilegen.core.reference.mod_attention` (float64 torch, autograd)
+    and the plain one :func:`tilegen.core.reference.plain_mod_attention`; the gradient of every fp32
     parameter (reduced from the backward's per-tile partials, :func:`tilegen.mods.param_grads`) and of
-    the sinks (:func:`tilegen.api.sink_grad`, on the host) joins the comparisons as ``d<name>`` with
+    the sinks (:func:`tilegen.core.sinks.sink_grad`, on the host) joins the comparisons as ``d<name>`` with
     n = Sq·Sk terms. In a packed batch (``spec.packed_ids``) the comparisons cover the tokens inside a
     sequence, and :attr:`RunReport.outside` says whether the others were left unwritten.
 
@@ -355,7 +355,7 @@ def check_spec(
             report.comparisons.append(_compare_rows(tag, grads[name], r, p, rows, spec.dtype, rel_floor=lse_rel_floor(l_ref), terms=longest_sum(spec)))
             report.outside += _outside("" if tag == name else "*", {name: grads[name]}, rows)
         if spec.has_mods and program.mods.grads:
-            from .mods import param_grads
+            from tilegen.core.mods import param_grads
 
             dparams = param_grads(program, grads)
             for name in sorted(dparams):
@@ -366,7 +366,7 @@ def check_spec(
                     rel_floor=lse_rel_floor(outputs["L"]), terms=spec.seq_q * spec.seq_k,
                 ))
     if spec.sinks:  # dσ on the host from the forward's O and L (the same for every backward form)
-        from .api import sink_grad
+        from tilegen.core.sinks import sink_grad
 
         dsinks = sink_grad(outputs["O"], data["dO"], outputs["L"], sinks, rows=qrows)
         report.comparisons.append(compare("dsinks", dsinks, mod_ref["dparams"]["sinks"], mod_pl["dparams"]["sinks"], "fp32",
@@ -400,7 +400,7 @@ def _outside(suffix: str, arrays: dict, rows) -> list[tuple[str, bool]]:
 
 
 def _target_name(target) -> str:
-    from .targets import load_target
+    from tilegen.core.targets import load_target
 
     return load_target(target).name
 
@@ -416,7 +416,8 @@ def _check_on_twin(
     """Generate the Ascend C kernels (``tile_sizes`` forced when given), run them on the CPU twin (the
     real-API one with ``asc_devkit``) and compare their outputs too (with ``params``: the mods' arrays
     and the sinks; with sinks, ``sink_ref``/``sink_plain`` the references holding ``dparams["sinks"]``)."""
-    from .backends import ascendc, twin
+    from tilegen.backends import ascendc
+    from tilegen.backends.ascendc import twin
 
     generated = ascendc.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
     files = generated.files

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes
+from tilegen.core import dtypes
 
 
 def visible(seq_q: int, seq_k: int, window: tuple[int, int], alignment: str) -> np.ndarray:
@@ -148,7 +148,7 @@ def _torch_mods(spec, params: dict):
     import torch
     from sympy.printing.pytorch import TorchPrinter
 
-    from .mods import INDEX_SYMBOLS, SCORE, SIZE_SYMBOLS, parse
+    from tilegen.core.mods import INDEX_SYMBOLS, SCORE, SIZE_SYMBOLS, parse
 
     decls = {p.name: p for p in spec.params}
     sizes = {SIZE_SYMBOLS["B"]: spec.batch, SIZE_SYMBOLS["Hq"]: spec.heads_q, SIZE_SYMBOLS["Hkv"]: spec.heads_kv,

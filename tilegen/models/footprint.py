@@ -32,10 +32,10 @@ from typing import Mapping
 
 import sympy
 
-from .. import dtypes
-from ..exprs import Pow2, evaluate, next_pow2
-from ..ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, walk
-from ..targets import Level, Target
+from tilegen.core import dtypes
+from tilegen.core.exprs import Pow2, evaluate, next_pow2
+from tilegen.core.ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, walk
+from tilegen.core.targets import Level, Target
 
 
 def _ceil_to(x, m):
@@ -118,7 +118,7 @@ class Footprint:
     def bound(self, env: Mapping[str, int], without: frozenset[str] | set[str] = frozenset()) -> int:
         """The liveness bound for bound sizes: the largest set of buffers live together (plus the
         level's backend scratch when any buffer uses the level); ``without``: buffers left out (ones a
-        backend keeps elsewhere, for :func:`tilegen.cost.predict_gpu`)."""
+        backend keeps elsewhere, for :func:`tilegen.models.cost.predict_gpu`)."""
         def keep(parts):
             return parts if parts and parts[0] == "staging" else tuple(b for b in parts if b.name not in without)
 
@@ -167,7 +167,7 @@ def plan(intervals, level: Level, env: Mapping[str, int]) -> tuple[dict[str, int
     return offsets, peak
 
 
-def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[int, int]]:
+def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[int, int]]:
     """Live interval (first, last program-point) of every buffer, loops widened as described above;
     ``widen_staged``: a buffer with several stages is live over every loop it is accessed in (a
     software pipeliner that loads later iterations' tiles while this one computes keeps all copies)."""
@@ -220,7 +220,7 @@ def _intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tuple[in
         # pairs, of other programs too: what lives over the whole pipelined loop, and what both streams use
         # per program, lives over the body (a buffer only opening or closing statements use lives where
         # they run, beside tiles that live within a pair)
-        from .lower import stream_split
+        from tilegen.models.stages import stream_split
 
         split = stream_split(kernel)
         cross = set().union(*split.cross.values()) if split else set()
@@ -243,7 +243,7 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
     """Footprints of every level of ``target`` in ``kernel``. On a GPU target, multi-staged tiles are
     live across their loop: Triton's software pipeliner issues the loads of the next ``num_stages − 1``
     iterations while this one computes (triton-lang/triton, lib/Dialect/TritonGPU/Transforms/Pipeliner)."""
-    intervals = _intervals(kernel, widen_staged=target.kind == "gpu")
+    intervals = live_intervals(kernel, widen_staged=target.kind == "gpu")
     buffers = {b.name: b for b in kernel.buffers}
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}

@@ -1,4 +1,4 @@
-"""Lower an :class:`~tilegen.spec.AttentionSpec` to the logical tile IR.
+"""Lower an :class:`~tilegen.core.spec.AttentionSpec` to the logical tile IR.
 
 Two builders, both with symbolic tile sizes Br (rows of a Q tile) and Bc (rows of a K/V tile):
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sympy
 
-from .ir import (
+from tilegen.core.ir import (
     Access,
     B,
     Bc,
@@ -58,7 +58,7 @@ from .ir import (
     kv_tiles,
     q_tiles,
 )
-from .spec import AttentionSpec
+from tilegen.core.spec import AttentionSpec
 
 NEG_INF = float("-inf")
 VISIBLE = "visible"  # the domain of tile pairs with at least one visible (query, key) pair
@@ -204,7 +204,7 @@ def _score_op(mods) -> tuple:
 def grad_partial_tensors(spec: AttentionSpec, mods) -> tuple[Tensor, ...]:
     """One [B, Hq, nQ, nK, W] fp32 tensor of per-tile partial windows per parameter-gradient term
     (``gpart{k}``; W = the window's size, :func:`tilegen.mods.grad_window`)."""
-    from .mods import grad_window
+    from tilegen.core.mods import grad_window
 
     out = []
     for k, term in enumerate(mods.grads if mods is not None else ()):
@@ -348,7 +348,7 @@ def _group_loop(body) -> Loop:
 def build_backward(spec: AttentionSpec, dkv_strategy: str = "on-chip") -> Program:
     """The unfused ("store P") backward of ``spec``: kernels pre, dv, ds, dqdk, post (DESIGN §5).
 
-    ``dkv_strategy`` (:data:`tilegen.passes.strategies.DKV_STRATEGIES`): ``"on-chip"`` accumulates
+    ``dkv_strategy`` (:data:`tilegen.core.strategies.DKV_STRATEGIES`): ``"on-chip"`` accumulates
     dV (in dv) and dK (in dqdk) in a [Bc, D] fp32 buffer over the group's heads and visible Q tiles,
     then casts and stores it; ``"atomic"`` adds each tile pair's partial Pᵀ dO and dSᵀ Q atomically into
     the fp32 workspaces dV_ws and dK_ws, which the kernel ``pre_kv`` (one program per (b, hkv, K/V
@@ -357,8 +357,8 @@ def build_backward(spec: AttentionSpec, dkv_strategy: str = "on-chip") -> Progra
     Raises:
         SpecError: an unknown ``dkv_strategy``.
     """
-    from .errors import SpecError
-    from .passes.strategies import DKV_STRATEGIES
+    from tilegen.core.errors import SpecError
+    from tilegen.core.strategies import DKV_STRATEGIES
 
     if dkv_strategy not in DKV_STRATEGIES:
         raise SpecError("dkv_strategy", dkv_strategy, "one of " + ", ".join(DKV_STRATEGIES))
@@ -621,7 +621,7 @@ def _post_kv(spec: AttentionSpec) -> Kernel:
 
 
 def _grad_buffers(mods, grads) -> tuple[Buffer, ...]:
-    from .mods import grad_window
+    from tilegen.core.mods import grad_window
 
     out = []
     for k, term in enumerate(grads):

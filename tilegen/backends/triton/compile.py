@@ -27,10 +27,10 @@ import tempfile
 import types
 from pathlib import Path
 
-from ..errors import TilegenError
-from ..exprs import evaluate
-from ..spec import AttentionSpec
-from ..targets import Target, load_target
+from tilegen.core.errors import TilegenError
+from tilegen.core.exprs import evaluate
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import Target, load_target
 
 POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32"}
 
@@ -128,7 +128,7 @@ def compile_resources(
     """
     if not _triton_installed():
         raise TilegenError("a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'); it is not installed")
-    from . import triton as tb
+    from tilegen.backends import triton as tb
 
     tgt = load_target(target)
     backend, capability, warp = _architecture(tgt)
@@ -179,8 +179,8 @@ def compile_resources(
                          "divisible": divisible, "num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
     request = {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}
     child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton_compile"], input=json.dumps(request), capture_output=True,
-                          text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton.compile"], input=json.dumps(request), capture_output=True,
+                          text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
     try:
         reply = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):

@@ -1,7 +1,7 @@
 """Ring (context-parallel) attention on paper: per ring step, the bytes a rank sends and their time
 against the kernel time the cost model predicts, for W devices (``tilegen inspect --cp N``).
 
-Everything here is a prediction: kernel times are :mod:`tilegen.cost`'s roofline (the programs
+Everything here is a prediction: kernel times are :mod:`tilegen.models.cost`'s roofline (the programs
 ``tilegen inspect`` shows for the step's block), transfer times are bytes over the target file's
 ``bandwidth.interconnect`` (inside a node of ``cores.node_devices`` devices) or ``bandwidth.network``
 (a ring wider than a node: its node-crossing links set the pace of every step), per direction, plus
@@ -20,10 +20,10 @@ Windowed masks are not modelled (their steps differ from rank to rank).
 
 from __future__ import annotations
 
-from .errors import SpecError
-from .memory import format_bytes, format_seconds
-from .spec import AttentionSpec
-from .targets import load_target
+from tilegen.core.errors import SpecError
+from tilegen.harness.memory import format_bytes, format_seconds
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import load_target
 
 FIGURES = (("bandwidth", "interconnect"), ("bandwidth", "network"), ("cores", "node_devices"), ("overhead", "p2p_latency_us"))
 
@@ -37,7 +37,7 @@ def _figure(tgt, section: str, key: str):
 
 def _kernel_times(spec: AttentionSpec, target, dq_strategy: str) -> tuple[float, float]:
     """Predicted forward and backward seconds of one block (the programs ``tilegen inspect`` shows)."""
-    from .report import inspect_report
+    from tilegen.harness.report import inspect_report
 
     report = inspect_report(spec, target, dq_strategy=dq_strategy)
     times = []

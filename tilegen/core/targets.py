@@ -4,8 +4,8 @@ A target file gives the on-chip levels (capacity, reserved bytes, alignment, fra
 unit), the core counts and clock, the peak rates per unit and dtype (TFLOP/s; vector and exp in tera
 element-operations/s), HBM and L2 bandwidth (GB/s), the placement rules and the tile-size candidates;
 an Ascend target may add ``[timeline]``, the cost per instruction kind of the emitted code (cycles,
-bytes per cycle) that :mod:`tilegen.timeline` and :func:`tilegen.cost.predict_emitted` use, and a GPU
-target ``[gpu_model]``, the parameters of :func:`tilegen.cost.predict_gpu` (each fitted or sourced), and
+bytes per cycle) that :mod:`tilegen.backends.ascendc.timeline` and :func:`tilegen.backends.ascendc.cost.predict_emitted` use, and a GPU
+target ``[gpu_model]``, the parameters of :func:`tilegen.models.cost.predict_gpu` (each fitted or sourced), and
 ``[gpu_model_compiled]``, its parameters when it takes the compiler's own figures.
 Every figure is a table ``{ value = ..., source = "...", estimate = true? }``: the source is kept so
 that reports can show where a number comes from, and estimates are marked.
@@ -21,8 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .errors import TargetError
-from .resources import data_dir
+from tilegen.core.errors import TargetError
+from tilegen.core.resources import data_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -84,10 +84,10 @@ class Target:
     bandwidth: dict[str, Figure]
     overhead: dict[str, Figure]
     path: str
-    timeline: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [timeline]: cost table of tilegen.timeline
+    timeline: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [timeline]: cost table of tilegen.backends.ascendc.timeline
     digest: str = ""  # SHA-256 of the file's bytes this target was parsed from
     sections: dict[str, Any] = dataclasses.field(default_factory=dict)  # tables read by backends ([triton])
-    gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.cost.predict_gpu
+    gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.models.cost.predict_gpu
     # [gpu_model_compiled]: its parameters when it is given the compiler's registers, spills and shared bytes
     gpu_model_compiled: dict[str, Figure] = dataclasses.field(default_factory=dict)
 

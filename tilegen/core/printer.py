@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sympy
 
-from .ir import (
+from tilegen.core.ir import (
     Access,
     Elementwise,
     Fill,

@@ -41,19 +41,19 @@ import sympy
 # --- symbols -----------------------------------------------------------------------------------------
 
 
-def _size(name: str) -> sympy.Symbol:
+def size_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
-def _index(name: str) -> sympy.Symbol:
+def index_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
-B, Hq, Hkv, G, Sq, Sk, Dqk, Dv = (_size(n) for n in ("B", "Hq", "Hkv", "G", "Sq", "Sk", "Dqk", "Dv"))
-Br, Bc = _size("Br"), _size("Bc")
+B, Hq, Hkv, G, Sq, Sk, Dqk, Dv = (size_symbol(n) for n in ("B", "Hq", "Hkv", "G", "Sq", "Sk", "Dqk", "Dv"))
+Br, Bc = size_symbol("Br"), size_symbol("Bc")
 SHAPE_SYMBOLS = (B, Hq, Hkv, G, Sq, Sk, Dqk, Dv)
 TILE_SYMBOLS = (Br, Bc)
-b, hq, hkv, i, j = (_index(n) for n in ("b", "hq", "hkv", "i", "j"))
+b, hq, hkv, i, j = (index_symbol(n) for n in ("b", "hq", "hkv", "i", "j"))
 
 Expr = sympy.Expr
 Operand = Union[str, float]
@@ -504,7 +504,7 @@ class Kernel:
     each program's opening statements that it needs) of the pair ``lookahead`` pairs ahead is issued
     before its later stage (and, after a program's last pair, the program's closing statements) of this
     one, even when the two pairs belong to different programs. The buffers both streams use per program
-    get ``lookahead + 1`` copies (:func:`tilegen.passes.lower.stream_split`). The values are unchanged.
+    get ``lookahead + 1`` copies (:func:`tilegen.models.stages.stream_split`). The values are unchanged.
     """
 
     name: str

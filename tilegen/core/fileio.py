@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import SpecError
+from tilegen.core.errors import SpecError
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:

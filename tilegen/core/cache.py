@@ -24,9 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .resources import data_dir
+from tilegen.core.resources import data_dir, package_dir
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = package_dir()
 
 
 def enabled() -> bool:

@@ -8,7 +8,7 @@ nest with placements. On a GPU target the programs are the Triton backend's (:fu
 triton.schedule`): the ``[[triton.schedule]]`` row used, every row that applied but did not fit,
 with the reason, and ``emitted``: the schedule the generated module launches (tile sizes and their
 source, ``num_warps``/``num_stages`` per kernel and theirs), the same dict as the manifest's. The
-picture of a report is :func:`tilegen.plot.plot_inspect`.
+picture of a report is :func:`tilegen.harness.plot.plot_inspect`.
 
 :func:`tradeoff_report` compares the unfused backward that stores P and dS in HBM with the fused
 recompute backward: memory held, bytes moved and predicted time, per head, per layer and per model.
@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
-from .analysis import count, total
-from .memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
-from .errors import NoTileFits, ScheduleError
-from .passes import pipeline
-from .printer import fmt_expr, format_program
-from .spec import AttentionSpec
-from .targets import Target, load_target
+from tilegen.core import dtypes
+from tilegen.models.analysis import count, total
+from tilegen.harness.memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
+from tilegen.core.errors import NoTileFits, ScheduleError
+from tilegen.passes import pipeline
+from tilegen.core.printer import fmt_expr, format_program
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import Target, load_target
 
 MIB = 1 << 20
 INT32_MAX = 2**31 - 1
@@ -39,7 +39,7 @@ DQ_TRANSPOSED = ", dq kernel on Bc x Br tiles (pass transpose-dq-tiles)"
 
 def _dq_direct_entry(spec, program, target) -> dict:
     """Whether the pass direct-dq folded the GPU backward ``program`` and, where not, why."""
-    from .passes.lower import direct_dq_kept
+    from tilegen.passes.lower import direct_dq_kept
 
     return {"folded": bool(program.attr("dq_direct")), "why": direct_dq_kept(program, target, spec.sinks)}
 
@@ -50,7 +50,7 @@ def block_report(program) -> dict | None:
     ``per`` (the (b, h) the counts cover), the counts ``empty``, ``partial``, ``full``, ``total`` (None
     when the classes are known only at run time) and ``visited`` (tile pairs the loops run: every
     non-empty one, or the window's upper bound)."""
-    from .analysis import program_block_classes
+    from tilegen.models.analysis import program_block_classes
 
     classes = program_block_classes(program)
     if classes is None:
@@ -164,8 +164,8 @@ def inspect_report(
         }
     out["programs"] = []
     if tgt is not None and tgt.kind == "gpu":
-        from .backends import check_gpu_dkv
-        from .backends import triton as backend
+        from tilegen.backends import check_gpu_dkv
+        from tilegen.backends import triton as backend
 
         check_gpu_dkv(dkv_strategy, tgt)
         for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
@@ -224,9 +224,9 @@ def _origins(sched) -> dict:
 
 
 def _gpu_model_entry(sched, target: Target) -> dict | None:
-    """The GPU cost model's prediction (:func:`tilegen.cost.predict_gpu`) of the schedule as emitted
+    """The GPU cost model's prediction (:func:`tilegen.models.cost.predict_gpu`) of the schedule as emitted
     (its tiles, stages and num_warps per kernel), or None when the target has no ``[gpu_model]``."""
-    from .cost import predict_gpu, uses_gpu_model
+    from tilegen.models.cost import predict_gpu, uses_gpu_model
 
     if not uses_gpu_model(target):
         return None
@@ -306,7 +306,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
             if model:
                 per = ", ".join(f"{k['name']} {format_seconds(k['time_s'])}" for k in model["kernels"])
                 lines.append(f"  {model['label']}: {format_seconds(model['time_s'])}, {model['tflops']:.0f} TFLOP/s of matmul "
-                             f"for this schedule (GPU cost model, tilegen.cost.predict_gpu; {per}; launches included)")
+                             f"for this schedule (GPU cost model, tilegen.models.cost.predict_gpu; {per}; launches included)")
             levels = list(tgt["levels"])
             scored = "model" if model else "roofline"
             note = "  (the tile search: each candidate scored at [triton.default] num_warps)" if model else ""
@@ -532,8 +532,8 @@ def format_tradeoff(r: dict) -> str:
 
 
 def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, int] = (0, 0), dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> list[dict]:
-    """Per program (the schedule ``target`` gets, as :func:`tilegen.runner.compile_run`), the block
-    classes of batch ``at[0]``, query head ``at[1]``, for :func:`tilegen.plot.plot_tiles_map`. Without
+    """Per program (the schedule ``target`` gets, as :func:`tilegen.harness.runner.compile_run`), the block
+    classes of batch ``at[0]``, query head ``at[1]``, for :func:`tilegen.harness.plot.plot_tiles_map`. Without
     a mask mod the classes are those of the window alone.
 
     Raises:
@@ -542,10 +542,10 @@ def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, in
     """
     import sympy
 
-    from .analysis import CLASS_NAMES, BlockClasses, _cached_classes, program_block_classes
-    from .errors import SpecError
-    from .mods import ModSet
-    from .runner import compile_run
+    from tilegen.models.analysis import CLASS_NAMES, cached_classes, program_block_classes
+    from tilegen.core.errors import SpecError
+    from tilegen.core.mods import ModSet
+    from tilegen.harness.runner import compile_run
 
     bi, hi = at
     if not (0 <= bi < spec.batch and 0 <= hi < spec.heads_q):
@@ -560,7 +560,7 @@ def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, in
             env = {str(k): int(v) for k, v in program.env}
             sizes = tuple(sorted((k, env[k]) for k in ("B", "Hq", "Hkv", "Sq", "Sk")))
             offset = spec.offset
-            classes = _cached_classes(ModSet(mask=sympy.true), sizes, spec.window, offset, env["Br"], env["Bc"], None, "compile time (the window alone)")
+            classes = cached_classes(ModSet(mask=sympy.true), sizes, spec.window, offset, env["Br"], env["Bc"], None, "compile time (the window alone)")
         if not classes.known:
             raise SpecError("--tiles-map", label, f"a mask whose classes are known before the run: {classes.source}; give the values in the spec's [params]")
         t = classes.table
@@ -579,14 +579,15 @@ def timeline_report(
     spec: AttentionSpec, target: str, *, dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd"), dkv_strategy: str | None = None
 ) -> dict:
     """Three figures per program of ``spec`` on an Ascend ``target``, each labelled with what it is:
-    ``roofline`` (:func:`tilegen.cost.predict`: every unit overlapped), ``model``
-    (:func:`tilegen.cost.predict_emitted`: the emitted code's helpers, cube and vector meeting at the
-    hand-offs) and ``simulated`` (:func:`tilegen.timeline.simulate_program`: the twin's instruction trace
+    ``roofline`` (:func:`tilegen.models.cost.predict`: every unit overlapped), ``model``
+    (:func:`tilegen.backends.ascendc.cost.predict_emitted`: the emitted code's helpers, cube and vector meeting at the
+    hand-offs) and ``simulated`` (:func:`tilegen.backends.ascendc.timeline.simulate_program`: the twin's instruction trace
     scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
     :func:`tilegen.passes.pipeline.resolve_dkv_strategy`. Raises as the three functions do."""
-    from .cost import predict, predict_emitted
-    from .timeline import simulate_program
+    from tilegen.backends.ascendc.cost import predict_emitted
+    from tilegen.models.cost import predict
+    from tilegen.backends.ascendc.timeline import simulate_program
 
     tgt = load_target(target)
     out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
@@ -614,7 +615,7 @@ def _pct(x: float) -> str:
 
 def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=None, programs=("fwd", "bwd")) -> dict:
     """``tilegen inspect --compile``: each emitted Triton kernel compiled for the GPU target's
-    architecture on this machine (:func:`tilegen.backends.triton_compile.compile_resources`), what the
+    architecture on this machine (:func:`tilegen.backends.triton.compile.compile_resources`), what the
     compiler allocated (registers, spilled bytes, shared bytes), and per program the GPU model's
     prediction with those figures and ``[gpu_model_compiled]`` beside its prediction with the
     footprint's estimates and ``[gpu_model]``.
@@ -622,9 +623,9 @@ def compiled_report(spec, target, *, dq_strategy: str | None = None, tile_sizes=
     Raises:
         TilegenError: as compile_resources (no Triton, not a CUDA target, a failed compile).
     """
-    from .backends import triton as backend
-    from .backends.triton_compile import compile_resources
-    from .cost import predict_gpu, uses_gpu_model
+    from tilegen.backends import triton as backend
+    from tilegen.backends.triton.compile import compile_resources
+    from tilegen.models.cost import predict_gpu, uses_gpu_model
 
     tgt = load_target(target)
     res = compile_resources(spec, tgt, dq_strategy, tile_sizes, programs=programs)

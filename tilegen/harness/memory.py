@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes
-from .spec import AttentionSpec
-from .targets import Target, load_target
+from tilegen.core import dtypes
+from tilegen.core.spec import AttentionSpec
+from tilegen.core.targets import Target, load_target
 
 
 def format_bytes(n: float) -> str:

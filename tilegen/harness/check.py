@@ -19,7 +19,7 @@ recompute backward reads P as exp(S − L) through the stored fp32 logsumexp, an
 ulp of |L|) is a relative error of P that a plain implementation, which normalises P itself, does not
 have. It is far below the fp16/bf16 budgets and dominates only in fp32.
 
-where p is the same-precision plain implementation (:mod:`tilegen.reference`). A NaN or an inf where
+where p is the same-precision plain implementation (:mod:`tilegen.core.reference`). A NaN or an inf where
 the reference is finite fails. Reported per tensor: max-abs error, relative error ‖x − r‖/‖r‖, the plain
 implementation's max-abs error and the bound.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from tilegen.core import dtypes
 
 
 @dataclass(frozen=True)

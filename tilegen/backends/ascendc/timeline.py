@@ -44,8 +44,8 @@ whole launches, causal and not, in tests/test_timeline.py).
 GM levels: a copy into or out of the hand-off workspace is L2-resident (the trace says so); a copy of
 an HBM tensor whose byte range another block of the launch also copies, or this block copied before,
 is made L2-resident too (:func:`l2_levels`), unless the re-accessed tensors of the heads in flight
-exceed the L2 (:func:`tilegen.analysis.l2_reuse`); each launch takes at least the chip's HBM floor
-(:func:`tilegen.cost.hbm_floor_s`), and its form says when that binds.
+exceed the L2 (:func:`tilegen.models.analysis.l2_reuse`); each launch takes at least the chip's HBM floor
+(:func:`tilegen.models.cost.hbm_floor_s`), and its form says when that binds.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TilegenError
+from tilegen.core.errors import TilegenError
 
 PIPES = ("S", "MTE1", "MTE2", "MTE3", "M", "FIX", "V")
 WORK_KINDS_OF_S = ("GetValue", "SetValue", "SetAtomic")
@@ -86,7 +86,7 @@ def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
     """``{kernel: {block: {"AIC" | "AIV0" | "AIV1": [Instr, ...]}}}`` from a trace file's text: the
     kernels in launch order, a launch that runs several (``Kernel.sync_all``) cut at each core's
     ``SyncAll`` records (a barrier of every core: what follows it starts when the last core arrives,
-    :func:`tilegen.cost.start_overhead_s` prices the barrier)."""
+    :func:`tilegen.models.cost.start_overhead_s` prices the barrier)."""
     out: dict = defaultdict(lambda: defaultdict(dict))
     cur = None
     for line in text.splitlines():
@@ -393,7 +393,7 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
 # a spec's program on the twin, scheduled
 
 def _floored(end: float, floor_s: float, clock: float) -> tuple[float, str]:
-    """A launch's cycles raised to the chip's HBM floor (:func:`tilegen.cost.hbm_floor_s`), and a note
+    """A launch's cycles raised to the chip's HBM floor (:func:`tilegen.models.cost.hbm_floor_s`), and a note
     for its form when the floor binds."""
     if floor_s * clock > end:
         return floor_s * clock, f"; bound by the chip's HBM bandwidth ({floor_s * 1e6:.2f} us > {end / clock * 1e6:.2f} us scheduled)"
@@ -411,7 +411,7 @@ def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, 
     Ranges are compared exactly (a tile copy's first and last byte, as the trace records it), so two
     strided tiles whose spans interleave are not mistaken for one. This reads the byte ranges of the
     trace alone; the emitted-code model finds its L2 accesses from the IR
-    (:func:`tilegen.analysis.l2_reuse`, whose capacity check gates both). The two meet in
+    (:func:`tilegen.models.analysis.l2_reuse`, whose capacity check gates both). The two meet in
     tests/test_timeline.py only through the programs' times (model within ±20% of the timeline, the
     cost-only form within 2% of the whole launch)."""
     users: dict[tuple, set] = defaultdict(set)
@@ -537,9 +537,9 @@ def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
     IR's own bounds, times the query heads of a KV head) and how many of them the mask cuts (DESIGN
     §3) or pads (a tile past Sq or Sk), as the generated MaskTile decides it. An instance without an
     inner tile loop counts one pair, none cut."""
-    from .exprs import evaluate
-    from .ir import Loop, grid_loops
-    from .plot import _band
+    from tilegen.core.exprs import evaluate
+    from tilegen.core.ir import Loop, grid_loops
+    from tilegen.core.spec import visible_band
 
     env = {str(k): v for k, v in program.env}
     grid = grid_loops(kernel)
@@ -567,7 +567,7 @@ def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
     stop = np.broadcast_to(np.asarray(evaluate(inner.stop, env), dtype=np.int64), t.shape)
     br, bc = env["Br"], env["Bc"]
     sq, sk = spec.seq_q, spec.seq_k
-    dl, dh = _band(sq, sk, spec.window, spec.alignment)
+    dl, dh = visible_band(sq, sk, spec.window, spec.alignment)
     nq, nk = -(-sq // br), -(-sk // bc)
     r0 = np.arange(nq) * br
     c0 = np.arange(nk) * bc
@@ -587,7 +587,7 @@ def tile_counts(program, kernel, spec) -> tuple[int, np.ndarray, np.ndarray]:
 
 
 def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
-    from . import dtypes
+    from tilegen.core import dtypes
 
     rng = np.random.default_rng(seed)
     shapes = spec.logical_shapes
@@ -603,7 +603,7 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
     """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
     Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
     trace (:func:`parse_trace`). Raises TwinError when the run fails."""
-    from .backends import twin
+    from tilegen.backends.ascendc import twin
 
     with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
         trace = Path(tmp) / "trace.txt"
@@ -626,8 +626,8 @@ def _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs) 
     """For each streamed kernel (``Kernel.stream``): (schedule, instances, pairs, cut pairs) of one core
     running every instance of one head of ``small`` as one stream; a head of more than ``STREAM_PAIRS``
     pairs at Sq and Sk scaled alike (whole tiles) to about ``STREAM_PAIRS`` / 2 pairs."""
-    from .exprs import evaluate
-    from .ir import grid_loops
+    from tilegen.core.exprs import evaluate
+    from tilegen.core.ir import grid_loops
 
     stream = [n for n, k in enumerate(kernels_ir) if k.stream]
     if not stream:
@@ -670,12 +670,13 @@ def simulate_program(
         TargetError, SpecError: as :func:`tilegen.backends.ascendc.generate`.
         TwinError: no C++ compiler, or the twin run failed.
     """
-    from .analysis import count, target_l2_reuse
-    from .backends import ascendc, twin
-    from .cost import _matmul_dtype, hbm_floor_s, start_overhead_s
-    from .targets import load_target
+    from tilegen.models.analysis import count, target_l2_reuse
+    from tilegen.backends import ascendc
+    from tilegen.backends.ascendc import twin
+    from tilegen.models.cost import matmul_dtype, hbm_floor_s, start_overhead_s
+    from tilegen.core.targets import load_target
 
-    from .errors import SpecError
+    from tilegen.core.errors import SpecError
 
     if program not in ("fwd", "bwd"):
         raise SpecError("program", program, "'fwd' or 'bwd'")
@@ -809,7 +810,7 @@ def simulate_program(
     overhead_s = sum(start_overhead_s(k, tgt) for k in kernels_ir)
     time_s = sum(k.time_s for k in out) + overhead_s
     flops = sum(counts[k.name].flops.get("matmul", 0) for k in kernels_ir)
-    peak = tgt.matmul_flops(_matmul_dtype(prog))
+    peak = tgt.matmul_flops(matmul_dtype(prog))
     util = flops / (time_s * peak) if time_s > 0 else 0.0
     label = "forward" if program == "fwd" else "backward"
     syncs = sum(k.sync_all for k in kernels_ir)

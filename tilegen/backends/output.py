@@ -1,0 +1,72 @@
+"""What a code generator returns and how it lands on disk: a :class:`Generated` file set (file name ->
+text, and the manifest facts) that :func:`write` puts in a folder, all files or none."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tilegen.core.errors import SpecError
+
+
+@dataclass
+class Generated:
+    """Generated files (name -> text); ``manifest`` is also rendered as ``manifest.json``."""
+
+    files: dict[str, str]
+    manifest: dict[str, Any]
+
+
+def launch_label(name: str, kernels: list[str]) -> str:
+    """How the Ascend C kernel files and ``tilegen generate`` name one launch: ``name``, and for a
+    launch of several kernels (named ``<name>_<phase>``) their phases with SyncAll between, e.g.
+    ``tilegen_tiny_bwd (kernels pre, main, post, SyncAll between)``. Here, not in the Ascend C
+    backend, so that ``generate`` served from the compile cache imports no compiler."""
+    if kernels == [name]:
+        return name
+    return f"{name} (kernels {', '.join(k[len(name) + 1:] for k in kernels)}, SyncAll between)"
+
+
+def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
+    """Add the SHA-256 of every file to ``manifest`` and ``manifest.json`` to the files."""
+    manifest = dict(manifest, files={n: hashlib.sha256(t.encode()).hexdigest() for n, t in sorted(files.items())})
+    files = dict(files)
+    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    return Generated(files, manifest)
+
+
+def write(generated: Generated, out_dir) -> list[str]:
+    """Write a generated file set into ``out_dir`` (created if needed).
+
+    Every file is first written to a staging folder next to ``out_dir``, then moved into place one
+    rename at a time, ``manifest.json`` last: an error before the moves leaves the previous output as
+    it was, and each file is replaced atomically.
+
+    Raises:
+        SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise SpecError("-o", str(out), "a folder (it exists and is a file)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
+    except OSError as exc:
+        raise SpecError("-o", str(out), f"a folder tilegen can create and write ({exc.strerror or exc})") from None
+    try:
+        names = sorted(n for n in generated.files if n != "manifest.json") + ["manifest.json"]
+        for name in names:
+            (stage / name).write_text(generated.files[name], encoding="utf-8")
+        for name in names:
+            os.replace(stage / name, out / name)
+    except OSError as exc:
+        raise SpecError("-o", str(out), f"a writable folder ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return names

@@ -1,0 +1,1140 @@
+"""Score and mask modifications ("mods"): a small expression language, its tracer, its derivatives.
+
+A **score mod** maps the scaled score of one (query, key) pair to a new score; a **mask mod** says
+whether the key is visible to the query (DESIGN §3). Both are expressions over
+
+==========  ================================================================================
+``score``   the scaled score scale·q·k (real; score mods only)
+``b``       the batch index
+``h``       the query head index (GQA: the query's head, not the KV head)
+``q_idx``   the query's row, 0..Sq-1
+``kv_idx``  the key's row, 0..Sk-1
+``B, Hq, Hkv, Sq, Sk``  the problem's sizes
+==========  ================================================================================
+
+and named **parameter arrays** read at integer index expressions (``slopes[h]``, ``table[h, q_idx -
+kv_idx + Sk - 1]``, ``doc[q_idx]``). Operators: ``+ - * / // % **``, comparisons, ``&``, ``|``, ``~``
+(and ``and``/``or``/``not`` in text), ``where(c, a, b)`` (or ``a if c else b``), ``exp``, ``log``,
+``tanh``, ``abs``, ``min``, ``max``, ``floor``, ``sqrt``. Expressions are sympy expressions (the IR's
+sizes already are), so the compiler differentiates them itself: :class:`ModSet` carries
+``∂score′/∂score`` and, for every read of a floating-point parameter, ``∂score′/∂param[index]``.
+
+Two ways in:
+
+- **Text** (spec files, the CLI): :func:`parse` reads the language with Python's ``ast`` through a
+  whitelist; an unknown name or function is an error naming it.
+- **Python functions** (the NumPy and torch APIs): ``score_mod(score, b, h, q_idx, kv_idx)`` and
+  ``mask_mod(b, h, q_idx, kv_idx)`` written with this module's helpers are traced: they are called once
+  with symbolic values (:class:`Traced`), whose operators build the expression. A Python ``if``, ``and``,
+  ``or`` or ``not`` on a traced value cannot be traced and raises :class:`ModError` saying so. Arrays a
+  function reads are wrapped with :func:`param` (``bias = mods.param("bias", array)``).
+
+Built-ins (each returns a :class:`Mod`, usable as ``score_mod=``/``mask_mod=`` and callable inside a
+user-written mod): :func:`softcap`, :func:`alibi`, :func:`relative_bias`, :func:`document`,
+:func:`prefix_lm`, :func:`causal`, :func:`sliding_window`. The last two map to the spec's window (the
+window fast path of every backend); ``&`` combines mask mods.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import sympy
+
+from tilegen.core.errors import SpecError
+from tilegen.core.ir import B, Hkv, Hq, Sk, Sq
+
+# --- symbols -----------------------------------------------------------------------------------------
+
+SCORE = sympy.Symbol("score", real=True)
+B_IDX = sympy.Symbol("b", integer=True, nonnegative=True)
+H_IDX = sympy.Symbol("h", integer=True, nonnegative=True)
+Q_IDX = sympy.Symbol("q_idx", integer=True, nonnegative=True)
+KV_IDX = sympy.Symbol("kv_idx", integer=True, nonnegative=True)
+INDEX_SYMBOLS = (B_IDX, H_IDX, Q_IDX, KV_IDX)
+SIZE_SYMBOLS = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk}
+PARAM_DTYPES = ("fp32", "int32")
+
+FUNCTIONS: dict[str, Callable] = {
+    "exp": sympy.exp,
+    "log": sympy.log,
+    "tanh": sympy.tanh,
+    "abs": sympy.Abs,
+    "Abs": sympy.Abs,
+    "min": sympy.Min,
+    "Min": sympy.Min,
+    "max": sympy.Max,
+    "Max": sympy.Max,
+    "floor": sympy.floor,
+    "sqrt": sympy.sqrt,
+    "Mod": sympy.Mod,
+    "Eq": sympy.Eq,
+    "Ne": sympy.Ne,
+    "And": sympy.And,
+    "Or": sympy.Or,
+    "Not": sympy.Not,
+}
+
+
+class ModError(SpecError):
+    """An invalid score or mask mod: names the mod (``score_mod``/``mask_mod``), the construct and what
+    is accepted."""
+
+
+# --- parameters --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    """A named parameter array a mod reads.
+
+    Attributes:
+        name: a Python identifier, not one of the language's names.
+        shape: sizes, each an int or a sympy expression of ``B, Hq, Hkv, Sq, Sk``.
+        dtype: ``"fp32"`` (differentiable: its gradient is returned) or ``"int32"`` (indices, document ids).
+        values: the array's values (flattened, row-major) when a spec file carries them, else None.
+    """
+
+    name: str
+    shape: tuple
+    dtype: str = "fp32"
+    values: tuple | None = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.dtype == "fp32"
+
+    def concrete_shape(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        env = {SIZE_SYMBOLS[k]: int(v) for k, v in sizes.items() if k in SIZE_SYMBOLS}
+        return tuple(int(sympy.sympify(d).subs(env)) for d in self.shape)
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"shape": [d if isinstance(d, int) else str(d) for d in self.shape], "dtype": self.dtype}
+        if self.values is not None:
+            out["values"] = list(self.values)
+        return out
+
+
+def param_base(decl: ParamDecl) -> sympy.IndexedBase:
+    """The sympy ``IndexedBase`` of a parameter: integer-valued for an int32 array, so that its reads
+    are legal indices of another read (``k_start[seq[q_idx]]``); without assumptions for fp32."""
+    if decl.dtype == "int32":
+        return sympy.IndexedBase(decl.name, integer=True)
+    return sympy.IndexedBase(decl.name)
+
+
+def _param_dtype(array: np.ndarray, name: str) -> str:
+    if np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
+        return "int32"
+    if np.issubdtype(array.dtype, np.floating):
+        return "fp32"
+    raise ModError(name, str(array.dtype), "a floating-point array (a learnable parameter) or an integer array (ids, lengths)")
+
+
+class Param:
+    """A parameter array for a traced mod: ``p[idx, ...]`` gives a traced read.
+
+    ``array`` is a NumPy array or a torch tensor (a float tensor with ``requires_grad`` gets its gradient
+    through the torch entry points); it is read at generate/run time, never during tracing.
+    """
+
+    def __init__(self, name: str, array: Any):
+        if not isinstance(name, str) or not name.isidentifier() or name in _RESERVED:
+            raise ModError("param", name, "a Python identifier that is not a name of the mod language")
+        shape = tuple(int(d) for d in getattr(array, "shape", ()))
+        if not shape:
+            raise ModError(name, getattr(array, "shape", array), "an array of at least one dimension (wrap a scalar as a constant instead)")
+        self.name = name
+        self.array = array
+        dtype = _param_dtype(np.asarray(array.detach().cpu().numpy() if hasattr(array, "detach") else array), name)
+        self.decl = ParamDecl(name, shape, dtype)
+        self.base = param_base(self.decl)
+
+    def __getitem__(self, index) -> "Traced":
+        if _TRACING is not None:
+            _TRACING.append(self)
+        idx = index if isinstance(index, tuple) else (index,)
+        if len(idx) != len(self.decl.shape):
+            raise ModError(self.name, f"{len(idx)} indices", f"{len(self.decl.shape)} indices (its shape is {list(self.decl.shape)})")
+        exprs = tuple(_sym(x, f"index of {self.name}") for x in idx)
+        for e in exprs:
+            if not (e.is_integer or e.is_Integer):
+                raise ModError(self.name, str(e), "integer index expressions (use // for division)")
+        return Traced(self.base[exprs] if len(exprs) > 1 else self.base[exprs[0]])
+
+    def __repr__(self) -> str:
+        return f"Param({self.name!r}, shape={list(self.decl.shape)}, dtype={self.decl.dtype})"
+
+
+def param(name: str, array: Any) -> Param:
+    """Wrap ``array`` (NumPy array or torch tensor) as the parameter ``name`` for a traced mod."""
+    return Param(name, array)
+
+
+# --- tracing -----------------------------------------------------------------------------------------
+
+
+def _sym(x: Any, where: str) -> sympy.Basic:
+    if isinstance(x, Traced):
+        return x.expr
+    if isinstance(x, (bool, np.bool_)):
+        return sympy.true if x else sympy.false
+    if isinstance(x, (int, np.integer)):
+        return sympy.Integer(int(x))
+    if isinstance(x, (float, np.floating)):
+        if not math.isfinite(float(x)):
+            raise ModError("mod", x, f"finite constants ({where})")
+        return sympy.Float(float(x))
+    if isinstance(x, sympy.Basic):
+        return x
+    raise ModError("mod", type(x).__name__, f"numbers, traced values and parameter reads ({where}); wrap arrays with tilegen.mods.param(name, array)")
+
+
+def _is_bool(e) -> bool:
+    # not sympy.logic.boolalg.Boolean: every sympy Symbol (score, Hq, ...) is one
+    return isinstance(e, (sympy.logic.boolalg.BooleanFunction, sympy.logic.boolalg.BooleanAtom, sympy.core.relational.Relational))
+
+
+class Traced:
+    """A symbolic value inside a traced mod. Arithmetic, comparisons and ``& | ~`` build expressions;
+    ``bool()`` (a Python ``if``, ``and``, ``or``, ``not``, or ``while``) raises :class:`ModError`."""
+
+    __slots__ = ("expr",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def _op(self, other, fn):
+        return Traced(fn(self.expr, _sym(other, "an operand")))
+
+    def _rop(self, other, fn):
+        return Traced(fn(_sym(other, "an operand"), self.expr))
+
+    def __add__(self, o): return self._op(o, lambda a, b: a + b)
+    def __radd__(self, o): return self._rop(o, lambda a, b: a + b)
+    def __sub__(self, o): return self._op(o, lambda a, b: a - b)
+    def __rsub__(self, o): return self._rop(o, lambda a, b: a - b)
+    def __mul__(self, o): return self._op(o, lambda a, b: a * b)
+    def __rmul__(self, o): return self._rop(o, lambda a, b: a * b)
+    def __truediv__(self, o): return self._op(o, lambda a, b: a / b)
+    def __rtruediv__(self, o): return self._rop(o, lambda a, b: a / b)
+    def __floordiv__(self, o): return self._op(o, lambda a, b: sympy.floor(a / b))
+    def __rfloordiv__(self, o): return self._rop(o, lambda a, b: sympy.floor(a / b))
+    def __mod__(self, o): return self._op(o, sympy.Mod)
+    def __rmod__(self, o): return self._rop(o, sympy.Mod)
+    def __pow__(self, o): return self._op(o, lambda a, b: a ** b)
+    def __rpow__(self, o): return self._rop(o, lambda a, b: a ** b)
+    def __neg__(self): return Traced(-self.expr)
+    def __pos__(self): return self
+    def __abs__(self): return Traced(sympy.Abs(self.expr))
+    def __lt__(self, o): return self._op(o, sympy.Lt)
+    def __le__(self, o): return self._op(o, sympy.Le)
+    def __gt__(self, o): return self._op(o, sympy.Gt)
+    def __ge__(self, o): return self._op(o, sympy.Ge)
+    def __eq__(self, o): return self._op(o, sympy.Eq)  # type: ignore[override]
+    def __ne__(self, o): return self._op(o, sympy.Ne)  # type: ignore[override]
+    def __and__(self, o): return self._op(o, _and)
+    def __rand__(self, o): return self._rop(o, _and)
+    def __or__(self, o): return self._op(o, _or)
+    def __ror__(self, o): return self._rop(o, _or)
+    def __invert__(self): return Traced(_not(self.expr))
+
+    def __bool__(self):
+        raise ModError(
+            "mod",
+            str(self.expr),
+            "no Python branch on a traced value (if/and/or/not/while): use tilegen.mods.where(cond, a, b) and &, |, ~",
+        )
+
+    def __index__(self):
+        raise ModError("mod", str(self.expr), "parameter reads through tilegen.mods.param(name, array)[...], not NumPy/torch indexing with a traced value")
+
+    __int__ = __float__ = __index__
+
+    def __repr__(self) -> str:
+        return f"Traced({self.expr})"
+
+
+def _and(a, b):
+    for x in (a, b):
+        if not _is_bool(x):
+            raise ModError("mod", str(x), "booleans (comparisons) on both sides of &")
+    return sympy.And(a, b)
+
+
+def _or(a, b):
+    for x in (a, b):
+        if not _is_bool(x):
+            raise ModError("mod", str(x), "booleans (comparisons) on both sides of |")
+    return sympy.Or(a, b)
+
+
+def _not(a):
+    if not _is_bool(a):
+        raise ModError("mod", str(a), "a boolean (a comparison) after ~")
+    return sympy.Not(a)
+
+
+def _where(c, a, b):
+    c = _sym(c, "where's condition")
+    if not _is_bool(c):
+        raise ModError("mod", str(c), "a boolean condition (a comparison) as where's first argument")
+    return sympy.Piecewise((_sym(a, "where"), c), (_sym(b, "where"), True))
+
+
+def _fn(f):
+    def traced(*args):
+        return Traced(f(*(_sym(a, f.__name__ if hasattr(f, "__name__") else "a function") for a in args)))
+
+    return traced
+
+
+def where(cond, a, b) -> Traced:
+    """``a`` where ``cond`` holds, else ``b`` (elementwise; traced)."""
+    return Traced(_where(cond, a, b))
+
+
+exp = _fn(sympy.exp)
+log = _fn(sympy.log)
+tanh = _fn(sympy.tanh)
+sqrt = _fn(sympy.sqrt)
+floor = _fn(sympy.floor)
+
+
+def minimum(a, b) -> Traced:
+    return Traced(sympy.Min(_sym(a, "minimum"), _sym(b, "minimum")))
+
+
+def maximum(a, b) -> Traced:
+    return Traced(sympy.Max(_sym(a, "maximum"), _sym(b, "maximum")))
+
+
+def logical_and(a, b) -> Traced:
+    return Traced(_and(_sym(a, "logical_and"), _sym(b, "logical_and")))
+
+
+def logical_or(a, b) -> Traced:
+    return Traced(_or(_sym(a, "logical_or"), _sym(b, "logical_or")))
+
+
+def logical_not(a) -> Traced:
+    return Traced(_not(_sym(a, "logical_not")))
+
+
+# --- the Mod object ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mod:
+    """A score mod (``kind="score"``: an expression of ``score``) or a mask mod (``kind="mask"``: a
+    boolean expression, plus a window (left, right) that the spec's window fast path takes).
+
+    ``params`` maps each parameter name to its :class:`Param` (arrays bound at run time). A Mod is
+    callable with (traced) arguments, so built-ins compose inside user-written mods.
+    """
+
+    kind: str
+    expr: Any
+    params: tuple = ()
+    window: tuple[int, int] = (-1, -1)
+
+    def __call__(self, *args):
+        if _TRACING is not None:
+            _TRACING.extend(self.params)
+        if self.kind == "score":
+            names = (SCORE,) + INDEX_SYMBOLS
+        else:
+            names = INDEX_SYMBOLS
+        if len(args) != len(names):
+            raise ModError(f"{self.kind}_mod", f"{len(args)} arguments", f"{len(names)} arguments ({', '.join(map(str, names))})")
+        expr = self.expr
+        if self.kind == "mask" and self.window != (-1, -1):
+            expr = sympy.And(expr, window_expr(self.window))
+        mapping = {s: _sym(a, "an argument") for s, a in zip(names, args)}
+        return Traced(expr.xreplace(mapping))
+
+    def __and__(self, other: "Mod") -> "Mod":
+        if not (isinstance(other, Mod) and self.kind == other.kind == "mask"):
+            raise ModError("mask_mod", type(other).__name__, "two mask mods on either side of &")
+        expr = sympy.And(self.expr, other.expr)
+        return Mod("mask", expr, _merge_params(self.params, other.params), intersect_windows(self.window, other.window))
+
+
+def _merge_params(a: tuple, b: tuple) -> tuple:
+    out = {p.name: p for p in a}
+    for p in b:
+        if p.name in out and out[p.name] is not p:
+            raise ModError("param", p.name, "distinct names for distinct parameter arrays")
+        out[p.name] = p
+    return tuple(out[k] for k in sorted(out))
+
+
+def intersect_windows(w1: tuple[int, int], w2: tuple[int, int]) -> tuple[int, int]:
+    def side(a, b):
+        if a < 0:
+            return b
+        if b < 0:
+            return a
+        return min(a, b)
+
+    return (side(w1[0], w2[0]), side(w1[1], w2[1]))
+
+
+def window_expr(window: tuple[int, int]):
+    """DESIGN §3's window as a mask expression (bottom-right alignment: off = Sk - Sq)."""
+    left, right = window
+    conds = [sympy.true]
+    if left >= 0:
+        conds.append(KV_IDX >= Q_IDX + Sk - Sq - left)
+    if right >= 0:
+        conds.append(KV_IDX <= Q_IDX + Sk - Sq + right)
+    return sympy.And(*conds)
+
+
+_TRACING: list | None = None  # the Params read while a function is traced
+
+
+def _collect_params(expr, known: Mapping[str, Param]) -> tuple:
+    names = {str(x.base.label) for x in expr.atoms(sympy.Indexed)}
+    return tuple(known[n] for n in sorted(names))
+
+
+def trace(fn: Any, kind: str) -> Mod:
+    """A :class:`Mod` from ``fn``: a Mod (returned as is), or a Python function traced with symbolic
+    arguments (``score_mod(score, b, h, q_idx, kv_idx)``, ``mask_mod(b, h, q_idx, kv_idx)``).
+
+    Raises:
+        ModError: a branch on a traced value, an unknown construct, a mask that is not boolean, a
+            score mod that is boolean, an argument count that does not match.
+    """
+    field = f"{kind}_mod"
+    if isinstance(fn, Mod):
+        if fn.kind != kind:
+            raise ModError(field, f"a {fn.kind} mod", f"a {kind} mod (tilegen.mods built-ins: {_BUILTINS[kind]})")
+        return fn
+    if not callable(fn):
+        raise ModError(field, type(fn).__name__, f"a function {_SIGNATURE[kind]} or a tilegen.mods built-in")
+    args = ((Traced(SCORE),) if kind == "score" else ()) + tuple(Traced(s) for s in INDEX_SYMBOLS)
+    global _TRACING
+    params: dict[str, Param] = {}
+    read: list = []
+    _TRACING = read
+    name = getattr(fn, "__name__", "function")
+    try:
+        out = fn(*args)
+    except ModError as exc:
+        raise ModError(field, name, f"{exc.accepted} (at {exc.value})") from None
+    except (IndexError, KeyError) as exc:
+        raise ModError(field, name, f"parameter reads through tilegen.mods.param(name, array)[...], not NumPy/torch indexing with a traced value ({exc})") from None
+    except TypeError as exc:
+        raise ModError(field, name, f"a function {_SIGNATURE[kind]} built from tilegen.mods helpers ({exc})") from None
+    finally:
+        _TRACING = None
+    for p in read + closure_params(fn):
+        if p.name in params and params[p.name] is not p:
+            raise ModError("param", p.name, "distinct names for distinct parameter arrays")
+        params[p.name] = p
+    expr = _sym(out, f"the result of {field}")
+    if kind == "mask" and not _is_bool(expr):
+        raise ModError(field, str(expr), "a boolean result (comparisons combined with &, |, ~)")
+    if kind == "score" and _is_bool(expr):
+        raise ModError(field, str(expr), "a number (a score), not a boolean: masks go in mask_mod")
+    for ix in expr.atoms(sympy.Indexed):
+        if str(ix.base.label) not in params:
+            raise ModError(field, str(ix.base.label), "parameters created with tilegen.mods.param(name, array) and read inside the function")
+    return Mod(kind, expr, _collect_params(expr, params))
+
+
+def closure_params(fn) -> list[Param]:
+    """Params a function can read: its closure cells, its globals and its defaults (one level into
+    built-in Mods it closes over)."""
+    found: list[Param] = []
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_ok(c)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        g = getattr(fn, "__globals__", {})
+        cells += [g[n] for n in code.co_names if n in g]
+    cells += list(getattr(fn, "__defaults__", None) or ())
+    for value in cells:
+        if isinstance(value, Param):
+            found.append(value)
+        elif isinstance(value, Mod):
+            found.extend(value.params)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, Param))
+    return found
+
+
+def _cell_ok(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+_SIGNATURE = {"score": "score_mod(score, b, h, q_idx, kv_idx)", "mask": "mask_mod(b, h, q_idx, kv_idx)"}
+_BUILTINS = {"score": "softcap, alibi, relative_bias", "mask": "document, prefix_lm, causal, sliding_window"}
+
+
+# --- built-ins ---------------------------------------------------------------------------------------
+
+
+def _as_param(name: str, array: Any, shapes: tuple[str, ...]) -> Param:
+    """``array`` as the parameter ``name`` of a built-in, declared with the built-in's shape ``shapes``
+    (expressions of the sizes; a leading ``B`` for the per-batch form of one more dimension), so that an
+    array of the wrong size is refused against the problem's sizes (:func:`check_param_arrays`) rather
+    than read out of range. A :class:`Param` passed in keeps its own declaration."""
+    if isinstance(array, Param):
+        return array
+    p = Param(name, array)
+    extra = len(p.decl.shape) - len(shapes)
+    if extra in (0, 1):
+        dims = ("B",) * extra + tuple(shapes)
+        p.decl = dataclasses.replace(p.decl, shape=tuple(sympy.sympify(d, locals=SIZE_SYMBOLS) for d in dims))
+    return p
+
+
+def softcap(cap: float) -> Mod:
+    """Gemma-2's logit soft-capping on the scaled score: score′ = cap·tanh(score/cap); cap > 0
+    (Gemma-2: 50, transformers ``Gemma2Config.attn_logit_softcapping``)."""
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not (float(cap) > 0 and math.isfinite(cap)):
+        raise ModError("softcap", cap, "a finite number > 0")
+    c = sympy.Integer(int(cap)) if float(cap).is_integer() else sympy.Float(float(cap))
+    return Mod("score", c * sympy.tanh(SCORE / c))
+
+
+def alibi(slopes: Any) -> Mod:
+    """ALiBi by FlashAttention's convention: score′ = score − slope·|q_idx + Sk − Sq − kv_idx| with
+    ``slopes`` fp32 [Hq] (one per query head) or [B, Hq] (Press et al. 2022; flash_attn
+    ``alibi_slopes``). Learnable: its gradient is returned."""
+    p = _as_param("alibi_slopes", slopes, ("Hq",))
+    nd = len(p.decl.shape)
+    if nd not in (1, 2) or p.decl.dtype != "fp32":
+        raise ModError("alibi_slopes", list(p.decl.shape), "a float array of shape [Hq] or [B, Hq]")
+    slope = p.base[H_IDX] if nd == 1 else p.base[B_IDX, H_IDX]
+    return Mod("score", SCORE - slope * sympy.Abs(Q_IDX + Sk - Sq - KV_IDX), (p,))
+
+
+def relative_bias(table: Any) -> Mod:
+    """A learned relative-position bias: score′ = score + table[h, q_idx − kv_idx + Sk − 1] with
+    ``table`` fp32 [Hq, Sq + Sk − 1] (one entry per head and distance)."""
+    p = _as_param("rel_bias", table, ("Hq", "Sq + Sk - 1"))
+    if len(p.decl.shape) != 2 or p.decl.dtype != "fp32":
+        raise ModError("rel_bias", list(p.decl.shape), "a float array of shape [Hq, Sq + Sk - 1]")
+    return Mod("score", SCORE + p.base[H_IDX, Q_IDX - KV_IDX + Sk - 1], (p,))
+
+
+def document(doc_ids: Any, doc_ids_kv: Any = None) -> Mod:
+    """A document (packed-batch) mask: key visible iff doc[q_idx] == doc_kv[kv_idx]; ``doc_ids`` int
+    [S] or [B, S] (one id per token; ``doc_ids_kv`` defaults to the same array when Sq == Sk)."""
+    pq = _as_param("doc", doc_ids, ("Sq",))
+    pk = pq if doc_ids_kv is None else _as_param("doc_kv", doc_ids_kv, ("Sk",))
+    for p in {id(pq): pq, id(pk): pk}.values():
+        if len(p.decl.shape) not in (1, 2) or p.decl.dtype != "int32":
+            raise ModError(p.name, list(p.decl.shape), "an integer array of shape [S] or [B, S]")
+
+    def at(p, idx):
+        return p.base[idx] if len(p.decl.shape) == 1 else p.base[B_IDX, idx]
+
+    params = (pq,) if pk is pq else (pq, pk)
+    return Mod("mask", sympy.Eq(at(pq, Q_IDX), at(pk, KV_IDX)), params)
+
+
+def prefix_lm(prefix_len: Any) -> Mod:
+    """Prefix-LM: keys in the prefix [0, prefix_len) are visible to every query, the rest causally
+    (bottom-right): kv_idx < prefix_len | kv_idx <= q_idx + Sk − Sq. ``prefix_len`` an int, or an int
+    array [B] (one prefix per batch row)."""
+    if isinstance(prefix_len, (int, np.integer)) and not isinstance(prefix_len, bool):
+        if prefix_len < 0:
+            raise ModError("prefix_len", prefix_len, "an integer >= 0 or an integer array [B]")
+        n, params = sympy.Integer(int(prefix_len)), ()
+    else:
+        p = _as_param("prefix_len", prefix_len, ("B",))
+        if len(p.decl.shape) != 1 or p.decl.dtype != "int32":
+            raise ModError("prefix_len", list(p.decl.shape), "an integer >= 0 or an integer array [B]")
+        n, params = p.base[B_IDX], (p,)
+    return Mod("mask", sympy.Or(KV_IDX < n, KV_IDX <= Q_IDX + Sk - Sq), params)
+
+
+def causal() -> Mod:
+    """The causal mask (bottom-right when Sq != Sk): the spec's window (-1, 0)."""
+    return Mod("mask", sympy.true, (), (-1, 0))
+
+
+def sliding_window(left: int, right: int = 0) -> Mod:
+    """DESIGN §3's window (left, right), -1 for unbounded: the spec's window fast path."""
+    for name, v in (("left", left), ("right", right)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < -1:
+            raise ModError(name, v, "an integer >= 0, or -1 for unbounded")
+    return Mod("mask", sympy.true, (), (int(left), int(right)))
+
+
+# --- text --------------------------------------------------------------------------------------------
+
+_RESERVED = {"score", "b", "h", "q_idx", "kv_idx", "where", *SIZE_SYMBOLS, *FUNCTIONS, "True", "False"}
+
+
+def parse(text: str, kind: str, params: Mapping[str, ParamDecl]) -> Any:
+    """The expression of ``text`` in the mod language (a score mod when ``kind == "score"``).
+
+    Raises:
+        ModError: a syntax error, an unknown name or function, a parameter read with the wrong number
+            of indices or a non-integer index, ``score`` in a mask mod, a boolean score mod.
+    """
+    field = f"{kind}_mod"
+    if not isinstance(text, str) or not text.strip():
+        raise ModError(field, text, "a non-empty expression string")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ModError(field, text, f"an expression of the mod language ({exc.msg} at column {exc.offset})") from None
+    names: dict[str, Any] = {"b": B_IDX, "h": H_IDX, "q_idx": Q_IDX, "kv_idx": KV_IDX, **SIZE_SYMBOLS}
+    if kind == "score":
+        names["score"] = SCORE
+    conv = _Converter(field, text, names, params)
+    expr = conv.visit(tree.body)
+    if kind == "mask" and not _is_bool(expr):
+        raise ModError(field, text, "a boolean expression (comparisons combined with &, |, ~)")
+    if kind == "score" and _is_bool(expr):
+        raise ModError(field, text, "a number (the new score), not a boolean")
+    return expr
+
+
+class _Converter:
+    def __init__(self, field, text, names, params):
+        self.field, self.text, self.names, self.params = field, text, names, params
+
+    def fail(self, what: str, accepted: str):
+        raise ModError(self.field, self.text, f"{accepted} (found {what})")
+
+    def visit(self, node):
+        method = getattr(self, "v_" + type(node).__name__, None)
+        if method is None:
+            self.fail(f"the Python construct {type(node).__name__}", "the mod language: numbers, names, + - * / // % **, comparisons, & | ~, and/or/not, where(), a if c else b, exp log tanh abs min max floor sqrt, param[index]")
+        return method(node)
+
+    def v_Constant(self, node):
+        v = node.value
+        if isinstance(v, bool):
+            return sympy.true if v else sympy.false
+        if isinstance(v, int):
+            return sympy.Integer(v)
+        if isinstance(v, float) and math.isfinite(v):
+            return sympy.Float(v)
+        self.fail(repr(v), "finite numbers")
+
+    def v_Name(self, node):
+        if node.id in self.names:
+            return self.names[node.id]
+        if node.id in ("True", "False"):
+            return sympy.true if node.id == "True" else sympy.false
+        if node.id in self.params:
+            self.fail(f"the parameter {node.id} without an index", f"{node.id}[index, ...]")
+        if node.id == "score":
+            self.fail("score", "no score in a mask mod (masks depend on b, h, q_idx, kv_idx and parameters)")
+        known = sorted(set(self.names) | set(self.params))
+        self.fail(f"the unknown name {node.id!r}", "the names " + ", ".join(known))
+
+    def v_BinOp(self, node):
+        a, b = self.visit(node.left), self.visit(node.right)
+        op = type(node.op).__name__
+        table = {
+            "Add": lambda: a + b,
+            "Sub": lambda: a - b,
+            "Mult": lambda: a * b,
+            "Div": lambda: a / b,
+            "FloorDiv": lambda: sympy.floor(a / b),
+            "Mod": lambda: sympy.Mod(a, b),
+            "Pow": lambda: a ** b,
+            "BitAnd": lambda: _and(a, b),
+            "BitOr": lambda: _or(a, b),
+        }
+        if op not in table:
+            self.fail(f"the operator {op}", "+ - * / // % ** & |")
+        try:
+            return table[op]()
+        except ModError as exc:
+            self.fail(exc.value, exc.accepted)
+
+    def v_UnaryOp(self, node):
+        a = self.visit(node.operand)
+        op = type(node.op).__name__
+        if op == "USub":
+            return -a
+        if op == "UAdd":
+            return a
+        if op in ("Invert", "Not"):
+            if not _is_bool(a):
+                self.fail(str(a), "a boolean after ~ / not")
+            return sympy.Not(a)
+        self.fail(f"the operator {op}", "-, +, ~, not")
+
+    def v_BoolOp(self, node):
+        vals = [self.visit(v) for v in node.values]
+        for v in vals:
+            if not _is_bool(v):
+                self.fail(str(v), "booleans on both sides of and/or")
+        return sympy.And(*vals) if isinstance(node.op, ast.And) else sympy.Or(*vals)
+
+    def v_Compare(self, node):
+        ops = {"Lt": sympy.Lt, "LtE": sympy.Le, "Gt": sympy.Gt, "GtE": sympy.Ge, "Eq": sympy.Eq, "NotEq": sympy.Ne}
+        left = self.visit(node.left)
+        out = []
+        for op, right_node in zip(node.ops, node.comparators):
+            name = type(op).__name__
+            if name not in ops:
+                self.fail(f"the comparison {name}", "< <= > >= == !=")
+            right = self.visit(right_node)
+            out.append(ops[name](left, right))
+            left = right
+        return sympy.And(*out) if len(out) > 1 else out[0]
+
+    def v_IfExp(self, node):
+        c = self.visit(node.test)
+        if not _is_bool(c):
+            self.fail(str(c), "a boolean condition in `a if c else b`")
+        return sympy.Piecewise((self.visit(node.body), c), (self.visit(node.orelse), True))
+
+    def v_Call(self, node):
+        if not isinstance(node.func, ast.Name):
+            self.fail("a call of an expression", "calls of where, exp, log, tanh, abs, min, max, floor, sqrt")
+        name = node.func.id
+        if node.keywords:
+            self.fail(f"keyword arguments to {name}", "positional arguments")
+        if name == "Piecewise":  # to_text's spelling of where(): its arguments are (value, cond) tuples
+            pairs = []
+            for a in node.args:
+                if not isinstance(a, ast.Tuple) or len(a.elts) != 2:
+                    self.fail("a Piecewise argument that is not (value, cond)", "Piecewise((value, cond), ...)")
+            return sympy.Piecewise(*[(self.visit(a.elts[0]), self.visit(a.elts[1])) for a in node.args])
+        args = [self.visit(a) for a in node.args]
+        if name == "where":
+            if len(args) != 3:
+                self.fail(f"where with {len(args)} arguments", "where(cond, a, b)")
+            try:
+                return _where(*args)
+            except ModError as exc:
+                self.fail(exc.value, exc.accepted)
+        if name not in FUNCTIONS:
+            self.fail(f"the unknown function {name!r}", "the functions where, " + ", ".join(sorted(FUNCTIONS)))
+        try:
+            return FUNCTIONS[name](*args)
+        except TypeError:
+            self.fail(f"{name} with {len(args)} arguments", f"{name} with its usual arguments")
+
+    def v_Tuple(self, node):
+        self.fail("a tuple", "a single expression")
+
+    def v_Subscript(self, node):
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.params:
+            what = node.value.id if isinstance(node.value, ast.Name) else "an expression"
+            self.fail(f"an index into {what}", "indices into declared parameters: " + (", ".join(sorted(self.params)) or "none declared"))
+        decl = self.params[node.value.id]
+        sl = node.slice
+        elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        idx = tuple(self.visit(e) for e in elts)
+        if len(idx) != len(decl.shape):
+            self.fail(f"{decl.name} with {len(idx)} indices", f"{len(decl.shape)} indices (its shape is {list(decl.shape)})")
+        for e in idx:
+            if not (e.is_integer or e.is_Integer):
+                self.fail(f"the non-integer index {e} of {decl.name}", "integer index expressions (use // for division)")
+        base = param_base(decl)
+        return base[idx] if len(idx) > 1 else base[idx[0]]
+
+
+def to_text(expr) -> str:
+    """``expr`` in the mod language (round-trips through :func:`parse`)."""
+    return sympy.sstr(expr, order="none")
+
+
+# --- the compiled mods of a program ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamGradTerm:
+    """One read ``param[index]`` of a floating-point parameter in the score mod and its coefficient
+    ∂score′/∂param[index] (an expression of ``score`` and the indices)."""
+
+    param: str
+    index: tuple
+    coef: Any
+
+
+@dataclass(frozen=True)
+class ModSet:
+    """The mods of one program, as the IR carries them (``Program.mods``).
+
+    Attributes:
+        score: score′ as an expression of ``score`` and the indices, or None (identity).
+        mask: the visibility expression (boolean), or None (every key visible, before the window).
+        params: the parameters the expressions read.
+        dscore: ∂score′/∂score, simplified (sympy ``diff``); ``1`` when the mod only adds a bias.
+        grads: one :class:`ParamGradTerm` per read of a floating-point parameter.
+    """
+
+    score: Any = None
+    mask: Any = None
+    params: tuple = ()
+
+    @property
+    def dscore(self):
+        return _dscore(self.score)
+
+    @property
+    def grads(self) -> tuple:
+        return _grads(self.score, tuple(p.name for p in self.params if p.differentiable))
+
+    @property
+    def grad_needs_score(self) -> bool:
+        """Whether ∂score′/∂score or a parameter coefficient reads the unmodified score."""
+        d = self.dscore
+        terms = [d] + [g.coef for g in self.grads]
+        return any(SCORE in sympy.sympify(t).free_symbols for t in terms)
+
+    def param(self, name: str) -> ParamDecl:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def mask_depends(self) -> tuple[bool, bool]:
+        """(depends on b, depends on h): the block table has a B (H) axis only when the mask does."""
+        if self.mask is None:
+            return False, False
+        free = _free_indices(self.mask)
+        return B_IDX in free, H_IDX in free
+
+    @property
+    def index_only_mask(self) -> bool:
+        """Whether the mask reads no parameter (its block classes are known at compile time)."""
+        return self.mask is not None and not self.mask.atoms(sympy.Indexed)
+
+    def describe(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.score is not None:
+            out["score_mod"] = to_text(self.score)
+            out["dscore"] = to_text(self.dscore)
+        if self.mask is not None:
+            out["mask_mod"] = to_text(self.mask)
+        if self.params:
+            out["params"] = {p.name: p.to_dict() | {"values": None} if p.values else p.to_dict() for p in self.params}
+        return out
+
+
+def _free_indices(expr) -> set:
+    free = set(expr.free_symbols)
+    for ix in expr.atoms(sympy.Indexed):
+        for e in ix.indices:
+            free |= set(sympy.sympify(e).free_symbols)
+    return free
+
+
+@lru_cache(maxsize=None)
+def _dscore(score):
+    if score is None:
+        return sympy.Integer(1)
+    return sympy.diff(score, SCORE)
+
+
+@lru_cache(maxsize=None)
+def _grads(score, names: tuple) -> tuple:
+    if score is None:
+        return ()
+    out = []
+    reads = sorted((ix for ix in score.atoms(sympy.Indexed) if str(ix.base.label) in names), key=sympy.default_sort_key)
+    for ix in reads:
+        d = sympy.Dummy("p")
+        coef = sympy.diff(score.xreplace({ix: d}), d).xreplace({d: ix})
+        out.append(ParamGradTerm(str(ix.base.label), tuple(ix.indices), coef))
+    return tuple(out)
+
+
+def modset_from_spec(spec) -> ModSet | None:
+    """The :class:`ModSet` of an :class:`~tilegen.core.spec.AttentionSpec` (None when it has no mods)."""
+    if not spec.score_mod and not spec.mask_mod:
+        return None
+    params = {p.name: p for p in spec.params}
+    score = parse(spec.score_mod, "score", params) if spec.score_mod else None
+    mask = parse(spec.mask_mod, "mask", params) if spec.mask_mod else None
+    return ModSet(score=score, mask=mask, params=tuple(spec.params))
+
+
+# --- NumPy evaluation --------------------------------------------------------------------------------
+
+
+def _gather_fn(name: str, array: np.ndarray, valid_ref: list):
+    def gather(*idx):
+        out_idx = []
+        for d, x in enumerate(idx):
+            x = np.asarray(x)
+            xi = np.floor(x).astype(np.int64) if x.dtype.kind == "f" else x.astype(np.int64)
+            clipped = np.clip(xi, 0, array.shape[d] - 1)
+            valid = valid_ref[0]
+            bad = xi != clipped
+            if valid is not None:
+                bad = bad & valid
+            if np.any(bad):
+                v = int(np.broadcast_to(xi, np.shape(bad))[np.nonzero(bad)][0]) if np.ndim(bad) else int(xi)
+                raise ModError(name, f"index {v} in dimension {d}", f"indices 0..{array.shape[d] - 1} (its shape is {list(array.shape)}) at every visible (query, key) pair")
+            out_idx.append(clipped)
+        return array[tuple(out_idx)]
+
+    return gather
+
+
+@lru_cache(maxsize=None)
+def _lambdified(expr):
+    """(argument names, function of score, b, h, q_idx, kv_idx, sizes..., gathers...)."""
+    reads = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
+    fns = {n: sympy.Function(f"_g_{n}") for n in reads}
+    replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
+    # and/or/not elementwise with broadcasting (lambdify's logical_or.reduce needs equal shapes)
+    for cls, name in ((sympy.And, "_AND"), (sympy.Or, "_OR"), (sympy.Not, "_NOT")):
+        f = sympy.Function(name)
+        replaced = replaced.replace(lambda e, cls=cls: isinstance(e, cls), lambda e, f=f: f(*e.args))
+    args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
+    arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
+    logic = {
+        "_AND": lambda *a: functools.reduce(np.logical_and, a),
+        "_OR": lambda *a: functools.reduce(np.logical_or, a),
+        "_NOT": np.logical_not,
+    }
+    modules = [{**logic, **{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}}, "numpy"]
+    return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
+
+
+_CURRENT: dict[str, Callable] = {}
+
+
+
+
+def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):
+    """``expr`` evaluated elementwise with NumPy broadcasting (float64 scores; bool masks).
+
+    ``params`` maps names to arrays; indices outside an array are an error where ``valid`` (a bool
+    array broadcast like the result, or None for everywhere) is True, and read clipped elsewhere.
+
+    Raises:
+        ModError: a parameter index out of range at a valid element; a missing parameter array.
+    """
+    reads, fn, _ = _lambdified(expr)
+    valid_ref = [valid]
+    for n in reads:
+        if n not in params:
+            raise ModError(n, None, "an array for every parameter the mods read")
+        _CURRENT[n] = _gather_fn(n, np.asarray(params[n]), valid_ref)
+    size_vals = [int(sizes.get(k, 1)) for k in SIZE_SYMBOLS]
+    # one common shape: lambdify spells And/Or as logical_and/or.reduce over a tuple of its operands,
+    # which needs them the same shape (a row vector and a column vector do not stack)
+    score, b, h, q_idx, kv_idx = np.broadcast_arrays(0.0 if score is None else score, b, h, q_idx, kv_idx)
+    with np.errstate(all="ignore"):
+        out = fn(score, b, h, q_idx, kv_idx, *size_vals)
+    return out
+
+
+def check_param_arrays(mods: ModSet, arrays: Mapping[str, Any], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """The parameter arrays as NumPy (fp32 / int32), checked against their declarations.
+
+    Raises:
+        ModError: a missing or extra array, a wrong shape or dtype kind.
+    """
+    out = {}
+    names = {p.name for p in mods.params}
+    for extra in sorted(set(arrays) - names):
+        raise ModError(extra, "an array", "arrays only for the parameters the mods read: " + (", ".join(sorted(names)) or "none"))
+    for p in mods.params:
+        if p.name in arrays and arrays[p.name] is not None:
+            a = arrays[p.name]
+        elif p.values is not None:
+            a = np.asarray(p.values).reshape(p.concrete_shape(sizes))
+        else:
+            raise ModError(p.name, None, f"an array of shape {list(p.concrete_shape(sizes))} ({p.dtype})")
+        a = np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a)
+        want = p.concrete_shape(sizes)
+        if tuple(a.shape) != want:
+            raise ModError(p.name, list(a.shape), f"shape {list(want)} (declared {[str(d) for d in p.shape]})")
+        if p.dtype == "int32":
+            if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+                raise ModError(p.name, str(a.dtype), "an integer array")
+            a = a.astype(np.int32)
+        else:
+            if not np.issubdtype(a.dtype, np.floating):
+                raise ModError(p.name, str(a.dtype), "a floating-point array")
+            a = a.astype(np.float32)
+        out[p.name] = a
+    return out
+
+
+def mods_from_api(score_mod: Any, mask_mod: Any) -> tuple[str, str, tuple, tuple[int, int], dict]:
+    """(score text, mask text, param decls, window from the mask mod, arrays by name) for the API.
+
+    Raises:
+        ModError: an invalid mod (see :func:`trace`).
+    """
+    score = trace(score_mod, "score") if score_mod is not None else None
+    mask = trace(mask_mod, "mask") if mask_mod is not None else None
+    params = _merge_params(score.params if score else (), mask.params if mask else ())
+    window = mask.window if mask is not None else (-1, -1)
+    mask_expr = mask.expr if mask is not None and mask.expr is not sympy.true else None
+    score_text = to_text(score.expr) if score is not None else ""
+    mask_text = to_text(mask_expr) if mask_expr is not None else ""
+    decls = tuple(p.decl for p in params)
+    arrays = {p.name: p.array for p in params}
+    return score_text, mask_text, decls, window, arrays
+
+
+def parse_param_decls(data: Any, where: str | None = None) -> tuple:
+    """``[params]`` of a spec file: ``name = {shape = [...], dtype = "fp32"|"int32", values = [...]}``.
+
+    Raises:
+        SpecError: a bad name, shape, dtype or values list.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError("params", data, "a table of name = {shape = [...], dtype = 'fp32' | 'int32'}", where)
+    out = []
+    for name, d in data.items():
+        field = f"params.{name}"
+        if not isinstance(name, str) or not name.isidentifier() or name in _RESERVED:
+            raise SpecError("params", name, "parameter names that are identifiers and not names of the mod language", where)
+        if not isinstance(d, Mapping):
+            raise SpecError(field, d, "a table {shape = [...], dtype = ...}", where)
+        unknown = set(d) - {"shape", "dtype", "values"}
+        if unknown:
+            raise SpecError(field, sorted(unknown)[0], "the keys shape, dtype, values", where)
+        shape = d.get("shape")
+        if not isinstance(shape, (list, tuple)) or not shape:
+            raise SpecError(f"{field}.shape", shape, "a list of sizes (ints or expressions of B, Hq, Hkv, Sq, Sk)", where)
+        dims = []
+        for s in shape:
+            if isinstance(s, int) and not isinstance(s, bool) and s > 0:
+                dims.append(s)
+                continue
+            try:
+                e = parse(str(s), "score", {}) if isinstance(s, str) else None
+            except ModError:
+                e = None
+            if e is None or not e.free_symbols <= set(SIZE_SYMBOLS.values()):
+                raise SpecError(f"{field}.shape", s, "positive ints or expressions of B, Hq, Hkv, Sq, Sk", where)
+            dims.append(e)
+        dtype = d.get("dtype", "fp32")
+        if dtype not in PARAM_DTYPES:
+            raise SpecError(f"{field}.dtype", dtype, "'fp32' or 'int32'", where)
+        values = d.get("values")
+        if values is not None:
+            flat = np.asarray(values).ravel()
+            if flat.dtype.kind not in "iuf":
+                raise SpecError(f"{field}.values", values, "a list of numbers", where)
+            values = tuple(int(v) for v in flat) if dtype == "int32" else tuple(float(v) for v in flat)
+        out.append(ParamDecl(name, tuple(dims), dtype, values))
+    return tuple(sorted(out, key=lambda p: p.name))
+
+
+# --- per-tile parameter-gradient windows --------------------------------------------------------------
+
+
+def grad_window(term: ParamGradTerm, decl: ParamDecl, rows, cols) -> tuple[tuple, tuple]:
+    """(widths, origins) of the window of ``decl``'s entries a [rows, cols] tile can touch through
+    ``term.index``, one per dimension: an index affine in q_idx and kv_idx with coefficients in
+    {−1, 0, 1} spans (rows if it reads q_idx) + (cols if it reads kv_idx) − 1 entries from its value at
+    the tile corner that minimises it (an expression of ``b``, ``h`` and the tile origin ``q_idx``,
+    ``kv_idx``); any other index spans the whole dimension from 0. A tile's partial has prod(widths)
+    entries, row-major over the window.
+    """
+    widths, origins = [], []
+    for e, size in zip(term.index, decl.shape):
+        e = sympy.sympify(e)
+        dq, dk = sympy.diff(e, Q_IDX), sympy.diff(e, KV_IDX)
+        affine = all(d.is_Integer and int(d) in (-1, 0, 1) for d in (dq, dk)) and not e.has(sympy.floor, sympy.Abs, sympy.Piecewise, sympy.Mod, sympy.Min, sympy.Max)
+        if not affine:
+            widths.append(sympy.sympify(size))
+            origins.append(sympy.Integer(0))
+            continue
+        w = sympy.Integer(1)
+        corner = {}
+        if dq != 0:
+            w += rows - 1
+            corner[Q_IDX] = Q_IDX if int(dq) > 0 else Q_IDX + rows - 1
+        if dk != 0:
+            w += cols - 1
+            corner[KV_IDX] = KV_IDX if int(dk) > 0 else KV_IDX + cols - 1
+        widths.append(w)
+        origins.append(e.xreplace(corner))
+    return tuple(widths), tuple(origins)
+
+
+def scatter_windows(partials: np.ndarray, origins: np.ndarray, widths: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """Σ over tiles t (in index order, float64) of window t (``widths``, row-major in ``partials[t]``)
+    placed at ``origins[t]`` in an array of ``shape``; entries outside the array must be zero (they are
+    checked). Returns fp32.
+
+    Raises:
+        ValueError: a non-zero partial entry falls outside the parameter array.
+    """
+    out = np.zeros(shape, dtype=np.float64)
+    partials = np.asarray(partials, dtype=np.float64).reshape((-1,) + tuple(widths))
+    origins = np.asarray(origins, dtype=np.int64).reshape(len(partials), len(shape))
+    for t in range(len(partials)):
+        win = partials[t]
+        dst, src = [], []
+        for d, (o, w, n) in enumerate(zip(origins[t], widths, shape)):
+            lo, hi = max(int(o), 0), min(int(o) + int(w), int(n))
+            if hi <= lo:
+                dst = None
+                break
+            dst.append(slice(lo, hi))
+            src.append(slice(lo - int(o), hi - int(o)))
+        inside = np.zeros(win.shape, dtype=bool)
+        if dst is not None:
+            inside[tuple(src)] = True
+            out[tuple(dst)] += win[tuple(src)]
+        if np.any(win[~inside] != 0):
+            raise ValueError("a parameter-gradient partial reaches outside the parameter array")
+    return out.astype(np.float32)
+
+
+def tile_origins(program, term_index: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(origins [T, ndim] int64, widths) of term ``term_index``'s windows for every tile of a bound
+    program, tiles in (b, h, Q tile, K/V tile) row-major order, the order of the partial tensor."""
+    env = {str(k): int(v) for k, v in program.env}
+    mods = program.mods
+    term = mods.grads[term_index]
+    decl = mods.param(term.param)
+    br, bc = env["Br"], env["Bc"]
+    sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
+    widths, origins = grad_window(term, decl, br, bc)
+    wint = tuple(int(evaluate(w, sizes=sizes, params={})) for w in widths)
+    nq, nk = -(-env["Sq"] // br), -(-env["Sk"] // bc)
+    bb, hh, ii, jj = np.meshgrid(np.arange(env["B"]), np.arange(env["Hq"]), np.arange(nq), np.arange(nk), indexing="ij")
+    cols = []
+    for o in origins:
+        v = evaluate(o, b=bb, h=hh, q_idx=ii * br, kv_idx=jj * bc, sizes=sizes, params={})
+        cols.append(np.broadcast_to(np.asarray(v, dtype=np.int64), bb.shape).reshape(-1))
+    return np.stack(cols, axis=1), wint
+
+
+def param_grads(program, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The gradient of every floating-point parameter from the partial tensors ``gpart{k}`` a run of
+    ``program`` wrote: each term's windows scattered in fixed tile order (:func:`scatter_windows`),
+    the terms of one parameter summed in term order. fp32 arrays of the parameters' shapes."""
+    env = {str(k): int(v) for k, v in program.env}
+    sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
+    mods = program.mods
+    out: dict[str, np.ndarray] = {}
+    for p in mods.params:
+        if p.differentiable:
+            out[p.name] = np.zeros(p.concrete_shape(sizes), dtype=np.float32)
+    for k, term in enumerate(mods.grads):
+        origins, widths = tile_origins(program, k)
+        part = np.asarray(outputs[f"gpart{k}"]).reshape(len(origins), -1)
+        shape = out[term.param].shape
+        out[term.param] = (out[term.param].astype(np.float64) + scatter_windows(part, origins, widths, shape)).astype(np.float32)
+    return out

@@ -1,0 +1,47 @@
+"""Attention sinks (DESIGN §3): the check of the per-head sink logits and their gradient, which every
+backend forms on the host from the stored O, dO and L."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilegen.core.errors import SpecError
+
+
+def check_sinks(sinks, heads_q: int) -> np.ndarray | None:
+    """``sinks`` as float32 [Hq], or None.
+
+    Raises:
+        SpecError: not a float array of shape [Hq] with finite values.
+    """
+    if sinks is None:
+        return None
+    accepted = f"a float numpy.ndarray of shape [{heads_q}] (one finite logit per query head) or None"
+    if not isinstance(sinks, np.ndarray):
+        raise SpecError("sinks", type(sinks).__name__, accepted)
+    if sinks.dtype.kind != "f":
+        raise SpecError("sinks.dtype", str(sinks.dtype), accepted)
+    if sinks.shape != (heads_q,):
+        raise SpecError("sinks.shape", sinks.shape, accepted)
+    out = np.ascontiguousarray(sinks, dtype=np.float32)
+    if not np.isfinite(out).all():
+        raise SpecError("sinks", "a non-finite value", accepted)
+    return out
+
+
+def sink_grad(o, do, lse, sinks, rows=None) -> np.ndarray:
+    """dσ_h = −Σ_rows exp(σ_h − L_row)·D_row with D = rowsum(dO∘O) (DESIGN §3), float32 [Hq].
+
+    ``o``, ``do``: [..., Hq, S, Dv] logical (BNSD or [Hq, S, Dv]); ``lse``: [..., Hq, S] fp32 from the
+    forward; ``rows``: optional bool [S] of the rows that take part (varlen: tokens inside a sequence).
+    D is formed in fp32 from the stored O as the backward's pre kernel does; the sum over rows (and
+    batch) runs in float64 in one fixed order (NumPy's pairwise sum over a fixed shape): the result is
+    bitwise reproducible. An O(B·Hq·S) step after the kernels.
+    """
+    d = np.sum(np.asarray(do, dtype=np.float32) * np.asarray(o, dtype=np.float32), axis=-1, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # rows left out may hold lse = -inf
+        w = np.exp(np.asarray(sinks, dtype=np.float64).reshape(-1, 1) - np.asarray(lse, dtype=np.float64)) * d
+    if rows is not None:
+        w = np.where(rows, w, 0.0)
+    axes = tuple(range(w.ndim - 2)) + (w.ndim - 1,)
+    return (-np.sum(w, axis=axes)).astype(np.float32)

@@ -1,0 +1,55 @@
+"""An import-linter contract type the stock ones lack: no module imports another module's private
+(underscore) name. Every import statement counts, those inside functions too, as grimp's graph does.
+
+Configured in ``pyproject.toml`` (``[tool.importlinter]``, ``contract_types``) and run by
+``lint-imports`` (``tests/test_architecture.py`` runs it with the test suite).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+
+from importlinter import Contract, ContractCheck, fields, output
+
+
+class PrivateNamesContract(Contract):
+    """``from a.b import _c`` is broken when ``a.b`` is a module of ``packages`` other than the importer
+    (a module may use its own private names; a package's ``__init__`` those of its submodules is no
+    exception). Options: ``packages``: the root packages to check."""
+
+    type_name = "private_names"
+
+    packages = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph, verbose: bool) -> ContractCheck:
+        broken = []
+        roots = tuple(self.packages)
+        for module in sorted(graph.modules):
+            if not module.startswith(roots):
+                continue
+            spec = importlib.util.find_spec(module)
+            if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+                continue
+            is_package = spec.submodule_search_locations is not None
+            with open(spec.origin, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), spec.origin)
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    parts = base[: len(base) - (node.level - 1)]
+                    source = ".".join(parts + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if source == module or not source.startswith(roots):
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        broken.append((module, node.lineno, source, alias.name))
+        return ContractCheck(kept=not broken, metadata={"broken": broken})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for module, line, source, name in check.metadata["broken"]:
+            output.print_error(f"{module}:{line} imports the private name {name} of {source}", bold=False)
