@@ -38,9 +38,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from tilegen.models.cost import GPU_MODEL_PARAMS, gpu_params, predict_gpu  # noqa: E402
 from tilegen.core.ir import Bc, Br  # noqa: E402
-from tilegen.passes import pipeline  # noqa: E402
 from tilegen.core.spec import AttentionSpec  # noqa: E402
 from tilegen.core.targets import load_target  # noqa: E402
+from tilegen.backends import compile_backward, compile_forward  # noqa: E402
 
 FITTED = tuple(k for k in GPU_MODEL_PARAMS if k != "base_registers")  # base_registers is sourced (NOTES: ptxas)
 SWEEP = HERE / "results" / "gpu_sweep.json"
@@ -69,9 +69,9 @@ def variant_program(var: dict, n: int, target):
     stages = {"*": 2, **{ph: int(k[1]) for ph, k in var["knobs"].items()}}
     tiles = tuple(var["tiles"])
     if var["program"] == "fwd":
-        prog = pipeline.compile_forward(spec, target=loose, tile_sizes=tiles, num_stages=stages)
+        prog = compile_forward(spec, target=loose, tile_sizes=tiles, num_stages=stages)
     else:
-        prog = pipeline.compile_backward(spec, dq_strategy=var["strategy"], target=loose, tile_sizes=tiles, num_stages=stages)
+        prog = compile_backward(spec, dq_strategy=var["strategy"], target=loose, tile_sizes=tiles, num_stages=stages)
     return prog, {ph: int(k[0]) for ph, k in var["knobs"].items()}
 
 

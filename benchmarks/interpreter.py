@@ -32,6 +32,7 @@ LIMIT = 2 << 30
 CHILD = r"""
 import json, sys, time, tracemalloc
 import numpy as np
+from tilegen.backends import compile_backward, compile_forward
 mode, n, measure, tile = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 d = 128
 rng = np.random.default_rng(0)
@@ -55,11 +56,10 @@ def dense():
 
 if mode == "fused":
     from tilegen.core.spec import AttentionSpec
-    from tilegen.passes import pipeline
     from tilegen.backends.interp import interpret
     spec = AttentionSpec(1, 1, 1, n, n, d, d, "fp32", name="bench")
-    fwd = pipeline.compile_forward(spec, tile_sizes=(tile, tile))
-    bwd = pipeline.compile_backward(spec, tile_sizes=(tile, tile), dq_strategy="atomic")
+    fwd = compile_forward(spec, tile_sizes=(tile, tile))
+    bwd = compile_backward(spec, tile_sizes=(tile, tile), dq_strategy="atomic")
 
     def fused():
         out, _ = interpret(fwd, {"Q": q, "K": k, "V": v})

@@ -42,19 +42,19 @@ import json
 
 from tilegen import builtin_spec
 from tilegen.harness.report import timeline_report
+from tilegen.backends import compile_backward, compile_forward
 
 SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32 (fp32) is refused by the Ascend C backend
 
 
 def _tiles(name: str, args, label: str) -> str:
     """The program's Br x Bc on the target (the compile cache makes this a lookup)."""
-    from tilegen.passes import pipeline
 
     spec = builtin_spec(name)
     if label == "forward":
-        program = pipeline.compile_forward(spec, target=args.target)
+        program = compile_forward(spec, target=args.target)
     else:
-        program = pipeline.compile_backward(spec, target=args.target, dkv_strategy=args.dkv_strategy)
+        program = compile_backward(spec, target=args.target, dkv_strategy=args.dkv_strategy)
     env = {str(k): v for k, v in program.env}
     return f"{env['Br']}x{env['Bc']}"
 

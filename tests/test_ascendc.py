@@ -16,8 +16,8 @@ from tilegen.backends.ascendc import twin
 from tilegen.backends.output import write
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError, TargetError
-from tilegen.passes import pipeline
 from tilegen.core.spec import builtin_spec
+from tilegen.backends import compile_backward, compile_forward
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -87,9 +87,9 @@ def test_generated_kernels_match_reference_and_interpreter(case, tmp_path, monke
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
     # the interpreter runs the same scheduled programs: equal up to the rounding of differently ordered
     # fp32 sums (the cube accumulates k in order, NumPy's BLAS in blocks) and atomic-add order
-    program = pipeline.compile_forward(spec, target="ascend910b2")
+    program = compile_forward(spec, target="ascend910b2")
     out, _ = interpret(program, {n: data[n] for n in "QKV"})
-    grads, _ = interpret(pipeline.compile_backward(spec, target="ascend910b2"), feeds)
+    grads, _ = interpret(compile_backward(spec, target="ascend910b2"), feeds)
     eps = 2.0**-10 if spec.dtype == "fp16" else 2.0**-7
     for name, ours, ref in [("O", fwd["O"], out["O"])] + [(n, bwd[n], grads[n]) for n in ("dQ", "dK", "dV")]:
         ours = np.asarray(ours, dtype=np.float32)
@@ -231,7 +231,7 @@ def test_dkv_strategies_on_the_twin(case, dkv_strategy):
     assert ("g_dK_ws[" in gen.files["bwd_kernels.asc"]) == (dkv_strategy == "atomic")
     data, fwd, bwd, feeds = run_on_twin(spec, dkv_strategy=dkv_strategy)
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
-    grads, _ = interpret(pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy), feeds)
+    grads, _ = interpret(compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy), feeds)
     eps = 2.0**-10 if spec.dtype == "fp16" else 2.0**-7
     for name in ("dQ", "dK", "dV"):
         ref = np.asarray(grads[name], dtype=np.float32)

@@ -7,21 +7,21 @@ import pytest
 
 from helpers import assert_backward_ok, inputs, make_spec, ref_kwargs, subnormal_p_case
 from tilegen.backends.interp import interpret
-from tilegen.passes import pipeline
+from tilegen.backends import compile_backward, compile_forward
 
 FORMS = [("unfused", dict(fused=False)), ("atomic", dict(dq_strategy="atomic")), ("separate", dict(dq_strategy="separate"))]
 TILES = (16, 32)
 
 
 def forward_outputs(spec, data, tiles=TILES):
-    out, _ = interpret(pipeline.compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
+    out, _ = interpret(compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
     return out
 
 
 def run_backward(spec, data, tiles=TILES, order_seed=None, **kw):
     out = forward_outputs(spec, data, tiles)
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": out["O"], "L": out["L"], "dO": data["dO"]}
-    program = pipeline.compile_backward(spec, tile_sizes=tiles, **kw)
+    program = compile_backward(spec, tile_sizes=tiles, **kw)
     grads, measured = interpret(program, feeds, order_seed=order_seed)
     return (grads["dQ"], grads["dK"], grads["dV"]), measured, program
 
@@ -134,10 +134,10 @@ def test_against_torch_autograd():
 
 def test_fused_program_keeps_no_quadratic_hbm_buffer():
     for strategy in ("atomic", "separate"):
-        program = pipeline.compile_backward(make_spec(), dq_strategy=strategy)
+        program = compile_backward(make_spec(), dq_strategy=strategy)
         names = {t.name for t in program.tensors}
         assert "P" not in names and "dS" not in names
-    unfused = pipeline.compile_backward(make_spec(), fused=False)
+    unfused = compile_backward(make_spec(), fused=False)
     assert {"P", "dS"} <= {t.name for t in unfused.tensors}
 
 
@@ -148,7 +148,7 @@ def test_traffic_and_memory_from_n_to_2n():
     than the unfused total (its re-reads of Q and dO and its atomic dQ adds also grow as N²·d/Bc)."""
     def measure(n, fused):
         spec = make_spec(seq_q=n, seq_k=n, head_dim_qk=64, head_dim_v=64, heads_q=1, heads_kv=1)
-        program = pipeline.compile_backward(spec, fused=fused, tile_sizes=(64, 64))
+        program = compile_backward(spec, fused=fused, tile_sizes=(64, 64))
         data = inputs(spec)
         out = forward_outputs(spec, data, (64, 64))
         feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": out["O"], "L": out["L"], "dO": data["dO"]}
@@ -157,7 +157,7 @@ def test_traffic_and_memory_from_n_to_2n():
 
     def held(n, fused):
         spec = make_spec(seq_q=n, seq_k=n, head_dim_qk=64, head_dim_v=64, heads_q=1, heads_kv=1)
-        program = pipeline.compile_backward(spec, fused=fused, tile_sizes=(64, 64))
+        program = compile_backward(spec, fused=fused, tile_sizes=(64, 64))
         return sum(program.evaluate(t.numel) * (2 if t.dtype == "fp16" else 4) for t in program.tensors)
 
     assert held(4096, True) == 2 * held(2048, True)

@@ -17,7 +17,7 @@ import pytest
 from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
 from tilegen.core.ir import Load, Store, walk
-from tilegen.passes import pipeline
+from tilegen.backends import compile_backward, compile_forward
 
 torch = pytest.importorskip("torch")
 
@@ -38,7 +38,7 @@ KEPT = {
 
 def _backward(fields, tiles, dtype="fp32", target="h200", **kw):
     spec = make_spec(name="direct", dtype=dtype, **fields)
-    return spec, pipeline.compile_backward(spec, target=target, tile_sizes=tiles, **kw)
+    return spec, compile_backward(spec, target=target, tile_sizes=tiles, **kw)
 
 
 @pytest.mark.parametrize("case", list(APPLIES))
@@ -82,7 +82,7 @@ def test_folded_program_matches_torch_autograd(case):
     spec, program = _backward(fields, tiles)
     assert program.attr("dq_direct") is True
     data = inputs(spec, seed=5)
-    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
+    fwd, _ = interpret(compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
     grads, _ = interpret(program, feeds, pad_value=float("nan"))  # a padded row's value must not matter
     from test_group_split import torch_grads  # torch autograd on float64 inputs, either alignment

@@ -14,8 +14,9 @@ from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError
 from tilegen.core.ir import Load, Loop, MatMul, Store
-from tilegen.passes import pipeline
 from tilegen.core.spec import builtin_spec
+from tilegen.backends import compile_backward
+from tilegen.passes.driver import PassLog
 
 CASES = {
     "gqa-window": dict(heads_q=4, heads_kv=2, seq_q=130, seq_k=190, head_dim_qk=64, head_dim_v=64, window=(40, 7), dtype="fp16"),
@@ -34,7 +35,7 @@ def test_atomic_dkv_matches_the_float64_reference(case, dq_strategy, target):
     """The atomic dK/dV program (with each dQ strategy, bound with default tiles or placed and tiled for
     the 910B) in the interpreter, against the dense float64 reference (DESIGN §3's rule)."""
     spec = make_spec(**CASES[case])
-    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, dkv_strategy="atomic")
+    program = compile_backward(spec, dq_strategy=dq_strategy, target=target, dkv_strategy="atomic")
     assert program.attr("dkv_strategy") == "atomic"
     names = {t.name for t in program.tensors}
     assert {"dK_ws", "dV_ws"} <= names
@@ -54,19 +55,19 @@ def test_the_default_strategy_follows_the_target():
     the atomic form's extra kernels cost more than they save); a tile size that fits only the
     atomic form takes it."""
     tiny, llama = builtin_spec("tiny-gqa"), builtin_spec("llama2-7b")
-    assert pipeline.compile_backward(tiny).attr("dkv_strategy") == "on-chip"
-    assert pipeline.compile_backward(tiny, target="h200").attr("dkv_strategy") == "on-chip"
-    assert pipeline.compile_backward(tiny, target="ascend910b2").attr("dkv_strategy") == "on-chip"
-    assert pipeline.compile_backward(llama, target="ascend910b2").attr("dkv_strategy") == "atomic"
-    assert pipeline.compile_backward(llama, target="ascend910b2", dkv_strategy="on-chip").attr("dkv_strategy") == "on-chip"
-    forced = pipeline.compile_backward(llama, target="ascend910b2", tile_sizes=(128, 128))
+    assert compile_backward(tiny).attr("dkv_strategy") == "on-chip"
+    assert compile_backward(tiny, target="h200").attr("dkv_strategy") == "on-chip"
+    assert compile_backward(tiny, target="ascend910b2").attr("dkv_strategy") == "on-chip"
+    assert compile_backward(llama, target="ascend910b2").attr("dkv_strategy") == "atomic"
+    assert compile_backward(llama, target="ascend910b2", dkv_strategy="on-chip").attr("dkv_strategy") == "on-chip"
+    forced = compile_backward(llama, target="ascend910b2", tile_sizes=(128, 128))
     assert forced.attr("dkv_strategy") == "atomic"
 
 
 def test_bad_strategies_are_refused_in_one_line():
     spec = builtin_spec("tiny")
     with pytest.raises(SpecError, match=r"dkv_strategy = 'sum'.*auto, on-chip, atomic") as exc:
-        pipeline.compile_backward(spec, dkv_strategy="sum")
+        compile_backward(spec, dkv_strategy="sum")
     assert "\n" not in str(exc.value)
     from tilegen.backends import generate
 
@@ -95,7 +96,7 @@ def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
     from tilegen.backends import ascendc
 
     spec = builtin_spec("llama2-7b")
-    program = pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy)
+    program = compile_backward(spec, target="ascend910b2", dkv_strategy=dkv_strategy)
     body = _innermost(program.kernel("main").body)
     kinds = [(type(s).__name__, getattr(s, "dst", None)) for s in body]
     first_back = next(n for n, s in enumerate(body) if isinstance(s, Load) and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube"))
@@ -136,8 +137,8 @@ def test_atomic_dkv_lets_the_tiles_grow():
     spec = builtin_spec("llama2-7b")
     logs = {}
     for strategy in ("on-chip", "atomic"):
-        logs[strategy] = pipeline.PassLog()
-        pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy=strategy, log=logs[strategy])
+        logs[strategy] = PassLog()
+        compile_backward(spec, target="ascend910b2", dkv_strategy=strategy, log=logs[strategy])
     on_chip, atomic = logs["on-chip"].schedule, logs["atomic"].schedule
     assert on_chip.chosen == (32, 64)
     br, bc = atomic.chosen
@@ -164,7 +165,7 @@ def test_write_first_plain_is_an_ir_knob():
     from tilegen.passes.verify import verify
 
     spec = builtin_spec("llama2-7b")
-    program = pipeline.compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
+    program = compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
     assert [k.name for k in program.kernels] == ["pre", "main", "post"]  # post_kv: main's epilogue (own-tile-epilogue)
     plain = sorted(s.dst.tensor for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
     assert plain == ["dK_ws", "dV_ws"]
@@ -173,7 +174,7 @@ def test_write_first_plain_is_an_ir_knob():
     assert [s.src.tensor for s in zeros] == ["dK_ws", "dV_ws"] and all(s.zero_unless is not None for s in zeros)
     assert [s.wait_done for s in zeros] == [True, False]  # one wait for the cube's one done flag per program
     assert {str(x) for x in zeros[0].zero_unless.free_symbols} <= {"j", "G", "Sq", "Sk", "Br", "Bc"}
-    assert "pre_kv" in [k.name for k in pipeline.compile_backward(spec, dkv_strategy="atomic").kernels]
+    assert "pre_kv" in [k.name for k in compile_backward(spec, dkv_strategy="atomic").kernels]
     main = program.kernel("main")
     dq = next(s for s, _ in walk(main.body) if isinstance(s, Store) and s.dst.tensor == "dQ_ws")
     bad = dataclasses.replace(program, kernels=tuple(

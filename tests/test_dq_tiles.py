@@ -20,8 +20,8 @@ from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError, TargetError
 from tilegen.core.ir import Bc, Br, Loop, grid_loops, walk
-from tilegen.passes import pipeline
 from tilegen.core.spec import builtin_spec
+from tilegen.backends import compile_backward, compile_forward
 
 torch = pytest.importorskip("torch")
 
@@ -36,7 +36,7 @@ CASES = {
 
 def _backward(fields, tiles, dq_tiles="transposed", dtype="fp32", **kw):
     spec = make_spec(name="dqt", dtype=dtype, **fields)
-    return spec, pipeline.compile_backward(spec, target="h200", tile_sizes=tiles, dq_strategy="separate", dq_tiles=dq_tiles, **kw)
+    return spec, compile_backward(spec, target="h200", tile_sizes=tiles, dq_strategy="separate", dq_tiles=dq_tiles, **kw)
 
 
 def test_dq_kernel_walks_transposed_tiles_and_main_does_not():
@@ -57,7 +57,7 @@ def test_transposed_program_matches_torch_autograd(case):
     fields, tiles = CASES[case]
     spec, program = _backward(fields, tiles)
     data = inputs(spec, seed=7)
-    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
+    fwd, _ = interpret(compile_forward(spec, tile_sizes=tiles), {n: data[n] for n in "QKV"})
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
     grads, _ = interpret(program, feeds, pad_value=float("nan"))  # a padded row's value must not matter
     from test_group_split import torch_grads  # torch autograd on float64 inputs, either alignment
@@ -68,15 +68,15 @@ def test_transposed_program_matches_torch_autograd(case):
 
 def test_refused_where_the_dq_kernel_reads_tile_shaped_data():
     with pytest.raises(SpecError, match="dq_tiles = 'transposed' is invalid.*block table"):
-        pipeline.compile_backward(builtin_spec("document"), target="h200", dq_strategy="separate", dq_tiles="transposed")
+        compile_backward(builtin_spec("document"), target="h200", dq_strategy="separate", dq_tiles="transposed")
     with pytest.raises(SpecError, match="dq_tiles = 'transposed' is invalid.*depend on the tile sizes"):
-        pipeline.compile_backward(builtin_spec("alibi"), target="h200", dq_strategy="separate", dq_tiles="transposed")
+        compile_backward(builtin_spec("alibi"), target="h200", dq_strategy="separate", dq_tiles="transposed")
     with pytest.raises(SpecError, match="separate dQ strategy"):
-        pipeline.compile_backward(make_spec(), target="h200", dq_strategy="atomic", dq_tiles="transposed")
+        compile_backward(make_spec(), target="h200", dq_strategy="atomic", dq_tiles="transposed")
     with pytest.raises(SpecError, match="dq_tiles = 'transposed' is invalid; accepted: 'same' on a target whose cube and vector hand tiles over through GM"):
-        pipeline.compile_backward(make_spec(), target="ascend910b2", dq_strategy="separate", dq_tiles="transposed")  # one set of hand-off tiles
+        compile_backward(make_spec(), target="ascend910b2", dq_strategy="separate", dq_tiles="transposed")  # one set of hand-off tiles
     with pytest.raises(SpecError, match="dq_tiles = 'sideways' is invalid; accepted: one of same, transposed"):
-        pipeline.compile_backward(make_spec(), target="h200", dq_strategy="separate", dq_tiles="sideways")
+        compile_backward(make_spec(), target="h200", dq_strategy="separate", dq_tiles="sideways")
 
 
 # --- the generated Triton module ------------------------------------------------------------------

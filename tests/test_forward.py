@@ -7,14 +7,14 @@ import pytest
 
 from helpers import assert_forward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
-from tilegen.passes import pipeline
+from tilegen.backends import compile_forward
 
 BR, BC = 16, 32
 
 
 def run_forward(spec, tiles=(BR, BC), seed=0):
     data = inputs(spec, seed)
-    program = pipeline.compile_forward(spec, tile_sizes=tiles)
+    program = compile_forward(spec, tile_sizes=tiles)
     out, measured = interpret(program, {"Q": data["Q"], "K": data["K"], "V": data["V"]})
     return data, out["O"], out["L"], measured
 
@@ -103,7 +103,7 @@ def test_padding_never_leaks():
     """The interpreter loads padding as a large sentinel; the result must not change with it."""
     spec = make_spec(seq_q=45, seq_k=33, window=(4, 2), dtype="fp32")
     data = inputs(spec)
-    program = pipeline.compile_forward(spec, tile_sizes=(32, 32))
+    program = compile_forward(spec, tile_sizes=(32, 32))
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"]}
     a, _ = interpret(program, feeds, pad_value=1.0e4)
     b, _ = interpret(program, feeds, pad_value=-3.0e3)

@@ -22,10 +22,10 @@ import pytest
 from tilegen import cli
 from tilegen.backends import triton as tb
 from tilegen.models.cost import predict, predict_gpu
-from tilegen.passes import pipeline
 from tilegen.harness.report import inspect_report
 from tilegen.core.spec import AttentionSpec, builtin_spec
 from tilegen.core.targets import load_target
+from tilegen.backends import compile_backward
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import gpu_model  # noqa: E402
@@ -85,7 +85,7 @@ def test_compiled_figures_replace_the_footprints_estimates():
     registers (hand arithmetic on the H200's 232448 usable shared bytes and 64K registers)."""
     target = load_target("h200")
     spec = gpu_model.sweep_spec(128, 4096)
-    prog = pipeline.compile_backward(spec, dq_strategy="atomic", target=target.with_capacity("SMEM", 1 << 30), tile_sizes=(64, 64), num_stages={"*": 2})
+    prog = compile_backward(spec, dq_strategy="atomic", target=target.with_capacity("SMEM", 1 << 30), tile_sizes=(64, 64), num_stages={"*": 2})
     two = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 128, "stack_bytes": 0, "shared_bytes": 100_000}})
     one = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 128, "stack_bytes": 0, "shared_bytes": 131_584}})
     by_regs = predict_gpu(prog, target, {"main": 4}, compiled={"main": {"registers": 255, "stack_bytes": 0, "shared_bytes": 50_000}})
@@ -114,7 +114,7 @@ def test_model_does_not_tie_the_backward_tiles():
     spec = gpu_model.sweep_spec(128, 4096)
     times, roof = {}, {}
     for br in (32, 64):
-        prog = pipeline.compile_backward(spec, dq_strategy="atomic", target=target, tile_sizes=(br, 128), num_stages={"*": 2})
+        prog = compile_backward(spec, dq_strategy="atomic", target=target, tile_sizes=(br, 128), num_stages={"*": 2})
         roof[br] = predict(prog, target).time_s
         times[br] = predict_gpu(prog, target, {"main": 8}).time_s
     assert roof[32] == pytest.approx(roof[64], rel=0.02)

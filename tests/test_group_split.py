@@ -25,7 +25,7 @@ from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.harness.check import compare, longest_sum, lse_rel_floor  # noqa: E402
 from tilegen.core.errors import SpecError, TargetError  # noqa: E402
-from tilegen.passes import pipeline  # noqa: E402
+from tilegen.backends import compile_backward, compile_forward  # noqa: E402
 
 H200 = Path(__file__).resolve().parents[1] / "targets" / "h200.toml"
 TILES = (16, 16)
@@ -86,10 +86,10 @@ def splits(spec):
 def test_split_program_in_the_interpreter(name, heavy):
     spec = make_spec(name=name.replace("/", "_"), **SPECS[name])
     data = inputs(spec, seed=5)
-    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=TILES), {n: data[n] for n in "QKV"})
+    fwd, _ = interpret(compile_forward(spec, tile_sizes=TILES), {n: data[n] for n in "QKV"})
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
     for split in splits(spec):
-        program = pipeline.compile_backward(spec, tile_sizes=TILES, group_split=split, heavy_first=heavy)
+        program = compile_backward(spec, tile_sizes=TILES, group_split=split, heavy_first=heavy)
         assert program.attr("group_split") in (split, None if split == 1 and not heavy else split)
         names = [k.name for k in program.kernels]
         assert ("post_kv" in names) == (split > 1)
@@ -100,9 +100,9 @@ def test_split_program_in_the_interpreter(name, heavy):
 def test_split_with_the_separate_dq_strategy():
     spec = make_spec(name="sep", **SPECS["gqa8/2-causal"])
     data = inputs(spec, seed=6)
-    fwd, _ = interpret(pipeline.compile_forward(spec, tile_sizes=TILES), {n: data[n] for n in "QKV"})
+    fwd, _ = interpret(compile_forward(spec, tile_sizes=TILES), {n: data[n] for n in "QKV"})
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": fwd["O"], "L": fwd["L"], "dO": data["dO"]}
-    program = pipeline.compile_backward(spec, tile_sizes=TILES, dq_strategy="separate", group_split=4, heavy_first=True)
+    program = compile_backward(spec, tile_sizes=TILES, dq_strategy="separate", group_split=4, heavy_first=True)
     assert [k.name for k in program.kernels] == ["pre", "main", "post_kv", "dq"]
     out, _ = interpret(program, feeds)
     assert_grads_ok(spec, (out["dQ"], out["dK"], out["dV"]), data)
@@ -111,11 +111,11 @@ def test_split_with_the_separate_dq_strategy():
 def test_split_must_divide_the_group():
     spec = make_spec(heads_q=6, heads_kv=2)  # G = 3
     with pytest.raises(SpecError, match=r"group_split = 2 is invalid; accepted: a divisor of G = 3"):
-        pipeline.compile_backward(spec, tile_sizes=TILES, group_split=2)
+        compile_backward(spec, tile_sizes=TILES, group_split=2)
     with pytest.raises(SpecError, match=r"group_split = 0 is invalid"):
-        pipeline.compile_backward(spec, tile_sizes=TILES, group_split=0)
+        compile_backward(spec, tile_sizes=TILES, group_split=0)
     with pytest.raises(SpecError, match=r"unfused backward"):
-        pipeline.compile_backward(spec, fused=False, tile_sizes=TILES, group_split=3)
+        compile_backward(spec, fused=False, tile_sizes=TILES, group_split=3)
 
 
 # --- the target rows and the Triton kernels ------------------------------------------------------

@@ -26,7 +26,7 @@ from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.harness.check import compare, longest_sum  # noqa: E402
 from tilegen.core.errors import TargetError  # noqa: E402
-from tilegen.passes import pipeline  # noqa: E402
+from tilegen.backends import compile_forward  # noqa: E402
 
 TILES = (16, 16)
 
@@ -93,7 +93,7 @@ def causal_like(spec) -> bool:
 def test_heavy_first_forward_in_the_interpreter(name):
     spec = make_spec(name=name.replace("/", "_"), **SPECS[name])
     data = inputs(spec, seed=11)
-    program = pipeline.compile_forward(spec, tile_sizes=TILES, heavy_first=True)
+    program = compile_forward(spec, tile_sizes=TILES, heavy_first=True)
     assert program.attr("heavy_first") is True
     from tilegen.core.ir import grid_loops
 

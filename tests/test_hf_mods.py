@@ -14,7 +14,7 @@ models' own attention code in the installed transformers, on tiny random models 
   several bucket counts and distances, both directions; the encoder's and the decoder's first
   self-attention layer recomputed with the from-hf spec and the layer's learned bucket table.
 
-The spec runs are ``pipeline.compile_forward`` + ``interpret`` with the parameter values the spec
+The spec runs are ``compile_forward`` + ``interpret`` with the parameter values the spec
 carries, as ``tilegen run`` executes a spec.
 """
 
@@ -30,8 +30,8 @@ import tilegen.hf_attention  # noqa: E402,F401  (registers attn_implementation="
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.hf import bloom_alibi_slopes, mpt_alibi_slopes, spec_from_hf_config, specs_from_hf_config  # noqa: E402
 from tilegen.core.mods import check_param_arrays  # noqa: E402
-from tilegen.passes import pipeline  # noqa: E402
 from tilegen.core.spec import spec_from_dict  # noqa: E402
+from tilegen.backends import compile_forward  # noqa: E402
 
 try:
     import tomllib
@@ -45,7 +45,7 @@ def _run_spec(spec, q, k, v, **arrays):
     sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
     params = check_param_arrays(spec.mods, arrays, sizes) if spec.has_mods else {}
     feeds = {"Q": q.detach().numpy(), "K": k.detach().numpy(), "V": v.detach().numpy(), **params}
-    out, _ = interpret(pipeline.compile_forward(spec), feeds)
+    out, _ = interpret(compile_forward(spec), feeds)
     return torch.from_numpy(np.asarray(out["O"], dtype=np.float32))
 
 

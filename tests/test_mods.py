@@ -13,7 +13,7 @@ from tilegen.core import dtypes
 from tilegen.api import make_spec_and_params
 from tilegen.backends.interp import interpret
 from tilegen.harness.check import compare, lse_rel_floor
-from tilegen.passes import pipeline
+from tilegen.backends import compile_backward, compile_forward
 
 from mod_reference import dense
 
@@ -151,8 +151,8 @@ def test_user_written_bias_document_and_window():
 
 
 def _program_run(spec, params, data, order_seed=None):
-    fwd = pipeline.compile_forward(spec, tile_sizes=TILES)
-    bwd = pipeline.compile_backward(spec, tile_sizes=TILES)
+    fwd = compile_forward(spec, tile_sizes=TILES)
+    bwd = compile_backward(spec, tile_sizes=TILES)
     q, k, v, do = data
     out, fm = interpret(fwd, {"Q": q, "K": k, "V": v, **params}, order_seed=order_seed)
     grads, bm = interpret(bwd, {"Q": q, "K": k, "V": v, "O": out["O"], "L": out["L"], "dO": do, **params}, order_seed=order_seed)
@@ -202,7 +202,7 @@ def test_full_tiles_skip_the_mask_evaluation(monkeypatch, lengths, full, partial
     assert (sum(t.all() for t in tiles), sum(t.any() and not t.all() for t in tiles)) == (full, partial)
     q, k, v, _ = _data(1, 1, 1, 64, 64, 16, "fp32")
     spec, params = make_spec_and_params(q, k, v, mask_mod=M.document(doc))
-    fwd = pipeline.compile_forward(spec, tile_sizes=TILES)
+    fwd = compile_forward(spec, tile_sizes=TILES)
     calls = []
     real = M.evaluate
 

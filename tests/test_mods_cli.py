@@ -21,9 +21,9 @@ from tilegen.core import reference
 from tilegen.models.analysis import count, total
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
-from tilegen.passes import pipeline
 from tilegen.harness.runner import mod_params, random_inputs
 from tilegen.core.spec import builtin_spec, load_spec
+from tilegen.backends import compile_backward, compile_forward
 
 import mod_reference
 
@@ -221,7 +221,7 @@ def test_block_classes_per_head_and_top_left(tmp_path):
     text = 'name = "heads"\nbatch = 1\nheads = 3\nseq_q = 40\nseq_k = 72\nhead_dim = 16\nmask = "causal"\nalignment = "top_left"\n'
     text += 'mask_mod = "(h == 1) | (kv_idx >= q_idx - 5)"\n'
     spec = load_spec(_write(tmp_path, text))
-    program = pipeline.compile_forward(spec, tile_sizes=(16, 16))
+    program = compile_forward(spec, tile_sizes=(16, 16))
     classes = analysis.program_block_classes(program)
     assert classes.table.shape == (1, 3, 3, 5) and classes.scale == 1
     for h in range(3):
@@ -265,7 +265,7 @@ def test_static_counts_skip_empty_tiles_as_the_interpreter_does(name):
     data = random_inputs(spec, 0)
     params, _ = mod_params(spec, 0)
     for tiles in ((16, 16),) if name == "alibi" else ((16, 16), (32, 16)):
-        fwd = pipeline.compile_forward(spec, tile_sizes=tiles)
+        fwd = compile_forward(spec, tile_sizes=tiles)
         out, measured = interpret(fwd, {"Q": data["Q"], "K": data["K"], "V": data["V"], **params})
         counted = total(count(fwd))
         assert dict(measured.bytes_read) == dict(counted.bytes_read)
@@ -276,7 +276,7 @@ def test_static_counts_skip_empty_tiles_as_the_interpreter_does(name):
             assert counted.flops["matmul"] == visited * 2 * tiles[0] * tiles[1] * dims * spec.batch * spec.heads_q
         feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": out["O"], "L": out["L"], "dO": data["dO"], **params}
         for fused in (True, False):
-            bwd = pipeline.compile_backward(spec, fused=fused, tile_sizes=tiles)
+            bwd = compile_backward(spec, fused=fused, tile_sizes=tiles)
             _, measured = interpret(bwd, feeds)
             counted = total(count(bwd))
             assert dict(measured.bytes_read) == dict(counted.bytes_read) and dict(measured.bytes_written) == dict(counted.bytes_written)
@@ -416,7 +416,7 @@ def test_static_counts_of_a_per_batch_mask_sum_each_batch_rows_tiles(tmp_path):
     ids = np.array([[0] * 20 + [1] * 36, [0] * 50 + [1] * 6])
     text += '[params.doc]\nshape = ["B", "Sk"]\ndtype = "int32"\nvalues = ' + str(ids.reshape(-1).tolist()) + "\n"
     spec = load_spec(_write(tmp_path, text))
-    program = pipeline.compile_forward(spec, tile_sizes=(16, 16))
+    program = compile_forward(spec, tile_sizes=(16, 16))
     classes = analysis.program_block_classes(program)
     assert classes.table.shape == (2, 1, 4, 4) and classes.scale == spec.heads_q
     visited = 0

@@ -14,12 +14,13 @@ from tilegen.core.build import build_backward, build_forward, kv_tile_range, mas
 from tilegen.core.errors import FusionError, VerifyError
 from tilegen.core.exprs import evaluate
 from tilegen.core.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
-from tilegen.passes import pipeline
 from tilegen.passes.cleanup import forward_stores
 from tilegen.passes.depgraph import dependence_graph, edges_between
 from tilegen.passes.fuse import fuse
 from tilegen.passes.verify import verify
 from tilegen.core.printer import fmt_stmt, format_program
+from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.driver import PassLog
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -70,8 +71,8 @@ def test_fusion_refuses_a_shifted_dependence():
 def test_fusion_refuses_to_read_a_reduction_inside_it():
     """Before dQ's atomic adds are promoted out of the K/V loop, post cannot join the dQ nest: it
     reads the tile every K/V iteration adds into."""
-    log = pipeline.PassLog()
-    pipeline.compile_backward(make_spec(), dq_strategy="separate", log=log)
+    log = PassLog()
+    compile_backward(make_spec(), dq_strategy="separate", log=log)
     before_promotion = next(p for name, p in log.steps if name == "cleanup")
     assert [k.name for k in before_promotion.kernels] == ["pre", "main", "dq", "post"]
     with pytest.raises(FusionError, match="a reduction over \\['j'\\]"):
@@ -81,14 +82,14 @@ def test_fusion_refuses_to_read_a_reduction_inside_it():
 
 
 def test_fused_atomic_program_golden():
-    program = pipeline.compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic")
+    program = compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic")
     text = format_program(program)
     golden = GOLDEN / "bwd-atomic.txt"
     assert text == golden.read_text(), "regenerate with: python tests/golden/regen.py"
 
 
 def test_fused_separate_program_golden():
-    program = pipeline.compile_backward(make_spec(seq_q=70, seq_k=70, heads_q=4, heads_kv=2, window=(8, 0)), dq_strategy="separate")
+    program = compile_backward(make_spec(seq_q=70, seq_k=70, heads_q=4, heads_kv=2, window=(8, 0)), dq_strategy="separate")
     assert format_program(program) == (GOLDEN / "bwd-separate.txt").read_text(), "regenerate with: python tests/golden/regen.py"
 
 
@@ -236,7 +237,7 @@ PROGRAMS = {
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_ds_never_reads_a_rounded_p(dtype, form, target):
     spec = make_spec(dtype=dtype, seq_q=70, seq_k=70, head_dim_qk=72, head_dim_v=72, window=(-1, 0))
-    program = pipeline.compile_backward(spec, target=target, **PROGRAMS[form])
+    program = compile_backward(spec, target=target, **PROGRAMS[form])
     products = _ds_products(program)
     # one dS per nest: unfused ds, fused main, and the separate strategy's dq nest
     assert len(products) == (2 if form == "separate" else 1), [fmt_stmt(s) for _, s, _ in products]
@@ -269,8 +270,8 @@ def test_sink_past_free_reorders_only_independent_work():
     from tilegen.backends.interp import interpret
 
     spec = make_spec(heads_q=2, heads_kv=1, seq_q=200, seq_k=520, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="bf16")
-    log = pipeline.PassLog()
-    after = pipeline.compile_forward(spec, target="ascend910b2", tile_sizes=(64, 128), log=log)  # Bc 128: a folded row sum
+    log = PassLog()
+    after = compile_forward(spec, target="ascend910b2", tile_sizes=(64, 128), log=log)  # Bc 128: a folded row sum
     before = dict(log.steps)["receive-free-early"]
 
     def stage(program):

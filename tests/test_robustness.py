@@ -13,11 +13,12 @@ import tilegen
 import tilegen.harness.report
 from helpers import inputs, make_spec
 from tilegen.backends import ascendc
+from tilegen.backends.output import write
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
 from tilegen.core.errors import SpecError
-from tilegen.passes import pipeline
 from tilegen.core.spec import builtin_spec
+from tilegen.backends import compile_backward, compile_forward
 
 
 def one_line_error(capsys, argv, needle):
@@ -123,11 +124,11 @@ def test_generating_twice_gives_identical_files(tmp_path):
 def test_backward_padding_sentinels_never_leak():
     spec = make_spec(heads_q=2, heads_kv=1, seq_q=45, seq_k=70, window=(9, 4), dtype="fp32")
     d = inputs(spec)
-    fwd = pipeline.compile_forward(spec, tile_sizes=(32, 32))
+    fwd = compile_forward(spec, tile_sizes=(32, 32))
     out, _ = interpret(fwd, {n: d[n] for n in "QKV"})
     feeds = {"Q": d["Q"], "K": d["K"], "V": d["V"], "O": out["O"], "L": out["L"], "dO": d["dO"]}
     for strategy in ("atomic", "separate"):
-        bwd = pipeline.compile_backward(spec, dq_strategy=strategy, tile_sizes=(32, 32))
+        bwd = compile_backward(spec, dq_strategy=strategy, tile_sizes=(32, 32))
         a, _ = interpret(bwd, feeds, pad_value=1.0e4)
         b, _ = interpret(bwd, feeds, pad_value=-777.0)
         for name in ("dQ", "dK", "dV"):

@@ -13,10 +13,11 @@ from tilegen.models.analysis import count, total
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
 from tilegen.core.errors import ScheduleError, TargetError
-from tilegen.passes import pipeline
 from tilegen.harness.report import tradeoff_report
 from tilegen.core.spec import builtin_spec
 from tilegen.core.targets import load_target, target_names
+from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.driver import PassLog
 
 KIB = 1024
 
@@ -51,7 +52,7 @@ def test_unknown_target_is_named():
     with pytest.raises(TargetError, match="'tpu' is invalid; accepted: one of ascend910"):
         load_target("tpu")
     with pytest.raises(TargetError):
-        pipeline.compile_forward(make_spec(), target="nope")
+        compile_forward(make_spec(), target="nope")
 
 
 SPECS = [
@@ -68,14 +69,14 @@ def test_predicted_bytes_equal_measured_bytes(target, kw):
     the forward and both backward forms of placed, scheduled programs."""
     spec = make_spec(**kw)
     data = inputs(spec)
-    log = pipeline.PassLog()
-    fwd = pipeline.compile_forward(spec, target=target, log=log)
+    log = PassLog()
+    fwd = compile_forward(spec, target=target, log=log)
     out, m = interpret(fwd, {n: data[n] for n in "QKV"})
     _check_equal(fwd, m, log.schedule.prediction)
     feeds = {"Q": data["Q"], "K": data["K"], "V": data["V"], "O": out["O"], "L": out["L"], "dO": data["dO"]}
     for fused in (False, True):
-        log = pipeline.PassLog()
-        bwd = pipeline.compile_backward(spec, fused=fused, target=target, log=log)
+        log = PassLog()
+        bwd = compile_backward(spec, fused=fused, target=target, log=log)
         _, mb = interpret(bwd, feeds)
         _check_equal(bwd, mb, log.schedule.prediction)
 
@@ -93,7 +94,7 @@ def _check_equal(program, measured, prediction):
 
 
 def test_ascend_placement_hands_tiles_through_gm():
-    program = pipeline.compile_backward(make_spec(seq_q=128, seq_k=128), target="ascend910b2")
+    program = compile_backward(make_spec(seq_q=128, seq_k=128), target="ascend910b2")
     handoffs = {t.name: t for t in program.tensors if t.kind == "handoff"}
     assert {"ws_S", "ws_Pc", "ws_dP", "ws_dSc"} <= set(handoffs)
     for t in handoffs.values():
@@ -109,8 +110,8 @@ def test_placed_programs_compute_the_same_result():
     spec = make_spec(heads_q=2, heads_kv=1, seq_q=90, seq_k=130, window=(-1, 0), dtype="bf16")
     data = inputs(spec)
     feeds = {n: data[n] for n in "QKV"}
-    plain, _ = interpret(pipeline.compile_forward(spec, tile_sizes=(32, 64)), feeds)
-    placed, _ = interpret(pipeline.compile_forward(spec, target="ascend910b2", tile_sizes=(32, 64)), feeds)
+    plain, _ = interpret(compile_forward(spec, tile_sizes=(32, 64)), feeds)
+    placed, _ = interpret(compile_forward(spec, target="ascend910b2", tile_sizes=(32, 64)), feeds)
     np.testing.assert_array_equal(plain["O"], placed["O"])
     np.testing.assert_array_equal(plain["L"], placed["L"])
 
@@ -119,8 +120,8 @@ def test_placed_programs_compute_the_same_result():
 @pytest.mark.parametrize("name", ["llama2-7b", "llama3-8b", "tiny-gqa"])
 def test_every_chosen_schedule_fits_every_level(target, name):
     spec = builtin_spec(name)
-    for compile_ in (pipeline.compile_forward, pipeline.compile_backward):
-        log = pipeline.PassLog()
+    for compile_ in (compile_forward, compile_backward):
+        log = PassLog()
         compile_(spec, target=target, log=log)  # the verifier checks every level after choose-tiles
         chosen = log.schedule.chosen_candidate()
         usable = dict(log.schedule.capacities)
@@ -130,11 +131,11 @@ def test_every_chosen_schedule_fits_every_level(target, name):
 
 def test_shrunken_capacities_force_smaller_tiles():
     spec = builtin_spec("llama2-7b")
-    full = pipeline.PassLog()
-    pipeline.compile_forward(spec, target="ascend910b2", log=full)
+    full = PassLog()
+    compile_forward(spec, target="ascend910b2", log=full)
     small_target = load_target("ascend910b2").with_capacity("L0C", 32 * KIB)
-    small = pipeline.PassLog()
-    pipeline.compile_forward(spec, target=small_target, log=small)
+    small = PassLog()
+    compile_forward(spec, target=small_target, log=small)
     (br1, bc1), (br2, bc2) = full.schedule.chosen, small.schedule.chosen
     assert br2 * bc2 < br1 * bc1
     assert dict(small.schedule.chosen_candidate().peaks)["L0C"] <= 32 * KIB
@@ -145,9 +146,9 @@ def test_shrunken_capacities_force_smaller_tiles():
 def test_impossible_specs_get_a_clear_error():
     spec = make_spec(head_dim_qk=1024, head_dim_v=1024, seq_q=512, seq_k=512)
     with pytest.raises(ScheduleError, match="no tile sizes fit target ascend910b2: .* overflows level (L1|L0A|L0B|L0C|UB)"):
-        pipeline.compile_backward(spec, target="ascend910b2")
+        compile_backward(spec, target="ascend910b2")
     with pytest.raises(ScheduleError, match="Br=256, Bc=512 do not fit target ascend910b2: level"):
-        pipeline.compile_forward(builtin_spec("llama2-7b"), target="ascend910b2", tile_sizes=(256, 512))
+        compile_forward(builtin_spec("llama2-7b"), target="ascend910b2", tile_sizes=(256, 512))
 
 
 def test_seed_comparison_figures():

@@ -21,6 +21,8 @@ from tilegen.backends.ascendc import twin
 from tilegen.backends.ascendc.cost import predict_emitted
 from tilegen.core.targets import load_target
 from tilegen.backends.ascendc.timeline import Costs, Instr, TimelineError, simulate_block, simulate_program, trace_run
+from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.driver import PassLog
 
 needs_cxx = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -190,13 +192,12 @@ def test_wait_at_rewrite_is_an_ir_knob():
     import re
 
     from tilegen.core.ir import Store, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
-    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    fwd = compile_forward(spec, target="ascend910b2")
     knobbed = {s.src for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.wait_at_rewrite}
     assert knobbed == {"Pc"}
-    h200 = pipeline.compile_forward(spec, target="h200")
+    h200 = compile_forward(spec, target="h200")
     assert not any(isinstance(s, Store) and s.wait_at_rewrite for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = src[src.index("ASCEND_IS_AIV"):]
@@ -231,14 +232,13 @@ def test_snake_deal_is_an_ir_knob():
     grid's fastest axis (a causal forward's Q tile, a causal backward's K/V tile), not to uniform ones
     (a non-causal forward, the pre/post kernels); the emitted program loop (here each stream's next
     program, Kernel.stream: stream a's in the prologue and the loop, stream z's) deals by turns."""
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
-    fwd = pipeline.compile_forward(spec, target="ascend910b2")
-    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    fwd = compile_forward(spec, target="ascend910b2")
+    bwd = compile_backward(spec, target="ascend910b2")
     assert {k.name: k.deal for k in fwd.kernels} == {"fwd": "snake"}
     assert {k.name: k.deal for k in bwd.kernels if k.deal == "snake"} == {"main": "snake"}
-    full = pipeline.compile_forward(spec.replace(window=(-1, -1)), target="ascend910b2")
+    full = compile_forward(spec.replace(window=(-1, -1)), target="ascend910b2")
     assert {k.deal for k in full.kernels} == {"cyclic"}
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     for stream, n in (("a", 4), ("z", 2)):  # AIC and AIV
@@ -255,10 +255,9 @@ def test_receive_early_is_an_ir_knob():
     import re
 
     from tilegen.core.ir import Load, Loop, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
-    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    bwd = compile_backward(spec, target="ascend910b2")
     (loop,) = [s for s, _ in walk(bwd.kernel("main").body) if isinstance(s, Loop) and s.stages]
     body = list(loop.body)
     loads = [n for n, s in enumerate(body) if isinstance(s, Load) and s.src.tensor in ("ws_S", "ws_dP")]
@@ -266,10 +265,10 @@ def test_receive_early_is_an_ir_knob():
     assert body[loads[1]].wait_at_read and not body[loads[1]].wait_signal
     assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube")
                    for s in body)  # the cube's receives from the hand-offs keep their waits
-    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    fwd = compile_forward(spec, target="ascend910b2")
     assert not any(isinstance(s, Load) and s.wait_at_read and not s.hoist and s.src.tensor.startswith("ws_")
                    for k in fwd.kernels for s, _ in walk(k.body))  # (P·V's receive is hoisted: receive-ahead)
-    h200 = pipeline.compile_backward(spec, target="h200")
+    h200 = compile_backward(spec, target="h200")
     assert not any(isinstance(s, Load) and s.wait_at_read for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["bwd_kernels.asc"]
     main = src[src.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
@@ -285,19 +284,18 @@ def test_l0c_pingpong_is_an_ir_knob():
     128 x 256 fp32 is two of 128 columns, 160 x 192 two of 96; a kernel with an accumulator held in L0C
     (the on-chip dK/dV strategy) keeps the level whole; Triton targets never get the knob."""
     from tilegen.core.ir import MatMul, walk
-    from tilegen.passes import pipeline
 
     def chunks(prog):
         return {s.dst: s.n_chunk for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, MatMul)}
 
     spec = builtin_spec("llama2-7b")
-    assert chunks(pipeline.compile_forward(spec, target="ascend910b2", tile_sizes=(128, 256))) == {"S": 128, "PV": 128}
-    bwd = pipeline.compile_backward(spec, target="ascend910b2", tile_sizes=(160, 192), dkv_strategy="atomic")
+    assert chunks(compile_forward(spec, target="ascend910b2", tile_sizes=(128, 256))) == {"S": 128, "PV": 128}
+    bwd = compile_backward(spec, target="ascend910b2", tile_sizes=(160, 192), dkv_strategy="atomic")
     assert chunks(bwd) == {"S": 96, "dP": 96, "dVp": 64, "dKp": 64, "dQp": 64}  # 160 x 128 fp32 is 80 KiB: two chunks
     tiny = builtin_spec("tiny")
-    on_chip = pipeline.compile_backward(tiny, target="ascend910b2", dkv_strategy="on-chip")
+    on_chip = compile_backward(tiny, target="ascend910b2", dkv_strategy="on-chip")
     assert set(chunks(on_chip).values()) == {0}
-    for prog in (pipeline.compile_forward(tiny, target="h200"), pipeline.compile_backward(tiny, target="h200")):
+    for prog in (compile_forward(tiny, target="h200"), compile_backward(tiny, target="h200")):
         assert set(chunks(prog).values()) == {0}
 
 
@@ -305,11 +303,10 @@ def test_wait_at_first_read_is_an_ir_knob():
     """The pass sets Load.wait_at_read on the forward's K and V tile loads of an Ascend target (their next
     statement does not read them), never on a Triton target, nor on a hand-off's load."""
     from tilegen.core.ir import Load, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
     for target, want in (("ascend910b2", {"Kj", "Vj"}), ("h200", set())):
-        prog = pipeline.compile_forward(spec, target=target, log=pipeline.PassLog())
+        prog = compile_forward(spec, target=target, log=PassLog())
         loads = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Load)]
         handoff = {t.name for t in prog.tensors if t.kind == "handoff"}
         assert want <= {s.dst for s in loads if s.wait_at_read}
@@ -323,11 +320,10 @@ def test_pipeline_handoffs_is_an_ir_knob():
     1), two GM slots and an own ready flag id to every hand-off the loop passes; the backward's Q loop too
     (S and dP: stage 0; dV, dK, dQ: stage 1). Never on a Triton target."""
     from tilegen.core.ir import Load, Loop, MatMul, Store, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
-    log = pipeline.PassLog()
-    pipeline.compile_forward(spec, target="ascend910b2", log=log)
+    log = PassLog()
+    compile_forward(spec, target="ascend910b2", log=log)
     fwd = dict(log.steps)["pipeline-handoffs"]  # before pipeline-lookahead's third slots and copies
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
@@ -341,14 +337,14 @@ def test_pipeline_handoffs_is_an_ir_knob():
     assert {b.name for b in kernel.buffers if b.unit == "vector" and b.stages == 2} == {"alpha"}
     hand = {t.name: t for t in fwd.tensors if t.kind == "handoff"}
     assert {t.slots for t in hand.values()} == {2} and len({t.ready for t in hand.values()}) == len(hand) >= 3
-    bwd = pipeline.compile_backward(spec, target="ascend910b2", log=pipeline.PassLog())
+    bwd = compile_backward(spec, target="ascend910b2", log=PassLog())
     loops = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert len(loops) == 1
     stage0 = {s.dst.tensor for s, g in zip(loops[0].body, loops[0].stages) if g == 0 and isinstance(s, Store)}
     assert stage0 == {"ws_S", "ws_dP"}
     assert 2 not in loops[0].stages  # the backward's vector takes nothing back from the cube's stage 1
     assert max(t.ready for t in bwd.tensors if t.kind == "handoff") < 11
-    for prog in (pipeline.compile_forward(spec, target="h200"), pipeline.compile_backward(spec, target="h200")):
+    for prog in (compile_forward(spec, target="h200"), compile_backward(spec, target="h200")):
         assert not any(isinstance(s, Loop) and s.stages for k in prog.kernels for s, _ in walk(k.body))
         assert all(t.slots == 1 and t.ready == -1 for t in prog.tensors)
 
@@ -362,17 +358,16 @@ def test_pipeline_lookahead_is_an_ir_knob():
     later stage reads the copy its earlier stage filled (a ring of views written before it is read)."""
     from tilegen.backends import ascendc
     from tilegen.core.ir import Loop, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
-    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    fwd = compile_forward(spec, target="ascend910b2")
     (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert loop.lookahead == 2
     (kernel,) = fwd.kernels
     # m and l: a copy per program in flight (Kernel.stream)
     assert {b.name: b.stages for b in kernel.buffers if b.stages > 1} == {"Kj": 2, "Vj": 3, "alpha": 3, "m": 3, "l": 3}
     assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 3, "ws_PV": 2}
-    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    bwd = compile_backward(spec, target="ascend910b2")
     (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
     assert bloop.lookahead == 2
     (main,) = [k for k in bwd.kernels if any(s is bloop for s, _ in walk(k.body))]
@@ -397,13 +392,12 @@ def test_receive_ahead_is_an_ir_knob():
     vector in one stage) has no hoisted load."""
     from tilegen.backends import ascendc
     from tilegen.core.ir import Load, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("llama2-7b")
-    fwd = pipeline.compile_forward(spec, target="ascend910b2")
+    fwd = compile_forward(spec, target="ascend910b2")
     hoisted = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.hoist]
     assert [(s.src.tensor, s.wait_at_read) for s in hoisted] == [("ws_PV", True)]
-    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    bwd = compile_backward(spec, target="ascend910b2")
     assert not any(isinstance(s, Load) and s.hoist for k in bwd.kernels for s, _ in walk(k.body))
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = code[code.index("ASCEND_IS_AIV"):]
@@ -425,15 +419,14 @@ def test_receive_free_early_is_an_ir_knob():
     would not fit with S and dP live over the loop, keeps the plain wait; demo's gets both."""
     from tilegen.backends import ascendc
     from tilegen.core.ir import Load, walk
-    from tilegen.passes import pipeline
 
     def early(program):
         return [(k.name, s.dst) for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.free_early]
 
     spec = builtin_spec("llama2-7b")
-    assert early(pipeline.compile_forward(spec, target="ascend910b2")) == [("fwd", "S_vector")]
-    assert early(pipeline.compile_backward(spec, target="ascend910b2")) == []
-    assert early(pipeline.compile_backward(builtin_spec("demo"), target="ascend910b2")) == [("main", "S_vector"), ("main", "dP_vector")]
+    assert early(compile_forward(spec, target="ascend910b2")) == [("fwd", "S_vector")]
+    assert early(compile_backward(spec, target="ascend910b2")) == []
+    assert early(compile_backward(builtin_spec("demo"), target="ascend910b2")) == [("main", "S_vector"), ("main", "dP_vector")]
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = code[code.index("ASCEND_IS_AIV"):]
     assert aiv.count("tilegen::FreeInit()") == 1 and aiv.count("tilegen::FreeDrain(fr_S_vector)") == 1
@@ -558,11 +551,11 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     likewise when stage 1 stores into a GM tensor stage 0 loads."""
     import dataclasses
 
-    from tilegen.passes import lower, pipeline
+    from tilegen.passes import lower
     from tilegen.core.targets import load_target
 
-    log = pipeline.PassLog()
-    pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
+    log = PassLog()
+    compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
     before = dict(log.steps)["wait-at-first-read"]
     tgt = load_target("ascend910b2")
     assert lower.pipeline_handoffs(before, tgt) != before
@@ -592,11 +585,11 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
     import dataclasses
 
     from tilegen.core.ir import Elementwise, Loop, RowReduce, map_body, walk
-    from tilegen.passes import lower, pipeline
+    from tilegen.passes import lower
     from tilegen.core.targets import load_target
 
-    log = pipeline.PassLog()
-    pipeline.compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
+    log = PassLog()
+    compile_forward(builtin_spec("tiny"), target="ascend910b2", log=log)
     before = dict(log.steps)["wait-at-first-read"]
     tgt = load_target("ascend910b2")
     k = before.kernels[0]
@@ -724,11 +717,10 @@ def test_streamed_cost_only_form_matches_the_whole_launch():
 
 def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
     from tilegen.core.ir import Mask, walk
-    from tilegen.passes import pipeline
 
     spec = builtin_spec("tiny")
     for target, want in (("ascend910b2", True), ("h200", False)):
-        prog = pipeline.compile_forward(spec, target=target, log=pipeline.PassLog())
+        prog = compile_forward(spec, target=target, log=PassLog())
         masks = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Mask)]
         assert masks and all(m.cut_only is want for m in masks)
     kernels = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
@@ -841,18 +833,17 @@ def test_one_launch_is_an_ir_knob():
     import dataclasses
 
     from tilegen.core.errors import VerifyError
-    from tilegen.passes import pipeline
     from tilegen.passes.verify import verify
     from tilegen.core.printer import format_kernel
 
     spec = builtin_spec("llama2-7b")
-    bwd = pipeline.compile_backward(spec, target="ascend910b2")
+    bwd = compile_backward(spec, target="ascend910b2")
     names = [k.name for k in bwd.kernels]
     assert names == ["pre", "main", "post"]  # (pre_kv and post_kv went: write-first-plain, own-tile-epilogue)
     assert [k.sync_all for k in bwd.kernels] == [False, True, True]
     assert "after SyncAll" in format_kernel(bwd.kernel("main")) and "after SyncAll" not in format_kernel(bwd.kernel("pre"))
-    assert not any(k.sync_all for k in pipeline.compile_forward(spec, target="ascend910b2").kernels)
-    assert not any(k.sync_all for k in pipeline.compile_backward(spec, target="h200").kernels)
+    assert not any(k.sync_all for k in compile_forward(spec, target="ascend910b2").kernels)
+    assert not any(k.sync_all for k in compile_backward(spec, target="h200").kernels)
     files = ascendc.generate(spec, "ascend910b2").files
     src = files["bwd_kernels.asc"]
     assert src.count("__global__") == 1 and src.count("    SyncAll<false>();") == len(names) - 1

@@ -18,6 +18,7 @@ import tilegen
 from tilegen.core import dtypes
 from tilegen.harness.check import compare, lse_rel_floor
 from tilegen.core.errors import SpecError
+from tilegen.backends import compile_backward, compile_forward
 
 from mod_reference import _RoundGrad
 
@@ -214,12 +215,11 @@ def test_empty_tiles_between_sequences_are_skipped():
     only for the tile pairs holding a visible pair (counted by brute force)."""
     from tilegen import api
     from tilegen.backends.interp import interpret
-    from tilegen.passes import pipeline
 
     cu = np.array([0, 16, 32, 64, 80], np.int32)
     q, k, v, _ = _data(80, 80, 1, 1, 16, "fp32")
     spec, params, lay, _ = api._varlen_setup(q, k, v, cu, cu, None, None, None, True, (-1, -1), None, None, None)
-    fwd = pipeline.compile_forward(spec, tile_sizes=TILES)
+    fwd = compile_forward(spec, tile_sizes=TILES)
     t = lambda x: x[None].transpose(0, 2, 1, 3)  # noqa: E731
     _, meas = interpret(fwd, {"Q": t(q), "K": t(k), "V": t(v), **params})
     seq = np.repeat(np.arange(4), np.diff(cu))
@@ -235,7 +235,6 @@ def test_tokens_outside_every_sequence_are_never_read_nor_written():
     with sinks too, and with either dQ strategy."""
     from tilegen import api
     from tilegen.backends.interp import interpret
-    from tilegen.passes import pipeline
 
     q, k, v, do = _data(45, 55, 4, 2, 16, "fp16", seed=6)
     for x, n in ((q, 41), (k, 52), (v, 52), (do, 41)):
@@ -243,13 +242,13 @@ def test_tokens_outside_every_sequence_are_never_read_nor_written():
     sinks = np.array([0.5, -1.0, 0.0, 1.0], np.float32)
     spec, params, lay, sk = api._varlen_setup(q, k, v, CU_Q, CU_K, None, None, None, True, (-1, -1), None, None, sinks)
     t = lambda x: x[None].transpose(0, 2, 1, 3)  # noqa: E731
-    out, fm = interpret(pipeline.compile_forward(spec, tile_sizes=TILES), {"Q": t(q), "K": t(k), "V": t(v), "sinks": sk, **params})
+    out, fm = interpret(compile_forward(spec, tile_sizes=TILES), {"Q": t(q), "K": t(k), "V": t(v), "sinks": sk, **params})
     o, lse = out["O"][0], out["L"][0]
     assert np.isnan(o[:, 41:].astype(np.float32)).all() and np.isnan(lse[:, 41:]).all()
     assert not np.isnan(o[:, :41].astype(np.float32)).any() and not np.isnan(lse[:, :41]).any()
     assert fm.bytes_written["L"] == 4 * 41 * 4
     for strategy in ("atomic", "separate"):
-        bwd = pipeline.compile_backward(spec, tile_sizes=TILES, dq_strategy=strategy)
+        bwd = compile_backward(spec, tile_sizes=TILES, dq_strategy=strategy)
         g, _ = interpret(bwd, {"Q": t(q), "K": t(k), "V": t(v), "O": out["O"], "L": out["L"], "dO": t(do), **params})
         for name, n in (("dQ", 41), ("dK", 52), ("dV", 52)):
             x = g[name][0].astype(np.float32)

@@ -16,9 +16,9 @@ import numpy as np
 from tilegen.core import dtypes
 from tilegen.core.errors import SpecError
 from tilegen.core.sinks import check_sinks, sink_grad
-from tilegen.passes import pipeline
 from tilegen.core.spec import ALIGNMENTS, LAYOUTS, AttentionSpec
 from tilegen.backends.interp import interpret
+from tilegen.backends import compile_backward, compile_forward
 
 _ACCEPTED_DTYPES = "numpy.float16, ml_dtypes.bfloat16 or numpy.float32"
 
@@ -213,7 +213,7 @@ def attention(
     sk = check_sinks(sinks, spec.heads_q)
     if sk is not None:
         params = {**params, "sinks": sk}
-    program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    program = compile_forward(spec, target=target, tile_sizes=tile_sizes)
     outputs, _ = interpret(program, {"Q": _logical(q, layout), "K": _logical(k, layout), "V": _logical(v, layout), **params})
     return _physical(outputs["O"], layout), outputs["L"]
 
@@ -285,7 +285,7 @@ def attention_backward(
         raise SpecError("lse.dtype", str(lse.dtype), accepted_lse)
     if lse.shape != expect_o[:3]:
         raise SpecError("lse.shape", lse.shape, accepted_lse)
-    program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+    program = compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
     feeds = {
         "Q": _logical(q, layout),
         "K": _logical(k, layout),
@@ -588,7 +588,7 @@ def attention_varlen(
     feeds = {"Q": q[None].transpose(0, 2, 1, 3), "K": k[None].transpose(0, 2, 1, 3), "V": v[None].transpose(0, 2, 1, 3), **params}
     if sk is not None:
         feeds["sinks"] = sk
-    program = pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes)
+    program = compile_forward(spec, target=target, tile_sizes=tile_sizes)
     outputs, _ = interpret(program, feeds)
     o = np.ascontiguousarray(outputs["O"][0].transpose(1, 0, 2))
     lse = np.ascontiguousarray(outputs["L"][0])
@@ -632,7 +632,7 @@ def attention_varlen_backward(
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
         dparams: dict = {}
     else:
-        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
+        program = compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes)
         t = lambda x: x[None].transpose(0, 2, 1, 3)  # noqa: E731  TND -> BNSD view, B = 1
         feeds = {"Q": t(q), "K": t(k), "V": t(v), "O": t(o), "L": lse[None], "dO": t(do), **params}
         grads, _ = interpret(program, feeds)

@@ -15,6 +15,7 @@ print one line and exit 2 (``--debug`` shows the traceback); a failed check exit
 from __future__ import annotations
 
 import argparse
+import textwrap
 import os
 import sys
 
@@ -390,6 +391,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise SpecError("--target", None, "a target for --compare (e.g. ascend910 for the seed's figures)")
     if args.cp is not None:
         return _inspect_cp(spec, args)
+    if args.passes:
+        return _inspect_passes(spec, args)
+    if args.print_after_all:
+        return _inspect_after_all(spec, args)
     if args.plot:
         from tilegen.harness.plot import check_path, require_matplotlib
 
@@ -527,6 +532,41 @@ def _warn_memory(spec: AttentionSpec, target) -> None:
         note = device_memory_warning(spec, target)
         if note:
             print(f"tilegen: {note}", file=sys.stderr)
+
+
+def _inspect_passes(spec: AttentionSpec, args: argparse.Namespace) -> int:
+    from tilegen.backends import backend_for, pass_lists
+
+    lists = pass_lists(spec, args.target, dq_strategy=_dq_strategy(args, spec, args.target), dkv_strategy=args.dkv_strategy, tile_sizes=args.tiles)
+    print(f"tilegen inspect --passes  {describe(spec)}  backend {backend_for(args.target).name}")
+    for which in INSPECT_PROGRAMS[args.program]:
+        print(f"{which}:")
+        for n, p in enumerate(lists[which], 1):
+            print(f"  {n:2d}. {p.name}{'  (search)' if p.search else ''}")
+            print(textwrap.fill(p.doc, 100, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    return 0
+
+
+def _inspect_after_all(spec: AttentionSpec, args: argparse.Namespace) -> int:
+    from tilegen.backends import compile_backward, compile_forward
+    from tilegen.core.printer import format_program
+    from tilegen.passes.driver import PassLog
+
+    for which in INSPECT_PROGRAMS[args.program]:
+        log = PassLog()
+        if which == "fwd":
+            compile_forward(spec, target=args.target, tile_sizes=args.tiles, log=log)
+        else:
+            compile_backward(spec, dq_strategy=_dq_strategy(args, spec, args.target), dkv_strategy=args.dkv_strategy, target=args.target, tile_sizes=args.tiles, log=log)
+        last = None
+        for name, program in log.steps:
+            text = format_program(program)
+            if text != last:  # only the passes that changed the program (Halide's LoweringLogger)
+                print(f"# --- {which}: after {name}\n{text}")
+            else:
+                print(f"# --- {which}: {name}: unchanged\n")
+            last = text
+    return 0
 
 
 def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
@@ -698,6 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
     inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
+    inspect.add_argument("--passes", action="store_true", help="list the passes the target's backend runs on each program, with what each decides, and stop")
+    inspect.add_argument("--print-after-all", action="store_true", help="print the program after every pass that changed it, and stop")
     inspect.add_argument(
         "--cp", type=_positive, metavar="N",
         help="ring (context-parallel) attention of the spec over 2..N devices: per step, bytes and transfer time "

@@ -7,14 +7,14 @@ here = Path(__file__).resolve().parent
 sys.path.insert(0, str(here.parent))
 
 from helpers import make_spec  # noqa: E402
-from tilegen.passes import pipeline  # noqa: E402
 from tilegen.core.printer import format_program  # noqa: E402
+from tilegen.backends import compile_backward  # noqa: E402
 
 (here / "bwd-atomic.txt").write_text(
-    format_program(pipeline.compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic"))
+    format_program(compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic"))
 )
 (here / "bwd-separate.txt").write_text(
     format_program(
-        pipeline.compile_backward(make_spec(seq_q=70, seq_k=70, heads_q=4, heads_kv=2, window=(8, 0)), dq_strategy="separate")
+        compile_backward(make_spec(seq_q=70, seq_k=70, heads_q=4, heads_kv=2, window=(8, 0)), dq_strategy="separate")
     )
 )

@@ -1,13 +1,102 @@
-"""Backends: the NumPy interpreter, Ascend C (with its CPU twin) and Triton.
+"""Backends: the NumPy interpreter, Ascend C (with its CPU twin) and Triton, behind one protocol
+(:class:`~tilegen.backends.compiler.Backend`) and one driver (:func:`~tilegen.backends.compiler.compile`).
 
-Code generators return a :class:`~tilegen.backends.output.Generated` (file name -> text, and the
-manifest facts) that :func:`~tilegen.backends.output.write` puts on disk.
+:func:`backend_for` is the one place a target's kind picks its backend; :func:`compile_forward` and
+:func:`compile_backward` compile a spec for any target (or none: the interpreter's defaults). Code
+generators return a :class:`~tilegen.backends.output.Generated` (file name -> text, and the manifest
+facts) that :func:`~tilegen.backends.output.write` puts on disk.
 """
 
 from __future__ import annotations
 
+from tilegen.backends import ascendc, interp, triton
+from tilegen.backends.compiler import Backend, compile_program
 from tilegen.backends.output import Generated, write  # noqa: F401  (the public names of generate's result)
 from tilegen.core.errors import SpecError
+from tilegen.core.ir import Program
+from tilegen.core.strategies import DKV_AUTO
+from tilegen.passes.driver import Options, PassLog
+
+
+def backend_for(target) -> Backend:
+    """The backend that compiles for ``target``: the interpreter's without one, else by the target's kind.
+
+    Raises:
+        TargetError: an unknown target."""
+    if target is None:
+        return interp.BACKEND
+    from tilegen.core.targets import load_target
+
+    return {"ascend": ascendc.BACKEND, "gpu": triton.BACKEND}[load_target(target).kind]
+
+
+def compile_forward(spec, target=None, tile_sizes=None, log: PassLog | None = None, num_stages=None, heavy_first: bool = False) -> Program:
+    """The forward program of ``spec`` for ``target`` (None: bound to ``tile_sizes`` or the defaults),
+    through its backend's passes. ``num_stages`` ({kernel phase: copies}, ``"*"`` for the rest): the
+    copies of a tile loaded in a serial loop the placement counts (default 2). ``heavy_first``: the
+    ``fwd`` kernel's Q-tile grid axis outermost (:func:`tilegen.passes.group.heavy_first_forward`).
+    Cached on disk; raises as :func:`tilegen.backends.compiler.compile`."""
+    options = Options(tile_sizes=tile_sizes, num_stages=num_stages, heavy_first=bool(heavy_first))
+    return compile_program(spec, "fwd", backend_for(target), target, options, log)
+
+
+def compile_backward(
+    spec, *, fused: bool = True, dq_strategy: str = "atomic", target=None, tile_sizes=None, log: PassLog | None = None, num_stages=None,
+    group_split: int = 1, heavy_first: bool = False, dkv_strategy: str | None = None, dq_tiles: str = "same",
+) -> Program:
+    """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound, through
+    the target's passes; ``num_stages`` as :func:`compile_forward`; ``dkv_strategy`` as
+    :func:`resolve_dkv_strategy` (the program's attribute ``dkv_strategy`` names the one built).
+    ``group_split`` (programs sharing the query heads of one KV head, a divisor of G) and
+    ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's schedule knobs
+    (:func:`tilegen.passes.group.split_group`); ``dq_tiles`` (``same`` or ``transposed``) the separate
+    strategy's ``dq`` kernel's (:func:`tilegen.passes.lower.transpose_dq_tiles`).
+
+    Raises:
+        SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
+            of G, or knobs on an unfused program, or ``dq_tiles`` unknown or ``transposed`` where the
+            program has no separate ``dq`` kernel it applies to; otherwise as
+            :func:`tilegen.backends.compiler.compile`."""
+    options = Options(
+        dq_strategy=dq_strategy, dkv_strategy=dkv_strategy, fused=fused, tile_sizes=tile_sizes, num_stages=num_stages,
+        group_split=group_split, heavy_first=bool(heavy_first), dq_tiles=dq_tiles,
+    )
+    return compile_program(spec, "bwd", backend_for(target), target, options, log)
+
+
+def pass_lists(spec, target=None, dq_strategy: str | None = None, dkv_strategy: str | None = None, tile_sizes=None) -> dict[str, tuple]:
+    """The passes ``target``'s backend runs on ``spec``'s forward and backward, by program (``fwd``,
+    ``bwd``), as the driver walks them (a search's trials run the passes after it). Where the
+    backward's list begins with a choice of dK/dV strategy, the list of the atomic strategy follows it.
+    What ``tilegen inspect --passes`` prints.
+
+    Raises:
+        SpecError: an option that does not apply; TargetError: an unknown target."""
+    from tilegen.core.targets import load_target
+    from tilegen.passes.driver import Context
+
+    backend = backend_for(target)
+    tgt = load_target(target) if target is not None else None
+    out = {}
+    for which in ("fwd", "bwd"):
+        options = backend.resolve(Options(dq_strategy=(dq_strategy or "atomic") if which == "bwd" else None, dkv_strategy=dkv_strategy, tile_sizes=tile_sizes))
+        ctx = Context(spec, tgt, which, options)
+        listed = backend.passes(ctx)
+        if which == "bwd" and options.dkv_strategy == DKV_AUTO:
+            listed = listed + backend.passes(ctx.with_options(dkv_strategy="atomic"))
+        out[which] = listed
+    return out
+
+
+def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
+    """The dK/dV strategy a request names, on ``target``: ``None`` or ``"auto"`` is ``"on-chip"``
+    without a target or on a GPU (cube and vector share on-chip memory), and stays ``"auto"`` on Ascend
+    (hand-offs through GM), whose pass list takes ``"atomic"`` when the larger tiles it allows make the
+    schedule faster (:data:`tilegen.passes.ascend.CHOOSE_DKV`).
+
+    Raises:
+        SpecError: an unknown strategy."""
+    return backend_for(target).resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy
 
 
 def check_gpu_dkv(dkv_strategy: str | None, target) -> None:
@@ -15,8 +104,6 @@ def check_gpu_dkv(dkv_strategy: str | None, target) -> None:
 
     Raises:
         SpecError: ``"atomic"`` (or an unknown strategy)."""
-    from tilegen.passes.pipeline import resolve_dkv_strategy
-
     if resolve_dkv_strategy(dkv_strategy, target) != "on-chip":
         raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
 
@@ -47,7 +134,7 @@ def generate(spec, target, dq_strategy: str | None = None, tile_sizes=None, dkv_
     (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).
     ``dq_strategy`` None: the target's choice (:func:`dq_strategy_for`).
     ``dkv_strategy`` (Ascend C only; the Triton backward keeps dK, dV on chip): as
-    :func:`tilegen.passes.pipeline.resolve_dkv_strategy`.
+    :func:`resolve_dkv_strategy`.
 
     Raises:
         SpecError: ``dkv_strategy="atomic"`` for a GPU target, or an unknown strategy.

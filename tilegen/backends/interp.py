@@ -28,7 +28,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tilegen.backends.compiler import Backend
 from tilegen.core import dtypes
+from tilegen.passes.pipeline import BIND_TILES, check_options, front_passes
 from tilegen.core.exprs import UnboundSymbol, evaluate
 from tilegen.core.ir import (
     BLOCK_EMPTY,
@@ -607,3 +609,16 @@ def interpret(
     interp = Interpreter(program, pad_value=pad_value, order_seed=order_seed, progress=progress)
     outputs = interp.run(inputs)
     return outputs, interp.measure
+
+
+class Interp(Backend):
+    """No target: the front passes, then the given tile sizes or the defaults (:data:`tilegen.passes.pipeline.BIND_TILES`)."""
+
+    name = "interp"
+
+    def passes(self, ctx):
+        check_options(ctx)
+        return front_passes(ctx) + (BIND_TILES,)
+
+
+BACKEND = Interp()

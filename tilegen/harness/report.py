@@ -24,10 +24,11 @@ from tilegen.core import dtypes
 from tilegen.models.analysis import count, total
 from tilegen.harness.memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
 from tilegen.core.errors import NoTileFits, ScheduleError
-from tilegen.passes import pipeline
 from tilegen.core.printer import fmt_expr, format_program
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
+from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.driver import PassLog
 
 MIB = 1 << 20
 INT32_MAX = 2**31 - 1
@@ -68,7 +69,7 @@ def block_report(program) -> dict | None:
     return out
 
 
-def _program_report(label: str, program, log: pipeline.PassLog, target: Target | None, expressions: bool) -> dict:
+def _program_report(label: str, program, log: PassLog, target: Target | None, expressions: bool) -> dict:
     counts = count(program)
     tot = total(counts)
     wide = [
@@ -151,7 +152,7 @@ def inspect_report(
     """Everything ``tilegen inspect`` shows, as plain data (see the module docstring); ``dq_strategy``
     None: the target's choice (:func:`tilegen.backends.dq_strategy_for`; on a GPU target the schedule
     rows, whose skipped ones the report names); ``dkv_strategy`` as
-    :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (not for a GPU target, whose Triton backward
+    :func:`tilegen.backends.resolve_dkv_strategy` (not for a GPU target, whose Triton backward
     keeps dK, dV on chip)."""
     tgt = load_target(target) if target is not None else None
     out: dict = {"spec": spec.to_dict(), "target": None}
@@ -190,13 +191,13 @@ def inspect_report(
     dq_strategy = dq_strategy or "atomic"
     if "fwd" in programs:
         out["programs"].append(
-            _compiled_report("forward", lambda log: pipeline.compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log), tgt, expressions)
+            _compiled_report("forward", lambda log: compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log), tgt, expressions)
         )
     if "bwd" in programs:
         out["programs"].append(
             _compiled_report(
                 f"backward (fused, dq strategy {dq_strategy}, dK/dV strategy {_dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy)})",
-                lambda log: pipeline.compile_backward(
+                lambda log: compile_backward(
                     spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log, dkv_strategy=dkv_strategy
                 ),
                 tgt,
@@ -235,7 +236,7 @@ def _gpu_model_entry(sched, target: Target) -> dict | None:
 def _dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy) -> str:
     """The dK/dV strategy the backward is compiled with (auto resolved; through the compile cache)."""
     try:
-        program = pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+        program = compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
     except ScheduleError:
         return dkv_strategy or "auto"
     return str(program.attr("dkv_strategy"))
@@ -245,7 +246,7 @@ def _compiled_report(label: str, compile_, target: Target | None, expressions: b
     """The report of one program; when no tile size fits, an entry with ``error`` and the table of
     rejected candidates (``rejected``: Br, Bc, peak bytes and overflow per level) instead, so that the
     other program is still reported."""
-    log = pipeline.PassLog()
+    log = PassLog()
     try:
         program = compile_(log)
     except NoTileFits as exc:
@@ -436,8 +437,8 @@ def tradeoff_report(spec: AttentionSpec, target: str, layers: int = 32, dq_strat
     tgt = load_target(target)
     sides = []
     for label, fused in (("store P (unfused)", False), ("recompute (fused)", True)):
-        log = pipeline.PassLog()
-        program = pipeline.compile_backward(spec, fused=fused, dq_strategy=dq_strategy, target=tgt, log=log)
+        log = PassLog()
+        program = compile_backward(spec, fused=fused, dq_strategy=dq_strategy, target=tgt, log=log)
         pred = log.schedule.prediction
         kept = {"P"} if not fused else {"L"}
         workspaces = {t.name for t in program.tensors if t.kind == "workspace"} - kept
@@ -584,7 +585,7 @@ def timeline_report(
     hand-offs) and ``simulated`` (:func:`tilegen.backends.ascendc.timeline.simulate_program`: the twin's instruction trace
     scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
-    :func:`tilegen.passes.pipeline.resolve_dkv_strategy`. Raises as the three functions do."""
+    :func:`tilegen.backends.resolve_dkv_strategy`. Raises as the three functions do."""
     from tilegen.backends.ascendc.cost import predict_emitted
     from tilegen.models.cost import predict
     from tilegen.backends.ascendc.timeline import simulate_program
@@ -592,9 +593,9 @@ def timeline_report(
     tgt = load_target(target)
     out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
     for prog in programs:
-        compile_ = pipeline.compile_forward if prog == "fwd" else pipeline.compile_backward
+        compile_ = compile_forward if prog == "fwd" else compile_backward
         kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy, "dkv_strategy": dkv_strategy}
-        program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog(), **kwargs)
+        program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=PassLog(), **kwargs)
         roof = predict(program, tgt)
         model = predict_emitted(spec, tgt, prog, dq_strategy, tile_sizes, dkv_strategy)
         sim = simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)

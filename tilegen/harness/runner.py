@@ -19,6 +19,8 @@ from tilegen.core.errors import SpecError
 from tilegen.core.ir import Program
 from tilegen.passes import pipeline
 from tilegen.core.spec import AttentionSpec
+from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.driver import PassLog
 
 INPUTS = ("Q", "K", "V", "dO")  # the tensors a run is fed (logical BNSD)
 REFERENCE_BUDGET_BYTES = 3 << 30  # the dense float64 reference holds a few [B, Hq, Sq, Sk] arrays
@@ -176,8 +178,8 @@ def validate_run(
 
         ascendc.check_request(spec, twin_target)
         if tile_sizes is not None:  # the twin's kernels take the forced tiles too: they must fit its target
-            pipeline.compile_forward(spec, target=twin_target, tile_sizes=tile_sizes)
-            pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=twin_target, tile_sizes=tile_sizes)
+            compile_forward(spec, target=twin_target, tile_sizes=tile_sizes)
+            compile_backward(spec, dq_strategy=dq_strategy, target=twin_target, tile_sizes=tile_sizes)
     if asc_devkit is not None:
         from tilegen.backends.ascendc import twin
 
@@ -215,9 +217,9 @@ def compile_run(
         source = "given by the caller" if tile_sizes is not None else (
             "the interpreter's defaults: 128, shrunk to the sequence rounded up to 16"
         )
-        out = {"forward": (pipeline.compile_forward(spec, tile_sizes=tile_sizes), source)}
+        out = {"forward": (compile_forward(spec, tile_sizes=tile_sizes), source)}
         for form in forms:
-            program = pipeline.compile_backward(spec, fused=form == "fused", dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+            program = compile_backward(spec, fused=form == "fused", dq_strategy=dq_strategy, tile_sizes=tile_sizes)
             out[program_label(form, dq_strategy)] = (program, source)
         return out
     from tilegen.core.targets import load_target
@@ -233,16 +235,16 @@ def compile_run(
     else:
 
         def ascend(compile_) -> tuple[Program, str]:
-            log = pipeline.PassLog()
+            log = PassLog()
             program = compile_(log)
             if log.schedule.forced:
                 return program, checked
             n = sum(c.feasible for c in log.schedule.candidates)
             return program, f"{tgt.name}: the cost model: the fastest predicted of {n} feasible candidates"
 
-        fwd = ascend(lambda log: pipeline.compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=log))
+        fwd = ascend(lambda log: compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=log))
         bwd = ascend(
-            lambda log: pipeline.compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=log)
+            lambda log: compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=log)
         )
     out = {"forward": fwd}
     for form in forms:
@@ -251,7 +253,7 @@ def compile_run(
         else:
             env = {str(k): v for k, v in bwd[0].env}
             tiles = (env["Br"], env["Bc"])
-            program = pipeline.compile_backward(spec, fused=False, dq_strategy=dq_strategy, target=tgt, tile_sizes=tiles)
+            program = compile_backward(spec, fused=False, dq_strategy=dq_strategy, target=tgt, tile_sizes=tiles)
             out[program_label(form, dq_strategy)] = (program, f"{tgt.name}: the fused backward's tile sizes; no backend emits this form")
     return out
 

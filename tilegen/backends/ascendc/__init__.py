@@ -52,7 +52,10 @@ from tilegen.core.ir import (
 )
 from tilegen.backends.ascendc import mods as AM
 from tilegen.core import mods as M
-from tilegen.passes import pipeline
+from tilegen.backends.compiler import Backend, compile_program
+from tilegen.core.strategies import DKV_AUTO
+from tilegen.passes import ascend as ascend_passes
+from tilegen.passes.driver import Options
 from tilegen.models.footprint import buffer_bytes, plan
 from tilegen.models.stages import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
 from tilegen.core.resources import data_dir
@@ -1571,13 +1574,11 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
 def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None):
     """The loaded target and the plans of the forward and backward programs (each with its
     descriptor-field obligations in ``uses``), not yet proven; ``dkv_strategy`` as
-    :func:`tilegen.passes.pipeline.resolve_dkv_strategy` (None: atomic on the 910B). Raises as
+    :func:`tilegen.backends.resolve_dkv_strategy` (None: atomic on the 910B). Raises as
     :func:`check_request`, and SpecError for an unknown strategy."""
     tgt = check_request(spec, target)
-    fwd = pipeline.compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog())
-    bwd = pipeline.compile_backward(
-        spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=pipeline.PassLog(), dkv_strategy=dkv_strategy
-    )
+    fwd = compile_program(spec, "fwd", BACKEND, tgt, Options(tile_sizes=tile_sizes))
+    bwd = compile_program(spec, "bwd", BACKEND, tgt, Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy))
     return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
 
 
@@ -1640,3 +1641,16 @@ def generate(
     }
     return with_manifest(files, manifest)
 
+
+class AscendC(Backend):
+    """The Ascend C backend (910B): the pass list of :mod:`tilegen.passes.ascend`; ``dkv_strategy``
+    None or auto lets that list choose (:data:`tilegen.passes.ascend.CHOOSE_DKV`)."""
+
+    name = "ascendc"
+    dkv_default = DKV_AUTO
+
+    def passes(self, ctx):
+        return ascend_passes.passes(ctx)
+
+
+BACKEND = AscendC()

@@ -111,7 +111,10 @@ from tilegen.core.ir import (
 )
 from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
 from tilegen.core.ir import i as I_TILE, j as J_TILE
+from tilegen.backends.compiler import Backend, compile_program
+from tilegen.passes import gpu as gpu_passes
 from tilegen.passes import pipeline
+from tilegen.passes.driver import Options, PassLog
 from tilegen.core.exprs import next_pow2
 from tilegen.core.resources import data_dir
 from tilegen.core.spec import AttentionSpec
@@ -299,7 +302,7 @@ class Scheduled:
 
     kind: str
     program: Program
-    log: pipeline.PassLog
+    log: PassLog
     knobs: dict[str, Knobs]
     row: ScheduleRow | None
     skipped: tuple[Skipped, ...] = ()
@@ -415,18 +418,16 @@ def schedule(
 
     def compile_with(kind, row, tiles):
         stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
-        log = pipeline.PassLog()
+        log = PassLog()
         if kind == "fwd":
             heavy = forward_knobs(row)[0]
-            program = pipeline.compile_forward(spec, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, heavy_first=heavy)
+            options = Options(tile_sizes=tiles, num_stages=stages, heavy_first=heavy)
         else:
             split, heavy, _ = group_knobs(spec, row)
             strategy = strategy_of(row)
             own = row.dq_tiles if row is not None and row.program == f"bwd-{strategy}" else None  # a bwd-separate row's
-            program = pipeline.compile_backward(
-                spec, dq_strategy=strategy, target=tgt, tile_sizes=tiles, log=log, num_stages=stages, group_split=split, heavy_first=heavy,
-                dq_tiles=dq_tiles or own or "same",
-            )
+            options = Options(dq_strategy=strategy, tile_sizes=tiles, num_stages=stages, group_split=split, heavy_first=heavy, dq_tiles=dq_tiles or own or "same")
+        program = compile_program(spec, kind[:3], BACKEND, tgt, options, log)
         return program, log
 
     def refused(exc: Exception) -> bool:
@@ -1743,3 +1744,16 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
     mod_spec.loader.exec_module(module)
     _LOADED[key] = module
     return module
+
+
+class Triton(Backend):
+    """The Triton backend (GPU targets): the pass list of :mod:`tilegen.passes.gpu`; the backward keeps
+    dK, dV on chip."""
+
+    name = "triton"
+
+    def passes(self, ctx):
+        return gpu_passes.passes(ctx)
+
+
+BACKEND = Triton()
