@@ -69,8 +69,8 @@ def test_classes_match_on_random_cases():
 
 def test_a_planted_wrong_class_is_caught(monkeypatch):
     """An off-by-one in the band (a window one key too wide) must show up against the dense rule."""
-    band = plot._band
-    monkeypatch.setattr(plot, "_band", lambda *a: (band(*a)[0] - 1, band(*a)[1]))
+    band = plot.visible_band
+    monkeypatch.setattr(plot, "visible_band", lambda *a: (band(*a)[0] - 1, band(*a)[1]))
     assert sum(mismatches(c) for c in CASES) > 0
 
 
