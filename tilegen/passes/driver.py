@@ -93,10 +93,12 @@ class PassLog:
 
     steps: list[tuple[str, Program]] = field(default_factory=list)
     schedule: object = None
+    verified: bool = True  # False in a search's trial runs: the driver verifies the choice when it runs it
 
     def record(self, name: str, program: Program, target=None) -> Program:
         """Verify ``program`` (naming the pass on failure), remember it, return it."""
-        verify(program, name, target)
+        if self.verified:
+            verify(program, name, target)
         self.steps.append((name, program))
         return program
 
@@ -117,7 +119,7 @@ def run_passes(program: Program | None, passes: tuple[Pass, ...], ctx: Context, 
         rest = passes[n + 1:]
 
         def trial(prog: Program, c: Context) -> tuple[Program, PassLog]:
-            trial_log = PassLog()
+            trial_log = PassLog(verified=False)
             return run_passes(prog, rest, c, trial_log), trial_log
 
         program, ctx, done = p.run(program, ctx, trial)

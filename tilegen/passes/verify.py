@@ -19,6 +19,7 @@ Checks, per kernel:
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 
 import sympy
 
@@ -55,6 +56,7 @@ def _same(a, b) -> bool:
     return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
 
 
+@lru_cache(maxsize=4096)
 def grows_with_seq_product(numel) -> bool:
     """Whether an element count has a term of total degree >= 2 in (Sq, Sk)."""
     expr = sympy.expand(sympy.sympify(numel))
@@ -117,7 +119,7 @@ class _Checker:
                 self.fail(kernel, f"buffer {buf.name} declared twice")
             bufs[buf.name] = buf
             for dim in buf.shape:
-                bad = {str(s) for s in sympy.sympify(dim).free_symbols} & {str(B), str(Hq), str(Hkv), str(Sq), str(Sk)}
+                bad = {s.name for s in sympy.sympify(dim).free_symbols} & {str(B), str(Hq), str(Hkv), str(Sq), str(Sk)}
                 if bad:
                     self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
         if kernel.deal not in DEALS:
@@ -132,7 +134,7 @@ class _Checker:
 
     def exprs_ok(self, stmt, loop_vars: frozenset[str]) -> None:
         for expr in stmt.exprs():
-            unknown = {str(s) for s in sympy.sympify(expr).free_symbols} - _SIZE_NAMES - loop_vars
+            unknown = {s.name for s in sympy.sympify(expr).free_symbols} - _SIZE_NAMES - loop_vars
             if unknown:
                 self.fail(self.kernel, f"`{_fmt(stmt)}` uses {sorted(unknown)}, which no enclosing loop binds")
 
