@@ -18,6 +18,7 @@ from tilegen.core.ir import Program
 from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES
 from tilegen.core.targets import target_key
 from tilegen.passes.driver import Context, Options, Pass, PassLog, run_passes
+from tilegen.passes.tiles import rescheduled
 
 
 class Backend:
@@ -72,6 +73,8 @@ def compile_program(spec, which: str, backend: Backend, target=None, options: Op
     def build():
         inner = PassLog()
         program = run_passes(None, backend.passes(ctx), ctx, inner)
+        if inner.schedule is not None:  # the tile table's footprints and prediction: the program emitted
+            inner.schedule = rescheduled(inner.schedule, program, tgt)
         return program, inner.schedule, inner.steps
 
     program, schedule, steps = cached(("compile", which, spec, backend.name, target_key(target), options), build)

@@ -112,6 +112,11 @@ class Footprint:
     def _term_bytes(self, parts, env):
         if parts and parts[0] == "staging":
             return staging_bytes(*parts[1:], self.level, env)
+        if parts and parts[0] == "zero":
+            (dim,) = _dims((parts[1],), env)
+            return _prod(_ceil_to(dim, 16), 16 * 2 * 2)
+        if parts and parts[0] == "whole":
+            return self.level.usable
         values = [buffer_bytes(b, self.level, env) for b in parts]
         return sum(values) if env is not None else sympy.Add(*values, self.level.scratch_bytes, evaluate=False)
 
@@ -120,7 +125,7 @@ class Footprint:
         level's backend scratch when any buffer uses the level); ``without``: buffers left out (ones a
         backend keeps elsewhere, for :func:`tilegen.models.cost.predict_gpu`)."""
         def keep(parts):
-            return parts if parts and parts[0] == "staging" else tuple(b for b in parts if b.name not in without)
+            return parts if parts and parts[0] in ("staging", "zero", "whole") else tuple(b for b in parts if b.name not in without)
 
         peak = max((self._term_bytes(keep(parts), env) for _, parts in self.terms), default=0)
         return peak + (self.level.scratch_bytes if peak and self.intervals else 0)
@@ -248,8 +253,14 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}
     out: list[Footprint] = []
+    matmuls = [stmt for stmt, _ in walk(kernel.body) if isinstance(stmt, MatMul)]
+    chunked = any(m.n_chunk for m in matmuls)
     for level in target.levels:
         if level.name in staging:
+            continue
+        if chunked and level.name == target.placement.get("result"):
+            # MatMul.n_chunk (l0c-pingpong): the products take the level's two halves in turn, all of it
+            out.append(Footprint(kernel.name, level, (((f"{level.name} halves of the chunked products",), ("whole",)),)))
             continue
         sets: dict[tuple[str, ...], tuple] = {}
         for p in points:
@@ -267,15 +278,21 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
         level = target.level(name)
         step = int(target.placement["k_step"].value)
         terms = []
-        for stmt, _ in walk(kernel.body):
-            if not isinstance(stmt, MatMul):
-                continue
+        for stmt in matmuls:
             a, b = buffers[stmt.a], buffers[stmt.b]
             m, k = (a.shape[1], a.shape[0]) if stmt.trans_a else (a.shape[0], a.shape[1])
             n = b.shape[0] if stmt.trans_b else b.shape[1]
+            if stmt.n_chunk:  # a chunked product loads a chunk's columns at a time
+                n = sympy.Min(n, stmt.n_chunk)
             operand = stmt.a if role == "left" else stmt.b
             label = f"{operand} tile of {stmt.dst} = {stmt.a} @ {stmt.b}, x2 stages"
             terms.append(((label,), ("staging", role, m, k, n, step, dtypes.itemsize(a.dtype))))
+        if terms and not chunked:
+            # zeroing an accumulator on the result level takes a 16-wide zero tile of its rows (left) or
+            # columns (right), two copies (the Ascend runtime's ZeroAcc)
+            for buf in kernel.buffers:
+                if buf.scope == target.placement.get("result") and len(buf.shape) == 2:
+                    terms.append(((f"zero tile of {buf.name}",), ("zero", buf.shape[0] if role == "left" else buf.shape[1])))
         out.append(Footprint(kernel.name, level, tuple(terms)))
     return out
 

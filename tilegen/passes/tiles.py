@@ -2,7 +2,9 @@
 
 Candidates are the target's ``[tiles]`` lists (multiples of its hardware granule); a candidate larger
 than needed to cover a sequence (when a smaller candidate already covers it) is skipped. For each
-candidate the program is bound, its footprints (:mod:`tilegen.models.footprint`) are evaluated per
+candidate the program is bound and, where the caller passes the passes that follow (``then``: on
+every target, the rest of its list), taken through them, so that each candidate is judged by the
+program that would be emitted for it; its footprints (:mod:`tilegen.models.footprint`) are evaluated per
 level and kernel, and it is rejected with the level and the bytes by which it overflows when any
 level's peak exceeds the level's usable capacity; the feasible ones are scored with the cost model
 (:func:`tilegen.models.cost.predict`; on a GPU target with a ``[gpu_model]`` table, :func:`tilegen.models.cost.predict_gpu`

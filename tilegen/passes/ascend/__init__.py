@@ -86,7 +86,7 @@ def passes(ctx: Context) -> tuple[Pass, ...]:
         PLACE,
         # each hand-off stored right after its producer; one ready flag per batch of hand-offs
         Pass("one-handoff-per-direction", lambda p, c: handoff.one_handoff_per_direction(p), "one ready flag per batch of hand-offs (Store.signal, Load.wait_signal)"),
-        choose_tiles_pass(score_after=False),
+        choose_tiles_pass(score_after=True),
         # each L1 copy waited for where its tile is first read, not at once (a knob of each Load)
         Pass("wait-at-first-read", lambda p, c: wait_at_first_read(p, frozenset({target.placement["operand"]})), "an L1 copy waited for just before its tile's first reader (Load.wait_at_read)"),
         # the cube one tile ahead of the vector: stage knobs on the loops, slots and flag ids on the hand-offs

@@ -6,16 +6,8 @@ from __future__ import annotations
 from tilegen.passes.driver import Context, Pass
 from tilegen.passes.lower import direct_dq
 from tilegen.passes.pipeline import PLACE, check_options, choose_tiles_pass, front_passes
-from tilegen.passes.tiles import rescheduled
 
-def _direct_dq(program, ctx: Context):
-    out = direct_dq(program, target=ctx.target, sinks=ctx.spec.sinks)
-    if ctx.log.schedule is not None:  # the tile table describes the kernels that are emitted
-        ctx.log.schedule = rescheduled(ctx.log.schedule, out, ctx.target)
-    return out
-
-
-DIRECT_DQ = Pass("direct-dq", _direct_dq, "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches (attr dq_direct)")
+DIRECT_DQ = Pass("direct-dq", lambda p, c: direct_dq(p, target=c.target, sinks=c.spec.sinks), "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches (attr dq_direct)")
 
 
 def passes(ctx: Context) -> tuple[Pass, ...]:
