@@ -92,7 +92,7 @@ def run_row(T: int, causal: bool, worlds: list[int], heads: int, dim: int, reps:
     for W in worlds:
         balance = "zigzag" if causal else "plain"
         n = T // W
-        qs, ks, vs, dos = ([shard_sequence(x, r, W, balance=balance) for r in range(W)] for x in (q, k, v, do))
+        qs, ks, vs, dos = ([shard_sequence(x, r, W, layout="BSND", balance=balance) for r in range(W)] for x in (q, k, v, do))
         fwd = [[0.0] * W for _ in range(W)]  # [step][rank]
         bwd = [[0.0] * W for _ in range(W)]
         outs, lses = [], []
@@ -128,7 +128,7 @@ def run_row(T: int, causal: bool, worlds: list[int], heads: int, dim: int, reps:
                                               dq=dq[:, c.q0:c.q1], dk=dk[:, c.k0:c.k1], dv=dv[:, c.k0:c.k1], target=target)
 
                 bwd[s][r] = timed(step_bwd, reps)[0]
-        merged = unshard_sequence(outs, balance=balance)
+        merged = unshard_sequence(outs, layout="BSND", balance=balance)
         err = (merged[:, :, :2].float() - o_full[:, :, :2].float()).abs().max().item()
         ring_f = sum(max(fwd[s]) for s in range(W))
         ring_b = sum(max(bwd[s]) for s in range(W))

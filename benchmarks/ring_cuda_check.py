@@ -73,7 +73,7 @@ for balance, window in (("zigzag", (-1, 0)), ("plain", (SEQ // 8, 0))):
     q, do = (torch.randn(1, SEQ, 4, 64, generator=g).to(torch.bfloat16).to(DEVICE) for _ in range(2))
     k, v = (torch.randn(1, SEQ, 2, 64, generator=g).to(torch.bfloat16).to(DEVICE) for _ in range(2))
     qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-    out = ring_attention(qs, ks, vs, causal=True, window_size=(window[0], -1), balance=balance)
+    out = ring_attention(qs, ks, vs, causal=True, window_size=(window[0], -1), layout="BSND", balance=balance)
     out.backward(do)
     (o, l, op, lp), gr, gp = references(q, k, v, do, "bf16", window)
     check("O", bnsd(out), o, op, "bf16")

@@ -142,20 +142,19 @@ def _from_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def _ring_case(rank: int, world: int, case: dict) -> dict:
-    """One case on this rank: the local out, lse and gradients (float32 numpy, BSND)."""
+    """One case on this rank: the local out, lse and gradients (float32 numpy, in the case's layout):
+    the global tensors are put in the case's layout first and sharded in it."""
     from tilegen.distributed import ring_attention
 
-    q, k, v, do = _global_inputs(case)
     layout, balance = case["layout"], case["balance"]
-    local = [_to_layout(shard_sequence(x, rank, world, balance=balance, seq_dim=1), layout).requires_grad_(x is not do) for x in (q, k, v, do)]
-    ql, kl, vl, dol = local
+    local = [shard_sequence(_to_layout(x, layout), rank, world, layout=layout, balance=balance) for x in _global_inputs(case)]
+    ql, kl, vl = (x.requires_grad_() for x in local[:3])
     out, lse = ring_attention(
         ql, kl, vl, causal=case["causal"], window_size=case["window"], layout=layout, balance=balance, return_lse=True,
     )
-    out.backward(dol)
-    grads = [_from_layout(x.grad, layout) for x in (ql, kl, vl)]
+    out.backward(local[3])
     as_np = lambda x: x.detach().float().numpy().copy()  # noqa: E731
-    return {"out": as_np(_from_layout(out, layout)), "lse": as_np(lse), "dq": as_np(grads[0]), "dk": as_np(grads[1]), "dv": as_np(grads[2])}
+    return {"out": as_np(out), "lse": as_np(lse), "dq": as_np(ql.grad), "dk": as_np(kl.grad), "dv": as_np(vl.grad)}
 
 
 def _ring_cases(rank: int, world: int, cases: list) -> dict:
@@ -186,7 +185,7 @@ def _transfer_order(rank: int, world: int) -> list:
         tt.attention_backward = lambda *a, **kw: events.append(("bwd",)) or real["attention_backward"](*a, **kw)
         distributed._Ring.start, distributed._Ring.wait = logged_start, staticmethod(logged_wait)
         q = torch.randn(1, 8, 2, 16, requires_grad=True)
-        distributed.ring_attention(q, q, q, causal=True).sum().backward()
+        distributed.ring_attention(q, q, q, causal=True, layout="BSND").sum().backward()
     finally:
         for n, f in real.items():
             setattr(tt, n, f)
@@ -204,6 +203,7 @@ def _case(name, world, *, balance="zigzag", causal=False, window=(-1, -1), layou
 
 CASES_2 = [
     _case("causal-zigzag-gqa", 2, causal=True, hq=4, hkv=2, seed=1),
+    _case("causal-zigzag-gqa-bnsd", 2, causal=True, hq=4, hkv=2, layout="BNSD", seed=9),
     _case("causal-plain-bnsd", 2, causal=True, balance="plain", layout="BNSD", seed=2),
     _case("full-zigzag-fp16", 2, dtype="fp16", seed=3),
     _case("causal-plain-sk-gt-sq", 2, causal=True, balance="plain", nq=4, nk=8, seed=4),
@@ -212,13 +212,18 @@ CASES_2 = [
 CASES_4 = [
     _case("causal-zigzag-gqa", 4, causal=True, hq=2, hkv=1, nq=4, seed=6),
     _case("window-plain-both-sides", 4, balance="plain", window=(5, 2), nq=4, seed=8),
+    _case("window-zigzag-gqa-bnsd", 4, causal=True, window=(5, 0), hq=2, hkv=1, nq=4, layout="BNSD", seed=10),
 ]
 
 
 def _check_case(case: dict, per_rank: dict) -> list[str]:
-    """The reassembled outputs and gradients against the float64 reference (DESIGN §3's rule)."""
-    balance = case["balance"]
-    whole = {n: unshard_sequence([torch.from_numpy(per_rank[r][n]) for r in range(case["world"])], balance=balance, seq_dim=1).numpy() for n in ("out", "dq", "dk", "dv")}
+    """The reassembled outputs and gradients (unsharded in the case's layout) against the float64
+    reference (DESIGN §3's rule)."""
+    balance, layout = case["balance"], case["layout"]
+    whole = {
+        n: _from_layout(unshard_sequence([torch.from_numpy(per_rank[r][n]) for r in range(case["world"])], layout=layout, balance=balance), layout).numpy()
+        for n in ("out", "dq", "dk", "dv")
+    }
     whole["lse"] = unshard_sequence([torch.from_numpy(per_rank[r]["lse"]) for r in range(case["world"])], balance=balance, seq_dim=2).numpy()
     q, k, v, do = (x.float().numpy().transpose(0, 2, 1, 3) for x in _global_inputs(case))
     window = (case["window"][0], 0) if case["causal"] else case["window"]
@@ -296,7 +301,7 @@ def _bad_shape_on_rank_1(rank: int, world: int) -> None:
 
     n = 6 if rank == 1 else 8
     q = torch.randn(1, n, 2, 16)
-    ring_attention(q, q, q, causal=True)
+    ring_attention(q, q, q, causal=True, layout="BSND")
 
 
 def _raise_inside_ring_on_rank_1(rank: int, world: int) -> None:
@@ -314,7 +319,7 @@ def _raise_inside_ring_on_rank_1(rank: int, world: int) -> None:
 
     tt.attention_forward = failing
     q = torch.randn(1, 8, 2, 16, requires_grad=True)
-    out = distributed.ring_attention(q, q, q, causal=True, balance="plain")
+    out = distributed.ring_attention(q, q, q, causal=True, layout="BSND", balance="plain")
     out.sum().backward()  # rank 0 waits here for rank 1's dK/dV accumulators
 
 
@@ -381,9 +386,9 @@ def test_plan_masks_equal_the_global_mask():
                     qpos = torch.arange(world * nq).reshape(1, -1)
                     kpos = torch.arange(world * nk).reshape(1, -1)
                     for rank in range(world):
-                        rows = shard_sequence(qpos, rank, world, balance=balance).flatten().numpy()
+                        rows = shard_sequence(qpos, rank, world, balance=balance, seq_dim=1).flatten().numpy()
                         for source in range(world):
-                            cols = shard_sequence(kpos, source, world, balance=balance).flatten().numpy()
+                            cols = shard_sequence(kpos, source, world, balance=balance, seq_dim=1).flatten().numpy()
                             want = ok[np.ix_(rows, cols)]
                             got = np.zeros_like(want)
                             for c in ring_plan(rank, source, world, nq, nk, balance=balance, window=window):
@@ -431,14 +436,14 @@ def _adapter_cases(rank: int, world: int) -> dict:
         # is the buffer itself, which its next block's backward overwrites.
         case = _case(name, world, causal=True, balance=balance, hq=4, hkv=2, dtype="fp16", seed=11)
         q, k, v, do = _global_inputs(case)
-        ql, kl, vl = (shard_sequence(x, rank, world, balance=balance).requires_grad_() for x in (q, k, v))
+        ql, kl, vl = (shard_sequence(x, rank, world, layout="BSND", balance=balance).requires_grad_() for x in (q, k, v))
         out = fn(ql, kl, vl, causal=True)
-        out.backward(shard_sequence(do, rank, world, balance=balance))
+        out.backward(shard_sequence(do, rank, world, layout="BSND", balance=balance))
         results[name] = {"out": as_np(out), "lse": None, "dq": as_np(ql.grad), "dk": as_np(kl.grad), "dv": as_np(vl.grad)}
     # PyTorch's templated ring (BNSD; seq_dim 2); its load balancer is the zigzag (head-tail) order.
     case = _case("torch-templated", world, causal=True, balance="zigzag", seed=12)
     q, k, v, do = _global_inputs(case)
-    ql, kl, vl, dol = (shard_sequence(x, rank, world, balance="zigzag").transpose(1, 2).contiguous() for x in (q, k, v, do))
+    ql, kl, vl, dol = (shard_sequence(x.transpose(1, 2), rank, world, layout="BNSD", balance="zigzag") for x in (q, k, v, do))
     group = dist.group.WORLD
     out, lse = cp._templated_ring_attention(group, 2, tt.sdpa_ring_forward_op, ql, kl, vl, is_causal=True)
     dq, dk, dv = _templated_ring_attention_backward(group, 2, tt.sdpa_ring_backward_op, dol, "grad_out", ql, kl, vl, out, lse, True)
@@ -492,6 +497,7 @@ def test_ring_refusals_are_one_line(one_rank_group):
 
     q = torch.randn(1, 6, 2, 16)
     cases = [
+        (dict(layout=None), "layout is missing; accepted: 'BSND' ([B, S, H, D]) or 'BNSD' ([B, H, S, D])"),
         (dict(balance="spiral"), "balance = 'spiral' is invalid; accepted: 'zigzag' or 'plain'"),
         (dict(layout="SBND"), "layout = 'SBND' is invalid; accepted: 'BSND' or 'BNSD'"),
         (dict(causal=True, window_size=(4, 2)), "window_size = (4, 2) is invalid; accepted: right = -1 or 0 when causal=True"),
@@ -500,11 +506,94 @@ def test_ring_refusals_are_one_line(one_rank_group):
     ]
     for kw, message in cases:
         with pytest.raises(SpecError) as exc:
-            ring_attention(q, q, q, **kw)
+            ring_attention(q, q, q, **{"layout": "BSND", **kw})
         text = str(exc.value)
         assert text.startswith("ring_attention on rank 0: " + message) and "\n" not in text, text
     with pytest.raises(SpecError, match=r"^ring_attention on rank 0: q.shape = .* even local lengths of q and k for balance='zigzag'"):
-        ring_attention(q[:, :5], q[:, :5], q[:, :5])
+        ring_attention(q[:, :5], q[:, :5], q[:, :5], layout="BSND")
+    with pytest.raises(SpecError, match=r"^ring_attention on rank 0: layout is missing"):
+        ring_attention(q, q, q)  # no layout: refused, not taken as BSND
+
+
+def test_ring_refuses_shapes_of_the_other_layout(one_rank_group):
+    """BNSD tensors stated as BSND (and the reverse) whose shapes cannot be the stated layout: one line
+    naming the layout they fit. Before the layout was required, ring_attention(q, k, v) took them as
+    BSND and attended over the heads."""
+    from tilegen.distributed import ring_attention
+
+    g = torch.Generator().manual_seed(3)
+    # GQA in BNSD: q [1, 4, 6, 16] (4 heads, Sq 6), k/v [1, 1, 8, 16] (1 head, Sk 8); as BSND k would have
+    # 8 heads, which do not divide q's 6.
+    q = torch.randn(1, 4, 6, 16, generator=g)
+    k = torch.randn(1, 1, 8, 16, generator=g)
+    with pytest.raises(SpecError) as exc:
+        ring_attention(q, k, k, causal=True, layout="BSND")
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith("ring_attention on rank 0: k.shape = (1, 1, 8, 16) is invalid") and "fit layout='BNSD'" in text, text
+    # The same tensors as BSND given as BNSD: refused naming BSND.
+    qs, ks = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
+    with pytest.raises(SpecError, match=r"fit layout='BSND': are q, k, v BSND\?$"):
+        ring_attention(qs, ks, ks, causal=True, layout="BNSD")
+    # Zigzag: an odd length in the stated sequence dim (BNSD's 5), even in the other's (BSND's 2).
+    q = torch.randn(1, 2, 5, 16, generator=g)
+    with pytest.raises(SpecError, match=r"even local lengths .* fit layout='BSND'"):
+        ring_attention(q, q, q, layout="BNSD")
+
+
+# --- shard_sequence / unshard_sequence in both layouts (no processes) ---------------------------------
+
+
+def _positions(b: int, h: int, s: int, layout: str) -> torch.Tensor:
+    """A global tensor whose entry at (batch i, head j, position p, feature f) is 1000 i + 100 j + p
+    (f: 2 features), in ``layout``."""
+    x = torch.arange(s).view(1, 1, s, 1) + 100 * torch.arange(h).view(1, h, 1, 1) + 1000 * torch.arange(b).view(b, 1, 1, 1)
+    x = x.expand(b, h, s, 2).contiguous()
+    return x if layout == "BNSD" else x.transpose(1, 2).contiguous()
+
+
+@pytest.mark.parametrize("layout", ["BSND", "BNSD"])
+@pytest.mark.parametrize("balance", ["zigzag", "plain"])
+def test_shard_sequence_cuts_the_sequence_of_the_stated_layout(layout, balance):
+    """Each rank's chunk holds the positions the balance rule gives it (chunks r and 2W-1-r of 2W, or
+    chunk r of W), every head and batch untouched; unshard_sequence puts them back."""
+    b, h, s, world = 2, 3, 24, 3
+    x = _positions(b, h, s, layout)
+    n = s // world
+    chunks = []
+    for rank in range(world):
+        got = shard_sequence(x, rank, world, layout=layout, balance=balance)
+        if balance == "plain":
+            want_pos = list(range(rank * n, (rank + 1) * n))
+        else:
+            half = n // 2
+            want_pos = list(range(rank * half, (rank + 1) * half)) + list(range((2 * world - 1 - rank) * half, (2 * world - rank) * half))
+        want = _positions(b, h, s, "BNSD")[:, :, want_pos]
+        assert torch.equal(got.transpose(1, 2) if layout == "BSND" else got, want), (layout, balance, rank)
+        chunks.append(got)
+    assert torch.equal(unshard_sequence(chunks, layout=layout, balance=balance), x)
+
+
+def test_shard_sequence_refusals_are_one_line():
+    bnsd = torch.zeros(1, 3, 8, 16)  # 3 heads, 8 positions: BSND would be 3 positions of 8 heads
+    cases = [
+        # 4 heads split over 2 zigzag ranks without a word before the layout was required:
+        (lambda: shard_sequence(torch.zeros(1, 4, 8, 16), 0, 2), r"^shard_sequence: layout is missing; accepted: 'BSND' \(\[B, S, H, D\]\) or 'BNSD' \(\[B, H, S, D\]\), or seq_dim=N"),
+        (lambda: shard_sequence(bnsd, 0, 2, layout="BSND", balance="plain"),
+         r"^shard_sequence: x.shape = \(1, 3, 8, 16\) is invalid; accepted: a length along BSND's sequence dim 1 that is a positive multiple of 2 .* is the tensor BNSD\?$"),
+        (lambda: shard_sequence(torch.zeros(1, 2, 3, 16), 0, 4, layout="BSND", balance="plain"), r"^shard_sequence: x.shape = \(1, 2, 3, 16\) is invalid; accepted: .*positive multiple of 4"),
+        (lambda: shard_sequence(torch.zeros(1, 0, 3, 16), 0, 1, layout="BSND", balance="plain"), r"^shard_sequence: x.shape = \(1, 0, 3, 16\) is invalid"),
+        (lambda: shard_sequence(bnsd, 0, 2, layout="SBND"), r"^shard_sequence: layout = 'SBND' is invalid; accepted: 'BSND' or 'BNSD'$"),
+        (lambda: shard_sequence(bnsd, 0, 2, layout="BNSD", seq_dim=2), r"^shard_sequence: seq_dim = 2 is invalid; accepted: None when layout is given"),
+        (lambda: shard_sequence(torch.zeros(2, 8), 0, 2, layout="BNSD"), r"^shard_sequence: layout = 'BNSD' is invalid; accepted: a layout of 4 dimensions .*seq_dim=N"),
+        (lambda: shard_sequence(torch.zeros(2, 8), 0, 2, seq_dim=2), r"^shard_sequence: seq_dim = 2 is invalid; accepted: an int in \[-2, 2\)"),
+        (lambda: unshard_sequence([bnsd, bnsd]), r"^unshard_sequence: layout is missing"),
+        (lambda: unshard_sequence([bnsd, bnsd[:, :2]], layout="BNSD"), r"^unshard_sequence: chunks = .* chunks of one shape"),
+        (lambda: unshard_sequence([bnsd[:, :, :3]] * 2, layout="BNSD"), r"^unshard_sequence: chunks = .* positive even local length along dim 2 \(zigzag\)"),
+    ]
+    for call, pattern in cases:
+        with pytest.raises(SpecError, match=pattern) as exc:
+            call()
+        assert "\n" not in str(exc.value)
 
 
 def test_one_rank_ring_is_the_whole_attention(one_rank_group):
@@ -514,3 +603,26 @@ def test_one_rank_ring_is_the_whole_attention(one_rank_group):
     result = {0: _ring_case(0, 1, case)}
     failures = _check_case(case, result)
     assert not failures, "\n".join(failures)
+
+
+def test_readme_ring_example_runs(tmp_path):
+    """README §5b's ring script as a user runs it (torchrun, 2 gloo ranks): its output against torch's
+    SDPA in float64, which the script prints."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### 5b."):]
+    script = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python\n") + 10)]
+    assert "layout=" in script and "init_process_group" in script
+    (tmp_path / "ring_example.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "ring_example.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.search(r"max \|out - SDPA float64\| = (\S+)", proc.stdout)
+    assert found, proc.stdout
+    assert float(found.group(1)) < 1e-5, proc.stdout  # fp32 inputs, S = 32, D = 32: rounding is ~1e-7

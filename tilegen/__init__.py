@@ -14,7 +14,6 @@ See README.md for the CLI and DESIGN.md for the conventions.
 """
 
 from tilegen.core.errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
-from tilegen.core.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
 
 __all__ = [
     "AttentionSpec",
@@ -37,11 +36,17 @@ __all__ = [
 __version__ = "0.1.0"
 
 _API = ("attention", "attention_backward", "attention_varlen", "attention_varlen_backward", "generate", "inspect", "make_spec")
+_SPEC = ("AttentionSpec", "builtin_spec", "builtin_specs", "load_spec")
 
 
 def __getattr__(name: str):
-    # The API pulls in the passes (sympy, networkx); import it on first use so that `import tilegen`
-    # and the CLI's cached paths stay light.
+    # The API pulls in the passes (sympy, networkx) and the spec numpy and ml_dtypes; import them on
+    # first use so that `import tilegen` stays light: the `tilegen` command imports this package before
+    # its main() runs, and only inside main() is a Ctrl-C during those imports one line.
+    if name in _SPEC:
+        from tilegen.core import spec
+
+        return getattr(spec, name)
     if name in _API:
         from tilegen import api
 

@@ -9,7 +9,8 @@ Verbs:
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
 given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
-print one line and exit 2 (``--debug`` shows the traceback); a failed check exits 1.
+print one line and exit 2 (``--debug`` shows the traceback); a failed check exits 1; Ctrl-C, start-up
+included, prints ``tilegen: interrupted`` and exits 130 (128 + SIGINT, the shell's convention).
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ import argparse
 import textwrap
 import os
 import sys
+from typing import TYPE_CHECKING
 
+# Only the standard library and tilegen.errors at import time: the ``tilegen`` entry point imports this
+# module before main() runs, and a Ctrl-C while numpy, sympy or the specs load (a second or more) is
+# turned into one line only inside main(). Everything else is imported where it is used.
 from tilegen.core.errors import ScheduleError, SpecError, TilegenError
-from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES
-from tilegen.core.spec import AttentionSpec, builtin_spec, builtin_specs, load_spec
-from tilegen.core.targets import target_key, target_names
+
+if TYPE_CHECKING:
+    from tilegen.core.spec import AttentionSpec
 
 DEFAULT_SPEC = "demo"
 DEFAULT_TWIN_TARGET = "ascend910b2"
@@ -67,6 +72,8 @@ def _tiles(text: str) -> tuple[int, int]:
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    from tilegen.core.spec import builtin_specs
+
     p.add_argument("spec_file", nargs="?", metavar="SPEC_FILE", help="a spec file (.toml, .yaml)")
     p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_specs())}); default {DEFAULT_SPEC}")
     p.add_argument("--batch", type=_positive, metavar="B", help="override the batch size")
@@ -104,6 +111,8 @@ def _add_override_args(p: argparse.ArgumentParser) -> None:
 
 def resolve_spec(args: argparse.Namespace, base: AttentionSpec | None = None) -> AttentionSpec:
     """The spec the arguments name (or ``base``), with the overrides applied (validated)."""
+    from tilegen.core.spec import builtin_spec, load_spec
+
     if args.spec_file and args.spec:
         raise SpecError("--spec", args.spec, "either a SPEC_FILE or --spec NAME, not both")
     if base is not None:
@@ -232,7 +241,7 @@ def _run_target(name: str | None):
     if name is None:
         return None
     from tilegen.core.errors import TargetError
-    from tilegen.core.targets import load_target
+    from tilegen.core.targets import load_target, target_names
 
     try:
         return load_target(name)
@@ -327,15 +336,26 @@ def load_data(path: str, index: int) -> tuple[dict, str]:
     Returns:
         (the arrays by name, a line saying which arrays and which entry of the leading axis were used).
     """
+    import zipfile
+
     import numpy as np
 
+    accepted = "an .npz archive (numpy.savez) with arrays Q, K, V, dO"
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise SpecError("--data", path, f"{accepted}; this file is empty (0 bytes)")
     try:
-        with np.load(path) as f:
-            arrays = {k: f[k] for k in f.files}
+        loaded = np.load(path, allow_pickle=False)
     except OSError as exc:
         raise SpecError("--data", path, f"a readable .npz file with arrays Q, K, V, dO ({exc.strerror or exc})") from None
-    except ValueError:
-        raise SpecError("--data", path, "an .npz archive (numpy.savez) with arrays Q, K, V, dO; this file is not one") from None
+    except (ValueError, EOFError, zipfile.BadZipFile):  # numpy's errors for what is no .npy/.npz (or a truncated one)
+        raise SpecError("--data", path, f"{accepted}; this file is not one") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise SpecError("--data", path, f"{accepted}; this file is a single .npy array")
+    try:
+        with loaded as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # a damaged member, an object array
+        raise SpecError("--data", path, f"{accepted}, each readable ({type(exc).__name__}: {exc})".replace("\n", " ")) from None
     out = {}
     used = []
     for name in ("Q", "K", "V", "dO"):
@@ -385,6 +405,7 @@ INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from tilegen.core.cache import cached
+    from tilegen.core.targets import target_key, target_names
 
     spec = resolve_spec(args)
     if args.compare and args.target is None:
@@ -489,6 +510,7 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
 
     from tilegen.core.cache import cached
     from tilegen.harness.scaling import cp_report, format_cp
+    from tilegen.core.targets import target_key
 
     if args.target is None:
         raise SpecError("--target", None, "a target with interconnect figures for --cp (h200, ascend910b1..b4)")
@@ -607,7 +629,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
         spec = resolve_spec(args)
     text = spec.to_toml()
     if args.output:
-        write_atomic(args.output, text)
+        write_atomic(args.output, text, "-o")
         print(f"wrote {args.output}: {describe(spec)}")
     else:
         print(text, end="")
@@ -617,6 +639,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from tilegen.backends.output import launch_label, write
     from tilegen.core.cache import cached
+    from tilegen.core.targets import target_key
 
     spec = resolve_spec(args)
     target = args.target
@@ -686,6 +709,8 @@ def _generate(spec: AttentionSpec, target: str, dq_strategy: str, tile_sizes=Non
 
 def build_parser() -> argparse.ArgumentParser:
     from tilegen import __version__
+    from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES
+    from tilegen.core.targets import target_names
 
     parser = _Parser(prog="tilegen", description="Tiling code generator for FlashAttention kernels.")
     parser.add_argument("--version", action="version", version=f"tilegen {__version__}")
@@ -796,9 +821,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """The ``tilegen`` command: 0 done, 1 a failed check, 2 an error (one line per error on stderr),
+    130 interrupted (Ctrl-C at any point, start-up included: one line, no traceback), 141 a closed
+    pipe."""
+    args = None
     try:
+        args = build_parser().parse_args(argv)  # imports the specs, targets and strategies: Ctrl-C lands here too
         rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return rc

@@ -20,6 +20,12 @@ Layout of the global sequence over W ranks (``balance``), for queries and keys a
 
 :func:`shard_sequence` and :func:`unshard_sequence` cut and reassemble a global tensor by these rules.
 
+Layout: every entry point takes ``layout="BSND"`` ([B, S, H, D], sequence dim 1) or ``"BNSD"`` ([B, H, S,
+D], sequence dim 2), required (``seq_dim=`` instead for the shard functions' other tensors): the two
+layouts' shapes are often both valid, and cutting or attending along the wrong dim gives a result of
+the right shape over the heads. Shapes that cannot be the stated layout raise, naming the other layout
+when they fit it.
+
 Masks: the global mask is DESIGN §3's (window (left, right), −1 unbounded; causal = (−1, 0)), aligned
 bottom-right over the global lengths (off = W·Sk − W·Sq). For each pair of contiguous pieces
 (query range, key range) the step clips both ranges to the keys and queries the band can reach, which
@@ -43,12 +49,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tilegen.core.errors import SpecError
+from tilegen.core.errors import MissingFieldError, SpecError
 from tilegen import torch as tt
 
-__all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "ring_plan", "BALANCES"]
+__all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "ring_plan", "BALANCES", "LAYOUTS"]
 
 BALANCES = ("zigzag", "plain")
+LAYOUTS = ("BSND", "BNSD")
+_LAYOUT_SEQ_DIM = {"BSND": 1, "BNSD": 2}
+_LAYOUT_WORDS = "'BSND' ([B, S, H, D]) or 'BNSD' ([B, H, S, D])"
 
 
 # --- where each rank's pieces sit in the global sequence ---------------------------------------------
@@ -62,36 +71,101 @@ def _pieces(rank: int, world: int, n_local: int, balance: str) -> tuple[tuple[in
     return ((rank * half, 0, half), ((2 * world - 1 - rank) * half, half, half))
 
 
-def shard_sequence(x: torch.Tensor, rank: int, world_size: int, *, balance: str = "zigzag", seq_dim: int = 1) -> torch.Tensor:
+def _seq_dim(x_ndim: int, layout, seq_dim, where: str) -> int:
+    """The sequence dim of a tensor of ``x_ndim`` dimensions from exactly one of ``layout`` (q, k, v,
+    out and their gradients: ``"BSND"`` → 1, ``"BNSD"`` → 2) and ``seq_dim`` (any other tensor)."""
+    if layout is None and seq_dim is None:
+        raise MissingFieldError("layout", f"{_LAYOUT_WORDS}, or seq_dim=N for a tensor of another layout", where=where)
+    if layout is not None and seq_dim is not None:
+        raise SpecError("seq_dim", seq_dim, f"None when layout is given (layout={layout!r} sets the sequence dim)", where=where)
+    if layout is not None:
+        _check_choice("layout", layout, LAYOUTS, where=where)
+        if x_ndim != 4:
+            raise SpecError("layout", layout, f"a layout of 4 dimensions for 4-dimensional tensors (this one has {x_ndim}; seq_dim=N for others)", where=where)
+        return _LAYOUT_SEQ_DIM[layout]
+    if isinstance(seq_dim, bool) or not isinstance(seq_dim, int) or not -x_ndim <= seq_dim < x_ndim:
+        raise SpecError("seq_dim", seq_dim, f"an int in [{-x_ndim}, {x_ndim}) (a dim of the {x_ndim}-dimensional tensor)", where=where)
+    return seq_dim % x_ndim
+
+
+def _other_layout_hint(shape: tuple, dim: int, layout, parts: int) -> str:
+    """``"; dim 2 (BNSD's sequence dim) would split: is the tensor BNSD?"`` (or the same for BSND) when
+    the other layout's sequence dim would split into ``parts`` where the stated one does not, else ''."""
+    if layout is None:
+        return ""
+    other = LAYOUTS[1 - LAYOUTS.index(layout)]
+    n = shape[_LAYOUT_SEQ_DIM[other]]
+    return f"; dim {_LAYOUT_SEQ_DIM[other]} ({other}'s sequence dim) would split: is the tensor {other}?" if n >= parts and n % parts == 0 else ""
+
+
+def shard_sequence(x: torch.Tensor, rank: int, world_size: int, *, layout: str | None = None, balance: str = "zigzag", seq_dim: int | None = None) -> torch.Tensor:
     """Rank ``rank``'s chunk of a global tensor (contiguous copy), by the ``balance`` rule above.
 
     Args:
-        x: any tensor whose ``seq_dim`` has the global length (a multiple of W, or of 2W for zigzag).
+        x: the global tensor; its sequence dim has the global length, a positive multiple of W (of 2W
+            for zigzag).
+        layout: required for q, k, v, out and their gradients: ``"BSND"`` ([B, S, H, D], sequence dim 1)
+            or ``"BNSD"`` ([B, H, S, D], sequence dim 2). For any other tensor (an lse [B, H, S], a vector
+            of positions) give ``seq_dim`` instead; exactly one of the two.
+        seq_dim: the sequence dim of a tensor that is neither layout.
+
+    Returns:
+        x's dtype and device, its sequence dim W times shorter.
 
     Raises:
-        SpecError: a length that does not split, a bad rank, world size or balance.
+        SpecError: layout and seq_dim both missing (``layout is missing``) or both given, a layout for a
+            tensor that is not 4-dimensional, a sequence length that does not split (zero, shorter than
+            the number of chunks, or not a multiple of it; the message names the other layout when its
+            sequence dim would split), a bad rank, world size or balance.
     """
-    _check_choice("balance", balance, BALANCES)
-    if not isinstance(world_size, int) or world_size < 1 or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise SpecError("rank", (rank, world_size), "0 <= rank < world_size, world_size >= 1")
+    where = "shard_sequence"
+    _check_choice("balance", balance, BALANCES, where=where)
+    if not isinstance(x, torch.Tensor):
+        raise SpecError("x", type(x).__name__, "a torch.Tensor", where=where)
+    dim = _seq_dim(x.dim(), layout, seq_dim, where)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1 or isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise SpecError("rank", (rank, world_size), "0 <= rank < world_size, world_size >= 1", where=where)
     parts = world_size * (2 if balance == "zigzag" else 1)
-    total = x.shape[seq_dim]
-    if total % parts:
-        raise SpecError("x.shape", tuple(x.shape), f"a length along dim {seq_dim} divisible by {parts} ({balance}, {world_size} ranks)")
+    total = x.shape[dim]
+    if total < parts or total % parts:
+        named = f"{layout}'s sequence dim {dim}" if layout else f"dim {dim}"
+        raise SpecError(
+            "x.shape", tuple(x.shape),
+            f"a length along {named} that is a positive multiple of {parts} ({balance}, {world_size} ranks){_other_layout_hint(tuple(x.shape), dim, layout, parts)}",
+            where=where,
+        )
     n_local = total // world_size
-    return torch.cat([x.narrow(seq_dim, g, n) for g, _, n in _pieces(rank, world_size, n_local, balance)], dim=seq_dim).contiguous()
+    return torch.cat([x.narrow(dim, g, n) for g, _, n in _pieces(rank, world_size, n_local, balance)], dim=dim).contiguous()
 
 
-def unshard_sequence(chunks, *, balance: str = "zigzag", seq_dim: int = 1) -> torch.Tensor:
+def unshard_sequence(chunks, *, layout: str | None = None, balance: str = "zigzag", seq_dim: int | None = None) -> torch.Tensor:
     """The global tensor from every rank's chunk (``chunks[r]`` from rank r): the inverse of
-    :func:`shard_sequence`."""
-    _check_choice("balance", balance, BALANCES)
+    :func:`shard_sequence`, with the same ``layout`` / ``seq_dim`` and ``balance``.
+
+    Args:
+        chunks: a list of W tensors of one shape, dtype and device.
+
+    Raises:
+        SpecError: layout and seq_dim both missing or both given, an empty list, chunks of different
+            shapes, a layout for tensors that are not 4-dimensional, an odd local length for zigzag.
+    """
+    where = "unshard_sequence"
+    _check_choice("balance", balance, BALANCES, where=where)
+    chunks = list(chunks)
+    if not chunks or not all(isinstance(c, torch.Tensor) for c in chunks):
+        raise SpecError("chunks", [type(c).__name__ for c in chunks], "a non-empty list of tensors, one per rank", where=where)
+    shapes = [tuple(c.shape) for c in chunks]
+    if len(set(shapes)) > 1:
+        raise SpecError("chunks", shapes, "chunks of one shape (every rank's)", where=where)
+    dim = _seq_dim(chunks[0].dim(), layout, seq_dim, where)
     world = len(chunks)
-    n_local = chunks[0].shape[seq_dim]
+    n_local = chunks[0].shape[dim]
+    if n_local < 1 or (balance == "zigzag" and n_local % 2):
+        raise SpecError("chunks", shapes, f"a {'positive even' if balance == 'zigzag' else 'positive'} local length along dim {dim} ({balance})", where=where)
     placed = []
     for r, c in enumerate(chunks):
-        placed += [(g, c.narrow(seq_dim, lo, n)) for g, lo, n in _pieces(r, world, n_local, balance)]
-    return torch.cat([p for _, p in sorted(placed, key=lambda t: t[0])], dim=seq_dim)
+        placed += [(g, c.narrow(dim, lo, n)) for g, lo, n in _pieces(r, world, n_local, balance)]
+    return torch.cat([p for _, p in sorted(placed, key=lambda t: t[0])], dim=dim)
 
 
 # --- the per-step plan -----------------------------------------------------------------------------
@@ -206,25 +280,45 @@ class _Ring:
 # --- the checks ----------------------------------------------------------------------------------
 
 
-def _check_choice(field: str, value: Any, accepted: tuple[str, ...]) -> None:
+def _check_choice(field: str, value: Any, accepted: tuple[str, ...], where: str | None = None) -> None:
     if not isinstance(value, str) or value not in accepted:
-        raise SpecError(field, value, " or ".join(repr(a) for a in accepted))
+        raise SpecError(field, value, " or ".join(repr(a) for a in accepted), where=where)
+
+
+def _shape_check(q, k, v, layout: str, balance: str, softmax_scale) -> tuple[int, int]:
+    """The shapes of one rank under ``layout`` (tilegen.torch's checks, and zigzag's even halves);
+    return the local lengths (n_q, n_k)."""
+    tt._check(q, k, v, layout=layout, scale=softmax_scale, name="flash_attn_func")
+    seq_dim = _LAYOUT_SEQ_DIM[layout]
+    n_q, n_k = q.shape[seq_dim], k.shape[seq_dim]
+    if balance == "zigzag" and (n_q % 2 or n_k % 2):
+        raise SpecError("q.shape", (tuple(q.shape), tuple(k.shape)), f"even local lengths of q and k for balance='zigzag' (two halves per rank, {layout})")
+    return n_q, n_k
 
 
 def _local_check(q, k, v, *, causal, window_size, softmax_scale, layout, balance, deterministic, target) -> tuple:
-    """Check one rank's arguments; return (window, seq_dim, n_q, n_k) or raise SpecError."""
-    _check_choice("layout", layout, ("BSND", "BNSD"))
+    """Check one rank's arguments; return (window, seq_dim, n_q, n_k) or raise SpecError.
+
+    Shapes that fail under the stated layout but pass under the other raise with the other named (q, k
+    and v given in the other layout); shapes valid under both cannot be told apart here."""
+    if layout is None:
+        raise MissingFieldError("layout", _LAYOUT_WORDS)
+    _check_choice("layout", layout, LAYOUTS)
     _check_choice("balance", balance, BALANCES)
     if not isinstance(deterministic, bool):
         raise SpecError("deterministic", deterministic, "True or False")
     window = tt._window(causal, window_size, "causal")
-    tt._check(q, k, v, layout=layout, scale=softmax_scale, name="flash_attn_func")
+    try:
+        n_q, n_k = _shape_check(q, k, v, layout, balance, softmax_scale)
+    except SpecError as exc:
+        other = LAYOUTS[1 - LAYOUTS.index(layout)]
+        try:
+            _shape_check(q, k, v, other, balance, softmax_scale)
+        except SpecError:
+            raise exc from None
+        raise SpecError(exc.field, exc.value, f"{exc.accepted}; these shapes fit layout={other!r}: are q, k, v {other}?") from None
     tt._check_gpu_target(target)
-    seq_dim = 1 if layout == "BSND" else 2
-    n_q, n_k = q.shape[seq_dim], k.shape[seq_dim]
-    if balance == "zigzag" and (n_q % 2 or n_k % 2):
-        raise SpecError("q.shape", (tuple(q.shape), tuple(k.shape)), f"even local lengths of q and k for balance='zigzag' (two halves per rank, {layout})")
-    return window, seq_dim, n_q, n_k
+    return window, _LAYOUT_SEQ_DIM[layout], n_q, n_k
 
 
 def _collective_check(group, check, signature) -> tuple:
@@ -233,13 +327,16 @@ def _collective_check(group, check, signature) -> tuple:
     try:
         result, error = check(), None
     except SpecError as exc:
-        result, error = None, (exc.field, exc.value, exc.accepted)
+        result, error = None, (isinstance(exc, MissingFieldError), exc.field, exc.value, exc.accepted)
     world = dist.get_world_size(group)
     gathered = [None] * world
     dist.all_gather_object(gathered, (error, signature), group=group)
     for r, (err, _) in enumerate(gathered):
         if err is not None:
-            raise SpecError(*err, where=f"ring_attention on rank {r}")
+            missing, field, value, accepted = err
+            if missing:
+                raise MissingFieldError(field, accepted, where=f"ring_attention on rank {r}")
+            raise SpecError(field, value, accepted, where=f"ring_attention on rank {r}")
     first = gathered[0][1]
     for r, (_, sig) in enumerate(gathered):
         if sig != first:
@@ -339,7 +436,7 @@ def ring_attention(
     causal: bool = False,
     window_size=(-1, -1),
     softmax_scale=None,
-    layout: str = "BSND",
+    layout: str | None = None,
     balance: str = "zigzag",
     deterministic: bool = False,
     return_lse: bool = False,
@@ -355,6 +452,9 @@ def ring_attention(
             divides Hq, GQA/MQA); v: like k with head dim Dv; float16, bfloat16 or float32; CPU (gloo,
             the interpreter) or CUDA (NCCL, the Triton kernels). The same shapes on every rank; global
             lengths W·Sq and W·Sk.
+        layout: required: ``"BSND"`` or ``"BNSD"``, the layout of q, k, v (and of out and the
+            gradients). Shapes that cannot be that layout raise, naming the other layout when they fit it;
+            shapes valid in both (Hkv = Hq, any local lengths) are taken as stated.
         group: a ``torch.distributed`` process group (None: the default group).
         causal, window_size: the global mask (DESIGN §3: (left, right), −1 unbounded, causal = (left, 0)),
             bottom-right aligned over the global lengths.
@@ -372,7 +472,8 @@ def ring_attention(
         out: the local rows, q's shape with Dv, q's dtype (and lse when ``return_lse``).
 
     Raises:
-        SpecError (ValueError): a bad or cross-rank mismatched argument, named, on every rank.
+        SpecError (ValueError): a bad or cross-rank mismatched argument, named, on every rank;
+            ``layout is missing`` when no layout is given.
         RuntimeError: torch.distributed not initialised.
     """
     if not dist.is_available() or not dist.is_initialized():

@@ -149,5 +149,3 @@ def generate(spec, target, dq_strategy: str | None = None, tile_sizes=None, dkv_
     from tilegen.backends import ascendc as backend
 
     return backend.generate(spec, target, dq_strategy=dq_strategy or "atomic", tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
-
-

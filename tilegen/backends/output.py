@@ -44,29 +44,46 @@ def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:
 def write(generated: Generated, out_dir) -> list[str]:
     """Write a generated file set into ``out_dir`` (created if needed).
 
-    Every file is first written to a staging folder next to ``out_dir``, then moved into place one
-    rename at a time, ``manifest.json`` last: an error before the moves leaves the previous output as
-    it was, and each file is replaced atomically.
+    Every file is first written to a staging folder inside ``out_dir`` (hidden, ``.tilegen-staging-*``),
+    then moved into place one rename at a time, ``manifest.json`` last, and the staging folder removed:
+    the staging folder is on ``out_dir``'s file system even when ``out_dir`` is a mount point (a
+    rename cannot cross file systems), so each file is replaced atomically. An error or an interrupt
+    before the moves leaves the previous output as it was, and folders this call created are removed.
 
     Raises:
-        SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written.
+        SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written (names the
+            path and the system's reason).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise SpecError("-o", str(out), "a folder (it exists and is a file)")
+    created = [p for p in (out, *out.parents) if not p.exists()]  # what mkdir makes, deepest first
+    stage = None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.parent))
-    except OSError as exc:
-        raise SpecError("-o", str(out), f"a folder tilegen can create and write ({exc.strerror or exc})") from None
-    try:
+        stage = Path(tempfile.mkdtemp(prefix=".tilegen-staging-", dir=out))
         names = sorted(n for n in generated.files if n != "manifest.json") + ["manifest.json"]
         for name in names:
             (stage / name).write_text(generated.files[name], encoding="utf-8")
         for name in names:
             os.replace(stage / name, out / name)
-    except OSError as exc:
-        raise SpecError("-o", str(out), f"a writable folder ({exc.strerror or exc})") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    except BaseException as exc:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        for folder in created:  # nothing partial: the folders made for this output go again
+            if folder == out:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                _rmdir_quiet(folder)
+        if isinstance(exc, OSError):
+            raise SpecError("-o", str(out), f"a folder tilegen can create and write ({exc.strerror or exc})") from None
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
     return names
+
+
+def _rmdir_quiet(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

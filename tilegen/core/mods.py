@@ -15,7 +15,10 @@ whether the key is visible to the query (DESIGN §3). Both are expressions over
 and named **parameter arrays** read at integer index expressions (``slopes[h]``, ``table[h, q_idx -
 kv_idx + Sk - 1]``, ``doc[q_idx]``). Operators: ``+ - * / // % **``, comparisons, ``&``, ``|``, ``~``
 (and ``and``/``or``/``not`` in text), ``where(c, a, b)`` (or ``a if c else b``), ``exp``, ``log``,
-``tanh``, ``abs``, ``min``, ``max``, ``floor``, ``sqrt``. Expressions are sympy expressions (the IR's
+``tanh``, ``abs``, ``min``, ``max``, ``floor``, ``sqrt``. Booleans are not numbers: ``==`` / ``!=`` of
+two booleans and ``where`` with two boolean branches become ``& | ~`` of them; a boolean compared with
+a number, in arithmetic or under ``< <= > >=`` is a :class:`ModError` naming the operation, as are a
+division by zero and a tensor method called on a traced value. Expressions are sympy expressions (the IR's
 sizes already are), so the compiler differentiates them itself: :class:`ModSet` carries
 ``∂score′/∂score`` and, for every read of a floating-point parameter, ``∂score′/∂param[index]``.
 
@@ -47,6 +50,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import sympy
+from sympy.printing.numpy import NumPyPrinter
 
 from tilegen.core.errors import SpecError
 from tilegen.core.ir import B, Hkv, Hq, Sk, Sq
@@ -75,8 +79,8 @@ FUNCTIONS: dict[str, Callable] = {
     "floor": sympy.floor,
     "sqrt": sympy.sqrt,
     "Mod": sympy.Mod,
-    "Eq": sympy.Eq,
-    "Ne": sympy.Ne,
+    "Eq": lambda a, b: _eq(a, b),
+    "Ne": lambda a, b: _ne(a, b),
     "And": sympy.And,
     "Or": sympy.Or,
     "Not": sympy.Not,
@@ -212,39 +216,39 @@ class Traced:
     def __init__(self, expr):
         self.expr = expr
 
-    def _op(self, other, fn):
-        return Traced(fn(self.expr, _sym(other, "an operand")))
+    def _op(self, other, fn, sign: str):
+        return Traced(_apply(fn, self.expr, _sym(other, "an operand"), sign))
 
-    def _rop(self, other, fn):
-        return Traced(fn(_sym(other, "an operand"), self.expr))
+    def _rop(self, other, fn, sign: str):
+        return Traced(_apply(fn, _sym(other, "an operand"), self.expr, sign))
 
-    def __add__(self, o): return self._op(o, lambda a, b: a + b)
-    def __radd__(self, o): return self._rop(o, lambda a, b: a + b)
-    def __sub__(self, o): return self._op(o, lambda a, b: a - b)
-    def __rsub__(self, o): return self._rop(o, lambda a, b: a - b)
-    def __mul__(self, o): return self._op(o, lambda a, b: a * b)
-    def __rmul__(self, o): return self._rop(o, lambda a, b: a * b)
-    def __truediv__(self, o): return self._op(o, lambda a, b: a / b)
-    def __rtruediv__(self, o): return self._rop(o, lambda a, b: a / b)
-    def __floordiv__(self, o): return self._op(o, lambda a, b: sympy.floor(a / b))
-    def __rfloordiv__(self, o): return self._rop(o, lambda a, b: sympy.floor(a / b))
-    def __mod__(self, o): return self._op(o, sympy.Mod)
-    def __rmod__(self, o): return self._rop(o, sympy.Mod)
-    def __pow__(self, o): return self._op(o, lambda a, b: a ** b)
-    def __rpow__(self, o): return self._rop(o, lambda a, b: a ** b)
-    def __neg__(self): return Traced(-self.expr)
+    def __add__(self, o): return self._op(o, lambda a, b: a + b, "+")
+    def __radd__(self, o): return self._rop(o, lambda a, b: a + b, "+")
+    def __sub__(self, o): return self._op(o, lambda a, b: a - b, "-")
+    def __rsub__(self, o): return self._rop(o, lambda a, b: a - b, "-")
+    def __mul__(self, o): return self._op(o, lambda a, b: a * b, "*")
+    def __rmul__(self, o): return self._rop(o, lambda a, b: a * b, "*")
+    def __truediv__(self, o): return self._op(o, lambda a, b: a / b, "/")
+    def __rtruediv__(self, o): return self._rop(o, lambda a, b: a / b, "/")
+    def __floordiv__(self, o): return self._op(o, lambda a, b: sympy.floor(a / b), "//")
+    def __rfloordiv__(self, o): return self._rop(o, lambda a, b: sympy.floor(a / b), "//")
+    def __mod__(self, o): return self._op(o, sympy.Mod, "%")
+    def __rmod__(self, o): return self._rop(o, sympy.Mod, "%")
+    def __pow__(self, o): return self._op(o, lambda a, b: a ** b, "**")
+    def __rpow__(self, o): return self._rop(o, lambda a, b: a ** b, "**")
+    def __neg__(self): return Traced(_apply(lambda a, _: -a, self.expr, None, "unary -"))
     def __pos__(self): return self
-    def __abs__(self): return Traced(sympy.Abs(self.expr))
-    def __lt__(self, o): return self._op(o, sympy.Lt)
-    def __le__(self, o): return self._op(o, sympy.Le)
-    def __gt__(self, o): return self._op(o, sympy.Gt)
-    def __ge__(self, o): return self._op(o, sympy.Ge)
-    def __eq__(self, o): return self._op(o, sympy.Eq)  # type: ignore[override]
-    def __ne__(self, o): return self._op(o, sympy.Ne)  # type: ignore[override]
-    def __and__(self, o): return self._op(o, _and)
-    def __rand__(self, o): return self._rop(o, _and)
-    def __or__(self, o): return self._op(o, _or)
-    def __ror__(self, o): return self._rop(o, _or)
+    def __abs__(self): return Traced(_apply(lambda a, _: sympy.Abs(a), self.expr, None, "abs"))
+    def __lt__(self, o): return self._op(o, sympy.Lt, "<")
+    def __le__(self, o): return self._op(o, sympy.Le, "<=")
+    def __gt__(self, o): return self._op(o, sympy.Gt, ">")
+    def __ge__(self, o): return self._op(o, sympy.Ge, ">=")
+    def __eq__(self, o): return self._op(o, _eq, "==")  # type: ignore[override]
+    def __ne__(self, o): return self._op(o, _ne, "!=")  # type: ignore[override]
+    def __and__(self, o): return self._op(o, _and, "&")
+    def __rand__(self, o): return self._rop(o, _and, "&")
+    def __or__(self, o): return self._op(o, _or, "|")
+    def __ror__(self, o): return self._rop(o, _or, "|")
     def __invert__(self): return Traced(_not(self.expr))
 
     def __bool__(self):
@@ -261,6 +265,22 @@ class Traced:
 
     def __repr__(self) -> str:
         return f"Traced({self.expr})"
+
+
+def _apply(fn, a, b, sign: str):
+    """``fn(a, b)`` for the operator ``sign``; sympy's TypeError (a boolean in arithmetic or under
+    < <= > >=, which sympy has no number for) and a division by zero as a ModError naming the
+    operation."""
+    try:
+        out = fn(a, b)
+    except ZeroDivisionError:
+        raise ModError("mod", f"({a}) {sign} ({b})", f"a non-zero divisor of {sign}") from None
+    except TypeError:
+        what = f"{sign}({a})" if b is None else f"({a}) {sign} ({b})"
+        raise ModError("mod", what, f"numbers as operands of {sign} (a comparison is a boolean, not 0/1: where(cond, 1, 0) for a number)") from None
+    if isinstance(out, sympy.Basic) and out.has(sympy.zoo, sympy.nan):
+        raise ModError("mod", f"({a}) {sign} ({b})", f"a non-zero divisor of {sign} (finite arithmetic)")
+    return out
 
 
 def _and(a, b):
@@ -283,11 +303,39 @@ def _not(a):
     return sympy.Not(a)
 
 
+def _both(a, b, op: str) -> bool:
+    """Whether ``a`` and ``b`` are both booleans (False: both numbers); a boolean against a number is a
+    ModError (sympy would compare them structurally: ``Eq(q_idx < 8, 1)`` is False)."""
+    ba, bb = _is_bool(a), _is_bool(b)
+    if ba != bb:
+        raise ModError("mod", f"{a} {op} {b}", f"booleans on both sides of {op}, or numbers on both sides")
+    return ba
+
+
+def _eq(a, b):
+    """``a == b``: sympy's Eq of numbers; of booleans, the same truth as And/Or/Not of them (an Eq of
+    two relations is no relation the analyses, the printers or the NumPy/torch evaluations take)."""
+    if _both(a, b, "=="):
+        return sympy.Or(sympy.And(a, b), sympy.And(sympy.Not(a), sympy.Not(b)))
+    return sympy.Eq(a, b)
+
+
+def _ne(a, b):
+    """``a != b``: sympy's Ne of numbers; of booleans, their exclusive or as And/Or/Not."""
+    if _both(a, b, "!="):
+        return sympy.Or(sympy.And(a, sympy.Not(b)), sympy.And(sympy.Not(a), b))
+    return sympy.Ne(a, b)
+
+
 def _where(c, a, b):
+    """``a`` where ``c`` else ``b``: a Piecewise of numbers; of two booleans, (c & a) | (~c & b)."""
     c = _sym(c, "where's condition")
     if not _is_bool(c):
         raise ModError("mod", str(c), "a boolean condition (a comparison) as where's first argument")
-    return sympy.Piecewise((_sym(a, "where"), c), (_sym(b, "where"), True))
+    a, b = _sym(a, "where"), _sym(b, "where")
+    if _both(a, b, "where's two branches"):
+        return sympy.Or(sympy.And(c, a), sympy.And(sympy.Not(c), b))
+    return sympy.Piecewise((a, c), (b, True))
 
 
 def _fn(f):
@@ -434,7 +482,9 @@ def trace(fn: Any, kind: str) -> Mod:
         raise ModError(field, name, f"{exc.accepted} (at {exc.value})") from None
     except (IndexError, KeyError) as exc:
         raise ModError(field, name, f"parameter reads through tilegen.mods.param(name, array)[...], not NumPy/torch indexing with a traced value ({exc})") from None
-    except TypeError as exc:
+    except AttributeError as exc:  # a tensor method (.clamp, .long) called on a traced value
+        raise ModError(field, name, f"operators and tilegen.mods helpers (where, minimum, maximum, floor, ...) on traced values, not tensor methods ({exc})") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
         raise ModError(field, name, f"a function {_SIGNATURE[kind]} built from tilegen.mods helpers ({exc})") from None
     finally:
         _TRACING = None
@@ -443,6 +493,8 @@ def trace(fn: Any, kind: str) -> Mod:
             raise ModError("param", p.name, "distinct names for distinct parameter arrays")
         params[p.name] = p
     expr = _sym(out, f"the result of {field}")
+    if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        raise ModError(field, str(expr), "finite arithmetic (no division by zero, no infinite constant)")
     if kind == "mask" and not _is_bool(expr):
         raise ModError(field, str(expr), "a boolean result (comparisons combined with &, |, ~)")
     if kind == "score" and _is_bool(expr):
@@ -609,6 +661,10 @@ def parse(text: str, kind: str, params: Mapping[str, ParamDecl]) -> Any:
     return expr
 
 
+_BIN_SIGNS = {"Add": "+", "Sub": "-", "Mult": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**", "BitAnd": "&", "BitOr": "|"}
+_COMPARE_SIGNS = {"Lt": "<", "LtE": "<=", "Gt": ">", "GtE": ">=", "Eq": "==", "NotEq": "!="}
+
+
 class _Converter:
     def __init__(self, field, text, names, params):
         self.field, self.text, self.names, self.params = field, text, names, params
@@ -661,7 +717,7 @@ class _Converter:
         if op not in table:
             self.fail(f"the operator {op}", "+ - * / // % ** & |")
         try:
-            return table[op]()
+            return _apply(lambda x, y: table[op](), a, b, _BIN_SIGNS[op])
         except ModError as exc:
             self.fail(exc.value, exc.accepted)
 
@@ -669,7 +725,10 @@ class _Converter:
         a = self.visit(node.operand)
         op = type(node.op).__name__
         if op == "USub":
-            return -a
+            try:
+                return _apply(lambda x, _: -x, a, None, "unary -")
+            except ModError as exc:
+                self.fail(exc.value, exc.accepted)
         if op == "UAdd":
             return a
         if op in ("Invert", "Not"):
@@ -686,7 +745,7 @@ class _Converter:
         return sympy.And(*vals) if isinstance(node.op, ast.And) else sympy.Or(*vals)
 
     def v_Compare(self, node):
-        ops = {"Lt": sympy.Lt, "LtE": sympy.Le, "Gt": sympy.Gt, "GtE": sympy.Ge, "Eq": sympy.Eq, "NotEq": sympy.Ne}
+        ops = {"Lt": sympy.Lt, "LtE": sympy.Le, "Gt": sympy.Gt, "GtE": sympy.Ge, "Eq": _eq, "NotEq": _ne}
         left = self.visit(node.left)
         out = []
         for op, right_node in zip(node.ops, node.comparators):
@@ -694,15 +753,20 @@ class _Converter:
             if name not in ops:
                 self.fail(f"the comparison {name}", "< <= > >= == !=")
             right = self.visit(right_node)
-            out.append(ops[name](left, right))
+            try:
+                out.append(ops[name](left, right))
+            except ModError as exc:
+                self.fail(exc.value, exc.accepted)
+            except TypeError:  # sympy orders numbers only: a boolean under < <= > >=
+                self.fail(f"{left} {_COMPARE_SIGNS[name]} {right}", "numbers on both sides of < <= > >=")
             left = right
         return sympy.And(*out) if len(out) > 1 else out[0]
 
     def v_IfExp(self, node):
-        c = self.visit(node.test)
-        if not _is_bool(c):
-            self.fail(str(c), "a boolean condition in `a if c else b`")
-        return sympy.Piecewise((self.visit(node.body), c), (self.visit(node.orelse), True))
+        try:
+            return _where(self.visit(node.test), self.visit(node.body), self.visit(node.orelse))
+        except ModError as exc:
+            self.fail(exc.value, exc.accepted)
 
     def v_Call(self, node):
         if not isinstance(node.func, ast.Name):
@@ -728,6 +792,8 @@ class _Converter:
             self.fail(f"the unknown function {name!r}", "the functions where, " + ", ".join(sorted(FUNCTIONS)))
         try:
             return FUNCTIONS[name](*args)
+        except ModError as exc:
+            self.fail(exc.value, exc.accepted)
         except TypeError:
             self.fail(f"{name} with {len(args)} arguments", f"{name} with its usual arguments")
 
@@ -891,30 +957,45 @@ def _gather_fn(name: str, array: np.ndarray, valid_ref: list):
     return gather
 
 
+class _ElementwisePrinter(NumPyPrinter):
+    """NumPy code for mod expressions: And and Or as nested binary ``numpy.logical_and/or`` calls, which
+    broadcast their operands (sympy's ``logical_and.reduce`` over a tuple of operands needs them the
+    same shape: a row of q_idx, a column of kv_idx and a scalar of the sizes do not stack). Printing
+    them, rather than rewriting the tree into non-boolean functions, keeps every And/Or/Not nested in
+    an Or, a Piecewise condition or an Eq of booleans a valid sympy expression."""
+
+    def _binary(self, expr, fn: str) -> str:
+        f = self._module_format(f"numpy.{fn}")
+        return functools.reduce(lambda a, b: f"{f}({a}, {b})", (self._print(a) for a in expr.args))
+
+    def _print_And(self, expr):
+        return self._binary(expr, "logical_and")
+
+    def _print_Or(self, expr):
+        return self._binary(expr, "logical_or")
+
+    def _print_Xor(self, expr):
+        return self._binary(expr, "logical_xor")
+
+
 @lru_cache(maxsize=None)
 def _lambdified(expr):
-    """(argument names, function of score, b, h, q_idx, kv_idx, sizes..., gathers...)."""
+    """(parameter names read, function of score, b, h, q_idx, kv_idx, sizes..., argument names); each
+    parameter read ``p[i, j]`` is a call of the gather :data:`_CURRENT` holds for ``p``."""
     reads = sorted({str(ix.base.label) for ix in expr.atoms(sympy.Indexed)})
     fns = {n: sympy.Function(f"_g_{n}") for n in reads}
+    # a read is a number (an index into another read, or an operand of a comparison): the Function
+    # that replaces it is too, so the rebuilt tree stays valid
     replaced = expr.replace(lambda e: isinstance(e, sympy.Indexed), lambda e: fns[str(e.base.label)](*e.indices))
-    # and/or/not elementwise with broadcasting (lambdify's logical_or.reduce needs equal shapes)
-    for cls, name in ((sympy.And, "_AND"), (sympy.Or, "_OR"), (sympy.Not, "_NOT")):
-        f = sympy.Function(name)
-        replaced = replaced.replace(lambda e, cls=cls: isinstance(e, cls), lambda e, f=f: f(*e.args))
     args = [SCORE, *INDEX_SYMBOLS, *SIZE_SYMBOLS.values()]
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
-    logic = {
-        "_AND": lambda *a: functools.reduce(np.logical_and, a),
-        "_OR": lambda *a: functools.reduce(np.logical_or, a),
-        "_NOT": np.logical_not,
-    }
-    modules = [{**logic, **{f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}}, "numpy"]
-    return reads, sympy.lambdify(args, replaced, modules=modules), arg_names
+    gathers = {f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}
+    # lambdify's own printer settings (it builds them only when given no printer)
+    printer = _ElementwisePrinter({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True, "user_functions": {k: k for k in gathers}})
+    return reads, sympy.lambdify(args, replaced, modules=[gathers, "numpy"], printer=printer), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}
-
-
 
 
 def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[str, int], params: Mapping[str, np.ndarray], valid=None):
@@ -933,8 +1014,8 @@ def evaluate(expr, *, score=None, b=0, h=0, q_idx=0, kv_idx=0, sizes: Mapping[st
             raise ModError(n, None, "an array for every parameter the mods read")
         _CURRENT[n] = _gather_fn(n, np.asarray(params[n]), valid_ref)
     size_vals = [int(sizes.get(k, 1)) for k in SIZE_SYMBOLS]
-    # one common shape: lambdify spells And/Or as logical_and/or.reduce over a tuple of its operands,
-    # which needs them the same shape (a row vector and a column vector do not stack)
+    # the inputs broadcast to one shape (views): numpy.select, a Piecewise's printing, takes its
+    # conditions and values of one shape
     score, b, h, q_idx, kv_idx = np.broadcast_arrays(0.0 if score is None else score, b, h, q_idx, kv_idx)
     with np.errstate(all="ignore"):
         out = fn(score, b, h, q_idx, kv_idx, *size_vals)

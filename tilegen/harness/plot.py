@@ -32,12 +32,14 @@ the Agg backend.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tilegen.core.errors import SpecError, TilegenError
+from tilegen.core.fileio import check_output_file, write_atomic
 from tilegen.core.spec import visible_band
 
 SKIPPED, MASKED, VISITED = 0, 1, 2
@@ -205,15 +207,30 @@ def _draw_traffic(ax, report: dict, ascend: bool) -> None:
 
 
 def check_path(path: str, flag: str = "--plot") -> Path:
-    """The output path, if its extension is one matplotlib is asked to write here.
+    """The output path, if its extension is one matplotlib is asked to write here and a file can be
+    written there (:func:`tilegen.fileio.check_output_file`; missing folders are made when the picture
+    is written): checked before the report is made.
 
     Raises:
-        SpecError: another extension (names the option ``flag``, the value and what is accepted).
+        SpecError: another extension, a path under a file, a folder that cannot be written, a path that
+            is a folder (names the option ``flag``, the value and what is accepted).
     """
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
         raise SpecError(flag, path, "a file name ending in .png or .svg")
-    return p
+    return check_output_file(p, flag, make_folders=True)
+
+
+def _save(fig, out: Path, flag: str) -> Path:
+    """Render ``fig`` in memory, then write it to ``out`` atomically, its missing folders made: a write
+    that fails is one line naming ``flag`` and the path, and leaves no partial picture and no folder."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=out.suffix.lower()[1:], dpi=110)
+    finally:
+        _matplotlib().close(fig)
+    write_atomic(out, buf.getvalue(), flag, make_folders=True)
+    return out
 
 
 def require_matplotlib():
@@ -240,7 +257,8 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_m
     classes by a mask mod's block classes of one (b, h): full drawn as visited, partial as masked,
     empty as skipped.
 
-    Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
+    Returns the path written. Raises SpecError for another extension or a path that cannot be written
+    (one line; nothing left behind), TilegenError without matplotlib.
     """
     out = check_path(path)
     plt = _matplotlib()
@@ -273,10 +291,7 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_m
         f"{mask} {spec['alignment']}",
         fontsize=12,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, "--plot")
 
 
 # --- the block classes of a mask mod: ``tilegen inspect --tiles-map FILE`` ------------------------------
@@ -306,7 +321,8 @@ def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--ti
     from). Axes: Q tile (rows, 0 at the top) and K/V tile (columns), in tile indices.
 
     Raises:
-        SpecError: another extension. TilegenError: matplotlib is not installed.
+        SpecError: another extension, a path that cannot be written (one line; nothing left behind).
+        TilegenError: matplotlib is not installed.
     """
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.patches import Patch
@@ -338,10 +354,7 @@ def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--ti
         ]
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, flag)
 
 
 # --- the timeline of one core (tilegen inspect --timeline FILE) ----------------------------------------
@@ -358,7 +371,8 @@ def plot_timeline(report: dict, path: str) -> Path:
     (flag waits are the gaps), time in µs. At most :data:`GANTT_ITEMS` instructions are drawn, the
     first ones in time (the title then says up to when).
 
-    Returns the path written. Raises SpecError for another extension, TilegenError without matplotlib.
+    Returns the path written. Raises SpecError for another extension or a path that cannot be written
+    (one line; nothing left behind), TilegenError without matplotlib.
     """
     out = check_path(path, "--timeline")
     plt = _matplotlib()
@@ -392,7 +406,4 @@ def plot_timeline(report: dict, path: str) -> Path:
                 if "streamed:" in kernel.form else f"one AI Core ({kernel.form.split(':')[0]})")
         ax.set_title(f"{prog['label']}: {kernel.name}, {what}{shown}", fontsize=10)
     fig.suptitle(f"simulated timeline of the emitted code on {report['target']} (twin trace, [timeline] cost table)", fontsize=11)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=out.suffix.lower()[1:], dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, "--timeline")
