@@ -1,5 +1,5 @@
 """Mask mods built from boolean logic on integer arithmetic (``//``, ``%``, comparisons of booleans,
-``& | ~``), as FlexAttention users write them, traced by tilegen.core.mods and run by the NumPy interpreter.
+``& | ~``), as FlexAttention users write them, traced by tilegen.mods and run by the NumPy interpreter.
 
 Two masks of attention-gym (github.com/meta-pytorch/attention-gym) are written here as a user would,
 in plain Python that runs on torch index tensors and on traced values alike: the Block Diffusion
@@ -8,7 +8,7 @@ training mask (BD3-LM, arXiv 2503.09573 §3.1; upstream ``attn_gym/masks/block_d
 ``attn_gym/masks/jetspec.py``, ``generate_jetspec_training_mask_mod``). When the attn-gym package is
 installed its own generators are checked too.
 
-Truth, independent of sympy and of tilegen.core.mods: the same Python function evaluated on torch index
+Truth, independent of sympy and of tilegen.mods: the same Python function evaluated on torch index
 tensors (a dense boolean [Sq, Sk] mask), and dense float64 attention with that mask and torch autograd
 (tests/mod_reference.py) for the output and dQ, dK, dV under DESIGN §3's rule. Constructs the mod
 language cannot express are refused at trace time with one line naming them.
@@ -78,7 +78,7 @@ def _torch_where(c, a, b):
     return torch.where(c, a, b)
 
 
-# (name, mask factory, Sq, Sk); band_parity's where() is tilegen.core.mods.where under tracing and
+# (name, mask factory, Sq, Sk); band_parity's where() is tilegen.mods.where under tracing and
 # torch.where on tensors (the test swaps it in).
 CASES = [
     ("block-diffusion", lambda: block_diffusion(8, 4), 16, 16),
@@ -90,7 +90,7 @@ CASES = [
 
 
 def _dense_mask(fn, sq: int, sk: int) -> np.ndarray:
-    """The mask by evaluating ``fn`` on torch index tensors (no sympy, no tilegen.core.mods)."""
+    """The mask by evaluating ``fn`` on torch index tensors (no sympy, no tilegen.mods)."""
     where = mods.where
     mods.where = _torch_where  # band_parity reads it at call time
     try:
@@ -185,7 +185,7 @@ REFUSED = [
     ("modulo by zero", lambda b, h, q, k: q % 0 == k, r"a non-zero divisor of %"),
     ("division by zero", lambda b, h, q, k: q // 0 == k, r"a non-zero divisor of //"),
     ("where of a boolean and a number", lambda b, h, q, k: mods.where(q < 8, k < 3, 1), r"booleans on both sides of where's two branches"),
-    ("maximum of a boolean", lambda b, h, q, k: mods.maximum(q < 8, k) > 0, r"built from tilegen.core.mods helpers \(The argument 'q_idx < 8' is not comparable"),
+    ("maximum of a boolean", lambda b, h, q, k: mods.maximum(q < 8, k) > 0, r"built from tilegen.mods helpers \(The argument 'q_idx < 8' is not comparable"),
 ]
 
 
