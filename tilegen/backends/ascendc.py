@@ -1489,17 +1489,17 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     partials = [t.name for t in tensors if t.kind == "partial"]
     # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
     # several kernels is called like its program (tilegen_x_bwd)
-    groups: list[list[KernelPlan]] = []
+    groups: list[list[tuple[Kernel, KernelPlan]]] = []
     for k, kp in zip(program.kernels, kernels):
         if k.sync_all and groups:
-            groups[-1].append(kp)
+            groups[-1].append((k, kp))
         else:
-            groups.append([kp])
+            groups.append([(k, kp)])
     several = sum(len(g) > 1 for g in groups) > 1
     launches = []
     for n, g in enumerate(groups):
-        name = g[0].name if len(g) == 1 else f"{base}_{n}" if several else base
-        launches.append({"name": name, "kernels": g, "label": launch_label(name, [kp.name for kp in g])})
+        name = g[0][1].name if len(g) == 1 else f"{base}_{n}" if several else base
+        launches.append({"name": name, "kernels": [kp for _, kp in g], "label": launch_label(name, [k.name for k, _ in g])})
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
 
 
@@ -1581,6 +1581,16 @@ def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_
     return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
 
 
+def _manifest_schedule(plan_: ProgramPlan) -> dict:
+    """A program's entry of the manifest's schedule: its tiles, its kernels' symbols (``kernels``) with
+    the program's names for them (``phases``, the IR's ``Kernel.name``, same order), and its launches
+    (symbol -> the kernels' symbols it runs, SyncAll between)."""
+    return {
+        "Br": plan_.tiles["Br"], "Bc": plan_.tiles["Bc"], "kernels": [k.name for k in plan_.kernels],
+        "phases": [k.name for k in plan_.program.kernels], "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plan_.launches},
+    }
+
+
 def generate(
     spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None
 ) -> Generated:
@@ -1630,12 +1640,7 @@ def generate(
         "arch": tgt.arch,
         "dq_strategy": dq_strategy,
         "dkv_strategy": plans[1].program.attr("dkv_strategy"),
-        "schedule": {
-            "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels],
-                        "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[0].launches}},
-            "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels],
-                         "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[1].launches}},
-        },
+        "schedule": {"forward": _manifest_schedule(plans[0]), "backward": _manifest_schedule(plans[1])},
         "workspace": {p.label: {"per_core_bytes": p.ws_per_core, "handoffs": [h["name"] for h in p.handoffs]} for p in plans},
     }
     return with_manifest(files, manifest)
