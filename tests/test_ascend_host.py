@@ -72,7 +72,9 @@ def torch_includes() -> list[str] | None:
 CXX = shutil.which(os.environ.get("ASC_CXX", "clang++-16"))
 NPU_INC = torch_npu_include()
 TORCH_INC = torch_includes()
+PY_INC = Path(sysconfig.get_paths()["include"])  # torch/extension.h includes pybind11, which includes Python.h
 _MISSING = [what for what, ok in (("clang++-16", CXX), ("torch's C++ headers", TORCH_INC),
+                                  ("Python's C headers (Python.h)", (PY_INC / "Python.h").is_file()),
                                   ("torch_npu's headers (TORCH_NPU_INCLUDE)", NPU_INC)) if not ok]
 REQUIRED = os.environ.get("TILEGEN_REQUIRE_HOST_CHECK", "") not in ("", "0")
 
@@ -190,6 +192,16 @@ def test_host_code_type_checks(tmp_path, pch):
     assert units
     errors = syntax(pch, tmp_path, units)
     assert not any(errors.values()), "\n".join(f"{k or 'host.cpp'}: {e}" for k, v in errors.items() for e in v[:6])
+
+
+def test_parameters_named_like_identifiers_of_the_host_code_type_check(tmp_path, pch):
+    """A spec's parameter arrays are the op's arguments: named like the binding's own identifiers (``s``,
+    ``stream``, ``Ptr``, ...), they must not shadow them (the binding names them ``param_<name>``)."""
+    from helpers import host_code_names_spec
+    from tilegen.backends import ascendc
+
+    errors = syntax(pch, tmp_path, {"names": ascendc.generate(host_code_names_spec(), "ascend910b2").files})
+    assert not any(errors.values()), errors
 
 
 # Controls: the launch's second argument as older releases took it (an l2ctrl pointer), a kernel

@@ -283,8 +283,12 @@ class KernelPlan:
 
 @dataclass
 class TensorArg:
-    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, and for
-    non-inputs the ATen expression that allocates it in the torch binding."""
+    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, for
+    non-inputs the ATen expression that allocates it in the torch binding, and ``ident``, its C++ name
+    in the host code (the torch binding and the twin harness): the tensor's name, but ``param_<name>``
+    for an input beside the attention operands (a mod's parameter array, the sinks, a packed batch's
+    ids), whose name the spec chooses, so that it cannot shadow an identifier of that code (``s``,
+    ``stream``, ``Ptr``, ``dir``, ``blocks``, ...), none of which starts with ``param_``."""
 
     name: str
     ctype: str
@@ -292,6 +296,7 @@ class TensorArg:
     kind: str
     layout: str
     alloc: str = ""
+    ident: str = ""
 
 
 _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16", "float": "at::ScalarType::Float"}
@@ -323,7 +328,7 @@ class ProgramPlan:
     tiles: dict[str, int]
     program: Program
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
-    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
+    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, sinks, packed ids)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
     launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all), label
 
@@ -1470,13 +1475,15 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     if any(isinstance(st, Store) and st.signal_done for k in program.kernels for st, _ in walk(k.body)):
         uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(done_flag), f"the done flag of the owned tiles ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
+    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
     tensors = []
     for t in program.tensors:
         if t.kind == "handoff":
             continue
         numel = _host_numel(t, consts)
         alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
-        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
+        ident = f"param_{t.name}" if t.kind == "input" and t.name not in base_inputs else t.name
+        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc, ident))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
@@ -1484,7 +1491,6 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         for k in program.kernels
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
-    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
     # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
