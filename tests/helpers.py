@@ -15,6 +15,21 @@ def make_spec(**kw) -> AttentionSpec:
     return AttentionSpec(**base)
 
 
+# Identifiers of the generated Ascend C host code that a mod's parameter could be named (the torch binding's
+# locals and functions: s, stream, G, Ptr, Tiling, kBlocks; the twin harness's: dir, blocks, program).
+HOST_CODE_NAMES = ("s", "stream", "G", "Ptr", "Tiling", "dir", "blocks", "program")
+
+
+def host_code_names_spec() -> AttentionSpec:
+    """A spec with a score mod reading a per-head fp32 parameter of each name of HOST_CODE_NAMES and a
+    mask mod reading an int32 [B] parameter named kBlocks."""
+    from tilegen.core.mods import parse_param_decls
+
+    params = {**{n: {"shape": ["Hq"]} for n in HOST_CODE_NAMES}, "kBlocks": {"shape": ["B"], "dtype": "int32"}}
+    return make_spec(batch=2, seq_q=64, seq_k=96, head_dim_qk=64, head_dim_v=64, score_mod="score + " + " + ".join(f"{n}[h]" for n in HOST_CODE_NAMES),
+                     mask_mod="kv_idx < kBlocks[b]", params=parse_param_decls(params))
+
+
 def inputs(spec: AttentionSpec, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     nd = dtypes.numpy_dtype(spec.dtype)

@@ -5,8 +5,15 @@ every folder under generated/ are compiled with ``-fsyntax-only`` against torch'
 (``torch.utils.cpp_extension.include_paths()``), and torch_npu's and ACL's headers as the torch-npu
 wheel ships them (``torch_npu/include``, holding ``torch_npu/csrc/core/npu/NPUStream.h`` and
 ``acl/acl_rt.h``). Where is that: ``$TORCH_NPU_INCLUDE``, else the include folder of an installed
-torch_npu; e.g. ``pip download --no-deps torch-npu -d /tmp/w && unzip -q /tmp/w/*.whl 'torch_npu/include/*'
--d /tmp/w`` and ``TORCH_NPU_INCLUDE=/tmp/w/torch_npu/include``.
+torch_npu; e.g. ``pip download --no-deps torch-npu==2.13.0 -d /tmp/w && unzip -q /tmp/w/*.whl
+'torch_npu/include/*' -d /tmp/w`` and ``TORCH_NPU_INCLUDE=/tmp/w/torch_npu/include`` (2.13.0: the release
+for torch 2.13, the version the test extra pins; .ci/run does this).
+
+Without clang++-16, torch's headers or torch_npu's, the tests skip with one line naming what is missing;
+with ``TILEGEN_REQUIRE_HOST_CHECK=1`` (CI sets it) they fail instead, so that the check cannot be
+skipped silently. torch's and torch_npu's headers are precompiled once per session (shared by the
+pytest-xdist workers), with their templates instantiated in the precompiled header; the units are
+compiled two at a time.
 
 The device kernels are not part of this pass (tests/test_ascend_headers.py checks them): their
 ``#include`` lines become ``extern "C"`` declarations with the kernels' own parameter lists, and
@@ -19,12 +26,15 @@ linking, CMakeLists.txt.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,9 +72,21 @@ def torch_includes() -> list[str] | None:
 CXX = shutil.which(os.environ.get("ASC_CXX", "clang++-16"))
 NPU_INC = torch_npu_include()
 TORCH_INC = torch_includes()
+PY_INC = Path(sysconfig.get_paths()["include"])  # torch/extension.h includes pybind11, which includes Python.h
 _MISSING = [what for what, ok in (("clang++-16", CXX), ("torch's C++ headers", TORCH_INC),
+                                  ("Python's C headers (Python.h)", (PY_INC / "Python.h").is_file()),
                                   ("torch_npu's headers (TORCH_NPU_INCLUDE)", NPU_INC)) if not ok]
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason="host code check needs " + ", ".join(_MISSING) + " (see this test's docstring)")
+REQUIRED = os.environ.get("TILEGEN_REQUIRE_HOST_CHECK", "") not in ("", "0")
+
+
+def _require() -> None:
+    """Skip the check (fail it under TILEGEN_REQUIRE_HOST_CHECK=1) when something it needs is missing."""
+    if _MISSING:
+        why = "host code check needs " + ", ".join(_MISSING) + " (see tests/test_ascend_host.py's docstring)"
+        if REQUIRED:
+            pytest.fail(f"TILEGEN_REQUIRE_HOST_CHECK=1 and the {why}", pytrace=False)
+        pytest.skip(why)
+
 
 # What bisheng provides to the host pass of an .asc file, and nothing more.
 PRELUDE = """#include <cstdint>
@@ -113,13 +135,25 @@ def _flags() -> list[str]:
 
 @pytest.fixture(scope="module")
 def pch(tmp_path_factory) -> Path:
-    """torch, torch_npu and ACL headers precompiled once (clang -x c++-header)."""
-    d = tmp_path_factory.mktemp("host-pch")
-    (d / "prelude.h").write_text(PRELUDE)
-    out = d / "prelude.pch"
-    r = subprocess.run([CXX, "-x", "c++-header", *_flags(), str(d / "prelude.h"), "-o", str(out)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail("precompiling torch/torch_npu headers failed:\n" + r.stderr[-3000:])
+    """torch, torch_npu and ACL headers precompiled once per session (clang -x c++-header, templates
+    instantiated in the PCH so that each unit does not instantiate them again); under pytest-xdist the
+    workers share it (built by the first, under a file lock: pytest-xdist's documented pattern)."""
+    _require()
+    from filelock import FileLock  # a dependency of torch, whose headers this check needs anyway
+
+    flags = ["-x", "c++-header", *_flags(), "-fpch-instantiate-templates"]
+    key = hashlib.sha256("\0".join([CXX, PRELUDE, *flags]).encode()).hexdigest()[:16]
+    base = tmp_path_factory.getbasetemp()
+    d = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's folder, shared by its workers
+    out = d / f"tilegen-host-{key}.pch"
+    with FileLock(str(out) + ".lock"):
+        if not out.is_file():
+            (d / f"tilegen-host-{key}.h").write_text(PRELUDE)
+            tmp = d / f"tilegen-host-{key}.pch.tmp"
+            r = subprocess.run([CXX, *flags, str(d / f"tilegen-host-{key}.h"), "-o", str(tmp)], capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.fail("precompiling torch/torch_npu headers failed:\n" + r.stderr[-3000:])
+            os.replace(tmp, out)
     return out
 
 
@@ -138,13 +172,17 @@ def syntax(pch: Path, work: Path, units: dict[str, dict[str, str]]) -> dict[str,
         (unit / "host.cpp").write_text(f'#include "host_{key}.h"\n')
         jobs[key] = [CXX, "-x", "c++", "-fsyntax-only", *_flags(), "-include-pch", str(pch), f"-I{unit}", str(unit / "host.cpp")]
         jobs[f"{key}:tiling"] = [CXX, "-x", "c++", "-std=c++17", "-fsyntax-only", str(work / f"tiling_{key}.h")]
-    errors = {key: [] for key in units}
-    for job, cmd in jobs.items():
+    def run(cmd: list[str]) -> list[str]:
         r = subprocess.run(cmd, capture_output=True, text=True)
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "error:" in ln]
         if r.returncode != 0 and not lines:
             lines = [f"exit status {r.returncode}: {r.stderr[-500:]}"]
-        errors.setdefault(job.split(":")[0], []).extend(lines)
+        return lines
+
+    errors = {key: [] for key in units}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for job, lines in zip(jobs, pool.map(run, jobs.values())):
+            errors.setdefault(job.split(":")[0], []).extend(lines)
     return errors
 
 
@@ -154,6 +192,16 @@ def test_host_code_type_checks(tmp_path, pch):
     assert units
     errors = syntax(pch, tmp_path, units)
     assert not any(errors.values()), "\n".join(f"{k or 'host.cpp'}: {e}" for k, v in errors.items() for e in v[:6])
+
+
+def test_parameters_named_like_identifiers_of_the_host_code_type_check(tmp_path, pch):
+    """A spec's parameter arrays are the op's arguments: named like the binding's own identifiers (``s``,
+    ``stream``, ``Ptr``, ...), they must not shadow them (the binding names them ``param_<name>``)."""
+    from helpers import host_code_names_spec
+    from tilegen.backends import ascendc
+
+    errors = syntax(pch, tmp_path, {"names": ascendc.generate(host_code_names_spec(), "ascend910b2").files})
+    assert not any(errors.values()), errors
 
 
 # Controls: the launch's second argument as older releases took it (an l2ctrl pointer), a kernel
@@ -178,3 +226,29 @@ def test_host_check_reports_planted_misuses(tmp_path, pch):
     assert not errors["clean"] and not errors.get(""), errors
     for name, (_, _, fragment) in PLANTED.items():
         assert any(fragment in e for e in errors[name]), f"{name}: not reported: {errors[name][:5]}"
+
+
+def _run_check_alone(tmp_path: Path, required: str | None) -> subprocess.CompletedProcess:
+    """pytest on test_host_code_type_checks alone, in a fresh process, with torch_npu's headers missing
+    (TORCH_NPU_INCLUDE names an empty folder) and TILEGEN_REQUIRE_HOST_CHECK as given (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TILEGEN_REQUIRE_"))}
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    env["TORCH_NPU_INCLUDE"] = str(tmp_path / "empty")
+    if required is not None:
+        env["TILEGEN_REQUIRE_HOST_CHECK"] = required
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist", "--basetemp", str(tmp_path / "run"),
+            f"{Path(__file__).resolve()}::test_host_code_type_checks"]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_required_check_fails_where_it_would_skip(tmp_path):
+    """CI sets TILEGEN_REQUIRE_HOST_CHECK=1: a prerequisite missing there is a failure naming it, not a
+    skip; unset, the same run skips with the same reason."""
+    r = _run_check_alone(tmp_path, "1")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-2000:]
+    assert "TILEGEN_REQUIRE_HOST_CHECK=1 and the host code check needs torch_npu's headers (TORCH_NPU_INCLUDE)" in out, out[-2000:]
+    r = _run_check_alone(tmp_path, None)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "1 skipped" in out, out[-2000:]
+    assert "host code check needs torch_npu's headers (TORCH_NPU_INCLUDE)" in out, out[-2000:]

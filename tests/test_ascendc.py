@@ -34,6 +34,19 @@ def run_on_twin(spec, run_spec=None, dq_strategy="atomic", blocks=3, target="asc
     return data, fwd, bwd, feeds
 
 
+def test_twin_harness_takes_parameters_named_like_its_locals(tmp_path):
+    """twin_main.cpp names a spec's parameter arrays param_<name>: parameters called like the harness's
+    locals (dir, blocks, program) or the binding's compile (g++ -fsyntax-only against the twin)."""
+    import subprocess
+
+    from helpers import host_code_names_spec
+
+    write(ascendc.generate(host_code_names_spec(), "ascend910b2"), tmp_path)
+    r = subprocess.run([twin.compiler(), "-std=c++17", "-fsyntax-only", f"-I{twin.TWIN_INCLUDE}", f"-I{tmp_path}", str(tmp_path / "twin_main.cpp")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 CASES = {
     "causal-fp16-d64": dict(seq_q=150, seq_k=150, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="fp16"),
     "none-bf16-d80-tails": dict(seq_q=77, seq_k=201, head_dim_qk=80, head_dim_v=80, dtype="bf16"),

@@ -161,6 +161,30 @@ def test_kernel_names_do_not_repeat_a_suffix(tmp_path):
     assert "tilegen_tiny_fwd(" in (tmp_path / "fwd_kernels.asc").read_text()
 
 
+def test_launch_labels_name_every_kernel_of_a_mask_mod_launch(tmp_path, capsys):
+    """With a mask mod each program's launch runs its classify kernel first; the forward's own kernel is
+    called like the launch (tilegen_<spec>_fwd). The label of each launch, in the kernel file and in
+    generate's output, lists the program's kernels by the names the pass pipeline gave them, none empty."""
+    import re
+
+    from tilegen.passes import pipeline
+    from tilegen.core.spec import builtin_spec
+    from tilegen.core.targets import load_target
+
+    spec, target = builtin_spec("alibi-ascend"), load_target("ascend910b2")
+    assert main(["generate", "--spec", "alibi-ascend", "--target", "ascend910b2", "-o", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    programs = {"fwd": pipeline.compile_forward(spec, target=target, log=pipeline.PassLog()),
+                "bwd": pipeline.compile_backward(spec, dq_strategy="atomic", target=target, log=pipeline.PassLog())}
+    for label, program in programs.items():
+        names = [k.name for k in program.kernels]
+        assert names[0] == "classify" and all(k.sync_all for k in program.kernels[1:]), names  # one launch of them all
+        header = next(ln for ln in (tmp_path / f"{label}_kernels.asc").read_text().splitlines() if ln.startswith("// Launches: "))
+        shown = re.fullmatch(r"// Launches: (\w+) \(kernels (.*), SyncAll between\)\.", header)
+        assert shown and shown.group(2).split(", ") == names, header
+        assert f"1 launch: {shown.group(1)} (kernels {', '.join(names)}, SyncAll between)" in out, out
+
+
 def test_the_ascend910_refusal_cites_documents_that_exist():
     import os
     import re

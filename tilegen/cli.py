@@ -662,7 +662,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for label in ("forward", "backward"):
         s = sched[label]
         launches = s.get("launches") or {k: [k] for k in s["kernels"]}
-        groups = "; ".join(launch_label(name, ks) for name, ks in launches.items())
+        phase = dict(zip(s["kernels"], s.get("phases", s["kernels"])))  # a Triton module: one kernel a launch
+        groups = "; ".join(launch_label(name, [phase[k] for k in ks]) for name, ks in launches.items())
         print(f"  {label}: Br={s['Br']}, Bc={s['Bc']}, {len(launches)} launch{'es' if len(launches) > 1 else ''}: {groups}")
     print(f"wrote {len(names)} files to {args.output}: {', '.join(names)}")
     return 0

@@ -23,14 +23,18 @@ class Generated:
     manifest: dict[str, Any]
 
 
-def launch_label(name: str, kernels: list[str]) -> str:
-    """How the Ascend C kernel files and ``tilegen generate`` name one launch: ``name``, and for a
-    launch of several kernels (named ``<name>_<phase>``) their phases with SyncAll between, e.g.
-    ``tilegen_tiny_bwd (kernels pre, main, post, SyncAll between)``. Here, not in the Ascend C
-    backend, so that ``generate`` served from the compile cache imports no compiler."""
-    if kernels == [name]:
+def launch_label(name: str, phases: list[str]) -> str:
+    """How the Ascend C kernel files and ``tilegen generate`` name one launch: ``name`` (its symbol),
+    and for a launch of several kernels the program's names for them (``phases``: the IR's
+    ``Kernel.name`` in launch order, the manifest schedule's ``phases``) with SyncAll between, e.g.
+    ``tilegen_tiny_bwd (kernels pre, main, post, SyncAll between)``. The names are not cut out of the
+    kernels' symbols, which need not be ``<name>_<phase>``: the forward's own kernel is called like its
+    program (``tilegen_x_fwd``), which is the launch's symbol too when a classify kernel runs first.
+    Here, not in the Ascend C backend, so that ``generate`` served from the compile cache imports no
+    compiler."""
+    if len(phases) == 1:
         return name
-    return f"{name} (kernels {', '.join(k[len(name) + 1:] for k in kernels)}, SyncAll between)"
+    return f"{name} (kernels {', '.join(phases)}, SyncAll between)"
 
 
 def with_manifest(files: dict[str, str], manifest: dict[str, Any]) -> Generated:

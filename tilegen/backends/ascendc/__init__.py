@@ -286,8 +286,12 @@ class KernelPlan:
 
 @dataclass
 class TensorArg:
-    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, and for
-    non-inputs the ATen expression that allocates it in the torch binding."""
+    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, for
+    non-inputs the ATen expression that allocates it in the torch binding, and ``ident``, its C++ name
+    in the host code (the torch binding and the twin harness): the tensor's name, but ``param_<name>``
+    for an input beside the attention operands (a mod's parameter array, the sinks, a packed batch's
+    ids), whose name the spec chooses, so that it cannot shadow an identifier of that code (``s``,
+    ``stream``, ``Ptr``, ``dir``, ``blocks``, ...), none of which starts with ``param_``."""
 
     name: str
     ctype: str
@@ -295,6 +299,7 @@ class TensorArg:
     kind: str
     layout: str
     alloc: str = ""
+    ident: str = ""
 
 
 _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16", "float": "at::ScalarType::Float"}
@@ -326,7 +331,7 @@ class ProgramPlan:
     tiles: dict[str, int]
     program: Program
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
-    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
+    extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, sinks, packed ids)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
     launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all), label
 
@@ -1473,13 +1478,15 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     if any(isinstance(st, Store) and st.signal_done for k in program.kernels for st, _ in walk(k.body)):
         uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(done_flag), f"the done flag of the owned tiles ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
+    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
     tensors = []
     for t in program.tensors:
         if t.kind == "handoff":
             continue
         numel = _host_numel(t, consts)
         alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
-        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
+        ident = f"param_{t.name}" if t.kind == "input" and t.name not in base_inputs else t.name
+        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc, ident))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
@@ -1487,22 +1494,21 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         for k in program.kernels
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
-    base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
     # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
     # several kernels is called like its program (tilegen_x_bwd)
-    groups: list[list[KernelPlan]] = []
+    groups: list[list[tuple[Kernel, KernelPlan]]] = []
     for k, kp in zip(program.kernels, kernels):
         if k.sync_all and groups:
-            groups[-1].append(kp)
+            groups[-1].append((k, kp))
         else:
-            groups.append([kp])
+            groups.append([(k, kp)])
     several = sum(len(g) > 1 for g in groups) > 1
     launches = []
     for n, g in enumerate(groups):
-        name = g[0].name if len(g) == 1 else f"{base}_{n}" if several else base
-        launches.append({"name": name, "kernels": g, "label": launch_label(name, [kp.name for kp in g])})
+        name = g[0][1].name if len(g) == 1 else f"{base}_{n}" if several else base
+        launches.append({"name": name, "kernels": [kp for _, kp in g], "label": launch_label(name, [k.name for k, _ in g])})
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
 
 
@@ -1582,6 +1588,16 @@ def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_
     return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
 
 
+def _manifest_schedule(plan_: ProgramPlan) -> dict:
+    """A program's entry of the manifest's schedule: its tiles, its kernels' symbols (``kernels``) with
+    the program's names for them (``phases``, the IR's ``Kernel.name``, same order), and its launches
+    (symbol -> the kernels' symbols it runs, SyncAll between)."""
+    return {
+        "Br": plan_.tiles["Br"], "Bc": plan_.tiles["Bc"], "kernels": [k.name for k in plan_.kernels],
+        "phases": [k.name for k in plan_.program.kernels], "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plan_.launches},
+    }
+
+
 def generate(
     spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None
 ) -> Generated:
@@ -1631,12 +1647,7 @@ def generate(
         "arch": tgt.arch,
         "dq_strategy": dq_strategy,
         "dkv_strategy": plans[1].program.attr("dkv_strategy"),
-        "schedule": {
-            "forward": {"Br": plans[0].tiles["Br"], "Bc": plans[0].tiles["Bc"], "kernels": [k.name for k in plans[0].kernels],
-                        "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[0].launches}},
-            "backward": {"Br": plans[1].tiles["Br"], "Bc": plans[1].tiles["Bc"], "kernels": [k.name for k in plans[1].kernels],
-                         "launches": {g["name"]: [k.name for k in g["kernels"]] for g in plans[1].launches}},
-        },
+        "schedule": {"forward": _manifest_schedule(plans[0]), "backward": _manifest_schedule(plans[1])},
         "workspace": {p.label: {"per_core_bytes": p.ws_per_core, "handoffs": [h["name"] for h in p.handoffs]} for p in plans},
     }
     return with_manifest(files, manifest)
