@@ -167,15 +167,14 @@ def test_launch_labels_name_every_kernel_of_a_mask_mod_launch(tmp_path, capsys):
     generate's output, lists the program's kernels by the names the pass pipeline gave them, none empty."""
     import re
 
-    from tilegen.passes import pipeline
+    from tilegen.backends import compile_backward, compile_forward
     from tilegen.core.spec import builtin_spec
     from tilegen.core.targets import load_target
 
     spec, target = builtin_spec("alibi-ascend"), load_target("ascend910b2")
     assert main(["generate", "--spec", "alibi-ascend", "--target", "ascend910b2", "-o", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    programs = {"fwd": pipeline.compile_forward(spec, target=target, log=pipeline.PassLog()),
-                "bwd": pipeline.compile_backward(spec, dq_strategy="atomic", target=target, log=pipeline.PassLog())}
+    programs = {"fwd": compile_forward(spec, target=target), "bwd": compile_backward(spec, dq_strategy="atomic", target=target)}
     for label, program in programs.items():
         names = [k.name for k in program.kernels]
         assert names[0] == "classify" and all(k.sync_all for k in program.kernels[1:]), names  # one launch of them all
