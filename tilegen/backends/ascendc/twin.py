@@ -34,6 +34,7 @@ from tilegen.core.spec import AttentionSpec
 
 TWIN_INCLUDE = package_dir() / "twin" / "include"
 CCE_DIR = package_dir() / "twin" / "cce"
+RULES_HEADER = TWIN_INCLUDE / "twin" / "rules.h"  # the rules both twins name; the CCE layer includes it
 REAL_CXX = "clang++-16"  # the real-API twin needs clang (x86 GS address space, _Float16); $TILEGEN_CLANG overrides
 
 
@@ -159,10 +160,12 @@ _KERNEL = re.compile(r'extern "C" (?:__schedmode__\(\d\) )?__global__ __aicore__
 def _real_flags(devkit: Path, gen: Path, core: str) -> list[str]:
     """clang++ flags of one MIX pass (``core`` = CUBE or VEC) in NPU device mode for dav-c220, as the
     header check /work/shared/tools/ascend-headercheck/asc_check.sh sets them, with tilegen's CCE layer
-    force-included instead of a type-checking stub."""
+    force-included instead of a type-checking stub, and the headers' sanitizer reports on
+    (``__MSTX_DFX_REPORT__``: every vector API and DataCopy/DataCopyPad names itself and its tensors to
+    ``__mstx_dfx_report_stub``, which the CCE layer checks; tilegen/twin/cce/rules.h)."""
     return [
         "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-Wno-everything",
-        "-D__NPU_ARCH__=2201", "-D__CCE_AICORE__=220", "-D__NPU_DEVICE__", f"-D__DAV_{core}__",
+        "-D__NPU_ARCH__=2201", "-D__CCE_AICORE__=220", "-D__NPU_DEVICE__", f"-D__DAV_{core}__", "-D__MSTX_DFX_REPORT__",
         "-include", str(CCE_DIR / "cce.h"), f"-I{CCE_DIR}", f"-I{gen}",
         f"-I{devkit}", f"-I{devkit}/include", f"-I{devkit}/include/basic_api", f"-I{devkit}/include/utils",
         f"-I{devkit}/include/adv_api", f"-I{devkit}/impl", f"-I{devkit}/impl/basic_api", f"-I{devkit}/impl/utils",
@@ -206,7 +209,7 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
     digest = hashlib.sha256(b"real-api\0" + str(devkit).encode() + b"\0" + _devkit_fingerprint(devkit))
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    for src in sorted(CCE_DIR.glob("*")):
+    for src in [*sorted(CCE_DIR.glob("*")), RULES_HEADER]:
         if src.suffix in (".h", ".cpp"):
             digest.update(src.name.encode() + src.read_bytes())
     out = _cache_root(cache_dir) / ("real-" + digest.hexdigest()[:16])

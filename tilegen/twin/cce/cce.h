@@ -6,6 +6,7 @@
 
 #include "cce_types.h"
 #include "core.h"
+#include "rules.h"
 #include "sync.h"
 #include "dma.h"
 #include "cube.h"

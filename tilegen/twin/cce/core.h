@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cce_types.h"
+#include "../include/twin/rules.h"
 
 namespace cce_rt {
 
@@ -55,6 +56,9 @@ struct Core {
 // defined in runtime.cpp
 Core& Cur();
 [[noreturn]] void Fail(const char* what, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// A failure of one of the semantic rules (include/twin/rules.h): "rule <name>: <message> (<page>[; detail])".
+[[noreturn]] void FailRule(const char* what, const twin_rules::Rule& rule, const char* detail, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void CheckGm(const char* what, const void* p, uint64_t bytes);   // inside one GM allocation
 void CrossCoreSet(int mode, int pipe, int flag);
 void CrossCoreWait(int flag);
@@ -65,15 +69,17 @@ void AtomicUnlock();
 template <typename P>
 inline uint64_t AddrOf(P p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 
-// Bytes [off, off + len) of buffer b on this core: the buffer must exist on the core type and the range
-// lie inside it. Returns the host address.
+// Bytes [off, off + len) of buffer b on this core: the buffer must exist on the core type (rule core-type)
+// and the range lie inside it (rule local-capacity). Returns the host address.
 inline uint8_t* Local(const char* what, Buf b, uint64_t off, uint64_t len)
 {
     Core& c = Cur();
-    if (c.buf[b] == nullptr) Fail(what, "%s does not exist on %s", kBufName[b], c.aic ? "the AIC" : "an AIV");
+    if (c.buf[b] == nullptr)
+        FailRule(what, twin_rules::kCoreType, nullptr, "%s does not exist on %s", kBufName[b], c.aic ? "the AIC" : "an AIV");
     if (off + len > kBufSize[b] || off + len < off)
-        Fail(what, "%s bytes [%llu, %llu) outside the %u-byte buffer", kBufName[b], (unsigned long long)off,
-             (unsigned long long)(off + len), kBufSize[b]);
+        FailRule(what, twin_rules::kLocalCapacity, b == L0A || b == L0B ? twin_rules::kCapacityL0 : twin_rules::kCapacity2201,
+                 "%s bytes [%llu, %llu) outside the %u-byte buffer", kBufName[b], (unsigned long long)off,
+                 (unsigned long long)(off + len), kBufSize[b]);
     return c.buf[b] + off;
 }
 inline void Align(const char* what, Buf b, uint64_t off, uint64_t align)

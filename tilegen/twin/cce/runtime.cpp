@@ -53,7 +53,40 @@ struct CoreFlags {
     int count[16] = {};    // the core's counter per flag id
     int pending[16] = {};  // this core's sets not yet turned into counter increments
     int mode[16] = {};     // the mode of those pending sets
+    int syncAll = -1;      // the SyncAllImpl sequence this core is in (kSyncAll), -1: none
+    int syncAllStep = 0;   // its next step
 };
+
+// Rule cross-core-flag-id: flags 11-14 are SyncAll's (CrossCoreSetFlag(ISASI).md 约束说明). The twin tells
+// SyncAllImpl's own sets and waits (impl/basic_api/dav_c220/kernel_operator_sync_impl.h:384-405) from a
+// kernel's by their sequence: each core's cross-core operations on 11-14 must follow one of these, step by
+// step, with no other cross-core operation in between (SyncAllImpl has none). A kernel repeating SyncAll's
+// exact sequence is indistinguishable from SyncAll and passes.
+struct SyncStep {
+    bool set;       // a set (ffts_cross_core_sync) or a wait (wait_flag_dev)
+    int mode, pipe; // of a set
+    int flag;
+};
+struct SyncAllSeq {
+    const char* name;
+    bool aic;       // the core type that runs it
+    int steps;
+    SyncStep step[4];
+};
+constexpr SyncAllSeq kSyncAll[] = {
+    // SyncAll<false> on the AIC: wait SYNC_AIV_FLAG, set SYNC_AIC_FLAG (mode 0, PIPE_FIX), wait it, set SYNC_AIC_AIV_FLAG (mode 2, PIPE_MTE3)
+    {"SyncAll<false> (AIC)", true, 4, {{false, 0, 0, 12}, {true, 0, PIPE_FIX, 11}, {false, 0, 0, 11}, {true, 2, PIPE_MTE3, 13}}},
+    // SyncAll<false> on an AIV: set SYNC_AIV_FLAG (mode 2, PIPE_MTE3), wait SYNC_AIC_AIV_FLAG
+    {"SyncAll<false> (AIV)", false, 2, {{true, 2, PIPE_MTE3, 12}, {false, 0, 0, 13}}},
+    // SyncAll<true>: set SYNC_AIV_ONLY_ALL (mode 0, PIPE_MTE3), wait it (the headers run it on either core type)
+    {"SyncAll<true>", false, 2, {{true, 0, PIPE_MTE3, 14}, {false, 0, 0, 14}}},
+    {"SyncAll<true>", true, 2, {{true, 0, PIPE_MTE3, 14}, {false, 0, 0, 14}}},
+};
+bool Matches(const SyncStep& s, bool set, int mode, int pipe, int flag)
+{
+    return s.set == set && s.flag == flag && (!set || (s.mode == mode && s.pipe == pipe));
+}
+
 std::vector<CoreFlags> g_flags;  // 3 per AI Core: AIC, AIV 0, AIV 1
 int g_running = 0, g_blocked = 0;
 struct Waiter {
@@ -90,6 +123,31 @@ std::string Who()
     else std::snprintf(b, sizeof b, "AIV %d (block %d, sub %d)", 2 * t_core->block + t_core->sub, t_core->block, t_core->sub);
     return std::string(t_core->kernel) + ", " + b;
 }
+// Follows this core's SyncAll sequence (kSyncAll) through one cross-core operation; fails an operation on
+// flags 11-14 that is no step of one, and any operation breaking into a sequence under way.
+void FollowSyncAll(const char* what, const Core& c, bool set, int mode, int pipe, int flag)
+{
+    CoreFlags& f = g_flags[Slot(c)];
+    if (f.syncAll >= 0) {
+        const SyncAllSeq& q = kSyncAll[f.syncAll];
+        if (!Matches(q.step[f.syncAllStep], set, mode, pipe, flag))
+            FailRule(what, twin_rules::kCrossCoreFlagId, "impl/basic_api/dav_c220/kernel_operator_sync_impl.h:384-405",
+                     "%s of flag %d inside %s, whose step %d is a %s of flag %d", set ? "a set" : "a wait", flag, q.name,
+                     f.syncAllStep + 1, q.step[f.syncAllStep].set ? "set" : "wait", q.step[f.syncAllStep].flag);
+        if (++f.syncAllStep == q.steps) f.syncAll = -1;
+        return;
+    }
+    if (flag < 11 || flag > 14) return;
+    for (int i = 0; i < static_cast<int>(sizeof kSyncAll / sizeof kSyncAll[0]); ++i)
+        if (kSyncAll[i].aic == c.aic && Matches(kSyncAll[i].step[0], set, mode, pipe, flag)) {
+            f.syncAll = i;
+            f.syncAllStep = 1;
+            return;
+        }
+    FailRule(what, twin_rules::kCrossCoreFlagId, nullptr,
+             "%s of flag %d: 11-14 are SyncAll's (SYNC_AIC_FLAG 11, SYNC_AIV_FLAG 12, SYNC_AIC_AIV_FLAG 13, "
+             "SYNC_AIV_ONLY_ALL 14), and this is no step of SyncAllImpl; use 0-10", set ? "a set" : "a wait", flag);
+}
 }  // namespace
 
 Core& Cur()
@@ -118,6 +176,17 @@ void Fail(const char* what, const char* fmt, ...)
     std::vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     FailOnce(std::string("twin(real API): ") + what + ": " + msg + " [" + Who() + "]\n");
+}
+
+void FailRule(const char* what, const twin_rules::Rule& rule, const char* detail, const char* fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    FailOnce(std::string("twin(real API): ") + what + ": rule " + rule.name + ": " + msg + " (" + rule.page +
+             (detail != nullptr ? std::string("; ") + detail : std::string()) + ") [" + Who() + "]\n");
 }
 
 void CheckGm(const char* what, const void* p, uint64_t bytes)
@@ -157,19 +226,24 @@ void Raise(int slot, int flag)
 void CrossCoreSet(int mode, int pipe, int flag)
 {
     Core& c = Cur();
-    // A2 has modes 0, 1, 2 (CrossCoreSetFlag(ISASI).md, "modeId支持的取值说明"); mode 1 (the two AIVs of one AI
-    // Core) is not modelled.
+    // Rule cross-core-mode: A2 has modes 0, 1, 2 (CrossCoreSetFlag(ISASI).md, "modeId支持的取值说明"); GetffstMsg
+    // keeps the low 2 bits of the template's modeId, so only 3 arrives here (a mode 4 arrives as 0). Mode 1 (the
+    // two AIVs of one AI Core) is not modelled.
+    if (mode != 0 && mode != 1 && mode != 2)
+        FailRule("ffts_cross_core_sync", twin_rules::kCrossCoreMode, nullptr, "mode %d does not exist on A2 (modes 0, 1, 2)", mode);
     if (mode == 1) Fail("ffts_cross_core_sync", "mode 1 is not modelled (modes 0 and 2 are)");
-    if (mode != 0 && mode != 2) Fail("ffts_cross_core_sync", "mode %d does not exist on A2 (modes 0, 1, 2)", mode);
     // Modes 0, 1, 2 take no PIPE_S and no PIPE_ALL (CrossCoreSetFlag(ISASI).md, "pipe支持的流水类型说明").
     if (pipe < 0 || pipe >= kPipes) Fail("ffts_cross_core_sync", "pipe %d", pipe);
     if (pipe == PIPE_S || pipe == PIPE_ALL) Fail("ffts_cross_core_sync", "pipe %s is not allowed in mode %d", kPipeName[pipe], mode);
-    // Ids 0-15 exist (GetffstMsg keeps 4 bits: kernel_operator_sync_impl.h:124); 11-14 are SyncAll's
-    // (SyncAll.md, CrossCoreSetFlag(ISASI).md 约束说明: "SyncAll硬件同步接口flagId占用范围为[11-14]"; SYNC_AIC_FLAG 11,
-    // SYNC_AIV_FLAG 12, SYNC_AIC_AIV_FLAG 13, SYNC_AIV_ONLY_ALL 14 at impl/basic_api/dav_c220/kernel_operator_sync_impl.h:117-120)
-    // and allowed: the twin cannot tell SyncAllImpl's sets from a user's. 15 is the KFC's (KFC_SYNC_ID,
+    // Ids 0-15 exist: GetffstMsg keeps the low 4 bits of a larger id (kernel_operator_sync_impl.h:124), as the
+    // hardware does (CrossCoreSetFlag(ISASI).md 约束说明), so a set of 16 arrives here as a set of 0 (its wait,
+    // wait_flag_dev(16), is refused). 11-14 are SyncAll's (SyncAll.md, CrossCoreSetFlag(ISASI).md 约束说明:
+    // "SyncAll硬件同步接口flagId占用范围为[11-14]"; SYNC_AIC_FLAG 11, SYNC_AIV_FLAG 12, SYNC_AIC_AIV_FLAG 13,
+    // SYNC_AIV_ONLY_ALL 14 at impl/basic_api/dav_c220/kernel_operator_sync_impl.h:117-120): only SyncAllImpl's
+    // own sequence may use them (FollowSyncAll). 15 is the KFC's (KFC_SYNC_ID,
     // impl/basic_api/dav_c220/kfc/kfc_comm.h:113; WORKSPACE_SYNC_ID, impl/adv_api/detail/kfc/kernel_kfc.h:29).
     if (flag == 15) Fail("ffts_cross_core_sync", "flag id 15 is reserved (KFC_SYNC_ID of the matmul server)");
+    FollowSyncAll("ffts_cross_core_sync", c, true, mode, pipe, flag);
     std::lock_guard<std::mutex> lk(g_mu);
     if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s sets flag %d (mode %d)\n", Who().c_str(), flag, mode);
     const int me = Slot(c);
@@ -208,9 +282,13 @@ void CrossCoreSet(int mode, int pipe, int flag)
 void CrossCoreWait(int flag)
 {
     Core& c = Cur();
-    // The hardware keeps the low 4 bits of a larger id (CrossCoreSetFlag(ISASI).md); here such an id is a bug.
-    if (flag < 0 || flag > 15) Fail("wait_flag_dev", "flag id %d not in [0, 15]", flag);
+    // Rule cross-core-flag-id: the hardware keeps the low 4 bits of a larger id (CrossCoreSetFlag(ISASI).md);
+    // WaitEventImpl passes the id unmasked, so here it is seen.
+    if (flag < 0 || flag > 15)
+        FailRule("wait_flag_dev", twin_rules::kCrossCoreFlagId, nullptr,
+                 "flag id %d not in [0, 15] (the hardware would keep its low 4 bits: flag %d)", flag, flag & 15);
     if (flag == 15) Fail("wait_flag_dev", "flag id 15 is reserved (KFC_SYNC_ID of the matmul server)");
+    FollowSyncAll("wait_flag_dev", c, false, 0, 0, flag);
     std::unique_lock<std::mutex> lk(g_mu);
     if (std::getenv("TILEGEN_TWIN_TRACE")) std::fprintf(stderr, "trace: %s waits flag %d\n", Who().c_str(), flag);
     ++g_blocked;

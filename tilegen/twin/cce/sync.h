@@ -7,6 +7,7 @@
 #define TILEGEN_CCE_SYNC_H
 
 #include "core.h"
+#include "rules.h"
 
 // set_flag(src, dst, event): pipe dst may later wait until everything pipe src issued so far is done.
 // A second set of the same (src, dst, event) before its wait is an error (the hardware flag is one bit).
@@ -15,6 +16,7 @@ inline void set_flag(pipe_t src, pipe_t dst, int64_t ev)
     cce_rt::Core& c = cce_rt::Cur();
     if (src < 0 || src >= cce_rt::kPipes || dst < 0 || dst >= cce_rt::kPipes || src == PIPE_ALL || dst == PIPE_ALL)
         cce_rt::Fail("set_flag", "pipes %d -> %d are not a flag pair", src, dst);
+    cce_rt::CheckPipeSPair("set_flag", src, dst);
     if (ev < 0 || ev > 7) cce_rt::Fail("set_flag", "event id %d not in [0, 7]", (int)ev);
     if (c.flagSet[src][dst][ev]) cce_rt::Fail("set_flag", "flag %d -> %d event %d set twice without a wait", src, dst, (int)ev);
     c.flagSet[src][dst][ev] = true;
@@ -27,6 +29,7 @@ inline void wait_flag(pipe_t src, pipe_t dst, int64_t ev)
     cce_rt::Core& c = cce_rt::Cur();
     if (src < 0 || src >= cce_rt::kPipes || dst < 0 || dst >= cce_rt::kPipes || ev < 0 || ev > 7)
         cce_rt::Fail("wait_flag", "bad flag %d -> %d event %d", src, dst, (int)ev);
+    cce_rt::CheckPipeSPair("wait_flag", src, dst);
     if (!c.flagSet[src][dst][ev]) cce_rt::Fail("wait_flag", "flag %d -> %d event %d was never set (the core would hang)", src, dst, (int)ev);
     c.flagSet[src][dst][ev] = false;
     for (int q = 0; q < cce_rt::kPipes; ++q)

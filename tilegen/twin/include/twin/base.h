@@ -33,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "rules.h"
+
 // ---------------------------------------------------------------------------------------------
 // Keyword macros. In CPU twin mode all address-space qualifiers are empty
 // [G:编程指南/语言扩展层/SIMD-BuiltIn关键字, G:编程指南/调试调优/功能调试/CPU域孪生调试].
@@ -166,6 +168,13 @@ inline uint32_t HwSize(Hw h)
         default: return 0;
     }
 }
+// The asc-devkit line giving a level's capacity (rule local-capacity), or null for the ones it does not list.
+inline const char* CapacityLine(Hw h)
+{
+    if (h == Hw::L0A || h == Hw::L0B) return twin_rules::kCapacityL0;
+    if (h == Hw::UB || h == Hw::L1 || h == Hw::L0C) return twin_rules::kCapacity2201;
+    return nullptr;
+}
 // Start alignment per buffer [P:通用说明和约束 表2 通用地址对齐约束].
 inline uint32_t HwAlign(Hw h)
 {
@@ -285,17 +294,35 @@ inline CoreCtx& Cur(const char* api)
     return *t_core;
 }
 
+// A failure of one of the semantic rules of rules.h: "rule <name>: <what>", the rule's page as the source
+// (then `detail`, e.g. a header line or the API's own tag).
+[[noreturn]] inline void FailRule(const char* api, const twin_rules::Rule& rule, const std::string& what, const char* detail = nullptr)
+{
+    std::string source = rule.page;
+    if (detail != nullptr) source += std::string("; ") + detail;
+    Fail(api, std::string("rule ") + rule.name + ": " + what, source.c_str());
+}
+
+// Rule core-type: the headers wrap every vector instruction in `if ASCEND_IS_AIV` and every cube one in
+// `if ASCEND_IS_AIC` (e.g. impl/basic_api/dav_c220/kernel_operator_vec_binary_impl.h:70,
+// kernel_operator_mm_impl.h:33), so bisheng compiles a call on the other core type to nothing.
 inline void RequireAiv(const char* api, const char* src)
 {
     CoreCtx& c = Cur(api);
     if (c.type != CoreType::AIV)
-        Fail(api, "vector/UB operation issued on an AIC; on NPU it is silently dropped (if ASCEND_IS_AIV guard)", src);
+        FailRule(api, twin_rules::kCoreType,
+                 "vector/UB operation issued on an AIC; the Vector unit and UB are on the AIVs, and the headers compile it "
+                 "out of the cube pass (if ASCEND_IS_AIV): on the NPU it does nothing",
+                 src);
 }
 inline void RequireAic(const char* api, const char* src)
 {
     CoreCtx& c = Cur(api);
     if (c.type != CoreType::AIC)
-        Fail(api, "cube/L1/L0 operation issued on an AIV; on NPU it is silently dropped (if ASCEND_IS_AIC guard)", src);
+        FailRule(api, twin_rules::kCoreType,
+                 "cube/L1/L0 operation issued on an AIV; the Cube unit, L1, L0A/L0B/L0C and Fixpipe are on the AIC, and the "
+                 "headers compile it out of the vector pass (if ASCEND_IS_AIC): on the NPU it does nothing",
+                 src);
 }
 
 // Checked narrowing of a descriptor field [tilegen_runtime.h TILEGEN_NARROW]: the caller's int64 value must

@@ -251,13 +251,17 @@ inline void CrossSet(int mode, pipe_t pipe, uint16_t flagId)
     const char* api = "CrossCoreSetFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    // modes 0-2 take flagId 0-15; SyncAll uses 11-14 [P:CrossCoreSetFlag(ISASI) flagId取值范围说明, 约束说明]
-    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), kXSrc);
+    // Rule cross-core-flag-id: modes 0-2 take flagId 0-15; SyncAll uses 11-14 [P:CrossCoreSetFlag(ISASI)
+    // flagId取值范围说明, 约束说明]
+    if (flagId > 15)
+        FailRule(api, twin_rules::kCrossCoreFlagId,
+                 Fmt("flagId %u out of range [0, 15] (the hardware would keep its low 4 bits: flag %u)", flagId, flagId & 15u));
     if (flagId >= 11 && flagId <= 14)
-        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), kXSrc);
+        FailRule(api, twin_rules::kCrossCoreFlagId, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId));
     RequireScheduler(L, api);
-    if (mode == 4) Fail(api, "modeId 4 exists on Ascend 950 only", kXSrc);
-    if (mode < 0 || mode > 2) Fail(api, Fmt("modeId %d is not 0, 1 or 2", mode), kXSrc);
+    // Rule cross-core-mode: A2 has modes 0, 1, 2 [P:CrossCoreSetFlag(ISASI) modeId支持的取值说明]
+    if (mode == 4) FailRule(api, twin_rules::kCrossCoreMode, "modeId 4 exists on Ascend 950 only; A2 has modes 0, 1 and 2");
+    if (mode < 0 || mode > 2) FailRule(api, twin_rules::kCrossCoreMode, Fmt("modeId %d is not 0, 1 or 2", mode));
     if ((PipeMask(pipe) & CorePipes(me.type)) == 0)
         Fail(api, Fmt("pipe %s does not exist on %s", PipeName(pipe), me.type == CoreType::AIC ? "AIC" : "AIV"),
              kXSrc);
@@ -318,9 +322,11 @@ inline void CrossWait(uint16_t flagId)
     const char* api = "CrossCoreWaitFlag";
     CoreCtx& me = Cur(api);
     Launch& L = *me.launch;
-    if (flagId > 15) Fail(api, Fmt("flagId %u out of range [0, 15]", flagId), "P:CrossCoreWaitFlag(ISASI)");
+    // Rule cross-core-flag-id, as for CrossCoreSetFlag [P:CrossCoreWaitFlag(ISASI) flagId取值范围说明]
+    if (flagId > 15) FailRule(api, twin_rules::kCrossCoreFlagId, Fmt("flagId %u out of range [0, 15]", flagId), "P:CrossCoreWaitFlag(ISASI)");
     if (flagId >= 11 && flagId <= 14)
-        Fail(api, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId), "P:CrossCoreWaitFlag(ISASI)");
+        FailRule(api, twin_rules::kCrossCoreFlagId, Fmt("flagId %u is one of SyncAll's (11-14 on A2); use 0-10 or 15", flagId),
+                 "P:CrossCoreWaitFlag(ISASI)");
     RequireScheduler(L, api);
     trace::Rec("S", "CrossCoreWaitFlag", 0, flagId, 0);  // the scalar pipe waits (pipe = PIPE_S, the default)
     std::unique_lock<std::mutex> lk(L.mu);

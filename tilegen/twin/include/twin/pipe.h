@@ -421,21 +421,21 @@ private:
         if (hw == twin::Hw::COUNT || hw == twin::Hw::GM)
             twin::Fail(api, twin::Fmt("TPosition %s is not a local buffer", twin::PosName(pos)), "P:TPosition");
         if (!twin::HwOnCore(hw, core_->type))
-            twin::Fail(api,
-                       twin::Fmt("%s (%s) does not exist on %s; guard the InitBuffer with ASCEND_IS_AIV/ASCEND_IS_AIC",
-                                 twin::HwName(hw), twin::PosName(pos), core_->type == twin::CoreType::AIC ? "an AIC" : "an AIV"),
-                       "ascend-910b §1.2, P:TPosition");
+            twin::FailRule(api, twin_rules::kCoreType,
+                           twin::Fmt("%s (%s) does not exist on %s; guard the InitBuffer with ASCEND_IS_AIV/ASCEND_IS_AIC",
+                                     twin::HwName(hw), twin::PosName(pos), core_->type == twin::CoreType::AIC ? "an AIC" : "an AIV"),
+                           "P:TPosition");
         if (nbufs_ + nb > twin::kMaxBufsPerPipe)
             twin::Fail(api, twin::Fmt("more than %d buffers in one TPipe", twin::kMaxBufsPerPipe), "I:kernel_tpipe_impl.h");
         uint32_t& end = end_[static_cast<int>(hw)];
         uint64_t limit = hw == twin::Hw::L1 ? twin::kL1PipeLimit : twin::HwSize(hw);
         uint64_t newEnd = end + bytes;
         if (newEnd > limit)
-            twin::Fail(api,
-                       twin::Fmt("%s over-allocated: %llu B requested at offset %u, ends at %llu > %llu B available", twin::HwName(hw),
-                                 static_cast<unsigned long long>(bytes), end, static_cast<unsigned long long>(newEnd),
-                                 static_cast<unsigned long long>(limit)),
-                       hw == twin::Hw::L1 ? "P:InitBuffer, I:kernel_utils_constants.h TOTAL_L1_SIZE" : "P:InitBuffer");
+            twin::FailRule(api, twin_rules::kLocalCapacity,
+                           twin::Fmt("%s over-allocated: %llu B requested at offset %u, ends at %llu > %llu B available", twin::HwName(hw),
+                                     static_cast<unsigned long long>(bytes), end, static_cast<unsigned long long>(newEnd),
+                                     static_cast<unsigned long long>(limit)),
+                           twin::CapacityLine(hw));
         uint32_t base = end;
         std::memset(core_->pool[static_cast<int>(hw)] + base, twin::kPoisonByte, bytes);
         end = static_cast<uint32_t>(newEnd);

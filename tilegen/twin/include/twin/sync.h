@@ -22,6 +22,11 @@ inline void CheckEvent(const char* api, AscendC::HardEvent ev, int32_t id)
                  PipeName(d), c.type == CoreType::AIC ? "an AIC" : "an AIV",
                  (PipeMask(s) & have) == 0 ? PipeName(s) : PipeName(d)),
              "P:SetFlag-WaitFlag(ISASI), ascendc-api §6");
+    // Rule pipe-s-pair: no pair with PIPE_S exists on the AIC (表2 of the page; the AIV's 表3 has all of its own).
+    if (c.type == CoreType::AIC && (s == PIPE_S || d == PIPE_S))
+        FailRule(api, twin_rules::kPipeSPair,
+                 Fmt("HardEvent::%s joins %s and %s on an AIC, where no SetFlag/WaitFlag pair involves PIPE_S (表2: 不涉及)",
+                     HardEventName(e), PipeName(s), PipeName(d)));
 }
 }  // namespace twin
 

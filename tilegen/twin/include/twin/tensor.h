@@ -200,13 +200,16 @@ public:
         twin::Hw hw = twin::PosToHw(pos);
         if (hw == twin::Hw::COUNT || hw == twin::Hw::GM) twin::Fail(api, "position is not a local buffer", "P:LocalTensor构造函数");
         if (!twin::HwOnCore(hw, c.type))
-            twin::Fail(api, twin::Fmt("%s does not exist on this core type", twin::HwName(hw)), "ascend-910b §1.2");
+            twin::FailRule(api, twin_rules::kCoreType,
+                           twin::Fmt("%s does not exist on %s", twin::HwName(hw), c.type == twin::CoreType::AIC ? "an AIC" : "an AIV"),
+                           "P:LocalTensor构造函数");
         if (addr % 32 != 0) twin::Fail(api, twin::Fmt("address %u is not 32-byte aligned", addr), "P:LocalTensor构造函数");
         uint64_t end = static_cast<uint64_t>(addr) + static_cast<uint64_t>(tileSize) * sizeof(T);
         if (end > twin::HwSize(hw))
-            twin::Fail(api, twin::Fmt("[%u, %llu) exceeds %s size %u", addr, static_cast<unsigned long long>(end),
-                                      twin::HwName(hw), twin::HwSize(hw)),
-                       "P:LocalTensor构造函数");
+            twin::FailRule(api, twin_rules::kLocalCapacity,
+                           twin::Fmt("[%u, %llu) exceeds %s size %u", addr, static_cast<unsigned long long>(end),
+                                     twin::HwName(hw), twin::HwSize(hw)),
+                           twin::CapacityLine(hw));
         ref_.core = &c;
         ref_.hw = hw;
         ref_.pos = pos;
