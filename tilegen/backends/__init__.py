@@ -1,5 +1,5 @@
 """Backends: the NumPy interpreter, Ascend C (with its CPU twin) and Triton, behind one protocol
-(:class:`~tilegen.backends.compiler.Backend`) and one driver (:func:`~tilegen.backends.compiler.compile`).
+(:class:`~tilegen.backends.compiler.Backend`) and one driver (:func:`~tilegen.backends.compiler.compile_program`).
 
 :func:`backend_for` is the one place a target's kind picks its backend; :func:`compile_forward` and
 :func:`compile_backward` compile a spec for any target (or none: the interpreter's defaults). Code
@@ -9,13 +9,15 @@ facts) that :func:`~tilegen.backends.output.write` puts on disk.
 
 from __future__ import annotations
 
-from tilegen.backends import ascendc, interp, triton
-from tilegen.backends.compiler import Backend, compile_program
+from typing import TYPE_CHECKING
+
 from tilegen.backends.output import Generated, write  # noqa: F401  (the public names of generate's result)
 from tilegen.core.errors import SpecError
-from tilegen.core.ir import Program
-from tilegen.core.strategies import DKV_AUTO
-from tilegen.passes.driver import Options, PassLog
+
+if TYPE_CHECKING:  # the compiler is imported where it is used: generate served from the cache imports none of it
+    from tilegen.backends.compiler import Backend
+    from tilegen.core.ir import Program
+    from tilegen.passes.driver import PassLog
 
 
 def backend_for(target) -> Backend:
@@ -23,6 +25,8 @@ def backend_for(target) -> Backend:
 
     Raises:
         TargetError: an unknown target."""
+    from tilegen.backends import ascendc, interp, triton
+
     if target is None:
         return interp.BACKEND
     from tilegen.core.targets import load_target
@@ -35,7 +39,10 @@ def compile_forward(spec, target=None, tile_sizes=None, log: PassLog | None = No
     through its backend's passes. ``num_stages`` ({kernel phase: copies}, ``"*"`` for the rest): the
     copies of a tile loaded in a serial loop the placement counts (default 2). ``heavy_first``: the
     ``fwd`` kernel's Q-tile grid axis outermost (:func:`tilegen.passes.group.heavy_first_forward`).
-    Cached on disk; raises as :func:`tilegen.backends.compiler.compile`."""
+    Cached on disk; raises as :func:`tilegen.backends.compiler.compile_program`."""
+    from tilegen.backends.compiler import compile_program
+    from tilegen.passes.driver import Options
+
     options = Options(tile_sizes=tile_sizes, num_stages=num_stages, heavy_first=bool(heavy_first))
     return compile_program(spec, "fwd", backend_for(target), target, options, log)
 
@@ -56,7 +63,10 @@ def compile_backward(
         SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
             of G, or knobs on an unfused program, or ``dq_tiles`` unknown or ``transposed`` where the
             program has no separate ``dq`` kernel it applies to; otherwise as
-            :func:`tilegen.backends.compiler.compile`."""
+            :func:`tilegen.backends.compiler.compile_program`."""
+    from tilegen.backends.compiler import compile_program
+    from tilegen.passes.driver import Options
+
     options = Options(
         dq_strategy=dq_strategy, dkv_strategy=dkv_strategy, fused=fused, tile_sizes=tile_sizes, num_stages=num_stages,
         group_split=group_split, heavy_first=bool(heavy_first), dq_tiles=dq_tiles,
@@ -72,8 +82,9 @@ def pass_lists(spec, target=None, dq_strategy: str | None = None, dkv_strategy: 
 
     Raises:
         SpecError: an option that does not apply; TargetError: an unknown target."""
+    from tilegen.core.strategies import DKV_AUTO
     from tilegen.core.targets import load_target
-    from tilegen.passes.driver import Context
+    from tilegen.passes.driver import Context, Options
 
     backend = backend_for(target)
     tgt = load_target(target) if target is not None else None
@@ -96,6 +107,8 @@ def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
 
     Raises:
         SpecError: an unknown strategy."""
+    from tilegen.passes.driver import Options
+
     return backend_for(target).resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy
 
 
