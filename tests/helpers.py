@@ -124,3 +124,18 @@ def real_api_devkit() -> str:
     if twin.real_compiler() is None:
         pytest.skip("real-API twin: clang++-16 is not installed", allow_module_level=True)
     return devkit
+
+
+def replace_ascend_pass(monkeypatch, name: str, fn) -> None:
+    """Compile for Ascend targets with the pass called ``name`` replaced by ``fn(program, target)``, in
+    the list every compile (and every search trial) asks :func:`tilegen.passes.ascend.passes` for."""
+    import dataclasses
+
+    from tilegen.passes import ascend
+
+    real = ascend.passes
+
+    def patched(ctx):
+        return tuple(dataclasses.replace(p, run=lambda prog, c, fn=fn: fn(prog, c.target)) if p.name == name else p for p in real(ctx))
+
+    monkeypatch.setattr(ascend, "passes", patched)

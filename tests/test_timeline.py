@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import pytest
+from helpers import replace_ascend_pass
 
 from tilegen import builtin_spec
 from tilegen.backends import ascendc
@@ -516,12 +517,12 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
         return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=min(t.slots, 2)) for t in out.tensors))
 
     monkeypatch.setenv("TILEGEN_CACHE", "0")
-    monkeypatch.setattr(lower, "pipeline_lookahead", two_copies)
+    replace_ascend_pass(monkeypatch, "pipeline-lookahead", two_copies)
     with pytest.raises(TargetError, match=r"Vj needs 3 copies, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
     # and S, sent in the cube's stage 0 two tiles ahead, with two GM slots: the send of j + 2 would reuse
     # the slot of j, which the vector may not have received yet
-    monkeypatch.setattr(lower, "pipeline_lookahead", two_slots)
+    replace_ascend_pass(monkeypatch, "pipeline-lookahead", two_slots)
     with pytest.raises(TargetError, match=r"hand-off ws_S needs 3 GM slots, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
 
@@ -537,10 +538,10 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
             return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=2) if t.name == "ws_Pc" else t for t in out.tensors))
         return edit
 
-    monkeypatch.setattr(lower, "pipeline_lookahead", vector_short("alpha"))
+    replace_ascend_pass(monkeypatch, "pipeline-lookahead", vector_short("alpha"))
     with pytest.raises(TargetError, match=r"the vector's stage 1 runs 2 tiles ahead .* alpha needs 3 copies, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
-    monkeypatch.setattr(lower, "pipeline_lookahead", vector_short("Pc"))
+    replace_ascend_pass(monkeypatch, "pipeline-lookahead", vector_short("Pc"))
     with pytest.raises(TargetError, match=r"the vector's stage 1 runs 2 tiles ahead .* hand-off ws_Pc needs 3 GM slots, it has 2"):
         ascendc.generate(builtin_spec("llama2-7b"), "ascend910b2")
 
@@ -860,13 +861,12 @@ def test_one_launch_is_an_ir_knob():
 def test_one_launch_changes_only_the_start_costs(monkeypatch):
     """Traced whole (exact form), tiny's backward in one launch cut at its SyncAlls schedules every kernel
     exactly as the three launches did; the total differs by two launches less two barriers."""
-    from tilegen.passes import lower
 
     spec = builtin_spec("tiny")
     tgt = load_target("ascend910b2")
     one = simulate_program(spec, tgt, "bwd", exact=True)
     monkeypatch.setenv("TILEGEN_CACHE", "0")
-    monkeypatch.setattr(lower, "one_launch", lambda program, target: program)
+    replace_ascend_pass(monkeypatch, "one-launch", lambda program, target: program)
     apart = simulate_program(spec, tgt, "bwd", exact=True)
     assert (one.launches, one.sync_alls, apart.launches, apart.sync_alls) == (1, 2, 3, 0)  # pre, main, post
     assert [k.time_s for k in one.kernels] == [k.time_s for k in apart.kernels]
