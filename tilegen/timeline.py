@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -655,15 +656,23 @@ def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+TRACE_WAIT_TIMEOUT_S = 600  # the twin's cross-core wait limit in trace_run's runs (seconds)
+
+
 def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = None) -> dict:
     """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
     Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
-    trace (:func:`parse_trace`). Raises TwinError when the run fails."""
+    trace (:func:`parse_trace`). Raises TwinError when the run fails.
+
+    The cores that reach a SyncAll first wait there for the rest; in a run of chosen instances at full
+    sequence length those may be computing whole rows of tiles, on a loaded host for longer than the
+    twin's default 60 s cross-core wait limit, so the run takes ``TRACE_WAIT_TIMEOUT_S`` unless the
+    environment sets ``TWIN_WAIT_TIMEOUT_S`` (a core that never arrives still fails the run)."""
     from .backends import twin
 
     with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
         trace = Path(tmp) / "trace.txt"
-        env = {"TWIN_TRACE": str(trace)}
+        env = {"TWIN_TRACE": str(trace), "TWIN_WAIT_TIMEOUT_S": os.environ.get("TWIN_WAIT_TIMEOUT_S", str(TRACE_WAIT_TIMEOUT_S))}
         if select is not None:
             env["TWIN_TRACE_BLOCKS"] = ",".join(map(str, select))
         shapes = spec.logical_shapes

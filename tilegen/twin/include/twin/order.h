@@ -24,9 +24,9 @@
 // Only flags order: a WaitFlag<X_S> that stalls the scalar unit before it issues a vector instruction
 // does not order that instruction after X here (the documented pair is X_V; the real-API twin and the
 // timeline count flags alone too). Same-pipe order (PipeBarrier<PIPE_V> between dependent vector
-// instructions) is not checked. Scalar
-// accesses (GetValue/SetValue on PIPE_S) are not tracked: the compiler's automatic synchronisation covers
-// the pairs with PIPE_S [Z:…/核内同步/关键特性说明, 表1]; S's flags still carry ordering in a chain.
+// instructions) is not checked. Scalar accesses (GetValue/SetValue on PIPE_S) are not tracked: the
+// compiler's automatic synchronisation covers the pairs with PIPE_S [Z:…/核内同步/关键特性说明, 表1]; S's
+// flags still carry ordering in a chain.
 // An instruction's ranges are the ones it records for the timeline (trace.h: the first to the last byte
 // it writes and reads). The same rule is the real-API twin's (cce/core.h) and the timeline's
 // (tilegen/timeline.py, happens-before race check).
@@ -125,6 +125,26 @@ inline const char* ApiOf(const CoreCtx& c, int pipe, uint32_t op)
 constexpr const char* kSource = "Z:SIMD-API/基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI), 核内同步能力概述";
 
 // Instruction `op` of `pipe` (API `api`) reads (write = false) or writes bytes [lo, hi) of `space`.
+[[noreturn]] inline void FailRead(CoreCtx& c, const char* api, int pipe, Hw h, uint64_t b, const OrderBlock& e, bool write)
+{
+    Fail(api,
+         Fmt("PIPE_%s %s %s bytes [%llu, %llu) that %s on PIPE_%s wrote, with no SetFlag/WaitFlag "
+             "(HardEvent::%s_%s, or a chain of them) between the two",
+             Short(pipe), write ? "overwrites" : "reads", HwName(h), static_cast<unsigned long long>(b * 32),
+             static_cast<unsigned long long>(b * 32 + 32), ApiOf(c, static_cast<int>(e.wpipe), e.wop),
+             Short(static_cast<int>(e.wpipe)), Short(static_cast<int>(e.wpipe)), Short(pipe)),
+         kSource);
+}
+[[noreturn]] inline void FailWrite(CoreCtx& c, const char* api, int pipe, Hw h, uint64_t b, int q, uint32_t rop)
+{
+    Fail(api,
+         Fmt("PIPE_%s overwrites %s bytes [%llu, %llu) that %s on PIPE_%s reads, with no SetFlag/WaitFlag "
+             "(HardEvent::%s_%s, or a chain of them) between the two",
+             Short(pipe), HwName(h), static_cast<unsigned long long>(b * 32), static_cast<unsigned long long>(b * 32 + 32),
+             ApiOf(c, q, rop), Short(q), Short(q), Short(pipe)),
+         kSource);
+}
+
 inline void Touch(CoreCtx& c, const char* api, int pipe, uint32_t op, char space, uint64_t lo, uint64_t hi, bool write)
 {
     const Hw h = HwOfSpace(space);
@@ -136,32 +156,27 @@ inline void Touch(CoreCtx& c, const char* api, int pipe, uint32_t op, char space
         sh.reset(static_cast<OrderBlock*>(std::calloc(blocks, sizeof(OrderBlock))));  // all zero: nothing yet
         if (!sh) Fail(api, "out of host memory for the pipe-ordering shadow", "twin");
     }
-    const uint32_t* clk = c.order.clock[pipe];
+    // what this pipe is ordered after, per pipe and per slot; its own pipe and PIPE_S (the writer of a
+    // block nothing wrote) never conflict
+    uint32_t seen[kOrderPipes], seenSlot[kOrderSlots];
+    std::memcpy(seen, c.order.clock[pipe], sizeof(seen));
+    seen[pipe] = seen[kPipeS] = UINT32_MAX;
+    for (int s = 0; s < kOrderSlots; ++s) seenSlot[s] = seen[kSlotPipe[s]];
     OrderBlock* const blk = sh.get();
-    for (uint64_t b = lo / 32; b <= (hi - 1) / 32 && b < blocks; ++b) {
-        OrderBlock& e = blk[b];
-        if (e.wpipe != kPipeS && e.wpipe != pipe && clk[e.wpipe] < e.wop)
-            Fail(api,
-                 Fmt("PIPE_%s %s %s bytes [%llu, %llu) that %s on PIPE_%s wrote, with no SetFlag/WaitFlag "
-                     "(HardEvent::%s_%s, or a chain of them) between the two",
-                     Short(pipe), write ? "overwrites" : "reads", HwName(h), static_cast<unsigned long long>(b * 32),
-                     static_cast<unsigned long long>(b * 32 + 32), ApiOf(c, e.wpipe, e.wop), Short(e.wpipe), Short(e.wpipe),
-                     Short(pipe)),
-                 kSource);
-        if (!write) {
+    const uint64_t first = lo / 32, last = std::min((hi - 1) / 32 + 1, blocks);
+    if (!write) {
+        for (uint64_t b = first; b < last; ++b) {
+            OrderBlock& e = blk[b];
+            if (seen[e.wpipe] < e.wop) FailRead(c, api, pipe, h, b, e, false);
             e.rop[slot] = op;
-            continue;
         }
-        for (int s = 0; s < kOrderSlots; ++s) {
-            const int q = kSlotPipe[s];
-            if (q != pipe && e.rop[s] > clk[q])
-                Fail(api,
-                     Fmt("PIPE_%s overwrites %s bytes [%llu, %llu) that %s on PIPE_%s reads, with no SetFlag/WaitFlag "
-                         "(HardEvent::%s_%s, or a chain of them) between the two",
-                         Short(pipe), HwName(h), static_cast<unsigned long long>(b * 32),
-                         static_cast<unsigned long long>(b * 32 + 32), ApiOf(c, q, e.rop[s]), Short(q), Short(q), Short(pipe)),
-                     kSource);
-        }
+        return;
+    }
+    for (uint64_t b = first; b < last; ++b) {
+        OrderBlock& e = blk[b];
+        if (seen[e.wpipe] < e.wop) FailRead(c, api, pipe, h, b, e, true);
+        for (int s = 0; s < kOrderSlots; ++s)
+            if (e.rop[s] > seenSlot[s]) FailWrite(c, api, pipe, h, b, kSlotPipe[s], e.rop[s]);
         e.wop = op;
         e.wpipe = static_cast<uint32_t>(pipe);
     }
