@@ -3,7 +3,8 @@
 - A hand-written trace of one AI Core, scheduled with a small cost table: every start and end, the busy
   cycles and the critical path are worked out by hand below, independently of the scheduler.
 - A missing flag is reported as a race (not a faster timeline): in the hand trace, and in the emitted
-  runtime with one SetFlag/WaitFlag pair taken out, traced on the hand twin.
+  runtime with one SetFlag/WaitFlag pair taken out, traced on the hand twin with its own ordering check
+  off (TWIN_ORDER_CHECK=0; with it on, the twin fails such a run first, which each test asserts too).
 - A cross-core wait nothing sets is a deadlock.
 - The emitted-code model is within 20% of the simulated time for every built-in spec the Ascend C
   backend generates (tiny-fp32 is fp32: refused), forward and backward.
@@ -26,6 +27,20 @@ from tilegen.backends import compile_backward, compile_forward
 from tilegen.passes.driver import PassLog
 
 needs_cxx = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
+
+
+def _unordered_trace(monkeypatch, files, spec, program: str, blocks: int) -> dict:
+    """The trace of a kernel set with a flag taken out. The hand twin fails such a run by its own
+    pipe-ordering check (tilegen/twin/include/twin/order.h), asserted here; the trace for the timeline's
+    race check alone is then taken with that check off (TWIN_ORDER_CHECK=0)."""
+    from tilegen.backends.ascendc.twin import TwinError
+
+    exe = twin.build(files)
+    with pytest.raises(TwinError, match=r"with no SetFlag/WaitFlag"):
+        trace_run(exe, spec, program, blocks)
+    with monkeypatch.context() as m:
+        m.setenv("TWIN_ORDER_CHECK", "0")
+        return trace_run(exe, spec, program, blocks)
 
 # A cost table small enough to add up by hand (cycles; bytes per cycle).
 COSTS = Costs(
@@ -98,6 +113,55 @@ def test_hand_trace_missing_flag_is_a_race():
         simulate_block({"AIC": _aic(), "AIV0": _aiv(with_flag=False)}, COSTS)
 
 
+MTE3_V, V_MTE3, S_V, MTE2_S = 6, 7, 21, 24
+
+
+def _store_then_rewrite(with_flag: bool):
+    # V fills a tile, MTE3 stores it (V -> MTE3 flag), V runs a long Exp elsewhere, then V rewrites the tile
+    trace = [
+        Instr("V", "Duplicate", 16, 0, 0, (("U", 0, 4096),), ()),
+        Instr("V", "SetFlag", V_MTE3, 0, 0),
+        Instr("MTE3", "WaitFlag", V_MTE3, 0, 0),
+        Instr("MTE3", "DataCopyPad", 4096, 32, 1, (("G", 10000, 14096),), (("U", 0, 4096),)),
+        Instr("V", "Exp", 64, 0, 0, (("U", 8192, 12288),), (("U", 8192, 12288),)),
+    ]
+    if with_flag:
+        trace += [Instr("MTE3", "SetFlag", MTE3_V, 0, 0), Instr("V", "WaitFlag", MTE3_V, 0, 0)]
+    trace.append(Instr("V", "Duplicate", 16, 0, 0, (("U", 0, 4096),), ()))
+    return trace
+
+
+def test_hand_trace_unordered_rewrite_is_a_race_however_late():
+    """The race check follows the flags, not the schedule. With MTE3 -> V the schedule is: Duplicate
+    issued at 1, 2 + 16 = 18 cycles: [1, 19]; its SetFlag fires at 19, MTE3's wait ends at 22; the store
+    10 + 4096/64 = 74: [22, 96]; the Exp on V 2 + 64*4 = 258: [19, 277]; the rewrite waits for V: [277,
+    295], long after the store ended. Without the flag the schedule is the same, but nothing orders the
+    rewrite after the store's read: a race (the hardware may run them in any overlap)."""
+    costs = Costs({**COSTS.t, "mte3_bytes_per_cycle": 64, "vector_repeat_cycles": 1})
+    s = simulate_block({"AIV0": _store_then_rewrite(True)}, costs)
+    work = [it for it in s.items if it.kind in ("DataCopyPad", "Duplicate")]
+    assert [(it.kind, it.start, it.end) for it in work] == [("Duplicate", 1, 19), ("DataCopyPad", 22, 96), ("Duplicate", 277, 295)]
+    with pytest.raises(TimelineError, match=r"race on AIV0: Duplicate on V \(writes U \[0, 4096\)\) may start before "
+                                            r"DataCopyPad on MTE3 \(reading \[0, 4096\)\) ends: no SetFlag/WaitFlag chain"):
+        simulate_block({"AIV0": _store_then_rewrite(False)}, costs)
+
+
+def test_hand_trace_flag_chain_through_s_orders():
+    """MTE2 -> S then S -> V orders the vector after the copy (the flags' vector clocks compose): no race.
+    S -> V alone orders the vector after nothing the copy did: the Exp races it."""
+    def aiv(flags):
+        trace = [Instr("MTE2", "DataCopyPad", 4096, 32, 1, (("U", 0, 4096),), (("G", 10000, 14096),))]
+        if "MTE2_S" in flags:
+            trace += [Instr("MTE2", "SetFlag", MTE2_S, 0, 0), Instr("S", "WaitFlag", MTE2_S, 0, 0)]
+        if "S_V" in flags:
+            trace += [Instr("S", "SetFlag", S_V, 0, 0), Instr("V", "WaitFlag", S_V, 0, 0)]
+        return trace + [Instr("V", "Exp", 16, 0, 0, (("U", 4096, 8192),), (("U", 0, 4096),))]
+
+    simulate_block({"AIV0": aiv({"MTE2_S", "S_V"})}, COSTS)
+    with pytest.raises(TimelineError, match=r"race on AIV0: Exp on V \(reads U \[0, 4096\)\) may start before DataCopyPad on MTE2"):
+        simulate_block({"AIV0": aiv({"S_V"})}, COSTS)
+
+
 def test_cross_core_wait_without_set_is_a_deadlock():
     aic = [i for i in _aic() if i.kind != "CrossCoreSetFlag"]
     with pytest.raises(TimelineError, match="deadlock"):
@@ -105,10 +169,10 @@ def test_cross_core_wait_without_set_is_a_deadlock():
 
 
 @needs_cxx
-def test_emitted_runtime_without_a_flag_is_reported():
+def test_emitted_runtime_without_a_flag_is_reported(monkeypatch):
     """The emitted tiny kernels trace race-free; with WaitMte2ToV emptied in tilegen_runtime.h (no
-    MTE2 -> V flag after a GM -> UB copy) the twin still computes (it runs in program order) but the
-    timeline reports the race instead of a shorter time."""
+    MTE2 -> V flag after a GM -> UB copy) the twin fails the run and, traced without its ordering check,
+    the timeline reports the race instead of a shorter time."""
     spec = builtin_spec("tiny")
     files = ascendc.generate(spec, "ascend910b2").files
     costs = Costs(load_target("ascend910b2").timeline)
@@ -119,16 +183,18 @@ def test_emitted_runtime_without_a_flag_is_reported():
     body = "__aicore__ inline void WaitMte2ToV()\n{\n    SetWait<HardEvent::MTE2_V>();\n}"
     assert body in runtime
     broken = dict(files, **{"tilegen_runtime.h": runtime.replace(body, "__aicore__ inline void WaitMte2ToV()\n{\n}")})
-    bad = trace_run(twin.build(broken), spec, "fwd", 2)
+    bad = _unordered_trace(monkeypatch, broken, spec, "fwd", 2)
     with pytest.raises(TimelineError, match="race on AIV"):
         for block in bad[0].values():
             simulate_block(block, costs)
 
 
-def test_deferred_copy_without_its_flag_is_reported():
+@needs_cxx
+def test_deferred_copy_without_its_flag_is_reported(monkeypatch):
     """Pass wait-at-first-read defers the K tile's MTE2 -> MTE1 wait of the forward to just before QK^T
     (LoadNzAsync / WaitLoaded); with that flag pair emptied in tilegen_runtime.h the copy and the matmul's
-    L1 reads are unordered, and the timeline reports the race instead of a shorter time."""
+    L1 reads are unordered: the twin fails the run, and the timeline reports the race instead of a
+    shorter time."""
     spec = builtin_spec("tiny")
     files = ascendc.generate(spec, "ascend910b2").files
     assert "tilegen::LoadNzAsync<half>(Kj" in files["fwd_kernels.asc"] and "tilegen::WaitLoaded(ev_Kj);" in files["fwd_kernels.asc"]
@@ -141,7 +207,7 @@ def test_deferred_copy_without_its_flag_is_reported():
     wait_flag = "    WaitFlag<HardEvent::MTE2_MTE1>(id);\n    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);"
     assert set_flag in runtime and wait_flag in runtime
     broken = runtime.replace(set_flag, "    return id;").replace(wait_flag, "    GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);")
-    bad = trace_run(twin.build(dict(files, **{"tilegen_runtime.h": broken})), spec, "fwd", 2)
+    bad = _unordered_trace(monkeypatch, dict(files, **{"tilegen_runtime.h": broken}), spec, "fwd", 2)
     with pytest.raises(TimelineError, match="race on AIC"):
         for block in bad[0].values():
             simulate_block(block, costs)
@@ -149,13 +215,12 @@ def test_deferred_copy_without_its_flag_is_reported():
 
 @needs_cxx
 @pytest.mark.parametrize("event", ["FIX_M", "M_MTE1"])
-def test_cube_pingpong_without_its_flag_is_reported(event):
+def test_cube_pingpong_without_its_flag_is_reported(event, monkeypatch):
     """The cube's L0 halves (tilegen::Cube): an Mmad into an L0C half waits for the Fixpipe that last
     drained it (FIX_M), a LoadData into an L0A/L0B half for the Mmad that last read it (M_MTE1). With
-    either SetFlag/WaitFlag pair taken out of tilegen_runtime.h the twin still computes (program order)
-    but the timeline reports the race in the backward instead of a shorter time. (The timeline finds a
-    race where the two accesses overlap in its schedule: in tiny's forward the hand-off waits space the
-    products out, so there the same cut goes unseen.) One causal head of 512 tokens at D = 128: tiles
+    either SetFlag/WaitFlag pair taken out of tilegen_runtime.h the twin fails the run, and the timeline
+    reports the race in the backward instead of a shorter time (whether or not the two accesses overlap
+    in its schedule: the race check follows the flags). One causal head of 512 tokens at D = 128: tiles
     64 x 64, every product one chunk."""
     from helpers import make_spec
 
@@ -178,7 +243,7 @@ def test_cube_pingpong_without_its_flag_is_reported(event):
     for launch in trace_run(twin.build(files), spec, "bwd", 1).values():
         for block in launch.values():
             simulate_block(block, costs)
-    bad = trace_run(twin.build(dict(files, **{"tilegen_runtime.h": runtime})), spec, "bwd", 1)
+    bad = _unordered_trace(monkeypatch, dict(files, **{"tilegen_runtime.h": runtime}), spec, "bwd", 1)
     with pytest.raises(TimelineError, match=race):
         for launch in bad.values():
             for block in launch.values():
@@ -441,10 +506,10 @@ def test_receive_free_early_is_an_ir_knob():
 
 
 @needs_cxx
-def test_receive_free_early_raised_too_soon_is_reported():
+def test_receive_free_early_raised_too_soon_is_reported(monkeypatch):
     """The event of Load.free_early is raised after S's last access: raised one statement earlier (before
-    the cast of P reads S) the timeline reports the race on the AIV, and never raised the twin fails the
-    run; it is never a faster timeline."""
+    the cast of P reads S) the twin fails the run and the timeline reports the race on the AIV, and never
+    raised the twin fails the run; it is never a faster timeline."""
     from tilegen.backends.ascendc.twin import TwinError
     from tilegen.backends.ascendc.timeline import l2_levels
 
@@ -458,7 +523,7 @@ def test_receive_free_early_raised_too_soon_is_reported():
     soon = list(lines)
     for n in at:
         soon[n - 1], soon[n] = lines[n], lines[n - 1]
-    traces = trace_run(twin.build(dict(files, **{"fwd_kernels.asc": "\n".join(soon)})), spec, "fwd", 2)
+    traces = _unordered_trace(monkeypatch, dict(files, **{"fwd_kernels.asc": "\n".join(soon)}), spec, "fwd", 2)
     costs = Costs(load_target("ascend910b2").timeline)
     with pytest.raises(TimelineError, match=r"race on AIV"):
         for block in l2_levels(traces[0]).values():
@@ -469,10 +534,11 @@ def test_receive_free_early_raised_too_soon_is_reported():
 
 
 @needs_cxx
-def test_receive_ahead_without_its_waits_is_reported():
+def test_receive_ahead_without_its_waits_is_reported(monkeypatch):
     """The hoisted receive of P·V keeps both of its waits: with its ready-flag wait taken out the twin
     fails the run (the flag's sets pile up), and with the MTE2 -> V wait before acc += P·V taken out the
-    timeline reports the race on the AIV, never a faster timeline."""
+    twin fails the run and the timeline reports the race on the AIV, never a
+    faster timeline."""
     import re
 
     from tilegen.backends.ascendc.twin import TwinError
@@ -487,7 +553,7 @@ def test_receive_ahead_without_its_waits_is_reported():
     assert len(flag) == 1 and len(wait) == 1
     with pytest.raises(TwinError, match=r"pending"):
         trace_run(twin.build(dict(files, **{"fwd_kernels.asc": src.replace(flag[0], "")})), spec, "fwd", 2)
-    traces = trace_run(twin.build(dict(files, **{"fwd_kernels.asc": src.replace(wait[0], "")})), spec, "fwd", 2)
+    traces = _unordered_trace(monkeypatch, dict(files, **{"fwd_kernels.asc": src.replace(wait[0], "")}), spec, "fwd", 2)
     costs = Costs(load_target("ascend910b2").timeline)
     with pytest.raises(TimelineError, match=r"race on AIV"):
         for block in l2_levels(traces[0]).values():

@@ -46,6 +46,7 @@ POSITIVE = [
     "datacopy_params_gaps",
     "datacopypad_strides_padding",
     "identity_and_kernel_type",
+    "order_chains_and_handovers",
     "mix_cube_to_vec",
     "pipe_layout_destroy_reset",
     "poison_reads_nan",
@@ -123,6 +124,9 @@ NEGATIVE = {
     "neg_ub_scalar_on_l1": ("LocalTensor::GetValue", "scalar access to L1"),
     "neg_use_after_free": ("Adds", "after FreeTensor"),
     "neg_tbuf_after_destroy": ("Duplicate", "reset or destroyed"),
+    "neg_order_read_before_mte2": ("Muls", "PIPE_V reads UB bytes [0, 32) that DataCopy on PIPE_MTE2 wrote, with no SetFlag/WaitFlag (HardEvent::MTE2_V"),
+    "neg_order_rewrite_before_mte3": ("Duplicate", "PIPE_V overwrites UB bytes [0, 32) that DataCopy on PIPE_MTE3 reads, with no SetFlag/WaitFlag (HardEvent::MTE3_V"),
+    "neg_order_loaddata_before_mte2": ("LoadData", "PIPE_MTE1 reads L1 bytes [0, 32) that DataCopyNd2Nz on PIPE_MTE2 wrote, with no SetFlag/WaitFlag (HardEvent::MTE2_MTE1"),
 }
 
 def parse_failure(line: str):

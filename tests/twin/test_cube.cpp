@@ -174,10 +174,16 @@ TWIN_TEST(cube_accumulate)
             auto C1 = l0c.Get<float>();
             DataCopy(A1, A, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
             DataCopy(B1, B, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+            SetFlag<HardEvent::MTE2_MTE1>(0);
+            WaitFlag<HardEvent::MTE2_MTE1>(0);
             LoadData(A2, A1, LoadData2DParams(0, 1, 0, 0, 0, false, 0));
             LoadData(B2, B1, LoadData2DParams(0, 1, 0, 0, 0, true, 0));
+            SetFlag<HardEvent::MTE1_M>(0);
+            WaitFlag<HardEvent::MTE1_M>(0);
             Mmad(C1, A2, B2, MmadParams(16, 16, 16, 0, false, true));
             Mmad(C1, A2, B2, MmadParams(16, 16, 16, 0, false, false));  // C += A*B
+            SetFlag<HardEvent::M_FIX>(0);
+            WaitFlag<HardEvent::M_FIX>(0);
             Fixpipe(C, C1, FixpipeParamsV220(16, 16, 16, 16, false));
         }
     };
@@ -232,6 +238,8 @@ TWIN_TEST(cube_initconst_l1_to_gm)
             LocalTensor<half> t = l1.Get<half>();
             Fill(t, InitConstValueParams<half>(2, 4, 4, static_cast<half>(3.0f)));  // 2 x (4 blocks + 4 gap) x 32 B
             Fill(l0.Get<half>(), InitConstValueParams<half>(1, 2, 0, static_cast<half>(0.0f)));  // 2 x 512 B of L0A
+            SetFlag<HardEvent::MTE2_MTE3>(0);  // the L1 fill (MTE2) before the store reads it (MTE3)
+            WaitFlag<HardEvent::MTE2_MTE3>(0);
             DataCopy(O, t, 512);
         }
     };

@@ -139,6 +139,8 @@ TWIN_TEST(atomics_many_blocks)
             pipe.InitBuffer(b, 256 * sizeof(float));
             LocalTensor<float> t = b.Get<float>();
             Duplicate(t, static_cast<float>(GetBlockIdx() + 1), 256);
+            SetFlag<HardEvent::V_MTE3>(0);
+            WaitFlag<HardEvent::V_MTE3>(0);
             SetAtomicAdd<float>();
             for (int i = 0; i < iters; ++i) DataCopy(G, t, 256);
             DisableDmaAtomic();
@@ -155,9 +157,15 @@ TWIN_TEST(atomics_many_blocks)
             pipe.InitBuffer(b2, 512);
             pipe.InitBuffer(c1, 1024);
             DataCopy(a1.Get<half>(), H, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+            SetFlag<HardEvent::MTE2_MTE1>(0);
+            WaitFlag<HardEvent::MTE2_MTE1>(0);
             LoadData(a2.Get<half>(), a1.Get<half>(), LoadData2DParams(0, 1, 0, 0, 0, false, 0));
             LoadData(b2.Get<half>(), a1.Get<half>(), LoadData2DParams(0, 1, 0, 0, 0, true, 0));
+            SetFlag<HardEvent::MTE1_M>(0);
+            WaitFlag<HardEvent::MTE1_M>(0);
             Mmad(c1.Get<float>(), a2.Get<half>(), b2.Get<half>(), MmadParams(16, 16, 16, 0, false, true));  // all 16
+            SetFlag<HardEvent::M_FIX>(0);
+            WaitFlag<HardEvent::M_FIX>(0);
             SetAtomicType<float>();
             for (int i = 0; i < iters; ++i) Fixpipe(G, c1.Get<float>(), FixpipeParamsV220(16, 16, 16, 16, false));
             DisableDmaAtomic();
@@ -185,9 +193,13 @@ TWIN_TEST(syncall_and_modes)
             pipe.InitBuffer(b, 2 * N * 8 * sizeof(float));
             LocalTensor<float> t = b.Get<float>();
             Duplicate(t, 0.0f, 8);
+            SetFlag<HardEvent::V_MTE3>(0);
+            WaitFlag<HardEvent::V_MTE3>(0);
             DataCopy(Bf[GetBlockIdx() * 8], t, 8);  // each AIV zeroes its 32 bytes
             SyncAll<true>();
             Duplicate(t, 1.0f, 2 * N * 8);
+            SetFlag<HardEvent::V_MTE3>(0);
+            WaitFlag<HardEvent::V_MTE3>(0);
             SetAtomicAdd<float>();
             DataCopy(Bf, t, 2 * N * 8);
             DisableDmaAtomic();

@@ -370,6 +370,8 @@ TWIN_TEST(neg_gm_oob_write)
         pipe.InitBuffer(b, 128);
         LocalTensor<half> t = b.Get<half>();
         Duplicate(t, static_cast<half>(1.0f), 64);
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
         DataCopyPad(G[30], t, DataCopyExtParams(1, 20 * sizeof(half), 0, 0, 0));  // [30, 50) of 40
     });
     return NotCaught("GM write out of bounds");
@@ -599,6 +601,8 @@ TWIN_TEST(neg_atomic_type_mismatch)
         pipe.InitBuffer(b, 128);
         LocalTensor<half> t = b.Get<half>();
         Duplicate(t, static_cast<half>(1.0f), 64);
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
         SetAtomicAdd<float>();
         DataCopy(G, t, 64);
     });
@@ -697,4 +701,59 @@ TWIN_TEST(neg_fixpipe_dststride)
         }
     });
     return NotCaught("Fixpipe dstStride < nSize");
+}
+
+// ---- pipe ordering (order.h): the pipes run concurrently on the NPU ----
+TWIN_TEST(neg_order_read_before_mte2)
+{
+    tt::Gm<float> g(64);
+    g.zero();
+    Aiv([&] {
+        GlobalTensor<float> G;
+        G.SetGlobalBuffer((__gm__ float*)g.p, 64);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> b;
+        pipe.InitBuffer(b, 512);
+        LocalTensor<float> t = b.Get<float>();
+        DataCopy(t, G, 64);
+        Muls(t[64], t, 2.0f, 64);  // no MTE2 -> V flag between the copy and its reader
+    });
+    return NotCaught("vector read of a tile MTE2 loaded, without MTE2_V");
+}
+TWIN_TEST(neg_order_rewrite_before_mte3)
+{
+    tt::Gm<float> g(64);
+    Aiv([&] {
+        GlobalTensor<float> G;
+        G.SetGlobalBuffer((__gm__ float*)g.p, 64);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> b;
+        pipe.InitBuffer(b, 256);
+        LocalTensor<float> t = b.Get<float>();
+        Duplicate(t, 1.0f, 64);
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(G, t, 64);
+        Duplicate(t, 2.0f, 64);  // no MTE3 -> V flag: the store may still read t
+    });
+    return NotCaught("vector rewrite of a tile MTE3 stores, without MTE3_V");
+}
+TWIN_TEST(neg_order_loaddata_before_mte2)
+{
+    tt::Gm<half> g(256);
+    g.zero();
+    Mix([&] {
+        if ASCEND_IS_AIC {
+            GlobalTensor<half> G;
+            G.SetGlobalBuffer((__gm__ half*)g.p, 256);
+            TPipe pipe;
+            TBuf<TPosition::A1> l1;
+            TBuf<TPosition::A2> l0a;
+            pipe.InitBuffer(l1, 512);
+            pipe.InitBuffer(l0a, 512);
+            DataCopy(l1.Get<half>(), G, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+            LoadData(l0a.Get<half>(), l1.Get<half>(), LoadData2DParams(0, 1, 0, 0, 0, false, 0));  // no MTE2 -> MTE1
+        }
+    });
+    return NotCaught("LoadData of an L1 tile MTE2 loaded, without MTE2_MTE1");
 }

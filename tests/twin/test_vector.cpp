@@ -308,12 +308,20 @@ TWIN_TEST(datacopypad_strides_padding)
         LocalTensor<half> t2 = t[160];
         DataCopyPad(t2, S, DataCopyExtParams(2, cols * 2, (ld - cols) * 2, 1, 0),
                     DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0.0f)));
+        SetFlag<HardEvent::MTE2_MTE3>(0);
+        WaitFlag<HardEvent::MTE2_MTE3>(0);
         DataCopy(I, t, 5 * 32 * 3);
         // (3) UB -> GM: write rows of (1) starting after the left pad... use an aligned copy of data instead
         LocalTensor<half> t3 = t[320];
+        SetFlag<HardEvent::MTE3_MTE2>(0);  // the store of (1)-(2) has read t[320, 480) before (3) rewrites it
+        WaitFlag<HardEvent::MTE3_MTE2>(0);
         DataCopyPad(t3, S, DataCopyExtParams(rows, cols * 2, (ld - cols) * 2, 0, 0),
                     DataCopyPadExtParams<half>(false, 0, 0, static_cast<half>(0.0f)));
+        SetFlag<HardEvent::MTE2_V>(0);
+        WaitFlag<HardEvent::MTE2_V>(0);
         Muls(t3, t3, static_cast<half>(2.0f), rows * 32);
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
         DataCopyPad(O, t3, DataCopyExtParams(rows, cols * 2, 0, (ld - cols) * 2, 0));
     };
     twin::LaunchAiv(1, k, gSrc.addr(), gOut.addr(), gImg.addr());
@@ -420,6 +428,8 @@ TWIN_TEST(datacopy_params_gaps)
         pipe.InitBuffer(q, 1, 64 * sizeof(float));
         LocalTensor<float> t = q.AllocTensor<float>();
         Duplicate(t, -1.0f, 64);
+        SetFlag<HardEvent::V_MTE2>(0);
+        WaitFlag<HardEvent::V_MTE2>(0);
         DataCopy(t, S, DataCopyParams(3, 1, 1, 0));  // blocks 0, 2, 4 of GM -> UB blocks 0, 1, 2
         q.EnQue(t);
         t = q.DeQue<float>();
@@ -523,5 +533,58 @@ TWIN_TEST(vec_misc_masks)
     }
     for (uint32_t i = 0; i < 2 * n; ++i)
         EXPECT(r[8 * n + i] == ((i % 64) < 10 ? in[i] + 100.0f : -1.0f), "continuous mask [%u] = %g", i, r[8 * n + i]);
+    return 0;
+}
+
+// Pipe ordering (order.h): what orders one pipe after another. A chain MTE2 -> S -> V, PipeBarrier<PIPE_ALL>,
+// an explicit MTE3 -> MTE2 pair and a TQue's EnQue/DeQue and FreeTensor/AllocTensor hand-overs each let the
+// next pipe touch the tile; the values prove the order the twin ran them in.
+TWIN_TEST(order_chains_and_handovers)
+{
+    std::vector<float> src(128);
+    for (int i = 0; i < 128; ++i) src[i] = static_cast<float>(i);
+    tt::Gm<float> g(src, "src"), o(192, "out");
+    auto k = [&](GM_ADDR s, GM_ADDR d) {
+        GlobalTensor<float> S, D;
+        S.SetGlobalBuffer((__gm__ float*)s, 128);
+        D.SetGlobalBuffer((__gm__ float*)d, 192);
+        TPipe pipe;
+        TBuf<TPosition::VECCALC> b;
+        TQue<TPosition::VECIN, 1> q;
+        pipe.InitBuffer(b, 128 * sizeof(float));
+        pipe.InitBuffer(q, 1, 64 * sizeof(float));
+        LocalTensor<float> t = b.Get<float>(), u = t[64];
+        DataCopy(t, S, 64);                 // MTE2 writes t
+        SetFlag<HardEvent::MTE2_S>(0);      // MTE2 -> S -> V: V is ordered after the copy
+        WaitFlag<HardEvent::MTE2_S>(0);
+        SetFlag<HardEvent::S_V>(0);
+        WaitFlag<HardEvent::S_V>(0);
+        Muls(u, t, 2.0f, 64);               // V reads t, writes u
+        PipeBarrier<PIPE_ALL>();            // every pipe after the Muls
+        DataCopy(D, u, 64);                 // MTE3 reads u
+        SetFlag<HardEvent::MTE3_MTE2>(0);
+        WaitFlag<HardEvent::MTE3_MTE2>(0);
+        DataCopy(u, S[64], 64);             // MTE2 rewrites u after the store read it
+        SetFlag<HardEvent::MTE2_MTE3>(0);
+        WaitFlag<HardEvent::MTE2_MTE3>(0);
+        DataCopy(D[64], u, 64);
+        for (int r = 0; r < 2; ++r) {       // queue hand-overs only: no explicit flag
+            LocalTensor<float> x = q.AllocTensor<float>();
+            DataCopy(x, S[64 * r], 64);     // MTE2 rewrites what the last round's Adds read (FreeTensor -> AllocTensor)
+            q.EnQue(x);
+            x = q.DeQue<float>();
+            Adds(x, x, 1.0f, 64);           // V after the copy (EnQue -> DeQue)
+            q.EnQue(x);
+            x = q.DeQue<float>();
+            if (r == 1) DataCopy(D[128], x, 64);  // MTE3 after the Adds (EnQue -> DeQue)
+            q.FreeTensor(x);
+        }
+    };
+    twin::LaunchAiv(1, k, g.addr(), o.addr());
+    for (int i = 0; i < 64; ++i) {
+        EXPECT(o[i] == 2.0f * i, "out[%d] = %g", i, o[i]);
+        EXPECT(o[64 + i] == static_cast<float>(64 + i), "out[%d] = %g", 64 + i, o[64 + i]);
+        EXPECT(o[128 + i] == static_cast<float>(64 + i) + 1.0f, "out[%d] = %g", 128 + i, o[128 + i]);
+    }
     return 0;
 }

@@ -18,11 +18,15 @@ one AI Core (1 AIC + 2 AIVs) with the cost table of the target file (``[timeline
   its pipe plus ``cross_core_flag_cycles``, with the mode-2 rules (an AIC set reaches both AIVs; the
   AIC's wait needs one set from each AIV); ``PipeBarrier`` is implied by the in-order pipes.
 
-Checks: a wait that nothing ever sets (deadlock) and a **race** — two accesses of overlapping bytes on
-one core, at least one a write, on different pipes, the later in program order starting before the
-earlier has finished — raise :class:`TimelineError`: a missing flag is reported, it does not make the
-timeline faster. (GM is checked per core; across the cores of a block the twin's own flag protocol
-checks apply.)
+Checks: a wait that nothing ever sets (deadlock) and a **race** raise :class:`TimelineError`: a missing
+flag is reported, it does not make the timeline faster. A race is two accesses of overlapping bytes on
+one core, at least one a write, on different pipes, where
+- on-chip memory (UB, L1, L0A, L0B, L0C; pipes other than S): the later in program order is not ordered
+  after the earlier by a chain of SetFlag/WaitFlag pairs, wherever the two fall in the schedule (the
+  twins' rule, ``tilegen/twin/include/twin/order.h``: per pipe, the last instruction of every other pipe
+  it is ordered after; SetFlag takes its source pipe's, WaitFlag merges it into the destination pipe's);
+- otherwise (GM, scalar accesses): the later starts before the earlier has finished.
+(GM is checked per core; across the cores of a block the twin's own flag protocol checks apply.)
 
 :func:`simulate_program` runs a spec's forward or backward on the twin and schedules it. Small
 programs run whole (every block of the 24-core launch; the kernel time is its slowest block). Large
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tempfile
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -63,6 +68,8 @@ from tilegen.core.errors import TilegenError
 
 PIPES = ("S", "MTE1", "MTE2", "MTE3", "M", "FIX", "V")
 WORK_KINDS_OF_S = ("GetValue", "SetValue", "SetAtomic")
+LOCAL_SPACES = frozenset("U1ABC")  # UB, L1, L0A, L0B, L0C: the on-chip memory the ordering check covers
+_PIPE = {p: n for n, p in enumerate(PIPES)}
 
 
 class TimelineError(TilegenError):
@@ -243,8 +250,16 @@ class _Core:
         self.last_s = -1  # item of the last S step
         self.ready = {p: 0.0 for p in PIPES}
         self.last = {p: -1 for p in PIPES}
-        self.events: dict[tuple, deque] = defaultdict(deque)  # (event, id) -> (time, item)
+        self.events: dict[tuple, deque] = defaultdict(deque)  # (event, id) -> (time, item, source pipe's clock)
         self.access: dict[str, list] = defaultdict(list)  # space -> [(lo, hi, write, start, end, pipe, item)]
+        # happens-before: clock[p][q] = the last instruction of pipe q that pipe p is ordered after by
+        # SetFlag/WaitFlag chains (clock[p][p]: p's instructions so far); on-chip accesses not yet ordered
+        # before every pipe that touches on-chip memory here: space -> [(lo, hi, write, pipe, op, item)]
+        self.clock = [[0] * len(PIPES) for _ in PIPES]
+        self.open: dict[str, list] = defaultdict(list)
+        self.local_pipes = sorted({_PIPE[i.pipe] for i in trace if i.pipe in _PIPE and i.pipe != "S"
+                                   and any(r[0] in LOCAL_SPACES for r in i.writes + i.reads)})
+        self.since_prune = 0
 
 
 def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedule:
@@ -288,6 +303,45 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         for space in {r[0] for r in ins.writes + ins.reads}:
             core.access[space] = [e for e in core.access[space] if e[4] > f]
 
+    def ordered(core: _Core, ins: Instr, pipe: str, idx: int) -> None:
+        # the twins' rule (tilegen/twin/include/twin/order.h): an on-chip access must be ordered after
+        # the last write of its bytes by another pipe, a write after their last read by another pipe,
+        # by a chain of flags; where the two happen to fall in this schedule does not matter
+        p = _PIPE[pipe]
+        clk = core.clock[p]
+        clk[p] += 1
+        op = clk[p]
+        for writes, ranges in ((False, ins.reads), (True, ins.writes)):
+            for space, lo, hi in ranges:
+                if space not in LOCAL_SPACES:
+                    continue
+                lst = core.open[space]
+                for (plo, phi, pw, pp, pop, pk) in lst:
+                    if pp != p and (pw or writes) and plo < hi and lo < phi and pop > clk[pp]:
+                        a, b = items[pk], items[idx]
+                        raise TimelineError(
+                            f"race on {core.name}: {b.kind} on {pipe} ({'writes' if writes else 'reads'} {space} [{lo}, {hi})) may start "
+                            f"before {a.kind} on {PIPES[pp]} ({'writing' if pw else 'reading'} [{plo}, {phi})) ends: no SetFlag/WaitFlag "
+                            f"chain orders them (a flag between them is missing)"
+                        )
+                lst.append((lo, hi, writes, p, op, idx))
+        core.since_prune += 1
+        if core.since_prune >= 64:  # forget the accesses every other on-chip pipe is ordered after
+            core.since_prune = 0
+            seen = [min((core.clock[r][q] for r in core.local_pipes if r != q), default=math.inf) for q in range(len(PIPES))]
+            for space, lst in core.open.items():
+                core.open[space] = [e for e in lst if e[4] > seen[e[3]]]
+
+    def set_flag(core: _Core, pipe: str) -> tuple:
+        return tuple(core.clock[_PIPE[pipe]])
+
+    def wait_flag(core: _Core, pipe: str, snap: tuple) -> None:
+        d = _PIPE[pipe]
+        clk = core.clock[d]
+        for q, v in enumerate(snap):
+            if q != d and v > clk[q]:
+                clk[q] = v
+
     def step(core: _Core) -> bool:
         """Process the core's next record; False when it must wait for another core."""
         ins = core.trace[core.pos]
@@ -317,9 +371,10 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         if p == "S":
             start, pred = s0, core.last_s
             if ins.kind == "WaitFlag":
-                t_set, src = core.events[(ins.a, ins.b)].popleft() if core.events[(ins.a, ins.b)] else (None, None)
+                t_set, src, snap = core.events[(ins.a, ins.b)].popleft() if core.events[(ins.a, ins.b)] else (None, None, None)
                 if t_set is None:
                     raise TimelineError(f"{core.name}: WaitFlag on event {ins.a} id {ins.b} that nothing set")
+                wait_flag(core, "S", snap)
                 end = max(start + issue, t_set + flag_lat)
                 if t_set + flag_lat > start + issue:
                     pred = src
@@ -327,7 +382,7 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
             elif ins.kind == "SetFlag":
                 end = start + issue
                 core.last_s = add(core, "S", ins.kind, start, end, pred, False)
-                core.events[(ins.a, ins.b)].append((end, core.last_s))
+                core.events[(ins.a, ins.b)].append((end, core.last_s, set_flag(core, "S")))
             else:
                 end = start + issue + costs.duration(ins)
                 core.last_s = add(core, "S", ins.kind, start, end, pred, True)
@@ -344,12 +399,13 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         pred = core.last[p] if core.ready[p] >= issued else core.last_s
         if ins.kind == "SetFlag":
             idx = add(core, p, ins.kind, start, start, pred, False)
-            core.events[(ins.a, ins.b)].append((start, idx))
+            core.events[(ins.a, ins.b)].append((start, idx, set_flag(core, p)))
         elif ins.kind == "WaitFlag":
             q = core.events[(ins.a, ins.b)]
             if not q:
                 raise TimelineError(f"{core.name}: WaitFlag on event {ins.a} id {ins.b} that nothing set")
-            t_set, src = q.popleft()
+            t_set, src, snap = q.popleft()
+            wait_flag(core, p, snap)
             end = max(start, t_set + flag_lat)
             if t_set + flag_lat > start:
                 pred = src
@@ -370,6 +426,7 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
             end = start + costs.duration(ins)
             idx = add(core, p, ins.kind, start, end, pred, True)
             core.ready[p] = end
+            ordered(core, ins, p, idx)
             check(core, ins, p, start, end, idx)
         core.last[p] = idx
         core.pos += 1
@@ -599,15 +656,23 @@ def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+TRACE_WAIT_TIMEOUT_S = 600  # the twin's cross-core wait limit in trace_run's runs (seconds)
+
+
 def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = None) -> dict:
     """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
     Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
-    trace (:func:`parse_trace`). Raises TwinError when the run fails."""
+    trace (:func:`parse_trace`). Raises TwinError when the run fails.
+
+    The cores that reach a SyncAll first wait there for the rest; in a run of chosen instances at full
+    sequence length those may be computing whole rows of tiles, on a loaded host for longer than the
+    twin's default 60 s cross-core wait limit, so the run takes ``TRACE_WAIT_TIMEOUT_S`` unless the
+    environment sets ``TWIN_WAIT_TIMEOUT_S`` (a core that never arrives still fails the run)."""
     from tilegen.backends.ascendc import twin
 
     with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
         trace = Path(tmp) / "trace.txt"
-        env = {"TWIN_TRACE": str(trace)}
+        env = {"TWIN_TRACE": str(trace), "TWIN_WAIT_TIMEOUT_S": os.environ.get("TWIN_WAIT_TIMEOUT_S", str(TRACE_WAIT_TIMEOUT_S))}
         if select is not None:
             env["TWIN_TRACE_BLOCKS"] = ",".join(map(str, select))
         shapes = spec.logical_shapes

@@ -229,6 +229,34 @@ constexpr uint32_t kAicPipes = 1 | 4 | 8 | 16 | 32 | 64;
 constexpr int kNumHardEvents = 40;
 constexpr int kMaxXFlags = 16;
 
+// Pipe ordering state of one core (order.h). Pipes are indexed by their pipe_t value (PIPE_S 0 ..
+// PIPE_FIX 10); the shadow of a local buffer has one entry per 32-byte block and keeps, for the
+// block's last write and for its last read on each pipe that touches local memory (V, M, MTE1, MTE2,
+// MTE3, FIX), that instruction's index in its pipe.
+constexpr int kOrderPipes = 11;
+constexpr int kOrderSlots = 6;  // shadow slots: V, M, MTE1, MTE2, MTE3, FIX
+struct OrderBlock {
+    uint32_t wop;               // index (in its pipe) of the last instruction that wrote the block
+    uint32_t wpipe;             // its pipe; 0 (PIPE_S, never a tracked writer): not written yet
+    uint32_t rop[kOrderSlots];  // per slot: index of that pipe's last instruction that read the block
+};
+struct PipeOrder {
+    // clock[p][q]: index of the last instruction of pipe q that pipe p is ordered after (through
+    // SetFlag/WaitFlag chains, PipeBarrier<PIPE_ALL> or a TQue hand-over); clock[p][p]: instructions
+    // issued on p so far.
+    uint32_t clock[kOrderPipes][kOrderPipes] = {};
+    // SetFlag<E>(id) takes a copy of its source pipe's clock; WaitFlag<E>(id) merges it into the
+    // destination pipe's.
+    uint32_t flag[kNumHardEvents][8][kOrderPipes] = {};
+    // per pipe: the API of its last kOrderApis instructions (instruction i at i % kOrderApis), for messages
+    static constexpr uint32_t kOrderApis = 1024;
+    const char* api[kOrderPipes][kOrderApis] = {};
+    std::unique_ptr<OrderBlock, void (*)(void*)> shadow[8] = {
+        {nullptr, std::free}, {nullptr, std::free}, {nullptr, std::free}, {nullptr, std::free},
+        {nullptr, std::free}, {nullptr, std::free}, {nullptr, std::free}, {nullptr, std::free}};  // per Hw, on first touch
+};
+static_assert(static_cast<int>(Hw::COUNT) == 8, "PipeOrder::shadow has one entry per Hw");
+
 struct CoreCtx {
     Launch* launch = nullptr;
     CoreType type = CoreType::AIV;
@@ -253,6 +281,7 @@ struct CoreCtx {
     std::unordered_map<uint32_t, uint32_t> bufSerial;
     uint32_t nextSerial = 0;
     std::string trace;  // TWIN_TRACE records of this core (trace.h), written when it finishes
+    PipeOrder order;    // pipe ordering of this core's local-memory accesses (order.h)
 };
 
 inline std::string CoreName(const CoreCtx* c)

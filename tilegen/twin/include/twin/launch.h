@@ -646,6 +646,7 @@ inline void SyncAll()
     if (!isAIVOnly && !c.launch->mix)
         twin::Fail(api, "SyncAll<false> needs AICs (MIX launch)", "P:SyncAll");
     twin::detail::FinishCore(c);  // every SetFlag of the phase before the barrier waited for, as at a kernel's end
+    twin::order::BarrierAll(c);   // SyncAllImpl begins with PipeBarrier<PIPE_ALL> (order.h)
     // the timeline splits each core's trace here: what follows starts once every core has arrived
     twin::trace::Rec("S", "SyncAll", isAIVOnly ? 0 : 1, 0, 0);
     twin::detail::Barrier(isAIVOnly ? 0 : 1, api);

@@ -41,6 +41,9 @@ struct QueImpl {
     int cursor = 0;
     std::deque<int> fifo;
     int used = 0;
+    // per buffer: the pipe clocks at its last EnQue and FreeTensor (order.h: a hand-over orders every
+    // pipe's earlier work before the DeQue / AllocTensor that takes it)
+    std::vector<order::Snap> enqued, freed;
 
     void Valid(const char* api) const
     {
@@ -113,6 +116,7 @@ public:
                                  q_.num, twin::PosName(q_.pos)),
                        "P:AllocTensor, I:kernel_tquebind_impl.h");
         q_.state[pick] = twin::BufState::OCCUPIED;
+        twin::order::Merge(*q_.core, q_.freed[pick]);
         twin::LocalRef r;
         r.core = q_.core;
         r.hw = q_.hw;
@@ -143,6 +147,7 @@ public:
                                       twin::BufStateName(q_.state[b])),
                        "P:EnQue, I:kernel_tquebind_impl.h");
         q_.state[b] = twin::BufState::ENQUE;
+        q_.enqued[b] = twin::order::Snapshot(*q_.core);
         q_.fifo.push_back(b);
         q_.used++;
         return true;
@@ -158,6 +163,7 @@ public:
         q_.fifo.pop_front();
         q_.used--;
         q_.state[b] = twin::BufState::DEQUE;
+        twin::order::Merge(*q_.core, q_.enqued[b]);
         twin::LocalRef r;
         r.core = q_.core;
         r.hw = q_.hw;
@@ -184,6 +190,7 @@ public:
         if (q_.state[b] == twin::BufState::ENQUE)
             twin::Fail(api, twin::Fmt("buffer %d is still enqueued; DeQue it before FreeTensor", b), "P:FreeTensor");
         q_.state[b] = twin::BufState::FREE;
+        q_.freed[b] = twin::order::Snapshot(*q_.core);
         q_.core->bufSerial.erase(q_.Key(b));
     }
     bool VacantInQue() const { return q_.used < depth; }
@@ -325,6 +332,8 @@ public:
         q.len = rlen;
         q.num = num;
         q.state.assign(num, twin::BufState::FREE);
+        q.enqued.assign(num, twin::order::Snap{});
+        q.freed.assign(num, twin::order::Snap{});
         return true;
     }
     template <TPosition pos>

@@ -1,6 +1,7 @@
 // tilegen CPU twin: intra-core synchronisation (SetFlag/WaitFlag/PipeBarrier), atomics, misc.
 // The twin executes every instruction synchronously in program order, so pipe hazards cannot
-// corrupt data here; what is checked is the protocol: pairing, ranges and legal pipes.
+// corrupt data here; what is checked is the protocol (pairing, ranges and legal pipes) and, through
+// the ordering each flag carries, every local-memory access against the pipes it depends on (order.h).
 #ifndef TILEGEN_TWIN_SYNC_H
 #define TILEGEN_TWIN_SYNC_H
 
@@ -52,6 +53,9 @@ inline void SetFlag(int32_t eventID)
                              twin::HardEventName(static_cast<int>(event)), eventID),
                    "P:SetFlag-WaitFlag(ISASI)");
     f = true;
+    pipe_t sp, dp;
+    twin::HardEventPipes(static_cast<int>(event), sp, dp);
+    twin::order::Set(*twin::t_core, static_cast<int>(event), eventID, static_cast<int>(sp));
 }
 template <HardEvent event>
 inline void WaitFlag(int32_t eventID)
@@ -70,6 +74,9 @@ inline void WaitFlag(int32_t eventID)
                              twin::HardEventName(static_cast<int>(event)), eventID),
                    "P:SetFlag-WaitFlag(ISASI)");
     f = false;
+    pipe_t sp, dp;
+    twin::HardEventPipes(static_cast<int>(event), sp, dp);
+    twin::order::Wait(*twin::t_core, static_cast<int>(event), eventID, static_cast<int>(dp));
 }
 // [P:PipeBarrier(ISASI)] PipeBarrier<PIPE_S> is illegal; the pipe must exist on the core.
 template <pipe_t pipe>
@@ -84,6 +91,7 @@ inline void PipeBarrier()
                              c.type == twin::CoreType::AIC ? "an AIC" : "an AIV"),
                    "P:PipeBarrier(ISASI), ascendc-api §6");
     twin::trace::Rec(twin::trace::Short(twin::PipeName(pipe)), "PipeBarrier", 0, 0, 0);
+    if (pipe == PIPE_ALL) twin::order::BarrierAll(c);  // every pipe after all earlier work (order.h)
 }
 
 // ---------------------------------------------------------------------------------------------

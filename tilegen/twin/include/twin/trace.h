@@ -21,6 +21,7 @@
 #define TILEGEN_TWIN_TRACE_H
 
 #include "gm.h"
+#include "order.h"
 
 namespace twin {
 namespace trace {
@@ -98,10 +99,20 @@ inline int64_t GmLevel(const void* p)
 
 inline std::string& Buf() { return t_core->trace; }
 
-// One record on the calling core (no-op unless TWIN_TRACE is set).
+// One record on the calling core (no-op unless TWIN_TRACE is set). A record with byte ranges is an
+// instruction on `pipe`: its local-memory ranges go through the pipe-ordering check first (order.h),
+// traced or not, so the twin checks the ranges the timeline schedules.
 inline void Rec(const char* pipe, const char* kind, int64_t a, int64_t b, int64_t c, std::initializer_list<Rng> w = {},
                 std::initializer_list<Rng> r = {})
 {
+    if (t_core != nullptr && (w.size() != 0 || r.size() != 0) && order::On()) {
+        const int p = order::PipeOf(pipe);
+        if (p >= 0 && p != order::kPipeS && p != order::kPipeAll) {
+            const uint32_t op = order::Issue(*t_core, p, kind);
+            for (const Rng& x : r) order::Touch(*t_core, kind, p, op, x.space, x.lo, x.hi, false);
+            for (const Rng& x : w) order::Touch(*t_core, kind, p, op, x.space, x.lo, x.hi, true);
+        }
+    }
     if (!On() || t_core == nullptr) return;
     std::string& s = Buf();
     char line[160];
