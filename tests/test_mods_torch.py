@@ -272,9 +272,12 @@ def test_flash_argument_errors_are_named():
     with pytest.raises(SpecError) as info:
         tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(2, 2, 2))
     assert info.value.field == "alibi_slopes.shape"
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecError) as info:  # one check of the slopes (tilegen.core.validate): every wrong shape names alibi_slopes.shape
         tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(3))
-    assert info.value.field == "alibi_slopes" and "shape [2]" in _one_line(info)
+    assert info.value.field == "alibi_slopes.shape" and "shape [2] or [1, 2]" in _one_line(info)
+    with pytest.raises(SpecError) as info:
+        tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(2, dtype=torch.int32))
+    assert info.value.field == "alibi_slopes.dtype" and "a floating-point dtype" in _one_line(info)
     with pytest.raises(tt.UnsupportedArgument) as info:
         tt.flash_attn_func(q, k, v, softcap=30.0, score_mod=mods.softcap(2.0))
     assert info.value.name == "softcap"

@@ -299,6 +299,24 @@ def fresh_plans(triton_path, monkeypatch):
     return triton_path, built
 
 
+@pytest.mark.parametrize("shapes,dtypes,field,value", [
+    (((5, 2, 16), (5, 2, 16), (5, 1, 16)), None, "v.shape", (5, 1, 16)),
+    (((5, 2, 16), (5, 2, 8), (5, 2, 16)), None, "k.shape", (5, 2, 8)),
+    (((5, 2, 16), (5, 2, 16), (5, 2, 16)), (torch.float32, torch.float16, torch.float32), "k.dtype", "q torch.float32, k torch.float16, v torch.float32"),
+])
+def test_bad_packed_tensors_are_refused_before_any_plan(fresh_plans, target16, shapes, dtypes, field, value):
+    """On the Triton path q, k, v are checked as the NumPy API checks them (tilegen.core.validate.qkv,
+    TND): the error names the caller's own tensor and shape, before a spec or module is built (not the
+    generated module's check of its [1, T, H, D] view after the build)."""
+    tt, built = fresh_plans
+    q, k, v = (torch.zeros(s, dtype=(dtypes or (torch.float32,) * 3)[i]) for i, s in enumerate(shapes))
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    with pytest.raises(api.SpecError) as info:
+        tt.flash_attn_varlen_func(q, k, v, cu, cu, None, None, target=target16)
+    assert info.value.field == field and info.value.value == value and "\n" not in str(info.value)
+    assert built == [] and tt._PLANS == {}
+
+
 def _public(tt, target, q, k, v, cu_q, cu_k, dtype="fp32", *, causal=True, window=(-1, -1), softcap=0.0, sinks=None, max_q=None, transpose=False):
     """flash_attn_varlen_func on the Triton path, forward only; q/k/v as views of [H, T, D] storage
     when ``transpose`` (other strides, same values)."""

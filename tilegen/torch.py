@@ -57,15 +57,14 @@ run through a ``torch.autograd.Function`` (end of this file), not the custom ops
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from tilegen.core.errors import SpecError, TargetError
-from tilegen.core.sinks import check_sinks
+from tilegen.core import validate
+from tilegen.core.errors import SpecError, TargetError, UnsupportedArgument
 from tilegen.core.spec import AttentionSpec
 
 __all__ = [
@@ -86,30 +85,20 @@ __all__ = [
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
-
-class UnsupportedArgument(NotImplementedError):
-    """An argument tilegen's kernels do not implement (the message names it, its value, what is accepted)."""
-
-    def __init__(self, name: str, value: Any, accepted: str):
-        self.name, self.value, self.accepted = name, value, accepted
-        super().__init__(f"{name} = {value!r} is not supported; accepted: {accepted}")
+TENSORS = validate.ArrayKind(
+    cls=torch.Tensor,
+    noun="torch.Tensor",
+    names=_DTYPES,
+    dtypes="torch.float16, torch.bfloat16 or torch.float32",
+    floats=frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point),
+    float_words="torch.float32, torch.bfloat16, torch.float16, torch.float64",
+    int32=torch.int32,
+    devices=True,
+)
 
 
 def _window(causal: Any, window_size: Any, causal_name: str) -> tuple[int, int]:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise SpecError(causal_name, causal, "True or False")
-    if (
-        not isinstance(window_size, (tuple, list))
-        or len(window_size) != 2
-        or any(isinstance(w, bool) or not isinstance(w, int) or w < -1 for w in window_size)
-    ):
-        raise SpecError("window_size", window_size, "(left, right): two integers, each >= 0 or -1 for unbounded")
-    left, right = int(window_size[0]), int(window_size[1])
-    if causal:
-        if right not in (-1, 0):
-            raise SpecError("window_size", tuple(window_size), f"right = -1 or 0 when {causal_name}=True (causal sets right = 0)")
-        right = 0
-    return left, right
+    return validate.window(causal, window_size, causal_name=causal_name, window_name="window_size")
 
 
 def _check(q, k, v, *, layout: str, scale, name: str) -> tuple:
@@ -118,29 +107,8 @@ def _check(q, k, v, *, layout: str, scale, name: str) -> tuple:
     Traceable by dynamo: it reads only shapes, dtypes and devices (sizes may be symbolic) and builds
     no :class:`AttentionSpec` (whose checks want Python ints).
     """
-    for arg, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise SpecError(arg, type(x).__name__, "a torch.Tensor")
-        if x.dim() != 4:
-            raise SpecError(f"{arg}.shape", tuple(x.shape), f"4 dimensions ({layout})")
-        if x.dtype not in _DTYPES:
-            raise SpecError(f"{arg}.dtype", str(x.dtype), "torch.float16, torch.bfloat16 or torch.float32")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise SpecError("k.dtype", f"q {q.dtype}, k {k.dtype}, v {v.dtype}", "the same dtype for q, k and v")
-    if not (q.device == k.device == v.device):
-        raise SpecError("k.device", f"q {q.device}, k {k.device}, v {v.device}", "one device for q, k and v")
-    lq, lk, lv = ((x.shape[0], x.shape[2], x.shape[1], x.shape[3]) if layout == "BSND" else tuple(x.shape) for x in (q, k, v))
-    bsz, hq, sq, dqk = lq
-    if lk[0] != bsz or lk[3] != dqk:
-        raise SpecError("k.shape", tuple(k.shape), f"batch {bsz} and head dim {dqk} like q ({layout})")
-    if lv[:3] != lk[:3]:
-        raise SpecError("v.shape", tuple(v.shape), f"the batch, heads and length of k {tuple(k.shape)} ({layout})")
-    if min(lq + lk + lv) == 0:
-        raise SpecError("q.shape", tuple(q.shape), "no zero-sized dimension")
-    if hq % lk[1]:
-        raise SpecError("k.shape", tuple(k.shape), f"a head count that divides q's {hq} heads ({layout})")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0):
-        raise SpecError("softmax_scale" if name == "flash_attn_func" else "scale", scale, "a positive finite number or None")
+    lq, lk, lv = validate.qkv(q, k, v, kind=TENSORS, layout=layout)
+    validate.scale(scale, "scale" if name in ("scaled_dot_product_attention", "attention_fwd", "attention_bwd") else "softmax_scale")
     if q.device.type not in ("cuda", "cpu", "npu"):
         raise SpecError("q.device", str(q.device), "a cuda, cpu or npu tensor")
     return lq, lk, lv
@@ -814,32 +782,22 @@ def flash_attn_func(
         plan = _lookup(fast_key)
         if plan is not None:
             return _fast_out(q, k, v, plan)
-    if dropout_p != 0.0:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if return_attn_probs:
-        raise UnsupportedArgument("return_attn_probs", return_attn_probs, "False (the probabilities are never stored)")
-    if not isinstance(deterministic, bool):
-        raise SpecError("deterministic", deterministic, "True or False")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (softcap == 0.0 or 0.0 < softcap < math.inf):
-        raise SpecError("softcap", softcap, "0.0 (none) or a finite number > 0")
+    validate.no_dropout(dropout_p)
+    validate.no_probabilities(return_attn_probs)
+    validate.flag("deterministic", deterministic)
+    cap = validate.softcap(softcap)
     if sinks is not None:
         if score_mod is not None or mask_mod is not None:
             raise UnsupportedArgument("sinks", "a tensor", "None when score_mod or mask_mod is given (sinks run with softcap, alibi_slopes, causal and window_size)")
         window = _window(causal, window_size, "causal")
-        return _flash_attn_extras(q, k, v, softmax_scale=softmax_scale, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+        return _flash_attn_extras(q, k, v, softmax_scale=softmax_scale, window=window, softcap=cap, alibi_slopes=alibi_slopes,
                                   sinks=sinks, deterministic=deterministic, target=target)
-    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
-        raise SpecError("alibi_slopes", type(alibi_slopes).__name__, "None or a float torch.Tensor [Hq] or [B, Hq]")
-    if softcap or alibi_slopes is not None:
-        if score_mod is not None:
-            which = "softcap" if softcap else "alibi_slopes"
-            raise UnsupportedArgument(which, softcap if softcap else "a tensor", "its default when score_mod is given (put it in the score mod: tilegen.mods.softcap, tilegen.mods.alibi)")
-        ndim = 0 if alibi_slopes is None else alibi_slopes.dim()
-        if ndim not in (0, 1, 2):
-            raise SpecError("alibi_slopes.shape", tuple(alibi_slopes.shape), "[Hq] or [B, Hq]")
-        score_mod = _flash_mod(float(softcap), ndim)
     window = _window(causal, window_size, "causal")
-    _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
+    lq, _, _ = _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
+    validate.alibi_slopes(alibi_slopes, lq[1], lq[0], kind=TENSORS, device=q.device)
+    if cap is not None or alibi_slopes is not None:
+        validate.score_mod_alone(score_mod, cap, alibi_slopes, error=UnsupportedArgument)
+        score_mod = _flash_mod(cap or 0.0, 0 if alibi_slopes is None else alibi_slopes.dim())
     bound = {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
     return _run(
         q, k, v, layout="BSND", scale=softmax_scale, window=window, alignment="bottom_right", dq_strategy="separate" if deterministic else None,
@@ -894,10 +852,8 @@ def scaled_dot_product_attention(
             return _fast_out(query, key, value, plan)
     if attn_mask is not None:
         raise UnsupportedArgument("attn_mask", type(attn_mask).__name__, "None (is_causal or mask_mod= cover the masks)")
-    if dropout_p != 0.0:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if not isinstance(enable_gqa, bool):
-        raise SpecError("enable_gqa", enable_gqa, "True or False")
+    validate.no_dropout(dropout_p)
+    validate.flag("enable_gqa", enable_gqa)
     window = _window(is_causal, (-1, -1), "is_causal")
     lq, lk, _ = _check(query, key, value, layout="BNSD", scale=scale, name="scaled_dot_product_attention")
     if lk[1] != lq[1] and not enable_gqa:
@@ -1043,8 +999,8 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
             # a new packing of known shapes and arguments: the spec does not hold the offsets, so its
             # module is the known plan's; the offsets are checked and their arrays built here
             lay = api.varlen_layout(cfg.cu_q, cfg.cu_k, q.shape[0], k.shape[0], cfg.max_q, cfg.max_k)
-            check_sinks(sinks_np, q.shape[1])
-            arrays = api._varlen_mods(lay, cfg.window, cfg.softcap, alibi_np, q.shape[1])[3]
+            validate.sinks(sinks_np, q.shape[1])
+            arrays = api.varlen_mods(lay, cfg.window, cfg.softcap, alibi_np, q.shape[1])[3]
             spec, module = None, known.module
         else:
             spec, arrays, lay, _ = api.varlen_spec(q.shape, k.shape, v.shape, _DTYPES[q.dtype], cfg.cu_q, cfg.cu_k, max_seqlen_q=cfg.max_q,
@@ -1055,7 +1011,7 @@ def _extras_plan(q, k, v, sinks, alibi, cfg: _Extras) -> _ExtrasPlan:
         if alibi is not None and alibi.dim() == 2:
             seq = torch.from_numpy(np.maximum(lay.q_seq, 0).astype(np.int64)).to(device)
     else:
-        score = api._fa_score_mod(None, cfg.softcap, alibi_np)
+        score = api.flash_score_mod(None, cfg.softcap, alibi_np)
         score_text, _, decls, _, _ = mods_from_api(score, None)
         spec = _spec(q, k, v, layout="BSND", scale=cfg.scale, window=cfg.window, alignment="bottom_right", name="flash_attn_func")
         spec = spec.replace(score_mod=score_text, params=decls, sinks=sinks is not None)
@@ -1193,30 +1149,12 @@ def _extras_forward(q, k, v, sinks, alibi, cfg: _Extras):
     return out.contiguous(), lse.contiguous(), plan, kw
 
 
-def _check_extras(q, sinks, alibi_slopes, softcap):
-    """Check the sinks, slopes and softcap of a torch call; return the softcap as float or None."""
-    hq = q.shape[-2]
-    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
-        if x is None:
-            continue
-        if not isinstance(x, torch.Tensor):
-            raise SpecError(name, type(x).__name__, "a floating-point torch.Tensor or None")
-        if not x.dtype.is_floating_point:
-            raise SpecError(f"{name}.dtype", str(x.dtype), "a floating-point dtype (torch.float32, torch.bfloat16, torch.float16, torch.float64)")
-        if x.device != q.device:
-            raise SpecError(f"{name}.device", str(x.device), f"q's device {q.device}")
-    if sinks is not None and tuple(sinks.shape) != (hq,):
-        raise SpecError("sinks.shape", tuple(sinks.shape), f"({hq},): one logit per query head")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
-        raise SpecError("softcap", softcap, "0.0 (off) or a positive finite number")
-    return float(softcap) if softcap > 0 else None
-
-
 def _flash_attn_extras(q, k, v, *, softmax_scale, window, softcap, alibi_slopes, sinks, deterministic, target):
     """flash_attn_func with softcap, ALiBi or sinks (dense, BSND): out [B, Sq, Hq, Dv]."""
-    _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
-    cap = _check_extras(q, sinks, alibi_slopes, softcap)
-    cfg = _Extras("dense", None if softmax_scale is None else float(softmax_scale), tuple(window), cap, deterministic, target)
+    lq, _, _ = _check(q, k, v, layout="BSND", scale=softmax_scale, name="flash_attn_func")
+    validate.sinks(sinks, lq[1], kind=TENSORS, device=q.device)
+    validate.alibi_slopes(alibi_slopes, lq[1], lq[0], kind=TENSORS, device=q.device)
+    cfg = _Extras("dense", None if softmax_scale is None else float(softmax_scale), tuple(window), softcap, deterministic, target)
     return _ExtrasAttention.apply(q, k, v, sinks, alibi_slopes, cfg)[0]
 
 
@@ -1276,32 +1214,20 @@ def flash_attn_varlen_func(
         UnsupportedArgument (NotImplementedError): dropout, returned probabilities, a paged KV cache.
         SpecError (ValueError): a bad tensor, offsets, window, scale, sinks or slopes, named.
     """
-    if dropout_p != 0.0:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
-    if return_attn_probs:
-        raise UnsupportedArgument("return_attn_probs", return_attn_probs, "False (the probabilities are never stored)")
+    validate.no_dropout(dropout_p)
+    validate.no_probabilities(return_attn_probs)
     if block_table is not None:
         raise UnsupportedArgument("block_table", type(block_table).__name__, "None (no paged KV cache)")
-    if not isinstance(deterministic, bool):
-        raise SpecError("deterministic", deterministic, "True or False")
+    validate.flag("deterministic", deterministic)
     window = _window(causal, window_size, "causal")
-    for arg, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise SpecError(arg, type(x).__name__, "a torch.Tensor")
-        if x.dim() != 3:
-            raise SpecError(f"{arg}.shape", tuple(x.shape), "3 dimensions [total_tokens, heads, head_dim] (TND)")
-        if x.dtype not in _DTYPES:
-            raise SpecError(f"{arg}.dtype", str(x.dtype), "torch.float16, torch.bfloat16 or torch.float32")
-    if not (q.device == k.device == v.device):
-        raise SpecError("k.device", f"q {q.device}, k {k.device}, v {v.device}", "one device for q, k and v")
+    validate.qkv(q, k, v, kind=TENSORS, layout=validate.TND)
     cu = []
-    for name, c in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(c, torch.Tensor):
-            raise SpecError(name, type(c).__name__, "an int32 torch.Tensor [num_seqs + 1]")
-        if c.dtype != torch.int32:
-            raise SpecError(f"{name}.dtype", str(c.dtype), "torch.int32 (an int32 torch.Tensor [num_seqs + 1])")
+    for name, c, total in (("cu_seqlens_q", cu_seqlens_q, q.shape[0]), ("cu_seqlens_k", cu_seqlens_k, k.shape[0])):
+        validate.offsets_array(name, c, total, kind=TENSORS)
         cu.append(c.detach().cpu().numpy())
-    cap = _check_extras(q, sinks, alibi_slopes, softcap)
+    validate.sinks(sinks, q.shape[1], kind=TENSORS, device=q.device)
+    validate.alibi_slopes(alibi_slopes, q.shape[1], len(cu[0]) - 1, rows_are="sequence", kind=TENSORS, device=q.device)
+    cap = validate.softcap(softcap)
     from tilegen import api
 
     # every check of the shapes and offsets once, before anything runs (on the Triton path the plan's
@@ -1362,10 +1288,7 @@ def merge_attention(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tenso
 
 
 def _block_window(causal, window_size, alignment) -> tuple[int, int]:
-    from tilegen.core.spec import ALIGNMENTS
-
-    if alignment not in ALIGNMENTS:
-        raise SpecError("alignment", alignment, " or ".join(repr(a) for a in ALIGNMENTS))
+    validate.alignment(alignment)
     return _window(causal, window_size, "causal")
 
 
@@ -1374,10 +1297,7 @@ def _lse_shape(q: torch.Tensor, layout: str) -> tuple[int, int, int]:
 
 
 def _check_layout(layout) -> None:
-    from tilegen.core.spec import LAYOUTS
-
-    if layout not in LAYOUTS:
-        raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
+    validate.layout(layout)
 
 
 def attention_forward(
@@ -1480,8 +1400,7 @@ def attention_backward(
     _check_layout(layout)
     window = _block_window(causal, window_size, alignment)
     _check(q, k, v, layout=layout, scale=softmax_scale, name="attention_backward")
-    if not isinstance(deterministic, bool):
-        raise SpecError("deterministic", deterministic, "True or False")
+    validate.flag("deterministic", deterministic)
     out_shape = (*q.shape[:3], v.shape[3])
     for name, x, shape in (("out", out, out_shape), ("dout", dout, out_shape)):
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != tuple(shape) or x.device != q.device:
@@ -1517,8 +1436,7 @@ def attention_backward(
 
 def _refuse_flash_extras(dropout_p, softcap, alibi_slopes) -> None:
     """FlashAttention arguments the kernels lack: a one-line UnsupportedArgument each."""
-    if dropout_p:
-        raise UnsupportedArgument("dropout_p", dropout_p, "0.0 (tilegen's kernels have no dropout)")
+    validate.no_dropout(dropout_p)
     if softcap:
         raise UnsupportedArgument("softcap", softcap, "0.0 (no score softcapping)")
     if alibi_slopes is not None:
@@ -1550,8 +1468,7 @@ def flash_attn_forward(
         (out, softmax_lse, S_dmask, rng_state) with no dropout mask and no RNG state.
     """
     _refuse_flash_extras(dropout_p, softcap, alibi_slopes)
-    if return_softmax:
-        raise UnsupportedArgument("return_softmax", return_softmax, "False (the probabilities are never stored)")
+    validate.no_probabilities(return_softmax, "return_softmax")
     out, lse = attention_forward(
         q, k, v, softmax_scale=softmax_scale, causal=bool(causal), window_size=(window_size_left, window_size_right), layout="BSND"
     )
@@ -1616,11 +1533,10 @@ def _sdpa_op_kwargs(kwargs: dict) -> tuple:
     unknown = sorted(set(kwargs) - set(_SDPA_OP_KWARGS))
     if unknown:
         raise UnsupportedArgument(unknown[0], kwargs[unknown[0]], "the keyword arguments " + ", ".join(_SDPA_OP_KWARGS))
-    if kwargs.get("dropout_p", 0.0):
-        raise UnsupportedArgument("dropout_p", kwargs["dropout_p"], "0.0 (tilegen's kernels have no dropout)")
+    validate.no_dropout(kwargs.get("dropout_p", 0.0))
     if kwargs.get("return_debug_mask", False):
         raise UnsupportedArgument("return_debug_mask", kwargs["return_debug_mask"], "False")
-    return kwargs.get("scale"), kwargs.get("target", "h200")
+    return validate.scale(kwargs.get("scale"), "scale"), kwargs.get("target", "h200")
 
 
 def sdpa_ring_forward_op(query, key, value, *, is_causal=False, **kwargs):
