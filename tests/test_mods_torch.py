@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilegen.torch as tt  # noqa: E402
+from tilegen.torch import mod_args  # noqa: E402
 from mod_reference import dense  # noqa: E402
 from tilegen.core import mods  # noqa: E402
 from tilegen.harness.check import compare  # noqa: E402
@@ -172,7 +173,7 @@ def test_opcheck_with_parameters():
         x.requires_grad_(True)
     slopes = torch.tensor([0.5, 0.25], requires_grad=True)
     doc = torch.tensor([0, 0, 1, 1, 1, 2])
-    score, mask, decls, names, *_ = tt._mod_texts(mods.alibi(slopes), mods.document(doc))
+    score, mask, decls, names, *_ = mod_args.mod_texts(mods.alibi(slopes), mods.document(doc))
     assert names == ("alibi_slopes", "doc")
     args = (q, k, v, "BNSD", None, -1, 0, "bottom_right", None, "h200", score, mask, decls, [slopes, doc])
     torch.library.opcheck(torch.ops.tilegen.attention_fwd.default, args)
