@@ -25,7 +25,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tilegen.backends.triton import render  # noqa: E402
-from tilegen.torch import _spec  # noqa: E402
+from tilegen.torch.call import Call  # noqa: E402
 from probe_modules import kernel_times, load  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -102,7 +102,7 @@ for dtn, N in rows:
     D, H = 128, 16
     B = 16384 // N
     q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=DT[dtn]) for _ in range(4))
-    spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, -1), alignment="top_left", name="probe")
+    spec = Call.checked(q, k, v, layout="BNSD", window=(-1, -1), alignment="top_left").spec()
     src = render(spec, "h200", dq_strategy="atomic")
     m0 = load(src, f"orig_{dtn}_{N}")
     src1 = fold(src)
@@ -140,7 +140,7 @@ for N in (1024, 4096, 16384):
     B = 16384 // N
     for dtn in ("fp16",):
         q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=DT[dtn]) for _ in range(3))
-        spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, -1), alignment="top_left", name="probe")
+        spec = Call.checked(q, k, v, layout="BNSD", window=(-1, -1), alignment="top_left").spec()
         flops = 4 * B * H * N * N * D
         for (br, bc, w, st) in ((64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 4)):
             if time.time() - T0 > 520: break

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tilegen.backends.triton import render  # noqa: E402
 from tilegen.core.targets import load_target  # noqa: E402
-from tilegen.torch import _spec  # noqa: E402
+from tilegen.torch.call import Call  # noqa: E402
 from probe_modules import kernel_times, load  # noqa: E402
 
 # the placement check counts staging copies of P and dS the compiler does not keep (the separate main at
@@ -90,7 +90,7 @@ for dtn, N, gqa in rows:
     B = 16384 // N
     q, do = (torch.randn(B, H, N, D, device="cuda", dtype=DT[dtn]) for _ in range(2))
     k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=DT[dtn]) for _ in range(2))
-    spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, -1), alignment="top_left", name="probe")
+    spec = Call.checked(q, k, v, layout="BNSD", window=(-1, -1), alignment="top_left").spec()
     tag = f"{dtn}_{N}_{'gqa' if gqa else 'mha'}"
     m0 = load(render(spec, "h200", dq_strategy="atomic"), f"atomic_{tag}")
     mA = load(render(spec, LOOSE, dq_strategy="separate", tile_sizes={"bwd": (64, 128)}, knobs={"main": (8, 3), "dq": (8, 3)}), f"sepA_{tag}")
@@ -159,7 +159,7 @@ if ROUND == 2:
         B = 16384 // N
         q, do = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         k, v = (torch.randn(B, Hkv, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0) if causal else (-1, -1), alignment="bottom_right", name="probe")
+        spec = Call.checked(q, k, v, layout="BNSD", window=(-1, 0) if causal else (-1, -1), alignment="bottom_right").spec()
         tag = f"d{d}_{N}_{'c' if causal else 'nc'}_{'gqa' if gqa else 'mha'}"
         m0 = load(render(spec, "h200", dq_strategy="atomic"), f"atomic_{tag}")
         o, lse = m0.forward(q, k, v, trusted=True)
@@ -206,7 +206,7 @@ if ROUND == 3:
         B = 16384 // N
         q, do = (torch.randn(B, H, N, d, device="cuda", dtype=DT[dtn]) for _ in range(2))
         k, v = (torch.randn(B, Hkv, N, d, device="cuda", dtype=DT[dtn]) for _ in range(2))
-        spec = _spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0) if causal else (-1, -1), alignment="bottom_right", name="probe")
+        spec = Call.checked(q, k, v, layout="BNSD", window=(-1, 0) if causal else (-1, -1), alignment="bottom_right").spec()
         tag = f"d{d}_{N}_{'c' if causal else 'nc'}_{'gqa' if gqa else 'mha'}_{dtn}"
         m0 = load(render(spec, "h200", dq_strategy="atomic"), f"atomic3_{tag}")
         sep_src = render(spec, "h200", dq_strategy="separate", tile_sizes={"bwd": (64, 128)}, knobs={"main": (8, 3), "dq": (8, 3)}, dq_tiles="transposed")

@@ -130,10 +130,10 @@ def three_launch_module(q, k, v):
     import os
 
     import tilegen.passes.lower as lower
-    import tilegen.torch as tt
     from tilegen.backends import triton as triton_backend
+    from tilegen.torch.call import Call
 
-    spec = tt._spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0), alignment="top_left", name="attention_fwd")
+    spec = Call.checked(q, k, v, layout="BNSD", window=(-1, 0), alignment="top_left").spec()
     keep, cache, loaded = lower.direct_dq, os.environ.get("TILEGEN_CACHE"), dict(triton_backend._LOADED)
     lower.direct_dq = lambda program, target, sinks=False: program
     os.environ["TILEGEN_CACHE"] = "0"
@@ -169,10 +169,11 @@ def main(argv=None) -> int:
 
     import tilegen.torch as tt
     from gpu_table import Impl, loop_us, make_inputs
+    from tilegen.torch import plans
 
     q, k, v, do = make_inputs(1, 1, 1, 128, 64, "bf16")
     paths = {impl: Impl(impl, q, k, v, do, True, False) for impl in ("tilegen", "flash")}
-    module = next(reversed(tt._PLANS.values())).module  # the plan the tilegen path just stored
+    module = next(reversed(plans.PLANS.values())).module  # the plan the tilegen path just stored
     for name, fn in functions(module).items():
         paths[name] = Path_(fn, q, k, v, do, None)
         if name == "module":  # the same bare Function over the module without the pass direct-dq
@@ -221,10 +222,12 @@ def profile(paths, args, tt) -> int:
     import time
 
     path = paths["tilegen"]
-    key = tt._fast_key("sdpa", path.q, path.k, path.v, True, None, False, "h200")
-    plan = tt._lookup(key)
-    pieces = {"_fast_key": lambda: tt._fast_key("sdpa", path.q, path.k, path.v, True, None, False, "h200"),
-              "_lookup (with the stat)": lambda: tt._lookup(key), "_fresh (the target file's stat)": lambda: tt._fresh(plan)}
+    from tilegen.torch import plans
+
+    key = plans.fast_key("sdpa", path.q, path.k, path.v, True, None, False, "h200")
+    plan = plans.lookup(key)
+    pieces = {"fast_key": lambda: plans.fast_key("sdpa", path.q, path.k, path.v, True, None, False, "h200"),
+              "lookup (with the stat)": lambda: plans.lookup(key), "fresh (the target file's stat)": lambda: plans.fresh(plan)}
     lines = []
     for name, fn in pieces.items():
         runs = []

@@ -47,6 +47,8 @@ from types import SimpleNamespace
 import torch
 
 import tilegen.torch as tt
+from tilegen.torch import device, plans
+from tilegen.torch.call import Call
 from tilegen.core.targets import target_key
 
 
@@ -167,19 +169,19 @@ def varlen_main(runs: int, json_path: str | None) -> dict:
     cu = torch.from_numpy(np.concatenate([[0], np.cumsum(seq_lengths(tokens, docs))]).astype(np.int32))
     longest = int((cu[1:] - cu[:-1]).max())
     stub = VarlenStub(tokens, tokens)
-    tt._triton_path = lambda x: True
+    device.triton_path = lambda x: True
     tb.load = lambda *a, **kw: stub
     q, k, v, do = (torch.randn(tokens, heads, dim).to(torch.bfloat16) for _ in range(4))
     xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
     sinks = torch.zeros(heads, requires_grad=True)
-    plans = getattr(tt, "_PLANS", {})
+    table = plans.PLANS
 
     seeds = itertools.count(1)
 
     def call(grad: bool, with_sinks: bool, miss: str):
         c, m = cu, longest
         if miss == "first call (miss)":
-            plans.clear()
+            table.clear()
         elif miss == "new packing (miss, module known)":
             c = torch.from_numpy(np.concatenate([[0], np.cumsum(seq_lengths(tokens, docs, next(seeds)))]).astype(np.int32))
             m = tokens
@@ -244,10 +246,10 @@ def main(argv=None) -> dict:
 
     q, k, v = (torch.randn(1, 1, 128, 64, dtype=torch.float16) for _ in range(3))
     do = torch.randn(1, 1, 128, 64, dtype=torch.float16)
-    stub = tt._Plan(StubModule(), tt._stamp("h200"))
-    tt._FAST_DEVICES = ("cuda", "cpu")
-    real_op_plan = tt._op_plan
-    tt._op_plan = lambda *a, **kw: stub  # the miss builds the stub plan; hits never call it
+    stub = plans.Plan(StubModule(), plans.stamp("h200"))
+    plans.FAST_DEVICES = ("cuda", "cpu")
+    real_op_plan = plans.op_plan
+    plans.op_plan = lambda *a, **kw: stub  # the miss builds the stub plan; hits never call it
     xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
 
     def fwd():
@@ -261,11 +263,11 @@ def main(argv=None) -> dict:
     StubModule.launches = 0
     res["fast path: forward (no grad)"] = per_call(fwd, n)
     res["fast path: forward + backward"] = per_call(fwd_bwd, n)
-    tt._op_plan = real_op_plan
+    plans.op_plan = real_op_plan
 
     # the real generated module, kernels stubbed
-    tt._PLANS.clear()
-    module = tt._op_plan(q, k, v, "BNSD", None, -1, 0, "top_left", None, "h200").module  # decorated, never compiled
+    plans.PLANS.clear()
+    module = plans.op_plan(q, k, v, ("BNSD", None, -1, 0, "top_left", None, "h200", "", "", "")).module  # decorated, never compiled
     for direct in (False, True):
         stub_kernels(module, direct)
         how = "direct launches" if direct else "every launch through kernel[grid]"
@@ -278,10 +280,10 @@ def main(argv=None) -> dict:
             res["Triton's JITFunction.run host work the direct path skips (binder + cache key), per forward launch"] = per_call(spec, n)
 
     # the pieces of the slow path (per custom-op call)
-    res["slow path piece: target check (_check_gpu_target)"] = per_call(lambda: tt._check_gpu_target("h200"), n // 4)
+    res["slow path piece: target check (check_gpu_target)"] = per_call(lambda: device.check_gpu_target("h200"), n // 4)
     res["slow path piece: module cache key (target_key)"] = per_call(lambda: target_key("h200"), n // 4)
-    res["slow path piece: spec built and validated (_spec)"] = per_call(
-        lambda: tt._spec(q, k, v, layout="BNSD", scale=None, window=(-1, 0), alignment="top_left", name="attention_fwd"), n // 4
+    res["slow path piece: call checked, spec built and validated (Call.checked(...).spec())"] = per_call(
+        lambda: Call.checked(q, k, v, layout="BNSD", window=(-1, 0), alignment="top_left").spec(), n // 4
     )
 
     @torch.library.custom_op("tilegen_bench::fwd", mutates_args=())

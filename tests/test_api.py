@@ -57,6 +57,8 @@ def _qkv(dtype=np.float16):
         (lambda a: (a[0], a[1][:, :, :, :8], a[2]), "k.shape"),
         (lambda a: (a[0], a[1], a[2][:, :, :5]), "v.shape"),
         (lambda a: (a[0], np.concatenate([a[1]] * 3, axis=1)[:, :3], np.concatenate([a[2]] * 3, axis=1)[:, :3]), "k.shape"),
+        (lambda a: (a[0], a[1][:, :0], a[2][:, :0]), "k.shape"),  # no KV head: named, not a ZeroDivisionError
+        (lambda a: (a[0][:, :, :0], a[1], a[2]), "q.shape"),
     ],
 )
 def test_bad_arrays_are_named(mutate, name):

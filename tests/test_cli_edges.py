@@ -91,6 +91,26 @@ def test_torch_on_cpu_refuses_an_unknown_target():
     assert tt.flash_attn_func(q, q, q, target="h200").shape == q.shape
 
 
+def test_torch_sinks_and_packed_calls_on_cpu_refuse_an_unknown_target():
+    """The sinks and packed-batch path checks the target on the CPU as the custom ops do (it ran the
+    interpreter with any target before)."""
+    torch = pytest.importorskip("torch")
+    import tilegen.torch as tt
+
+    q = torch.randn(1, 8, 2, 16)
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    calls = [lambda bad: tt.flash_attn_func(q, q, q, sinks=torch.zeros(2), target=bad),
+             lambda bad: tt.flash_attn_func(q, q, q, softcap=3.0, sinks=torch.zeros(2), target=bad),
+             lambda bad: tt.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, None, None, target=bad)]
+    for call in calls:
+        for bad in ("h100", "ascend910b2"):
+            with pytest.raises(tilegen.SpecError) as info:
+                call(bad)
+            msg = str(info.value)
+            assert info.value.field == "target" and "h200" in msg and "\n" not in msg, msg
+    assert tt.flash_attn_func(q, q, q, sinks=torch.zeros(2), target="h200").shape == q.shape
+
+
 def test_run_data_says_which_entry_it_used(tmp_path, capsys):
     import numpy as np
 

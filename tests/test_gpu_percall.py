@@ -83,14 +83,14 @@ def _close(ours, ref, what):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_hit_matches_miss_and_the_math_reference(case, monkeypatch):
-    import tilegen.torch as tt
+    from tilegen.torch import plans
 
-    monkeypatch.setattr(tt, "_PLANS", {})
-    monkeypatch.setattr(tt, "PLAN_STATS", {"hits": 0, "misses": 0})
+    monkeypatch.setattr(plans, "PLANS", {})
+    monkeypatch.setattr(plans, "PLAN_STATS", {"hits": 0, "misses": 0})
     q, k, v, do = _make(case)
     miss = _eager(case, q, k, v, do)
     hit = _eager(case, q, k, v, do)
-    assert tt.PLAN_STATS["hits"] == 1
+    assert plans.PLAN_STATS["hits"] == 1
     det = CASES[case][-1]
     for name, a, b in zip(("out", "dq", "dk", "dv"), miss, hit):
         if name == "dq" and not det:  # float atomics: the order of the adds may differ
@@ -210,12 +210,13 @@ def test_direct_launch_on_the_fast_path_after_the_first_call(monkeypatch):
     """tilegen.torch's plan cache hit launches every kernel directly: 1 + the backward's launches per
     forward + backward after the first call."""
     import tilegen.torch as tt
+    from tilegen.torch import plans
 
-    monkeypatch.setattr(tt, "_PLANS", {})
+    monkeypatch.setattr(plans, "PLANS", {})
     q, k, v, do = _make("sdpa-causal-bf16", seed=3)
     xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
     tt.scaled_dot_product_attention(*xs, is_causal=True).backward(do)
-    m = next(iter(tt._PLANS.values())).module
+    m = next(iter(plans.PLANS.values())).module
     before = dict(m.LAUNCHES)
     tt.scaled_dot_product_attention(*xs, is_causal=True).backward(do)
     assert m.LAUNCHES["ordinary"] == before["ordinary"]
@@ -227,11 +228,12 @@ def test_short_sequence_backward_is_one_launch(case, monkeypatch):
     """Where one K/V tile covers the keys the module's backward launches main alone (pass direct-dq):
     a plan-cache hit makes 2 direct launches per forward + backward (and no ordinary one)."""
     import tilegen.torch as tt
+    from tilegen.torch import plans
 
-    monkeypatch.setattr(tt, "_PLANS", {})
+    monkeypatch.setattr(plans, "PLANS", {})
     q, k, v, do = _make(case, seed=4)
     _eager(case, q, k, v, do)
-    m = next(iter(tt._PLANS.values())).module
+    m = next(iter(plans.PLANS.values())).module
     assert not hasattr(m, "_launch_pre") and not hasattr(m, "_launch_post")
     before = dict(m.LAUNCHES)
     _eager(case, q, k, v, do)

@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tilegen.torch as tt  # noqa: E402
+from tilegen.torch import mod_args  # noqa: E402
 from mod_reference import dense  # noqa: E402
 from tilegen.core import mods  # noqa: E402
 from tilegen.harness.check import compare  # noqa: E402
@@ -172,7 +173,7 @@ def test_opcheck_with_parameters():
         x.requires_grad_(True)
     slopes = torch.tensor([0.5, 0.25], requires_grad=True)
     doc = torch.tensor([0, 0, 1, 1, 1, 2])
-    score, mask, decls, names, *_ = tt._mod_texts(mods.alibi(slopes), mods.document(doc))
+    score, mask, decls, names, *_ = mod_args.mod_texts(mods.alibi(slopes), mods.document(doc))
     assert names == ("alibi_slopes", "doc")
     args = (q, k, v, "BNSD", None, -1, 0, "bottom_right", None, "h200", score, mask, decls, [slopes, doc])
     torch.library.opcheck(torch.ops.tilegen.attention_fwd.default, args)
@@ -272,9 +273,12 @@ def test_flash_argument_errors_are_named():
     with pytest.raises(SpecError) as info:
         tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(2, 2, 2))
     assert info.value.field == "alibi_slopes.shape"
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecError) as info:  # one check of the slopes (tilegen.core.validate): every wrong shape names alibi_slopes.shape
         tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(3))
-    assert info.value.field == "alibi_slopes" and "shape [2]" in _one_line(info)
+    assert info.value.field == "alibi_slopes.shape" and "shape [2] or [1, 2]" in _one_line(info)
+    with pytest.raises(SpecError) as info:
+        tt.flash_attn_func(q, k, v, alibi_slopes=torch.ones(2, dtype=torch.int32))
+    assert info.value.field == "alibi_slopes.dtype" and "a floating-point dtype" in _one_line(info)
     with pytest.raises(tt.UnsupportedArgument) as info:
         tt.flash_attn_func(q, k, v, softcap=30.0, score_mod=mods.softcap(2.0))
     assert info.value.name == "softcap"

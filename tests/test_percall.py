@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import tilegen.torch as tt  # noqa: E402
+from tilegen.torch import plans  # noqa: E402
 from tilegen.core.errors import SpecError  # noqa: E402
 from tilegen.core.resources import data_dir  # noqa: E402
 
@@ -32,9 +33,9 @@ from tilegen.core.resources import data_dir  # noqa: E402
 @pytest.fixture()
 def fast(monkeypatch):
     """The fast path on CPU tensors, with an empty plan table and zeroed counters."""
-    monkeypatch.setattr(tt, "_FAST_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(tt, "_PLANS", {})
-    monkeypatch.setattr(tt, "PLAN_STATS", {"hits": 0, "misses": 0})
+    monkeypatch.setattr(plans, "FAST_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(plans, "PLANS", {})
+    monkeypatch.setattr(plans, "PLAN_STATS", {"hits": 0, "misses": 0})
     return tt
 
 
@@ -67,9 +68,9 @@ def _reference(q, k, v, do, causal, scale=None):
 def test_hit_gives_the_miss_results_and_the_reference(fast):
     q, k, v, do = _inputs(hq=4, hkv=2)
     miss = _sdpa(q, k, v, do, is_causal=True, enable_gqa=True)
-    assert fast.PLAN_STATS == {"hits": 0, "misses": 2}  # the entry-point key and the op key
+    assert plans.PLAN_STATS == {"hits": 0, "misses": 2}  # the entry-point key and the op key
     hit = _sdpa(q, k, v, do, is_causal=True, enable_gqa=True)
-    assert fast.PLAN_STATS == {"hits": 1, "misses": 2}
+    assert plans.PLAN_STATS == {"hits": 1, "misses": 2}
     ref = _reference(q, k, v, do, causal=True)
     for name, a, b, r in zip(("out", "dq", "dk", "dv"), miss, hit, ref):
         assert torch.equal(a, b), name
@@ -88,11 +89,11 @@ def test_flash_attn_func_hit_matches_miss_and_deterministic_misses(fast):
 
     a = run(causal=True)
     b = run(causal=True)
-    assert fast.PLAN_STATS["hits"] == 1
+    assert plans.PLAN_STATS["hits"] == 1
     assert all(torch.equal(x, y) for x, y in zip(a, b))
-    misses = fast.PLAN_STATS["misses"]
+    misses = plans.PLAN_STATS["misses"]
     c = run(causal=True, deterministic=True)  # the separate dQ strategy: another module
-    assert fast.PLAN_STATS["misses"] == misses + 2
+    assert plans.PLAN_STATS["misses"] == misses + 2
     for x, y in zip(a, c):
         assert (x.double() - y.double()).abs().max().item() < 5e-3
 
@@ -121,13 +122,13 @@ def test_a_change_of_any_key_field_misses(fast):
             keys = _entry_keys(fast)
             tt.scaled_dot_product_attention(*args, **kw)
             assert len(_entry_keys(fast)) == len(keys) + 1, label  # a miss: a new key in the table
-            hits = fast.PLAN_STATS["hits"]
+            hits = plans.PLAN_STATS["hits"]
             tt.scaled_dot_product_attention(*args, **kw)  # and then a hit
-            assert fast.PLAN_STATS["hits"] == hits + 1 and len(_entry_keys(fast)) == len(keys) + 1, label
+            assert plans.PLAN_STATS["hits"] == hits + 1 and len(_entry_keys(fast)) == len(keys) + 1, label
 
 
 def _entry_keys(fast):
-    return [key for key in fast._PLANS if key[0] != "op"]
+    return [key for key in plans.PLANS if key[0] != "op"]
 
 
 def test_flash_window_and_target_changes_miss(fast, tmp_path):
@@ -145,17 +146,17 @@ def test_flash_window_and_target_changes_miss(fast, tmp_path):
             keys = _entry_keys(fast)
             tt.flash_attn_func(q, k, v, **kw)
             assert len(_entry_keys(fast)) == len(keys) + 1, kw
-        before = dict(fast.PLAN_STATS)
+        before = dict(plans.PLAN_STATS)
         tt.flash_attn_func(q, k, v, **calls[-1])
-        assert fast.PLAN_STATS["hits"] == before["hits"] + 1
+        assert plans.PLAN_STATS["hits"] == before["hits"] + 1
         # an edited target file: the plan's stamp no longer matches
         st = os.stat(target)
         with open(target, "a") as f:
             f.write("\n# edited\n")
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-        before = dict(fast.PLAN_STATS)
+        before = dict(plans.PLAN_STATS)
         tt.flash_attn_func(q, k, v, **calls[-1])
-        assert fast.PLAN_STATS["hits"] == before["hits"], "an edited target file must miss"
+        assert plans.PLAN_STATS["hits"] == before["hits"], "an edited target file must miss"
 
 
 def test_bad_arguments_are_refused_after_a_good_twin_made_a_plan(fast):
@@ -192,11 +193,11 @@ def test_dispatch_modes_and_subclasses_take_the_custom_ops(fast):
             return func(*args, **(kwargs or {}))
 
     q, k, v, _ = _inputs()
-    assert tt._fast_key("sdpa", q, k, v, True) is not None
+    assert plans.fast_key("sdpa", q, k, v, True) is not None
     with Log():
-        assert tt._fast_key("sdpa", q, k, v, True) is None
+        assert plans.fast_key("sdpa", q, k, v, True) is None
     p = torch.nn.Parameter(q)
-    assert tt._fast_key("sdpa", p, k, v, True) is not None  # parameters are plain tensors here
+    assert plans.fast_key("sdpa", p, k, v, True) is not None  # parameters are plain tensors here
 
 
 def test_functorch_transforms_take_the_custom_ops(fast):
@@ -204,7 +205,7 @@ def test_functorch_transforms_take_the_custom_ops(fast):
 
     q, k, v, _ = _inputs()
     seen = []
-    vmap(lambda x: seen.append(tt._fast_key("sdpa", x, k[0], v[0], True)) or x)(q)
+    vmap(lambda x: seen.append(plans.fast_key("sdpa", x, k[0], v[0], True)) or x)(q)
     assert seen == [None]
 
 
@@ -219,15 +220,15 @@ def test_fast_path_backward_fills_no_gradient_of_lse(fast, monkeypatch):
         def backward(self, q, k, v, o, lse, do, **kw):
             return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
-    plan = tt._Plan(Stub(), tt._stamp("h200"))
-    monkeypatch.setattr(tt, "_op_plan", lambda *a, **kw: plan)
+    plan = plans.Plan(Stub(), plans.stamp("h200"))
+    monkeypatch.setattr(plans, "op_plan", lambda *a, **kw: plan)
     q, k, v, do = _inputs()
     xs = [x.clone().requires_grad_(True) for x in (q, k, v)]
     for _ in range(2):  # a miss, then a hit
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             torch.autograd.grad(tt.scaled_dot_product_attention(*xs, is_causal=True), xs, do)
     names = [e.key for e in prof.key_averages()]
-    assert tt.PLAN_STATS["hits"] == 1
+    assert plans.PLAN_STATS["hits"] == 1
     assert not {"aten::zeros", "aten::fill_", "aten::zero_"} & set(names), names
 
 

@@ -106,6 +106,19 @@ def test_accumulators_are_checked():
         tt.attention_forward(q, k, v, alignment="middle")
 
 
+def test_a_bad_scale_names_the_callers_argument():
+    """attention_forward/backward take ``softmax_scale``, the SDPA ring ops ``scale``: each error names
+    the argument its caller passed."""
+    q, k, v, do = _data(s=8)
+    with pytest.raises(SpecError, match=r"^softmax_scale = -1\.0 is invalid; accepted: a positive finite number or None$"):
+        tt.attention_forward(q, k, v, softmax_scale=-1.0)
+    o, l = tt.attention_forward(q, k, v)
+    with pytest.raises(SpecError, match=r"^softmax_scale = 0 is invalid"):
+        tt.attention_backward(q, k, v, o, l, do, softmax_scale=0)
+    with pytest.raises(SpecError, match=r"^scale = -1\.0 is invalid"):
+        tt.sdpa_ring_forward_op(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=-1.0)
+
+
 # --- FlashAttention's call convention (ring-flash-attention) -------------------------------------
 
 # flash_attn/flash_attn_interface.py (Dao-AILab/flash-attention 2.6-2.7): the argument names, in order.

@@ -3,7 +3,7 @@
 The truth is tests/test_varlen.py's reference: each sequence attended densely on its own in float64
 torch (autograd for dq, dk, dv and dsinks; the sink as one more logit column, as transformers' gpt-oss
 eager attention), never tilegen's code, under DESIGN §3's accuracy rule. The Triton path of
-tilegen.torch (the one CUDA tensors take) runs here on CPU tensors: ``_triton_path`` is patched to
+tilegen.torch (the one CUDA tensors take) runs here on CPU tensors: ``tilegen.torch.device.triton_path`` is patched to
 say yes. Tile sizes are 16 x 16 through a target file whose only tiles are 16 (the h200 file cut
 before its measured rows), so the small shapes span several tiles. Cases: the issue's offsets
 (empty Q, empty K, length 1) with Hq 9 / Hkv 3; lengths below and above a tile with tokens outside
@@ -23,6 +23,9 @@ import pytest
 import torch
 
 from tilegen import api
+from tilegen.core import validate
+from tilegen.torch import extras, plans
+from tilegen.torch.call import Call
 from tilegen.harness.check import compare, lse_rel_floor
 from tilegen.core.targets import load_target
 
@@ -45,8 +48,9 @@ def target16(tmp_path_factory):
 @pytest.fixture
 def triton_path(monkeypatch):
     import tilegen.torch as tt
+    from tilegen.torch import device
 
-    monkeypatch.setattr(tt, "_triton_path", lambda x: True)
+    monkeypatch.setattr(device, "triton_path", lambda x: True)
     return tt
 
 
@@ -66,8 +70,9 @@ def _varlen(tt, target, q, k, v, do, cu_q, cu_k, dtype, *, causal=False, window=
     """flash_attn_varlen_func on the Triton path with autograd: (out, lse, grads by name) as float32."""
     tq, tk, tv = (_tensor(x, dtype) for x in (q, k, v))
     ts = None if sinks is None else torch.tensor(sinks, requires_grad=True)
-    cfg = tt._Extras("varlen", None, tuple(tt._window(causal, window, "causal")), None, False, target, cu_q, cu_k, None, None)
-    out, lse = tt._ExtrasAttention.apply(tq, tk, tv, ts, None, cfg)
+    call = extras.varlen_call(tq, tk, tv, cu_q, cu_k, None, None, scale=None, window=validate.window(causal, window), softcap=None,
+                              alibi_slopes=None, sinks=ts, dq_strategy=None, target=target)
+    out, lse = extras.ExtrasAttention.apply(tq, tk, tv, ts, None, call)
     (out.float() * torch.tensor(np.asarray(do, np.float32))).sum().backward()
     grads = {"dq": _np(tq.grad), "dk": _np(tk.grad), "dv": _np(tv.grad)}
     if ts is not None:
@@ -292,11 +297,29 @@ def fresh_plans(triton_path, monkeypatch):
     """An empty plan table and a count of the varlen specs built."""
     from tilegen import api as api_mod
 
-    monkeypatch.setattr(triton_path, "_PLANS", {})
+    monkeypatch.setattr(plans, "PLANS", {})
     built = []
     original = api_mod.varlen_spec
     monkeypatch.setattr(api_mod, "varlen_spec", lambda *a, **kw: built.append(a) or original(*a, **kw))
     return triton_path, built
+
+
+@pytest.mark.parametrize("shapes,dtypes,field,value", [
+    (((5, 2, 16), (5, 2, 16), (5, 1, 16)), None, "v.shape", (5, 1, 16)),
+    (((5, 2, 16), (5, 2, 8), (5, 2, 16)), None, "k.shape", (5, 2, 8)),
+    (((5, 2, 16), (5, 2, 16), (5, 2, 16)), (torch.float32, torch.float16, torch.float32), "k.dtype", "q torch.float32, k torch.float16, v torch.float32"),
+])
+def test_bad_packed_tensors_are_refused_before_any_plan(fresh_plans, target16, shapes, dtypes, field, value):
+    """On the Triton path q, k, v are checked as the NumPy API checks them (tilegen.core.validate.qkv,
+    TND): the error names the caller's own tensor and shape, before a spec or module is built (not the
+    generated module's check of its [1, T, H, D] view after the build)."""
+    tt, built = fresh_plans
+    q, k, v = (torch.zeros(s, dtype=(dtypes or (torch.float32,) * 3)[i]) for i, s in enumerate(shapes))
+    cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+    with pytest.raises(api.SpecError) as info:
+        tt.flash_attn_varlen_func(q, k, v, cu, cu, None, None, target=target16)
+    assert info.value.field == field and info.value.value == value and "\n" not in str(info.value)
+    assert built == [] and plans.PLANS == {}
 
 
 def _public(tt, target, q, k, v, cu_q, cu_k, dtype="fp32", *, causal=True, window=(-1, -1), softcap=0.0, sinks=None, max_q=None, transpose=False):
@@ -400,10 +423,10 @@ def test_plan_key_changes_miss(fresh_plans, target16):
 def test_dense_sinks_plan_hit_builds_no_spec(triton_path, target16, monkeypatch):
     """flash_attn_func(sinks=...) on the Triton path: a second call builds no spec and gives bitwise
     the first call's output."""
-    monkeypatch.setattr(triton_path, "_PLANS", {})
+    monkeypatch.setattr(plans, "PLANS", {})
     calls = []
-    original = triton_path._spec
-    monkeypatch.setattr(triton_path, "_spec", lambda *a, **kw: calls.append(a) or original(*a, **kw))
+    original = Call.spec
+    monkeypatch.setattr(Call, "spec", lambda *a, **kw: calls.append(a) or original(*a, **kw))
     q, k, v, _ = _data(20, 24, 2, 1, 16, "fp32", seed=13)
     t = lambda x: torch.tensor(x[None])  # noqa: E731
     sinks = torch.tensor([0.25, -0.5])
@@ -415,13 +438,11 @@ def test_dense_sinks_plan_hit_builds_no_spec(triton_path, target16, monkeypatch)
 
 def test_plan_table_drops_the_least_recently_used(monkeypatch):
     """A full plan table drops its least recently used key, not every key."""
-    import tilegen.torch as tt
-
-    monkeypatch.setattr(tt, "_PLANS", {})
-    monkeypatch.setattr(tt, "_PLAN_LIMIT", 3)
-    plan = tt._Plan(None, tt._stamp("h200"))
+    monkeypatch.setattr(plans, "PLANS", {})
+    monkeypatch.setattr(plans, "PLAN_LIMIT", 3)
+    plan = plans.Plan(None, plans.stamp("h200"))
     for key in ("a", "b", "c"):
-        tt._store(key, plan)
-    assert tt._lookup("a") is plan  # "a" is now the most recently used
-    tt._store("d", plan)
-    assert list(tt._PLANS) == ["c", "a", "d"] and tt._lookup("b") is None
+        plans.store(key, plan)
+    assert plans.lookup("a") is plan  # "a" is now the most recently used
+    plans.store("d", plan)
+    assert list(plans.PLANS) == ["c", "a", "d"] and plans.lookup("b") is None

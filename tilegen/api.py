@@ -13,25 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from tilegen.core import dtypes
+from tilegen.core import dtypes, validate
 from tilegen.core.errors import SpecError
-from tilegen.core.sinks import check_sinks, sink_grad
-from tilegen.core.spec import ALIGNMENTS, LAYOUTS, AttentionSpec
+from tilegen.core.sinks import sink_grad
+from tilegen.core.spec import AttentionSpec
 from tilegen.backends.interp import interpret
 from tilegen.backends import compile_backward, compile_forward
-
-_ACCEPTED_DTYPES = "numpy.float16, ml_dtypes.bfloat16 or numpy.float32"
-
-
-def _check_array(name: str, x: Any, ndim: int) -> np.ndarray:
-    if not isinstance(x, np.ndarray):
-        raise SpecError(name, type(x).__name__, f"a numpy.ndarray of {_ACCEPTED_DTYPES}")
-    if dtypes.name_of(x.dtype) is None:
-        raise SpecError(f"{name}.dtype", str(x.dtype), _ACCEPTED_DTYPES)
-    if x.ndim != ndim:
-        raise SpecError(f"{name}.shape", x.shape, f"{ndim} dimensions")
-    return x
-
 
 def _logical(x: np.ndarray, layout: str) -> np.ndarray:
     """A BNSD view of ``x`` (no copy): BSND arrays are transposed, their strides honoured."""
@@ -40,30 +27,6 @@ def _logical(x: np.ndarray, layout: str) -> np.ndarray:
 
 def _physical(x: np.ndarray, layout: str) -> np.ndarray:
     return np.ascontiguousarray(x if layout == "BNSD" else x.transpose(0, 2, 1, 3))
-
-
-def _window(causal: Any, window: Any) -> tuple[int, int]:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise SpecError("causal", causal, "True or False")
-    if (
-        not isinstance(window, (tuple, list))
-        or len(window) != 2
-        or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < -1 for w in window)
-    ):
-        raise SpecError("window", window, "(left, right): two integers, each >= 0 or -1 for unbounded")
-    left, right = int(window[0]), int(window[1])
-    if causal:
-        if right not in (-1, 0):
-            raise SpecError("window", tuple(window), "right = -1 or 0 when causal=True (causal sets right = 0)")
-        right = 0
-    return left, right
-
-
-def _check_scale(softmax_scale) -> None:
-    if softmax_scale is not None and (
-        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, np.floating)) or not softmax_scale > 0 or not np.isfinite(softmax_scale)
-    ):
-        raise SpecError("softmax_scale", softmax_scale, "a positive finite number or None")
 
 
 def make_spec(
@@ -78,7 +41,7 @@ def make_spec(
     Raises:
         SpecError (a ValueError): wrong type, dtype, rank or shape, mismatched dtypes, heads not
             divisible, a bad window, scale, alignment or layout; an invalid mod
-            (:class:`tilegen.mods.ModError`).
+            (:class:`tilegen.mods.ModError`). The checks: :mod:`tilegen.core.validate`.
     """
     spec, _ = make_spec_and_params(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
@@ -88,43 +51,31 @@ def make_spec(
 
 def make_spec_and_params(
     q, k, v, *, softmax_scale=None, causal=False, window=(-1, -1), alignment="bottom_right", layout="BNSD", score_mod=None, mask_mod=None,
-    sinks=False,
+    softcap=None, alibi_slopes=None, sinks=False,
 ) -> tuple[AttentionSpec, dict]:
     """:func:`make_spec` and the parameter arrays the mods read, by name (checked against the spec's
-    declarations: shapes, dtype kinds). ``sinks`` (bool) sets the spec's ``sinks`` field."""
+    declarations: shapes, dtype kinds). ``softcap`` and ``alibi_slopes`` (as :func:`attention`) join
+    the score mod; ``sinks`` (bool) sets the spec's ``sinks`` field."""
     from tilegen.core.mods import check_param_arrays, mods_from_api, intersect_windows
-    if layout not in LAYOUTS:
-        raise SpecError("layout", layout, " or ".join(repr(x) for x in LAYOUTS))
-    if alignment not in ALIGNMENTS:
-        raise SpecError("alignment", alignment, " or ".join(repr(x) for x in ALIGNMENTS))
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_array(name, x, 4)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise SpecError("k.dtype", f"q {q.dtype}, k {k.dtype}, v {v.dtype}", "the same dtype for q, k and v")
-    lq, lk, lv = (_logical(x, layout) for x in (q, k, v))
-    bsz, hq, sq, dqk = lq.shape
-    if lk.shape[0] != bsz or lk.shape[3] != dqk:
-        raise SpecError("k.shape", k.shape, f"batch {bsz} and head dim {dqk} like q (layout {layout})")
-    if lv.shape[:3] != lk.shape[:3]:
-        raise SpecError("v.shape", v.shape, f"the batch, heads and length of k {k.shape} (layout {layout})")
-    for name, size in (("q", bsz), ("q", hq), ("q", sq), ("q", dqk), ("k", lk.shape[2]), ("v", lv.shape[3])):
-        if size == 0:
-            raise SpecError(f"{name}.shape", {"q": q, "k": k, "v": v}[name].shape, "no zero-sized dimension")
-    if hq % lk.shape[1]:
-        raise SpecError("k.shape", k.shape, f"a head count that divides q's {hq} heads (layout {layout})")
-    _check_scale(softmax_scale)
+
+    layout = validate.layout(layout)
+    validate.alignment(alignment)
+    lq, lk, lv = validate.qkv(q, k, v, kind=validate.NUMPY, layout=layout)
+    bsz, hq, sq, dqk = lq
+    scale = validate.scale(softmax_scale)
+    score_mod = flash_score_mod(score_mod, softcap, validate.alibi_slopes(alibi_slopes, hq, bsz))
     score_text, mask_text, decls, mod_window, arrays = mods_from_api(score_mod, mask_mod)
     spec = AttentionSpec(
         batch=bsz,
         heads_q=hq,
-        heads_kv=lk.shape[1],
+        heads_kv=lk[1],
         seq_q=sq,
-        seq_k=lk.shape[2],
+        seq_k=lk[2],
         head_dim_qk=dqk,
-        head_dim_v=lv.shape[3],
-        dtype=dtypes.name_of(q.dtype),
-        scale=None if softmax_scale is None else float(softmax_scale),
-        window=intersect_windows(_window(causal, window), mod_window),
+        head_dim_v=lv[3],
+        dtype=validate.NUMPY.names[q.dtype],
+        scale=scale,
+        window=intersect_windows(validate.window(causal, window), mod_window),
         alignment=alignment,
         layout=layout,
         name="api",
@@ -138,9 +89,11 @@ def make_spec_and_params(
     return spec, params
 
 
-def _fa_score_mod(score_mod, softcap, alibi_slopes):
+def flash_score_mod(score_mod, softcap, alibi_slopes):
     """The score mod of FlashAttention's ``softcap`` and ``alibi_slopes`` (DESIGN §3): score′ =
-    c·tanh(score/c), then − slope·|q_idx + Sk − Sq − kv_idx|; or ``score_mod`` itself.
+    c·tanh(score/c), then − slope·|q_idx + Sk − Sq − kv_idx| (FlashAttention 2's order); or
+    ``score_mod`` itself. ``alibi_slopes``: a float [Hq] or [B, Hq] array (checked by the caller,
+    :func:`tilegen.core.validate.alibi_slopes`; its values are the parameter's).
 
     Raises:
         SpecError: softcap not None/0/a positive finite number; softcap or alibi_slopes together with
@@ -148,14 +101,10 @@ def _fa_score_mod(score_mod, softcap, alibi_slopes):
     """
     from tilegen.core import mods as M
 
-    cap = _check_softcap(softcap)
-    if score_mod is not None and (cap is not None or alibi_slopes is not None):
-        which = "softcap" if cap is not None else "alibi_slopes"
-        raise SpecError(which, softcap if cap is not None else "an array", "None when score_mod is given (use tilegen.mods.softcap / alibi inside the score mod)")
+    cap = validate.softcap(softcap)
+    validate.score_mod_alone(score_mod, cap, alibi_slopes)
     if cap is None and alibi_slopes is None:
         return score_mod
-    if alibi_slopes is not None and not (isinstance(alibi_slopes, np.ndarray) and alibi_slopes.dtype.kind == "f"):
-        raise SpecError("alibi_slopes", type(alibi_slopes).__name__, "a float numpy.ndarray of shape [Hq] or [B, Hq]")
     sc = M.softcap(cap) if cap is not None else None
     al = M.alibi(alibi_slopes) if alibi_slopes is not None else None
     if sc is None:
@@ -163,15 +112,6 @@ def _fa_score_mod(score_mod, softcap, alibi_slopes):
     if al is None:
         return sc
     return M.Mod("score", al.expr.xreplace({M.SCORE: sc.expr}), al.params)
-
-
-def _check_softcap(softcap):
-    """None for no softcapping (None or 0.0, FlashAttention's "off"), else the cap as a float."""
-    if softcap is None or (not isinstance(softcap, bool) and isinstance(softcap, (int, float, np.floating)) and float(softcap) == 0.0):
-        return None
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating)) or not (np.isfinite(softcap) and softcap > 0):
-        raise SpecError("softcap", softcap, "None or 0.0 (off), or a positive finite number")
-    return float(softcap)
 
 
 def attention(
@@ -205,12 +145,11 @@ def attention(
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
-    score_mod = _fa_score_mod(score_mod, softcap, alibi_slopes)
     spec, params = make_spec_and_params(
         q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
-        sinks=sinks is not None,
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks is not None,
     )
-    sk = check_sinks(sinks, spec.heads_q)
+    sk = validate.sinks(sinks, spec.heads_q)
     if sk is not None:
         params = {**params, "sinks": sk}
     program = compile_forward(spec, target=target, tile_sizes=tile_sizes)
@@ -266,14 +205,14 @@ def attention_backward(
     Raises:
         SpecError (ValueError): a bad argument, named.
     """
-    score_mod = _fa_score_mod(score_mod, softcap, alibi_slopes)
     spec, params = make_spec_and_params(
-        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod
+        q, k, v, softmax_scale=softmax_scale, causal=causal, window=window, alignment=alignment, layout=layout, score_mod=score_mod, mask_mod=mask_mod,
+        softcap=softcap, alibi_slopes=alibi_slopes,
     )
-    sk = check_sinks(sinks, spec.heads_q)
+    sk = validate.sinks(sinks, spec.heads_q)
     expect_o = spec.logical_shapes["O"]
     for name, x in (("o", o), ("do", do)):
-        _check_array(name, x, 4)
+        validate.array(name, x, kind=validate.NUMPY, layout=layout)
         if x.dtype != q.dtype:
             raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
         if _logical(x, layout).shape != expect_o:
@@ -349,28 +288,6 @@ class Varlen:
         return {VARLEN_Q_SEQ: self.q_seq, VARLEN_K_SEQ: self.k_seq, VARLEN_Q_OFF: self.q_off}
 
 
-def _check_cu(name: str, cu, total: int) -> np.ndarray:
-    """``cu_seqlens_*``: int32 [nseq + 1], non-decreasing, from >= 0 to <= total (FlashAttention's
-    convention; tokens past the last entry belong to no sequence)."""
-    accepted = f"an int32 numpy.ndarray [num_seqs + 1] of non-decreasing offsets from 0 to at most {total} (the tokens)"
-    if not isinstance(cu, np.ndarray):
-        raise SpecError(name, type(cu).__name__, accepted)
-    if cu.dtype != np.int32:
-        raise SpecError(f"{name}.dtype", str(cu.dtype), accepted)
-    if cu.ndim != 1 or cu.shape[0] < 2:
-        raise SpecError(f"{name}.shape", cu.shape, accepted)
-    c = cu.astype(np.int64)
-    if c[0] < 0:
-        raise SpecError(name, f"first entry {int(c[0])}", accepted)
-    bad = np.nonzero(np.diff(c) < 0)[0]
-    if bad.size:
-        n = int(bad[0])
-        raise SpecError(name, f"entries {n} and {n + 1} decrease ({int(c[n])} > {int(c[n + 1])})", accepted)
-    if c[-1] > total:
-        raise SpecError(name, f"last entry {int(c[-1])}", f"{accepted}; the tensor has {total} tokens")
-    return c
-
-
 def varlen_layout(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_seqlen_q=None, max_seqlen_k=None) -> Varlen:
     """The per-token arrays of a packed batch (:class:`Varlen`), checked.
 
@@ -378,16 +295,12 @@ def varlen_layout(cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_se
         SpecError: a bad ``cu_seqlens_q``/``cu_seqlens_k`` (type, dtype, shape, decreasing, past the
             tokens), different sequence counts, or a ``max_seqlen_*`` below the longest sequence.
     """
-    cq = _check_cu("cu_seqlens_q", cu_seqlens_q, total_q)
-    ck = _check_cu("cu_seqlens_k", cu_seqlens_k, total_k)
+    cq = validate.offsets("cu_seqlens_q", cu_seqlens_q, total_q)
+    ck = validate.offsets("cu_seqlens_k", cu_seqlens_k, total_k)
     if len(cq) != len(ck):
         raise SpecError("cu_seqlens_k.shape", cu_seqlens_k.shape, f"({len(cq)},): one entry per sequence of cu_seqlens_q, plus one")
-    for name, given, lens in (("max_seqlen_q", max_seqlen_q, np.diff(cq)), ("max_seqlen_k", max_seqlen_k, np.diff(ck))):
-        if given is None:
-            continue
-        longest = int(lens.max())
-        if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < longest:
-            raise SpecError(name, given, f"None or an integer >= {longest} (the longest sequence)")
+    validate.max_seqlen("max_seqlen_q", max_seqlen_q, int(np.diff(cq).max()))
+    validate.max_seqlen("max_seqlen_k", max_seqlen_k, int(np.diff(ck).max()))
     q_seq = np.full(total_q, VARLEN_OUTSIDE_Q, dtype=np.int32)
     k_seq = np.full(total_k, VARLEN_OUTSIDE_K, dtype=np.int32)
     q_off = np.zeros(total_q, dtype=np.int32)
@@ -448,7 +361,7 @@ def varlen_block_classes(cu_q: np.ndarray, cu_k: np.ndarray, total_q: int, total
     return out
 
 
-def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, heads_q: int):
+def varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, heads_q: int):
     """(score_mod text, mask_mod text, ParamDecls, parameter arrays) of a packed batch: the document
     mask q_seq[q_idx] == k_seq[kv_idx] and the window per sequence, bottom-right, through q_off;
     FlashAttention's softcap and ALiBi (−slope·|i + Sk_s − Sq_s − j| in sequence-local indices
@@ -465,12 +378,9 @@ def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, he
         mask.append(f"(kv_idx <= {diag} + {right})")
     if left >= 0:
         mask.append(f"(kv_idx >= {diag} - {left})")
-    cap = _check_softcap(softcap)
+    cap = validate.softcap(softcap)
     score = "score" if cap is None else f"{cap!r}*tanh(score/{cap!r})"
-    if alibi_slopes is not None:
-        accepted = f"a float numpy.ndarray of shape [{heads_q}] or [{lay.nseq}, {heads_q}] (one row per sequence)"
-        if not isinstance(alibi_slopes, np.ndarray) or alibi_slopes.dtype.kind != "f":
-            raise SpecError("alibi_slopes", type(alibi_slopes).__name__, accepted)
+    if validate.alibi_slopes(alibi_slopes, heads_q, lay.nseq, rows_are="sequence") is not None:
         if alibi_slopes.shape == (heads_q,):
             decls.append(ParamDecl("alibi_slopes", (heads_q,), "fp32"))
             arrays["alibi_slopes"] = alibi_slopes.astype(np.float32)
@@ -482,8 +392,6 @@ def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, he
             decls.append(ParamDecl("alibi_slopes", (total_q, heads_q), "fp32"))
             arrays["alibi_slopes"] = per_token
             slope = "alibi_slopes[q_idx, h]"
-        else:
-            raise SpecError("alibi_slopes.shape", alibi_slopes.shape, accepted)
         score = f"({score}) - {slope}*Abs({diag} - kv_idx)"
     if len(mask) > 1 or alibi_slopes is not None:
         decls.append(ParamDecl(VARLEN_Q_OFF, (total_q,), "int32"))
@@ -492,25 +400,9 @@ def _varlen_mods(lay: Varlen, window: tuple[int, int], softcap, alibi_slopes, he
     return score_text, " & ".join(mask), tuple(sorted(decls, key=lambda d: d.name)), arrays
 
 
-def _check_tnd(q, k, v) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_array(name, x, 3)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise SpecError("k.dtype", f"q {q.dtype}, k {k.dtype}, v {v.dtype}", "the same dtype for q, k and v")
-    if k.shape[2] != q.shape[2]:
-        raise SpecError("k.shape", k.shape, f"[total_k, Hkv, {q.shape[2]}] (q's head dim)")
-    if v.shape[:2] != k.shape[:2]:
-        raise SpecError("v.shape", v.shape, f"[{k.shape[0]}, {k.shape[1]}, Dv] (k's tokens and heads)")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.shape[1] == 0 or x.shape[2] == 0:
-            raise SpecError(f"{name}.shape", x.shape, "heads and head dim of at least 1")
-    if q.shape[1] % k.shape[1]:
-        raise SpecError("k.shape", k.shape, f"a head count that divides q's {q.shape[1]} heads")
-
-
 def _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks):
     """(spec or None when a side has no token, params, layout, sinks array) of a varlen call."""
-    _check_tnd(q, k, v)
+    validate.qkv(q, k, v, kind=validate.NUMPY, layout=validate.TND)
     return varlen_spec(q.shape, k.shape, v.shape, dtypes.name_of(q.dtype), cu_seqlens_q, cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap,
                        alibi_slopes=alibi_slopes, sinks=sinks)
@@ -527,16 +419,16 @@ def varlen_spec(shape_q, shape_k, shape_v, dtype: str, cu_seqlens_q, cu_seqlens_
         SpecError: a bad argument, named.
     """
     lay = varlen_layout(cu_seqlens_q, cu_seqlens_k, int(shape_q[0]), int(shape_k[0]), max_seqlen_q, max_seqlen_k)
-    win = _window(causal, window)
+    win = validate.window(causal, window)
     hq = int(shape_q[1])
-    sk = check_sinks(sinks, hq)
-    score, mask, decls, arrays = _varlen_mods(lay, win, softcap, alibi_slopes, hq)
-    _check_scale(softmax_scale)
+    sk = validate.sinks(sinks, hq)
+    score, mask, decls, arrays = varlen_mods(lay, win, softcap, alibi_slopes, hq)
+    scale = validate.scale(softmax_scale)
     if shape_q[0] == 0 or shape_k[0] == 0:
         return None, arrays, lay, sk
     spec = AttentionSpec(
         batch=1, heads_q=hq, heads_kv=int(shape_k[1]), seq_q=int(shape_q[0]), seq_k=int(shape_k[0]), head_dim_qk=int(shape_q[2]),
-        head_dim_v=int(shape_v[2]), dtype=dtype, scale=None if softmax_scale is None else float(softmax_scale), window=(-1, -1),
+        head_dim_v=int(shape_v[2]), dtype=dtype, scale=scale, window=(-1, -1),
         layout="BSND", name="varlen", score_mod=score, mask_mod=mask, params=decls, sinks=sk is not None,
         packed_ids=(VARLEN_Q_SEQ, VARLEN_K_SEQ),
     )
@@ -619,7 +511,7 @@ def attention_varlen_backward(
     spec, params, lay, sk = _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks)
     total_q, hq, dv_ = q.shape[0], q.shape[1], v.shape[2]
     for name, x in (("o", o), ("do", do)):
-        _check_array(name, x, 3)
+        validate.array(name, x, kind=validate.NUMPY, layout=validate.TND)
         if x.dtype != q.dtype:
             raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
         if x.shape != (total_q, hq, dv_):

@@ -79,3 +79,16 @@ class FusionError(TilegenError):
 
 class TargetError(TilegenError, ValueError):
     """An unknown target name or an invalid target file."""
+
+
+class UnsupportedArgument(TilegenError, NotImplementedError):
+    """An argument tilegen's kernels do not implement (dropout, an explicit mask, returned
+    probabilities, ...): the message names it, its value and what is accepted, in one line.
+
+    Attributes:
+        name: the argument; value: what was given; accepted: what would have been accepted, in words.
+    """
+
+    def __init__(self, name: str, value: object, accepted: str):
+        self.name, self.value, self.accepted = name, value, accepted
+        super().__init__(f"{name} = {value!r} is not supported; accepted: {accepted}")

@@ -1,32 +1,9 @@
-"""Attention sinks (DESIGN §3): the check of the per-head sink logits and their gradient, which every
-backend forms on the host from the stored O, dO and L."""
+"""Attention sinks (DESIGN §3): the gradient of the per-head sink logits, which every backend forms on
+the host from the stored O, dO and L (their check: :func:`tilegen.core.validate.sinks`)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-from tilegen.core.errors import SpecError
-
-
-def check_sinks(sinks, heads_q: int) -> np.ndarray | None:
-    """``sinks`` as float32 [Hq], or None.
-
-    Raises:
-        SpecError: not a float array of shape [Hq] with finite values.
-    """
-    if sinks is None:
-        return None
-    accepted = f"a float numpy.ndarray of shape [{heads_q}] (one finite logit per query head) or None"
-    if not isinstance(sinks, np.ndarray):
-        raise SpecError("sinks", type(sinks).__name__, accepted)
-    if sinks.dtype.kind != "f":
-        raise SpecError("sinks.dtype", str(sinks.dtype), accepted)
-    if sinks.shape != (heads_q,):
-        raise SpecError("sinks.shape", sinks.shape, accepted)
-    out = np.ascontiguousarray(sinks, dtype=np.float32)
-    if not np.isfinite(out).all():
-        raise SpecError("sinks", "a non-finite value", accepted)
-    return out
 
 
 def sink_grad(o, do, lse, sinks, rows=None) -> np.ndarray:

@@ -85,7 +85,7 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
     Raises:
         ModError: a given array of the wrong shape or dtype kind, or a name no mod reads.
     """
-    from tilegen.core.sinks import check_sinks
+    from tilegen.core import validate
     from tilegen.core.mods import check_param_arrays
 
     mods = spec.mods
@@ -93,7 +93,7 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
     sinks, notes = None, []
     if spec.sinks:
         if "sinks" in given:
-            sinks = check_sinks(np.asarray(given.pop("sinks")), spec.heads_q)
+            sinks = validate.sinks(np.asarray(given.pop("sinks")), spec.heads_q)
             notes.append(f"sinks [{spec.heads_q}] given")
         else:
             sinks = (SINK_SCALE * np.random.default_rng([seed, 2]).standard_normal(spec.heads_q)).astype(np.float32)

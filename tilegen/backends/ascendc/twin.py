@@ -290,11 +290,11 @@ def run_attention(
     params = dict(params or {})
     sinks = params.pop("sinks", None)
     if spec.sinks:
-        from tilegen.core.sinks import check_sinks
+        from tilegen.core import validate
 
         if sinks is None:
             raise SpecError("params[sinks]", None, f"a float32 array of shape [{spec.heads_q}] for a spec with sinks")
-        sinks = check_sinks(np.asarray(sinks), spec.heads_q)
+        sinks = validate.sinks(np.asarray(sinks), spec.heads_q)
     if mods is not None:
         from tilegen.backends import ascendc
         from tilegen.core.mods import check_param_arrays
