@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import jinja2
 import sympy
@@ -58,7 +59,7 @@ from tilegen.passes import ascend as ascend_passes
 from tilegen.passes.driver import Options
 from tilegen.models.footprint import buffer_bytes, plan
 from tilegen.models.stages import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
-from tilegen.core.resources import data_dir
+from tilegen.core.resources import data_dir, drop_sections, runtime_text
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
 
@@ -127,17 +128,24 @@ def cfloat(x: float) -> str:
 
 # --- descriptor fields ---------------------------------------------------------------------------------
 #
-# Every value the runtime helpers (templates/ascendc/tilegen_runtime.h.jinja) and the kernels compute and
-# then narrow into a hardware descriptor or a narrow API argument. Types are those of NPU arch 2201 in
-# the asc-devkit headers (cannmirror/asc-devkit@0da921b9, include/basic_api/kernel_struct_*.h); ranges
-# are the ones the devkit itself checks (impl/basic_api/*_check.h, impl/basic_api/dav_c220/*) or, where
-# it checks none, the range its API page documents (docs/zh/api/...). The lowering derives each value
-# as a sympy expression of the spec (the largest value the field takes over the loop nest), proves it in
-# range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
+# Every value the runtime helpers (runtime/ascendc/tilegen_runtime.h) and the kernels compute and then
+# narrow into a hardware descriptor or a narrow API argument. Types are those of NPU arch 2201 in the
+# asc-devkit headers (cannmirror/asc-devkit@0da921b9, include/basic_api/kernel_struct_*.h); ranges are
+# the ones the devkit itself checks (impl/basic_api/*_check.h, impl/basic_api/dav_c220/*) or, where it
+# checks none, the range its API page documents (docs/zh/api/...). The runtime header is where they are
+# written, once: its ``namespace field`` holds one struct per field (C type, lo, hi, the source as the
+# comment above it), which TILEGEN_NARROW reads and :data:`FIELDS` parses. The lowering derives each
+# value as a sympy expression of the spec (the largest value the field takes over the loop nest), proves
+# it in range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
 # TilegenRefusal); the runtime narrows each through TILEGEN_NARROW, which the CPU twin checks again.
-# Fields written as literals (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0,
-# DataCopyExtParams.rsv = 0, InitConstValueParams.repeatTimes = 1 and dstGap = 0, LoadData2DParams.sid/
-# dstGap/addrMode = 0, MmadParams.unitFlag = 0) are in range by inspection and not listed.
+# Notes on some ranges: MmadParams.m starts at 2 because m = 1 is GEMV (L0A read as ND, docs/zh/api/.../
+# Mmad.md) and the helpers load L0A as ZZ; VectorOp.count is the counter-mode mask of the count-form
+# vector calls; CrossCoreSetFlag.flagId stops at 10 since 11-14 are SyncAll's. Fields written as literals
+# (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0, DataCopyExtParams.rsv = 0,
+# InitConstValueParams.repeatTimes = 1 and dstGap = 0, LoadData2DParams.sid/dstGap/addrMode = 0,
+# MmadParams.unitFlag = 0) are in range by inspection and not listed.
+
+RUNTIME_HEADER = ("ascendc", "tilegen_runtime.h")  # under runtime/ (tilegen.core.resources.runtime_text)
 
 
 @dataclass(frozen=True)
@@ -151,44 +159,65 @@ class FieldRange:
     source: str
 
 
-_DC = "include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h"
-_PAD = "include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5"
-_MM = "include/basic_api/kernel_struct_mm.h"
-_FIX = "include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h"
-FIELDS = {
-    f.name: f
-    for f in [
-        FieldRange("Nd2NzParams_nValue", "uint16_t", 0, 16384, _DC),
-        FieldRange("Nd2NzParams_dValue", "uint16_t", 0, 65535, _DC),
-        FieldRange("Nd2NzParams_srcDValue", "uint16_t", 1, 65535, _DC),
-        FieldRange("Nd2NzParams_dstNzC0Stride", "uint16_t", 1, 16384, _DC),
-        FieldRange("DataCopyExtParams_blockCount", "uint16_t", 0, 4095, _DC),
-        FieldRange("DataCopyExtParams_blockLen", "uint32_t", 0, 2097151, _DC),
-        FieldRange("DataCopyExtParams_srcStride", "uint32_t", 0, 2**32 - 1, _PAD),
-        FieldRange("DataCopyExtParams_dstStride", "uint32_t", 0, 2**32 - 1, _PAD),
-        FieldRange("InitConstValueParams_blockNum", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
-        FieldRange("LoadData2DParams_startIndex", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
-        FieldRange("LoadData2DParams_repeatTimes", "uint8_t", 1, 255, _MM + "; docs/zh/api/.../LoadData_2D.md (0 is a no-op)"),
-        FieldRange("LoadData2DParams_srcStride", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
-        # m = 1 is legal (GEMV: L0A read as ND, docs/zh/api/.../Mmad.md), but the helpers load L0A as ZZ
-        FieldRange("MmadParams_m", "uint16_t", 2, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)"),
-        FieldRange("MmadParams_n", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
-        FieldRange("MmadParams_k", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
-        FieldRange("FixpipeParamsV220_nSize", "uint16_t", 1, 4095, _FIX),
-        FieldRange("FixpipeParamsV220_mSize", "uint16_t", 1, 8192, _FIX + " (NZ2ND)"),
-        FieldRange("FixpipeParamsV220_srcStride", "uint16_t", 0, 65535, _FIX + "; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md"),
-        FieldRange("FixpipeParamsV220_dstStride", "uint32_t", 1, 2**32 - 1, _FIX),
-        # count-form vector calls run in counter mode: impl/basic_api/kernel_npu_debug.h checks [0, INT32_MAX]
-        FieldRange("VectorOp_count", "int32_t", 0, 2**31 - 1, "impl/basic_api/kernel_npu_debug.h (counter-mode mask)"),
-        # level-0 vector calls: repeatTime and the repeat strides of BinaryRepeatParams are uint8_t
-        FieldRange("VectorOp_repeatTime", "uint8_t", 0, 255, "include/basic_api/kernel_operator_vec_binary_intf.h:69 (const uint8_t repeatTime); docs/zh/api/.../Brcb.md [0, 255]"),
-        FieldRange("VectorOp_repStride", "uint8_t", 0, 255, "include/basic_api/kernel_struct_binary.h:45 (uint8_t dstRepStride, src0RepStride)"),
-        # user flag ids: 11-14 are SyncAll's (impl/basic_api/dav_c220/kernel_operator_sync_impl.h)
-        FieldRange("CrossCoreSetFlag_flagId", "uint16_t", 0, 10, "impl/basic_api/dav_c220/kernel_operator_sync_impl.h"),
-        # MaskTile compares column indices as floats: exact while every compared integer is <= 2^24
-        FieldRange("MaskTile_index", "float", 0, 2**24, "IEEE 754 binary32 (24-bit significand)"),
-    ]
-}
+_FIELD_STRUCT = re.compile(
+    r"// (?P<source>[^\n]+)\nstruct (?P<name>\w+) \{\n    using T = (?P<ctype>\w+);\n"
+    r"    static constexpr int64_t lo = (?P<lo>-?\d+)LL;\n    static constexpr int64_t hi = (?P<hi>-?\d+)LL;\n\};\n"
+)
+
+
+def header_fields(text: str) -> dict[str, FieldRange]:
+    """The field ranges of a runtime header's ``namespace field`` (``text``: the header), by name.
+
+    Raises:
+        ValueError: the header has no ``namespace field``, or a line in it is not part of a field struct.
+    """
+    begin, end = "namespace field {\n", "}  // namespace field\n"
+    if begin not in text or end not in text:
+        raise ValueError("the runtime header has no 'namespace field { ... }  // namespace field'")
+    body = text[text.index(begin) + len(begin) : text.index(end)]
+    fields, pos = {}, 0
+    for m in _FIELD_STRUCT.finditer(body):
+        if m.start() != pos:
+            raise ValueError(f"namespace field: not a field struct: {body[pos:m.start()]!r}")
+        fields[m["name"]] = FieldRange(m["name"], m["ctype"], int(m["lo"]), int(m["hi"]), m["source"])
+        pos = m.end()
+    if pos != len(body) or not fields:
+        raise ValueError(f"namespace field: not a field struct: {body[pos:]!r}")
+    return fields
+
+
+@lru_cache(maxsize=1)
+def fields() -> dict[str, FieldRange]:
+    """Every narrow field by name: the runtime header's (:func:`header_fields`, read once per process)
+    and ``MaskTile_index``: MaskTile compares column indices as floats, exact while every compared
+    integer is <= 2^24 (a proof obligation of the lowering alone; the header narrows no such field).
+    Also ``FIELDS``, the module attribute."""
+    return {
+        **header_fields(runtime_text(*RUNTIME_HEADER)),
+        "MaskTile_index": FieldRange("MaskTile_index", "float", 0, 2**24, "IEEE 754 binary32 (24-bit significand)"),
+    }
+
+
+def __getattr__(name: str):
+    # FIELDS is read from the runtime header when first asked for, not at import: the package imports
+    # without its data folders (tools that only read the code)
+    if name == "FIELDS":
+        return fields()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def runtime_sections(spec: AttentionSpec) -> set[str]:
+    """The sections of the runtime header that the kernels of ``spec`` call (``tilegen:section`` markers
+    in runtime/ascendc/tilegen_runtime.h): ``packed`` for a packed batch, ``sinks``, ``mods`` for a score
+    or mask mod."""
+    return {name for name, used in (("packed", bool(spec.packed_ids)), ("sinks", bool(spec.sinks)), ("mods", spec.mods is not None)) if used}
+
+
+def runtime_header(spec: AttentionSpec) -> str:
+    """``tilegen_runtime.h`` for the kernels of ``spec``: runtime/ascendc/tilegen_runtime.h with the
+    sections ``spec`` does not use (:func:`runtime_sections`) and the marker lines left out, every other
+    byte as it is."""
+    return drop_sections(runtime_text(*RUNTIME_HEADER), runtime_sections(spec))
 
 
 @dataclass(frozen=True)
@@ -226,7 +255,7 @@ def prove_fields(uses: list[FieldUse], spec: AttentionSpec) -> list[dict]:
     sizes = _sizes(spec)
     guards: dict[tuple, dict] = {}
     for use in uses:
-        rng = FIELDS[use.field]
+        rng = fields()[use.field]
         expr = sympy.sympify(use.value)
         free = {str(s) for s in expr.free_symbols}
         if free - set(SHAPE_NAMES):
@@ -370,7 +399,7 @@ class _Lower:
 
     def fits(self, field_name: str, value) -> bool:
         """Whether ``value`` lies in the field's range at the spec's sizes."""
-        rng = FIELDS[field_name]
+        rng = fields()[field_name]
         return rng.lo <= int(evaluate(value, _sizes(self.spec))) <= rng.hi
 
     def pitch_expr(self, access: Access):
@@ -1613,13 +1642,10 @@ def generate(
         "window": spec.window,
         "scale": spec.softmax_scale,
         "k_step": int(tgt.placement["k_step"].value),
-        "fields": [FIELDS[n] for n in sorted(FIELDS) if FIELDS[n].ctype != "float"],
         "guards": guards,
         "mods": spec.mods is not None,
-        "packed": bool(spec.packed_ids),
-        "sinks": bool(spec.sinks),
     }
-    files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
+    files = {"tilegen_runtime.h": runtime_header(spec)}
     for plan_ in plans:
         files[f"{plan_.label}_kernels.asc"] = env.get_template("kernels.asc.jinja").render(ctx, plan=plan_)
     for name in ("tiling.h", "tilegen_ops.asc", "CMakeLists.txt", "tilegen_op.py", "twin_main.cpp"):
