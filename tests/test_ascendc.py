@@ -268,6 +268,29 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
         twin.run_attention(twin.build(dict(files, **{"bwd_kernels.asc": no_wait})), spec, data, blocks=3)
 
 
+def test_the_syncall_launch_protocol_is_the_lowerings(monkeypatch):
+    """The atomic dK/dV backward runs pre, main and post in one launch (Kernel.sync_all on main and
+    post): ascendc.launch_protocol says a SyncAll before each of them and batch mode, as the IR's flags
+    say; kernels.asc renders exactly that, so a protocol with no SyncAll renders none."""
+    spec = make_spec(**CASES["empty-kv-tiles-fp16"])
+    bwd = ascendc.plan_programs(spec, dkv_strategy="atomic")[1][1]
+    ir_flags = [k.sync_all for k in bwd.program.kernels]
+    steps = [s for launch in bwd.launches for s in launch["steps"]]
+    assert [s["sync_all"] for s in steps] == ir_flags and sum(ir_flags) == 2
+    assert [(launch["batch_mode"], launch["scoped"]) for launch in bwd.launches] == [(True, True)]
+    src = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files["bwd_kernels.asc"]
+    assert src.count("SyncAll<false>();") == 2 and src.count("extern \"C\" __schedmode__(1)") == 1
+    decided = ascendc.launch_protocol
+
+    def apart(name, kernels):  # the same kernels, told to run with no barrier
+        launch = decided(name, kernels)
+        return dict(launch, batch_mode=False, steps=[dict(s, sync_all=False) for s in launch["steps"]])
+
+    monkeypatch.setattr(ascendc, "launch_protocol", apart)
+    src = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files["bwd_kernels.asc"]
+    assert "SyncAll<false>();" not in src and "__schedmode__" not in src and src.count("    {  // ") == 3
+
+
 def test_a_run_of_empty_programs_on_one_core_keeps_the_done_flag_in_range():
     """Sq 16, Sk 4096, a window of 8 keys: nearly every K/V tile is seen by no query, and on one AI Core
     the main programs run back to back. An empty program neither sets the done flag (on the AIC) nor

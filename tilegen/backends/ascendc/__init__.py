@@ -357,7 +357,7 @@ class ProgramPlan:
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
     extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
-    launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all), label
+    launches: list[dict] = field(default_factory=list)  # one per launch, see launch_protocol
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -1531,8 +1531,29 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     launches = []
     for n, g in enumerate(groups):
         name = g[0].name if len(g) == 1 else f"{base}_{n}" if several else base
-        launches.append({"name": name, "kernels": g, "label": launch_label(name, [kp.name for kp in g])})
+        launches.append(launch_protocol(name, g))
     return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
+
+
+def launch_protocol(name: str, kernels: list[KernelPlan]) -> dict:
+    """How one launch runs ``kernels`` (a kernel with ``Kernel.sync_all`` and the ones before it in its
+    launch), as kernels.asc renders it: the launch's function ``name`` and ``label``; ``kernels``; and
+
+    - ``steps``: per kernel in order, ``{"kernel", "sync_all"}``: ``sync_all`` when every core of the
+      launch must have finished the kernels before it (their GM stores landed) before it starts:
+      ``SyncAll<false>()`` (PipeBarrier<PIPE_ALL>, then the AIVs, all AICs and the AIVs again:
+      impl/basic_api/dav_c220/kernel_operator_sync_impl.h SyncAllImpl), then the scalar data cache
+      written back and dropped (``DataCacheCleanAndInvalid``, ENTIRE_DATA_CACHE), as at a launch's end,
+      so that the kernel's ``GetValue`` reads what other cores stored before the barrier (GetValue.md);
+    - ``batch_mode``: the launch holds a SyncAll, so it starts only once all its blocks have cores
+      (``__schedmode__(1)``, SIMD-BuiltIn关键字.md): a SyncAll cannot then wait on blocks that another
+      SyncAll kernel keeps from starting (SyncAll.md 约束说明);
+    - ``scoped``: several kernels share the launch's function, each in a block of its own (their local
+      names repeat).
+    """
+    steps = [{"kernel": kp, "sync_all": i > 0} for i, kp in enumerate(kernels)]
+    return {"name": name, "kernels": kernels, "label": launch_label(name, [kp.name for kp in kernels]), "steps": steps,
+            "batch_mode": any(s["sync_all"] for s in steps), "scoped": len(kernels) > 1}
 
 
 def _host_numel(t, consts: dict) -> str:
