@@ -291,6 +291,41 @@ def test_the_syncall_launch_protocol_is_the_lowerings(monkeypatch):
     assert "SyncAll<false>();" not in src and "__schedmode__" not in src and src.count("    {  // ") == 3
 
 
+@pytest.mark.parametrize("fields", [dict(sinks=True), dict(), dict(score_mod="score + s[h]", params=None)], ids=["sinks", "plain", "mods"])
+def test_the_python_entry_passes_every_input_the_op_schema_declares(tmp_path, monkeypatch, fields):
+    """tilegen_op.py's documented entry (its usage lines) calls torch.ops.<lib>.fwd with every tensor
+    the schema in tilegen_ops.asc declares (m.def): with sinks and no mod the op takes the sinks, so the
+    entry is the raw forward (the autograd wrapper, chosen by the template for any spec without mods,
+    called fwd(q, k, v) and lost them)."""
+    import importlib.util
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    if "params" in fields:
+        from tilegen.core.mods import parse_param_decls
+
+        fields["params"] = parse_param_decls({"s": {"shape": ["Hq"]}})
+    files = ascendc.generate(make_spec(**fields), "ascend910b2").files
+    schema = re.search(r'm\.def\("fwd\(([^)]*)\)', files["tilegen_ops.asc"]).group(1)
+    declared = len(schema.split(", "))
+    (tmp_path / "tilegen_op.py").write_text(files["tilegen_op.py"])
+    spec_ = importlib.util.spec_from_file_location("tilegen_op_under_test", tmp_path / "tilegen_op.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    calls = []
+
+    class Ops:
+        def fwd(self, *args):
+            calls.append(len(args))
+            return torch.zeros(1), torch.zeros(1)
+
+    monkeypatch.setattr(mod, "_ops", Ops)
+    usage = re.search(r"from tilegen_op import (\w+)", files["tilegen_op.py"]).group(1)
+    entry = getattr(mod, usage)
+    entry(*[torch.zeros(1) for _ in inspect.signature(entry).parameters])
+    assert calls == [declared], f"{usage}() passed {calls} tensors to fwd({schema})"
+
+
 def test_a_run_of_empty_programs_on_one_core_keeps_the_done_flag_in_range():
     """Sq 16, Sk 4096, a window of 8 keys: nearly every K/V tile is seen by no query, and on one AI Core
     the main programs run back to back. An empty program neither sets the done flag (on the AIC) nor

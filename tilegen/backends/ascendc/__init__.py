@@ -54,6 +54,7 @@ from tilegen.core.ir import (
 from tilegen.backends.ascendc import mods as AM
 from tilegen.core import mods as M
 from tilegen.backends.compiler import Backend, compile_program
+from tilegen.backends.hooks import hooks
 from tilegen.core.strategies import DKV_AUTO
 from tilegen.passes import ascend as ascend_passes
 from tilegen.passes.driver import Options
@@ -315,8 +316,10 @@ class KernelPlan:
 
 @dataclass
 class TensorArg:
-    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, and for
-    non-inputs the ATen expression that allocates it in the torch binding."""
+    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout; for
+    non-inputs the ATen expression that allocates it in the torch binding; ``zeroed``: the host zeroes
+    it before the launches (a gradient partial: tiles the kernels skip contribute 0); ``returned``: the
+    host hands it back (outputs, partials, the block table)."""
 
     name: str
     ctype: str
@@ -324,13 +327,15 @@ class TensorArg:
     kind: str
     layout: str
     alloc: str = ""
+    zeroed: bool = False
+    returned: bool = False
 
 
 _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16", "float": "at::ScalarType::Float"}
 
 
-def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
-    if t.kind == "partial":  # tiles the kernels skip contribute 0
+def _aten_alloc(t, numel: str, spec: AttentionSpec, zeroed: bool) -> str:
+    if zeroed:
         return f"at::zeros({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
     if t.kind == "tiles":  # written by the classify kernel
         return f"at::empty({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
@@ -358,6 +363,8 @@ class ProgramPlan:
     extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, block table)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
     launches: list[dict] = field(default_factory=list)  # one per launch, see launch_protocol
+    operands: list[dict] = field(default_factory=list)  # the attention operands the host op takes (name, arg, dtype, dims, head_dim)
+    results: list[str] = field(default_factory=list)  # what the host op returns, in order
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -1507,8 +1514,9 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         if t.kind == "handoff":
             continue
         numel = _host_numel(t, consts)
-        alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
-        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc))
+        zeroed = t.kind == "partial"  # tiles the kernels skip contribute 0
+        alloc = _aten_alloc(t, numel, spec, zeroed) if t.kind != "input" else ""
+        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc, zeroed, t.kind in ("output", "partial", "tiles")))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
@@ -1517,6 +1525,8 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
     base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
+    operands = [_OPERANDS[n](spec) for n in base_inputs]
+    results = ["O", "L"] if label == "fwd" else ["dQ", "dK", "dV"]
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
     # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
@@ -1532,7 +1542,8 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     for n, g in enumerate(groups):
         name = g[0].name if len(g) == 1 else f"{base}_{n}" if several else base
         launches.append(launch_protocol(name, g))
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches, operands,
+                       results + partials)
 
 
 def launch_protocol(name: str, kernels: list[KernelPlan]) -> dict:
@@ -1554,6 +1565,30 @@ def launch_protocol(name: str, kernels: list[KernelPlan]) -> dict:
     steps = [{"kernel": kp, "sync_all": i > 0} for i, kp in enumerate(kernels)]
     return {"name": name, "kernels": kernels, "label": launch_label(name, [kp.name for kp in kernels]), "steps": steps,
             "batch_mode": any(s["sync_all"] for s in steps), "scoped": len(kernels) > 1}
+
+
+# the attention operands of the host ops (tilegen_ops.asc): C++ name -> its check (torch argument name,
+# ATen dtype, dims, head dim or 0)
+_OPERANDS = {
+    "Q": lambda spec: {"name": "Q", "arg": "q", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_qk},
+    "K": lambda spec: {"name": "K", "arg": "k", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_qk},
+    "V": lambda spec: {"name": "V", "arg": "v", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+    "O": lambda spec: {"name": "O", "arg": "o", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+    "L": lambda spec: {"name": "L", "arg": "lse", "dtype": "at::ScalarType::Float", "dims": 3, "head_dim": 0},
+    "dO": lambda spec: {"name": "dO", "arg": "do", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+}
+
+
+def host_features(plans: list[ProgramPlan], spec: AttentionSpec) -> list[str]:
+    """The features (templates/ascendc/features/*.jinja) whose hooks the host files of ``spec`` render,
+    in order: the Python entry of tilegen_op.py (``raw_entry``, the forward and backward ops as they are,
+    when the kernels take inputs beside the attention operands or return partials: the host steps are
+    then the caller's; else ``autograd_entry``, an autograd.Function), then ``mods`` and ``sinks``."""
+    raw = any(p.extras or p.partials for p in plans)
+    return ["raw_entry" if raw else "autograd_entry"] + [f for f, used in (("mods", spec.mods is not None), ("sinks", bool(spec.sinks))) if used]
+
+
+HOST_HOOKS = ("usage", "entry", "backward_doc", "binding_note")  # the hook points of the host templates
 
 
 def _host_numel(t, consts: dict) -> str:
@@ -1653,6 +1688,7 @@ def generate(
     guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)
+    bsnd = spec.layout == "BSND"
     ctx = {
         "spec": spec,
         "ident": ident,
@@ -1664,8 +1700,15 @@ def generate(
         "scale": spec.softmax_scale,
         "k_step": int(tgt.placement["k_step"].value),
         "guards": guards,
-        "mods": spec.mods is not None,
+        # where B, N (heads) and S sit in a 4-d tensor of the spec's layout, and the shapes as the docs name them
+        "dims": {"B": 0, "N": 2, "S": 1} if bsnd else {"B": 0, "N": 1, "S": 2},
+        "shapes": {
+            "q": f"B, Sq, Hq, {spec.head_dim_qk}" if bsnd else f"B, Hq, Sq, {spec.head_dim_qk}",
+            "k": f"B, Sk, Hkv, {spec.head_dim_qk}" if bsnd else f"B, Hkv, Sk, {spec.head_dim_qk}",
+            "q_dims": "B, Sq, Hq, D" if bsnd else "B, Hq, Sq, D",
+        },
     }
+    ctx["hook"] = hooks(env, host_features(plans, spec), ctx, HOST_HOOKS)
     files = {"tilegen_runtime.h": runtime_header(spec)}
     for plan_ in plans:
         files[f"{plan_.label}_kernels.asc"] = env.get_template("kernels.asc.jinja").render(ctx, plan=plan_)
