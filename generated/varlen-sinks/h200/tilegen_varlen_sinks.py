@@ -819,6 +819,29 @@ INDEX_ONLY_MASK = False
 BLOCK_SHAPES = {"bwd": [1, 1, 4, 2], "fwd": [1, 1, 1, 3]}
 TILE_SIZES = {"bwd": [32, 128], "fwd": [128, 64]}  # kind -> [Br, Bc] of its block table
 
+# --- host steps after the kernels (tilegen.core.hoststeps, as tilegen runs them on NumPy arrays) -------
+
+def _namespace(x):
+    """The array library of ``x``: ``numpy`` for a NumPy array, ``torch`` for a torch tensor."""
+    return __import__(type(x).__module__.partition(".")[0])
+
+
+def dsinks(d, lse, sinks, rows=None):
+    """dσ_h = −Σ over the batch and rows of exp(σ_h − L)·D (DESIGN §3), float32 [Hq].
+
+    ``d``: D = rowsum(dO∘O) [..., Hq, S] (fp32, as the backward's pre kernel forms it); ``lse``: L
+    [..., Hq, S] from the forward; ``sinks``: σ [Hq]; ``rows``: None or bool [S], the rows that take
+    part (a packed batch: the tokens inside a sequence). All NumPy arrays or all torch tensors (on one
+    device). Formed in float64 and summed over the batch and row axes in one call of the library's sum
+    over a fixed shape: bitwise the same on every run.
+    """
+    xp = _namespace(d)
+    w = xp.exp(xp.asarray(sinks, dtype=xp.float64).reshape(-1, 1) - xp.asarray(lse, dtype=xp.float64)) * xp.asarray(d, dtype=xp.float64)
+    if rows is not None:
+        w = xp.where(rows, w, 0.0)
+    return xp.asarray(-w.sum(tuple(range(w.ndim - 2)) + (w.ndim - 1,)), dtype=xp.float32)
+
+
 def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False, trusted=False):
     """Attention forward: (o, lse).
 
@@ -921,9 +944,7 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
     _launch_post(t, record)
     dparams = {}
     _check("sinks", sinks, (Hq,), torch.float32)
-    w = torch.exp(sinks.double().view(1, -1, 1) - t["L"].double()) * t["D"].double()
-    w = torch.where((t["q_seq"] >= 0).view(1, 1, -1), w, 0.0)
-    dparams["sinks"] = (-w.sum(dim=(0, 2))).float()
+    dparams["sinks"] = dsinks(t["D"], t["L"], sinks, t["q_seq"] >= 0)
     return _logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"]), dparams
 
 

@@ -117,6 +117,7 @@ from tilegen.passes import pipeline
 from tilegen.passes.driver import Options, PassLog
 from tilegen.core.exprs import next_pow2
 from tilegen.core.resources import data_dir
+from tilegen.core.hoststeps import carried_source
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target, target_key
 
@@ -1598,6 +1599,7 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
         "dparams": bool(spec.sinks or (spec.mods is not None and spec.mods.grads)),
         "sink_rows": spec.packed_ids[0] if spec.sinks and spec.packed_ids else "",
+        "host_steps": carried_source("dsinks") if spec.sinks else "",
     }
     context["fills"] = context["programs"][0]["fills"]
     context["bwd_fills"] = context["programs"][1]["fills"]

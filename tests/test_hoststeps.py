@@ -1,0 +1,85 @@
+"""The host steps after the kernels (tilegen/core/hoststeps.py): one implementation that tilegen runs on
+NumPy arrays and every generated Triton module carries and runs on torch tensors.
+
+References are independent of the code under test: dsinks against a float64 loop with math.fsum over
+the rows of the batch. The generated module (generated/varlen-sinks/h200) is checked to carry the
+functions verbatim and to give, on torch tensors, what the reference gives.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilegen.core import hoststeps
+from tilegen.core.hoststeps import carried_source, dsinks
+
+ROOT = Path(__file__).resolve().parent.parent
+VARLEN_MODULE = ROOT / "generated" / "varlen-sinks" / "h200" / "tilegen_varlen_sinks.py"
+
+
+def _sink_data(seed=0, b=2, h=3, s=37):
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal((b, h, s)).astype(np.float32)
+    lse = (rng.standard_normal((b, h, s)) + 2).astype(np.float32)
+    sinks = rng.standard_normal(h).astype(np.float32)
+    rows = rng.random(s) > 0.3
+    return d, lse, sinks, rows
+
+
+def _dsinks_reference(d, lse, sinks, rows):
+    out = np.zeros(len(sinks), np.float64)
+    for hh in range(len(sinks)):
+        out[hh] = -math.fsum(math.exp(float(sinks[hh]) - float(lse[bb, hh, r])) * float(d[bb, hh, r])
+                             for bb in range(d.shape[0]) for r in range(d.shape[2]) if rows is None or rows[r])
+    return out
+
+
+@pytest.mark.parametrize("with_rows", [False, True])
+def test_dsinks_on_numpy_against_a_float64_loop(with_rows):
+    d, lse, sinks, rows = _sink_data()
+    rows = rows if with_rows else None
+    got = dsinks(d, lse, sinks, rows)
+    assert got.dtype == np.float32 and got.shape == sinks.shape
+    np.testing.assert_allclose(got, _dsinks_reference(d, lse, sinks, rows), rtol=1e-6)
+    assert got.tobytes() == dsinks(d, lse, sinks, rows).tobytes()
+
+
+def test_dsinks_on_torch_against_a_float64_loop():
+    torch = pytest.importorskip("torch")
+    d, lse, sinks, rows = _sink_data(1)
+    got = dsinks(torch.from_numpy(d), torch.from_numpy(lse), torch.from_numpy(sinks), torch.from_numpy(rows))
+    assert got.dtype == torch.float32
+    np.testing.assert_allclose(got.numpy(), _dsinks_reference(d, lse, sinks, rows), rtol=1e-6)
+
+
+def test_carried_source_takes_the_helpers_a_function_calls_and_refuses_others():
+    text = carried_source("dsinks")
+    assert text.index("def _namespace(") < text.index("def dsinks(") and "def carried_source" not in text
+    with pytest.raises(ValueError, match=r"^nope: not a carried function of tilegen.core.hoststeps; accepted: "):
+        carried_source("nope")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"carried_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_generated_module_carries_and_runs_the_same_dsinks():
+    """The checked-in varlen-sinks module holds tilegen's dsinks verbatim (no second formula) and its
+    copy, run on torch tensors, meets the reference."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    text = VARLEN_MODULE.read_text()
+    assert carried_source("dsinks") in text and "torch.exp(sinks" not in text
+    mod = _load(VARLEN_MODULE)
+    d, lse, sinks, rows = _sink_data(2)
+    got = mod.dsinks(torch.from_numpy(d), torch.from_numpy(lse), torch.from_numpy(sinks), torch.from_numpy(rows))
+    np.testing.assert_allclose(got.numpy(), _dsinks_reference(d, lse, sinks, rows), rtol=1e-6)
+    assert hoststeps.dsinks.__doc__ == mod.dsinks.__doc__
