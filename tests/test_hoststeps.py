@@ -2,7 +2,8 @@
 NumPy arrays and every generated Triton module carries and runs on torch tensors.
 
 References are independent of the code under test: dsinks against a float64 loop with math.fsum over
-the rows of the batch. The generated module (generated/varlen-sinks/h200) is checked to carry the
+the rows of the batch; reduce_windows against a loop that places every window entry at its coordinates
+and sums each element's contributions with math.fsum. The generated module (generated/varlen-sinks/h200) is checked to carry the
 functions verbatim and to give, on torch tensors, what the reference gives.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from tilegen.core import hoststeps
-from tilegen.core.hoststeps import carried_source, dsinks
+from tilegen.core.hoststeps import carried_source, dsinks, reduce_windows
 
 ROOT = Path(__file__).resolve().parent.parent
 VARLEN_MODULE = ROOT / "generated" / "varlen-sinks" / "h200" / "tilegen_varlen_sinks.py"
@@ -83,3 +84,51 @@ def test_the_generated_module_carries_and_runs_the_same_dsinks():
     got = mod.dsinks(torch.from_numpy(d), torch.from_numpy(lse), torch.from_numpy(sinks), torch.from_numpy(rows))
     np.testing.assert_allclose(got.numpy(), _dsinks_reference(d, lse, sinks, rows), rtol=1e-6)
     assert hoststeps.dsinks.__doc__ == mod.dsinks.__doc__
+
+
+def _windows(seed, t=60, widths=(3, 5), shape=(4, 9)):
+    """Partials whose windows land partly outside, several tiles per origin (as tiles of one diagonal)."""
+    rng = np.random.default_rng(seed)
+    origins = np.stack([rng.integers(-2, shape[0], t), rng.integers(-4, shape[1], t)], axis=1)
+    origins[t // 2 :] = origins[: t - t // 2]  # repeated origins: several contributions per element
+    part = rng.standard_normal((t, math.prod(widths))).astype(np.float32)
+    coords = [(origins[k, 0] + e // widths[1], origins[k, 1] + e % widths[1]) for k in range(t) for e in range(part.shape[1])]
+    flat = part.reshape(-1)
+    for n, (r, c) in enumerate(coords):  # entries landing outside the array are 0, as the kernels write them
+        if not (0 <= r < shape[0] and 0 <= c < shape[1]):
+            flat[n] = 0.0
+    return part, origins, widths, shape, coords
+
+
+def _windows_reference(part, coords, shape):
+    terms = {}
+    for value, (r, c) in zip(part.reshape(-1), coords):
+        if 0 <= r < shape[0] and 0 <= c < shape[1]:
+            terms.setdefault((r, c), []).append(float(value))
+    out = np.zeros(shape, np.float64)
+    for (r, c), values in terms.items():
+        out[r, c] = math.fsum(values)
+    return out
+
+
+def test_reduce_windows_on_numpy_against_a_per_element_loop():
+    part, origins, widths, shape, coords = _windows(3)
+    got, outside = reduce_windows(part, origins, widths, shape)
+    assert got.dtype == np.float32 and got.shape == shape and outside == 0
+    np.testing.assert_allclose(got, _windows_reference(part, coords, shape), rtol=1e-6, atol=1e-6)
+    assert got.tobytes() == reduce_windows(part, origins, widths, shape)[0].tobytes()
+
+
+def test_reduce_windows_on_torch_against_a_per_element_loop():
+    torch = pytest.importorskip("torch")
+    part, origins, widths, shape, coords = _windows(4)
+    got, outside = reduce_windows(torch.from_numpy(part), torch.from_numpy(origins), widths, shape)
+    assert got.dtype == torch.float32 and float(outside) == 0
+    np.testing.assert_allclose(got.numpy(), _windows_reference(part, coords, shape), rtol=1e-6, atol=1e-6)
+
+
+def test_reduce_windows_reports_entries_landing_outside():
+    part, origins, widths, shape, coords = _windows(5)
+    n = next(n for n, (r, c) in enumerate(coords) if not (0 <= r < shape[0] and 0 <= c < shape[1]))
+    part.reshape(-1)[n] = 0.5
+    assert reduce_windows(part, origins, widths, shape)[1] == 0.5

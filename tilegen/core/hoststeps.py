@@ -6,12 +6,15 @@ the module stands alone. Functions of the carried part use only the array's own 
 array: :func:`_namespace`) and ``math``, and carry no annotations (the module does not import NumPy).
 
 - :func:`dsinks`: the gradient of the sink logits, DESIGN §3.
+- :func:`reduce_windows`: a parameter gradient from the per-tile windows of the backward's partials
+  (DESIGN §2, "parameter-gradient partials").
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import math  # the carried functions use it (a generated module imports it too)
 import sys
 
 
@@ -34,6 +37,59 @@ def dsinks(d, lse, sinks, rows=None):
     if rows is not None:
         w = xp.where(rows, w, 0.0)
     return xp.asarray(-w.sum(tuple(range(w.ndim - 2)) + (w.ndim - 1,)), dtype=xp.float32)
+
+
+def _arange(xp, like, n):
+    """0, 1, ..., n − 1 as int64 on ``like``'s device."""
+    return xp.arange(n, device=like.device) if xp.__name__ == "torch" else xp.arange(n)
+
+
+def _argsort_stable(xp, x):
+    """The indices that sort the 1-d ``x``, equal keys in their order."""
+    return xp.argsort(x, stable=True) if xp.__name__ == "torch" else xp.argsort(x, kind="stable")
+
+
+def _zeros(xp, like, shape):
+    """Zeros of ``shape`` with ``like``'s dtype, on its device."""
+    return like.new_zeros(shape) if xp.__name__ == "torch" else xp.zeros(shape, dtype=like.dtype)
+
+
+def reduce_windows(partials, origins, widths, shape):
+    """Σ over the tiles t of window t placed at ``origins[t]`` in an array of ``shape``, in float64.
+
+    ``partials``: [T, W] float, window t row-major over ``widths`` (W = prod(widths)), tiles in index
+    order; ``origins``: [T, len(shape)] int, where each window's first entry lands (an entry may land
+    outside the array: it must then be 0); ``widths``, ``shape``: tuples of ints. NumPy arrays or torch
+    tensors (one device).
+
+    Returns:
+        (gradient float32 of ``shape``, outside: the float64 sum of |entries| that land outside the
+        array, 0 when the partials are right).
+
+    Deterministic: the entries that land on one element are gathered in tile order (a stable sort by
+    element) into one row of a zero-padded table, and each row is summed by one call of the library's
+    sum over the table's fixed shape; no atomics, bitwise the same on every run.
+    """
+    xp = _namespace(partials)
+    w = math.prod(widths)
+    part = xp.asarray(partials, dtype=xp.float64).reshape(-1, w)
+    origin = xp.asarray(origins, dtype=xp.int64).reshape(part.shape[0], len(shape))
+    entry = _arange(xp, part, w)
+    flat, inside = 0, True
+    for d, (width, size) in enumerate(zip(widths, shape)):
+        coord = origin[:, d : d + 1] + (entry // math.prod(widths[d + 1 :])) % width  # [T, W]
+        inside = inside & (coord >= 0) & (coord < size)
+        flat = flat * size + coord
+    outside = xp.abs(xp.where(inside, 0.0, part)).sum()
+    key, value = flat[inside], part[inside]  # row-major over (tile, entry): tile order
+    order = _argsort_stable(xp, key)
+    key, value = key[order], value[order]
+    n = math.prod(shape)
+    count = xp.bincount(key, minlength=n)
+    rank = _arange(xp, key, key.shape[0]) - (count.cumsum(0) - count)[key]
+    table = _zeros(xp, part, (n, int(count.max())))
+    table[key, rank] = value
+    return xp.asarray(table.sum(1).reshape(tuple(shape)), dtype=xp.float32), outside
 
 
 def carried_source(*names: str) -> str:

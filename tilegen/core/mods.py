@@ -49,6 +49,7 @@ import numpy as np
 import sympy
 
 from tilegen.core.errors import SpecError
+from tilegen.core.hoststeps import reduce_windows
 from tilegen.core.ir import B, Hkv, Hq, Sk, Sq
 
 # --- symbols -----------------------------------------------------------------------------------------
@@ -1071,36 +1072,6 @@ def grad_window(term: ParamGradTerm, decl: ParamDecl, rows, cols) -> tuple[tuple
     return tuple(widths), tuple(origins)
 
 
-def scatter_windows(partials: np.ndarray, origins: np.ndarray, widths: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """Σ over tiles t (in index order, float64) of window t (``widths``, row-major in ``partials[t]``)
-    placed at ``origins[t]`` in an array of ``shape``; entries outside the array must be zero (they are
-    checked). Returns fp32.
-
-    Raises:
-        ValueError: a non-zero partial entry falls outside the parameter array.
-    """
-    out = np.zeros(shape, dtype=np.float64)
-    partials = np.asarray(partials, dtype=np.float64).reshape((-1,) + tuple(widths))
-    origins = np.asarray(origins, dtype=np.int64).reshape(len(partials), len(shape))
-    for t in range(len(partials)):
-        win = partials[t]
-        dst, src = [], []
-        for d, (o, w, n) in enumerate(zip(origins[t], widths, shape)):
-            lo, hi = max(int(o), 0), min(int(o) + int(w), int(n))
-            if hi <= lo:
-                dst = None
-                break
-            dst.append(slice(lo, hi))
-            src.append(slice(lo - int(o), hi - int(o)))
-        inside = np.zeros(win.shape, dtype=bool)
-        if dst is not None:
-            inside[tuple(src)] = True
-            out[tuple(dst)] += win[tuple(src)]
-        if np.any(win[~inside] != 0):
-            raise ValueError("a parameter-gradient partial reaches outside the parameter array")
-    return out.astype(np.float32)
-
-
 def tile_origins(program, term_index: int) -> tuple[np.ndarray, tuple[int, ...]]:
     """(origins [T, ndim] int64, widths) of term ``term_index``'s windows for every tile of a bound
     program, tiles in (b, h, Q tile, K/V tile) row-major order, the order of the partial tensor."""
@@ -1121,10 +1092,16 @@ def tile_origins(program, term_index: int) -> tuple[np.ndarray, tuple[int, ...]]
     return np.stack(cols, axis=1), wint
 
 
-def param_grads(program, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def param_grads(program, outputs: Mapping[str, np.ndarray], windows_per_tile: int = 1) -> dict[str, np.ndarray]:
     """The gradient of every floating-point parameter from the partial tensors ``gpart{k}`` a run of
-    ``program`` wrote: each term's windows scattered in fixed tile order (:func:`scatter_windows`),
-    the terms of one parameter summed in term order. fp32 arrays of the parameters' shapes."""
+    ``program`` wrote ([B, Hq, nQ, nK, windows_per_tile, W]: the Ascend kernels write one window per
+    AIV, 2): each term's windows reduced in fixed tile order by :func:`tilegen.core.hoststeps.reduce_windows`
+    (the one implementation the generated Triton modules carry too), the terms of one parameter summed
+    in term order. fp32 arrays of the parameters' shapes.
+
+    Raises:
+        ValueError: a non-zero partial entry falls outside the parameter array (names the term).
+    """
     env = {str(k): int(v) for k, v in program.env}
     sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
     mods = program.mods
@@ -1134,7 +1111,10 @@ def param_grads(program, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndar
             out[p.name] = np.zeros(p.concrete_shape(sizes), dtype=np.float32)
     for k, term in enumerate(mods.grads):
         origins, widths = tile_origins(program, k)
-        part = np.asarray(outputs[f"gpart{k}"]).reshape(len(origins), -1)
+        part = np.asarray(outputs[f"gpart{k}"]).reshape(len(origins) * windows_per_tile, -1)
         shape = out[term.param].shape
-        out[term.param] = (out[term.param].astype(np.float64) + scatter_windows(part, origins, widths, shape)).astype(np.float32)
+        grad, outside = reduce_windows(part, np.repeat(origins, windows_per_tile, axis=0), widths, shape)
+        if outside != 0:
+            raise ValueError(f"gpart{k} ({term.param}'s gradient): a non-zero partial entry falls outside the parameter array")
+        out[term.param] = (out[term.param].astype(np.float64) + grad).astype(np.float32)
     return out

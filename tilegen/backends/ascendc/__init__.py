@@ -1611,14 +1611,9 @@ def _host_numel(t, consts: dict) -> str:
 
 def reduce_partials(program: Program, partials: dict) -> dict:
     """The parameter gradients of a compiled backward program from the Ascend kernels' partials
-    ``gpart{k}`` [B, Hq, nQ, nK, 2, W] (one window per AIV): the two halves added in float64, then the
-    tiles reduced in fixed order (:func:`tilegen.mods.param_grads`); deterministic."""
-    import numpy as np
-
-    from tilegen.core.mods import param_grads
-
-    halves = {k: np.asarray(v, dtype=np.float64) for k, v in partials.items()}
-    return param_grads(program, {k: v[..., 0, :] + v[..., 1, :] for k, v in halves.items()})
+    ``gpart{k}`` [B, Hq, nQ, nK, 2, W] (one window per AIV): :func:`tilegen.core.mods.param_grads` with
+    two windows per tile, reduced in fixed order; deterministic."""
+    return M.param_grads(program, partials, windows_per_tile=2)
 
 
 def _env() -> jinja2.Environment:

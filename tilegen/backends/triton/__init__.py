@@ -1599,7 +1599,7 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
         "dparams": bool(spec.sinks or (spec.mods is not None and spec.mods.grads)),
         "sink_rows": spec.packed_ids[0] if spec.sinks and spec.packed_ids else "",
-        "host_steps": carried_source("dsinks") if spec.sinks else "",
+        "host_steps": carried_source(*(["dsinks"] if spec.sinks else []), *(["reduce_windows"] if spec.mods is not None and spec.mods.grads else [])),
     }
     context["fills"] = context["programs"][0]["fills"]
     context["bwd_fills"] = context["programs"][1]["fills"]
@@ -1640,30 +1640,14 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
         widths, origins = M.grad_window(term, decl, Br, Bc)
         wint = [program.evaluate(w) for w in widths]
         tile = {M.Q_IDX: I_TILE * br, M.KV_IDX: J_TILE * bc, Br: br, Bc: bc}
-        texts, reads = [], set()
+        texts = []
         for o in origins:
             o = sympy.sympify(o).xreplace(tile)
-            reads |= {str(x) for x in o.free_symbols}
             try:
                 texts.append(PYTHON_EXPR(o))
             except ScheduleError:
                 raise ScheduleError(f"the window origin {o} of {term.param}'s gradient has no host spelling") from None
-        presum = [axis for axis, name in enumerate(("b", "h", "i", "j")) if name not in reads]
-        strides = [math.prod(dims[d + 1 :]) for d in range(len(dims))]
-        grads.append(
-            {
-                "k": k,
-                "param": term.param,
-                "ndim": len(dims),
-                "dims": dims,
-                "strides": strides,
-                "numel": math.prod(dims),
-                "widths": wint,
-                "W": math.prod(wint),
-                "origins": texts,
-                "presum": presum,
-            }
-        )
+        grads.append({"k": k, "param": term.param, "ndim": len(dims), "dims": dims, "widths": wint, "W": math.prod(wint), "origins": texts})
     return {
         "score_text": M.to_text(mods.score) if mods.score is not None else "",
         "mask_text": M.to_text(mods.mask) if mods.mask is not None else "",
