@@ -116,7 +116,7 @@ from tilegen.passes import gpu as gpu_passes
 from tilegen.passes import pipeline
 from tilegen.passes.driver import Options, PassLog
 from tilegen.core.exprs import next_pow2
-from tilegen.core.resources import data_dir
+from tilegen.core.resources import data_dir, runtime_text, section
 from tilegen.core.hoststeps import carried_source
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target, target_key
@@ -1562,6 +1562,9 @@ def guarded_outputs(program: Program) -> dict[str, tuple[str, float]]:
     return out
 
 
+LAUNCHER = ("triton", "launch.py")  # under runtime/: the host runtime every module carries sections of
+
+
 def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
            dq_tiles: str | None = None) -> str:
     """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
@@ -1601,6 +1604,8 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "sink_rows": spec.packed_ids[0] if spec.sinks and spec.packed_ids else "",
         "host_steps": carried_source(*(["dsinks"] if spec.sinks else []), *(["reduce_windows"] if spec.mods is not None and spec.mods.grads else [])),
     }
+    launcher = runtime_text(*LAUNCHER)
+    context["runtime"] = lambda name: section(launcher, name)
     context["fills"] = context["programs"][0]["fills"]
     context["bwd_fills"] = context["programs"][1]["fills"]
     for prog in context["programs"]:
