@@ -18,9 +18,9 @@ import jinja2
 
 
 def hooks(env: jinja2.Environment, features: Iterable[str], context: Mapping, points: Iterable[str]) -> Callable[..., str]:
-    """The ``hook`` function of a render: ``hook(point, *args)`` is the joined text of macro ``point`` of
-    each of ``features`` (``features/<name>.jinja`` in ``env``, with ``context`` as its globals, so that
-    a macro may call ``hook`` too when ``context`` holds it), called with ``args``.
+    """The ``hook`` function of a render: ``hook(point, *args, sep="")`` is the text of macro ``point`` of
+    each of ``features`` (``features/<name>.jinja`` in ``env``, with ``context`` and ``hook`` as its
+    globals, so that a macro may call ``hook`` too), called with ``args``, joined by ``sep``.
 
     Raises:
         ValueError: a feature defines a macro that is not one of ``points`` (a misspelt hook would never
@@ -29,10 +29,10 @@ def hooks(env: jinja2.Environment, features: Iterable[str], context: Mapping, po
     points = set(points)
     modules: list = []
 
-    def hook(point: str, *args) -> str:
+    def hook(point: str, *args, sep: str = "") -> str:
         if point not in points:
             raise ValueError(f"hook {point!r} is not a hook point; accepted: {', '.join(sorted(points))}")
-        return "".join(str(getattr(m, point)(*args)) for m in modules if hasattr(m, point))
+        return sep.join(str(getattr(m, point)(*args)) for m in modules if hasattr(m, point))
 
     scope = {**context, "hook": hook}
     for name in features:

@@ -848,10 +848,10 @@ def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False, trusted=F
     Args:
         q: [B, Sq, Hq, Dqk] (BSND) or [B, Hq, Sq, Dqk] (BNSD), as this module's LAYOUT; k, v likewise with
             Hkv, Sk (and Dv for v); all of DTYPE, on one device. Any strides.
-        params: dict name -> tensor on q's device, one per parameter of PARAMS (float32 or int32, of
-            its shape); a parameter whose values the spec carries may be left out.
         sinks: float32 [Hq] on q's device, the sink logit of each query head (it joins every row's
             softmax denominator, no value; an empty row gets lse = sinks[h]).
+        params: dict name -> tensor on q's device, one per parameter of PARAMS (float32 or int32, of
+            its shape); a parameter whose values the spec carries may be left out.
         blocks: None (the classify kernel classifies the tiles) or `tile_lists("fwd", table)`.
         poison: fill the outputs with NaN before the launch (tests: an unwritten element shows).
         trusted: skip the checks of the inputs' shapes and dtypes (the caller has made them: tilegen.torch's
@@ -907,7 +907,8 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
         Rows whose q_seq id is negative are never written: dQ hold 0.0 there.
         dparams: dict name -> float32 tensor of the parameter's shape, for each float parameter and
             "sinks" (dsinks [Hq] = -sum over b and rows of exp(sinks[h] - lse) * D, D = rowsum(do * o) from
-            the pre kernel, in float64, rows of a negative q_seq id left out)            (fixed-order reductions: bitwise the same on every run).
+            the pre kernel, in float64, rows of a negative q_seq id left out)
+            (fixed-order reductions: bitwise the same on every run).
     """
     params = _params(params, q.device)
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
