@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tilegen.core import hoststeps
-from tilegen.core.hoststeps import carried_source, dsinks, reduce_windows
+from tilegen.core.hoststeps import carried_source, dsinks, reduce_tile_windows, reduce_windows
 
 ROOT = Path(__file__).resolve().parent.parent
 VARLEN_MODULE = ROOT / "generated" / "varlen-sinks" / "h200" / "tilegen_varlen_sinks.py"
@@ -127,8 +127,61 @@ def test_reduce_windows_on_torch_against_a_per_element_loop():
     np.testing.assert_allclose(got.numpy(), _windows_reference(part, coords, shape), rtol=1e-6, atol=1e-6)
 
 
+def test_reduce_windows_with_a_table_as_wide_as_the_most_entries_per_element():
+    """4100 tiles on 1024 elements: past 2^22 table cells the table is as wide as the most entries
+    one element takes (the other path) and gives the same values."""
+    rng = np.random.default_rng(7)
+    origins = rng.integers(0, 1024, (4100, 1))
+    part = rng.standard_normal((4100, 1)).astype(np.float32)
+    coords = [(0, int(o)) for o in origins[:, 0]]
+    got, outside = reduce_windows(part, origins, (1,), (1024,))
+    np.testing.assert_allclose(got, _windows_reference(part, coords, (1, 1024))[0], rtol=1e-6, atol=1e-6)
+    assert outside == 0
+
+
 def test_reduce_windows_reports_entries_landing_outside():
     part, origins, widths, shape, coords = _windows(5)
     n = next(n for n, (r, c) in enumerate(coords) if not (0 <= r < shape[0] and 0 <= c < shape[1]))
     part.reshape(-1)[n] = 0.5
     assert reduce_windows(part, origins, widths, shape)[1] == 0.5
+
+
+def _tile_windows(seed):
+    """Partials [B 2, Hq 3, nQ 4, nK 5, 2 halves, W 12] of a table [3, 40] whose window of tile (b, h, i, j)
+    starts at (h, 4 i - 3 j + 14): windows of neighbouring diagonals overlap."""
+    rng = np.random.default_rng(seed)
+    part = rng.standard_normal((2, 3, 4, 5, 2, 12)).astype(np.float32)
+    return part, (1, 12), (3, 40)
+
+
+def _tile_reference(part, widths, shape):
+    terms = {}
+    for b, h, i, j, half in np.ndindex(part.shape[:-1]):
+        for e in range(part.shape[-1]):
+            r, c = h, 4 * i - 3 * j + 14 + e
+            if 0 <= c < shape[1]:
+                terms.setdefault((r, c), []).append(float(part[b, h, i, j, half, e]))
+    out = np.zeros(shape)
+    for key, values in terms.items():
+        out[key] = math.fsum(values)
+    return out
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_reduce_tile_windows_against_a_per_element_loop(library):
+    """The tiles sharing an origin (every batch and both halves here) are summed first, the rest placed:
+    the same values as placing every entry of every tile."""
+    part, widths, shape = _tile_windows(6)
+    reads = (False, True, True, True, False)
+
+    def origin_of(b, h, i, j, _half):
+        return h, 4 * i - 3 * j + 14
+
+    if library == "torch":
+        torch = pytest.importorskip("torch")
+        got, outside = reduce_tile_windows(torch.from_numpy(part), reads, origin_of, widths, shape)
+        got, outside = got.numpy(), float(outside)
+    else:
+        got, outside = reduce_tile_windows(part, reads, origin_of, widths, shape)
+    np.testing.assert_allclose(got, _tile_reference(part, widths, shape), rtol=1e-6, atol=1e-6)
+    assert outside == 0

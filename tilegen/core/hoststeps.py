@@ -6,8 +6,9 @@ the module stands alone. Functions of the carried part use only the array's own 
 array: :func:`_namespace`) and ``math``, and carry no annotations (the module does not import NumPy).
 
 - :func:`dsinks`: the gradient of the sink logits, DESIGN §3.
-- :func:`reduce_windows`: a parameter gradient from the per-tile windows of the backward's partials
-  (DESIGN §2, "parameter-gradient partials").
+- :func:`reduce_tile_windows`: a parameter gradient from the backward's partials (DESIGN §2,
+  "parameter-gradient partials"): the tiles whose windows share an origin summed first, then
+  :func:`reduce_windows`.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ def reduce_windows(partials, origins, widths, shape):
         array, 0 when the partials are right).
 
     Deterministic: the entries that land on one element are gathered in tile order (a stable sort by
-    element) into one row of a zero-padded table, and each row is summed by one call of the library's
-    sum over the table's fixed shape; no atomics, bitwise the same on every run.
+    element; a tile puts at most one entry on an element) into one row of a zero-padded table, and each
+    row is summed by one call of the library's sum over the table's fixed shape; no atomics, bitwise the
+    same on every run. The table is T wide when that is small (2^22 cells at most: no wait for the
+    device), else as wide as the most entries one element takes.
     """
     xp = _namespace(partials)
     w = math.prod(widths)
@@ -80,16 +83,46 @@ def reduce_windows(partials, origins, widths, shape):
         coord = origin[:, d : d + 1] + (entry // math.prod(widths[d + 1 :])) % width  # [T, W]
         inside = inside & (coord >= 0) & (coord < size)
         flat = flat * size + coord
-    outside = xp.abs(xp.where(inside, 0.0, part)).sum()
-    key, value = flat[inside], part[inside]  # row-major over (tile, entry): tile order
-    order = _argsort_stable(xp, key)
-    key, value = key[order], value[order]
     n = math.prod(shape)
-    count = xp.bincount(key, minlength=n)
-    rank = _arange(xp, key, key.shape[0]) - (count.cumsum(0) - count)[key]
-    table = _zeros(xp, part, (n, int(count.max())))
-    table[key, rank] = value
-    return xp.asarray(table.sum(1).reshape(tuple(shape)), dtype=xp.float32), outside
+    outside = xp.abs(xp.where(inside, 0.0, part)).sum()
+    key = xp.where(inside, flat, n).reshape(-1)  # an entry outside goes to row n, as 0
+    value = xp.where(inside, part, 0.0).reshape(-1)
+    order = _argsort_stable(xp, key)  # row-major over (tile, entry) before: tile order within a key
+    key, value = key[order], value[order]
+    rank = xp.where(key < n, _arange(xp, key, key.shape[0]) - xp.searchsorted(key, key), 0)
+    m = part.shape[0] if n * part.shape[0] <= 1 << 22 else int(rank.max()) + 1
+    table = _zeros(xp, part, (n + 1, m))
+    table[key, rank] = value  # row n takes only zeros
+    return xp.asarray(table[:n].sum(1).reshape(tuple(shape)), dtype=xp.float32), outside
+
+
+def reduce_tile_windows(partials, reads, origin_of, widths, shape):
+    """A parameter's gradient from per-tile partials, in float64, deterministic.
+
+    ``partials``: [*A, W], one window of W entries (row-major over ``widths``) per tile, the tile axes
+    A in index order (the backward's B, Hq, nQ, nK; on Ascend then the two AIV halves); ``reads``: one
+    bool per tile axis, whether the window's origin depends on that axis' index; ``origin_of(*grids)``:
+    the origin's coordinates (one array or int per dimension of ``shape``) from the tile axes' index
+    grids (int64, each shaped to broadcast, of length 1 on an axis not read); ``widths``, ``shape``:
+    as :func:`reduce_windows`. NumPy arrays or torch tensors.
+
+    The tiles that differ only on axes not read share their window's origin: their windows are summed
+    first (float64, one call of the library's sum), then :func:`reduce_windows` places the rest.
+
+    Returns:
+        (gradient float32 of ``shape``, outside), as :func:`reduce_windows`.
+    """
+    xp = _namespace(partials)
+    part = xp.asarray(partials, dtype=xp.float64)
+    tiles = part.shape[:-1]
+    summed = tuple(a for a, read in enumerate(reads) if not read)
+    if summed:
+        tiles = tuple(1 if a in summed else n for a, n in enumerate(tiles))
+        part = part.sum(summed).reshape(tiles + (part.shape[-1],))
+    grids = [_arange(xp, part, n).reshape(tuple(-1 if b == a else 1 for b in range(len(tiles)))) for a, n in enumerate(tiles)]
+    zero = sum(g * 0 for g in grids)  # int64 zeros of the tiles' shape, on the partials' device
+    origins = xp.stack([(o + zero).reshape(-1) for o in origin_of(*grids)], 1)
+    return reduce_windows(part.reshape(-1, part.shape[-1]), origins, widths, shape)
 
 
 def carried_source(*names: str) -> str:

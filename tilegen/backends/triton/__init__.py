@@ -1604,7 +1604,7 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "torch_dtype": TORCH_DTYPES[spec.dtype],
         "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
         "packed_rows": spec.packed_ids[0] if spec.packed_ids else "",
-        "host_steps": carried_source(*(["dsinks"] if spec.sinks else []), *(["reduce_windows"] if spec.mods is not None and spec.mods.grads else [])),
+        "host_steps": carried_source(*(["dsinks"] if spec.sinks else []), *(["reduce_tile_windows"] if spec.mods is not None and spec.mods.grads else [])),
         "window_offset": "Sk - Sq" if spec.alignment == "bottom_right" else "0",
         "scores_doc": "score_mod(scale * q k^T)" if spec.mods is not None else "scale * q k^T",
     }
@@ -1681,14 +1681,16 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
         widths, origins = M.grad_window(term, decl, Br, Bc)
         wint = [program.evaluate(w) for w in widths]
         tile = {M.Q_IDX: I_TILE * br, M.KV_IDX: J_TILE * bc, Br: br, Bc: bc}
-        texts = []
+        texts, reads = [], set()
         for o in origins:
             o = sympy.sympify(o).xreplace(tile)
+            reads |= {str(x) for x in o.free_symbols}
             try:
                 texts.append(PYTHON_EXPR(o))
             except ScheduleError:
                 raise ScheduleError(f"the window origin {o} of {term.param}'s gradient has no host spelling") from None
-        grads.append({"k": k, "param": term.param, "ndim": len(dims), "dims": dims, "widths": wint, "W": math.prod(wint), "origins": texts})
+        grads.append({"k": k, "param": term.param, "ndim": len(dims), "dims": dims, "widths": wint, "W": math.prod(wint), "origins": texts,
+                      "reads": [name in reads for name in ("b", "h", "i", "j")]})
     return {
         "score_text": M.to_text(mods.score) if mods.score is not None else "",
         "mask_text": M.to_text(mods.mask) if mods.mask is not None else "",
