@@ -421,10 +421,6 @@ def compile_only(row, log):
             fn = getattr(mod, f"{k['name']}_kernel")
             triton.compile(triton.compiler.ASTSource(fn, sig, const), target=target, options={"num_warps": k["num_warps"], "num_stages": k["num_stages"]})
             log(f"  {row.spec.name}: {k['name']} compiled ({time.time() - t0:.1f} s)")
-    for name in sorted(n for n in dir(mod) if n.startswith("_reduce_gpart") and n.endswith("_kernel")):
-        sig = {"part_ptr": "*fp32", "origin_ptr": "*i32", "out_ptr": "*fp32", "T": "i32", "BLOCK": "constexpr"}
-        triton.compile(triton.compiler.ASTSource(getattr(mod, name), sig, {"BLOCK": 128}), target=target, options={"num_warps": 4})
-        log(f"  {row.spec.name}: {name} compiled")
 
 
 def parse_args(argv=None):

@@ -29,6 +29,7 @@ from helpers import make_spec
 from tilegen.backends import ascendc
 from tilegen.core.errors import SpecError, TargetError
 from tilegen.core.mods import parse_param_decls
+from tilegen.core.resources import runtime_text
 from tilegen.core.spec import builtin_spec, builtin_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,6 +224,17 @@ def test_generated_folders_and_builtin_specs_type_check_on_both_passes(tmp_path,
     assert units, "no generated Ascend C folders"
     errors = check_all(units, tmp_path, pch)
     assert not any(errors.values()), _report(errors, users)
+
+
+def test_shipped_runtime_header_type_checks_as_it_is(tmp_path, pch):
+    """runtime/ascendc/tilegen_runtime.h as tilegen ships it, every section in (packed batches, sinks,
+    mods) and its section markers, included by a kernel file of one line: 0 errors on both passes. (The
+    kernels above check it as their specs cut it, with its templates instantiated.)"""
+    shipped = runtime_text("ascendc", "tilegen_runtime.h")
+    assert "tilegen:section mods" in shipped and "tilegen:section packed" in shipped and "tilegen:section sinks" in shipped
+    unit = {"runtime.asc": '#include "tilegen_runtime.h"\n', "tilegen_runtime.h": shipped}
+    errors = check_all({"shipped": ("runtime.asc", unit)}, tmp_path, pch)
+    assert not any(errors.values()), _report(errors, {"shipped": ["runtime/ascendc/tilegen_runtime.h"]})
 
 
 # Controls: one planted API misuse each; the check must report it on the given pass. (file, text in it,

@@ -281,6 +281,64 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
         twin.run_attention(twin.build(dict(files, **{"bwd_kernels.asc": no_wait})), spec, data, blocks=3)
 
 
+def test_the_syncall_launch_protocol_is_the_lowerings(monkeypatch):
+    """The atomic dK/dV backward runs pre, main and post in one launch (Kernel.sync_all on main and
+    post): ascendc.launch_protocol says a SyncAll before each of them and batch mode, as the IR's flags
+    say; kernels.asc renders exactly that, so a protocol with no SyncAll renders none."""
+    spec = make_spec(**CASES["empty-kv-tiles-fp16"])
+    bwd = ascendc.plan_programs(spec, dkv_strategy="atomic")[1][1]
+    ir_flags = [k.sync_all for k in bwd.program.kernels]
+    steps = [s for launch in bwd.launches for s in launch["steps"]]
+    assert [s["sync_all"] for s in steps] == ir_flags and sum(ir_flags) == 2
+    assert [(launch["batch_mode"], launch["scoped"]) for launch in bwd.launches] == [(True, True)]
+    src = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files["bwd_kernels.asc"]
+    assert src.count("SyncAll<false>();") == 2 and src.count("extern \"C\" __schedmode__(1)") == 1
+    decided = ascendc.launch_protocol
+
+    def apart(name, kernels):  # the same kernels, told to run with no barrier
+        launch = decided(name, kernels)
+        return dict(launch, batch_mode=False, steps=[dict(s, sync_all=False) for s in launch["steps"]])
+
+    monkeypatch.setattr(ascendc, "launch_protocol", apart)
+    src = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files["bwd_kernels.asc"]
+    assert "SyncAll<false>();" not in src and "__schedmode__" not in src and src.count("    {  // ") == 3
+
+
+@pytest.mark.parametrize("fields", [dict(sinks=True), dict(), dict(score_mod="score + s[h]", params=None)], ids=["sinks", "plain", "mods"])
+def test_the_python_entry_passes_every_input_the_op_schema_declares(tmp_path, monkeypatch, fields):
+    """tilegen_op.py's documented entry (its usage lines) calls torch.ops.<lib>.fwd with every tensor
+    the schema in tilegen_ops.asc declares (m.def): with sinks and no mod the op takes the sinks, so the
+    entry is the raw forward (the autograd wrapper, chosen by the template for any spec without mods,
+    called fwd(q, k, v) and lost them)."""
+    import importlib.util
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    if "params" in fields:
+        from tilegen.core.mods import parse_param_decls
+
+        fields["params"] = parse_param_decls({"s": {"shape": ["Hq"]}})
+    files = ascendc.generate(make_spec(**fields), "ascend910b2").files
+    schema = re.search(r'm\.def\("fwd\(([^)]*)\)', files["tilegen_ops.asc"]).group(1)
+    declared = len(schema.split(", "))
+    (tmp_path / "tilegen_op.py").write_text(files["tilegen_op.py"])
+    spec_ = importlib.util.spec_from_file_location("tilegen_op_under_test", tmp_path / "tilegen_op.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    calls = []
+
+    class Ops:
+        def fwd(self, *args):
+            calls.append(len(args))
+            return torch.zeros(1), torch.zeros(1)
+
+    monkeypatch.setattr(mod, "_ops", Ops)
+    usage = re.search(r"from tilegen_op import (\w+)", files["tilegen_op.py"]).group(1)
+    entry = getattr(mod, usage)
+    entry(*[torch.zeros(1) for _ in inspect.signature(entry).parameters])
+    assert calls == [declared], f"{usage}() passed {calls} tensors to fwd({schema})"
+
+
 def test_a_run_of_empty_programs_on_one_core_keeps_the_done_flag_in_range():
     """Sq 16, Sk 4096, a window of 8 keys: nearly every K/V tile is seen by no query, and on one AI Core
     the main programs run back to back. An empty program neither sets the done flag (on the AIC) nor

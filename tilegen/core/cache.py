@@ -7,8 +7,8 @@ of the target file, options; then the versions of Python and of the libraries th
 (numpy, sympy, networkx, jinja2, ml_dtypes), and the hash of tilegen's own code and data), and a hit
 counts only when that text equals the new request's. A colliding, corrupt, truncated or foreign entry
 is a miss: the value is rebuilt and the entry replaced. The code hash covers every ``.py`` file of the
-package (hashed once per process, as imported) and every target file and template (hashed on every
-call, so an edit in a long-lived process makes new keys). Entries are pickles written atomically under
+package (hashed once per process, as imported) and every target file, template and runtime file (hashed
+on every call, so an edit in a long-lived process makes new keys). Entries are pickles written atomically under
 ``$TILEGEN_CACHE_DIR`` (default ``~/.cache/tilegen``); ``TILEGEN_CACHE=0`` turns the cache off. A cache
 that cannot be read or written is skipped silently: it only ever saves time.
 """
@@ -68,9 +68,10 @@ def _code_digest() -> str:
 
 
 def code_stamp() -> str:
-    """A hash of tilegen's code, targets and templates (read now), and of the Python and library versions."""
+    """A hash of tilegen's code, targets, templates and runtime files (read now), and of the Python and
+    library versions."""
     files = []
-    for name in ("targets", "templates"):
+    for name in ("targets", "templates", "runtime"):
         try:
             files += sorted(data_dir(name).rglob("*"))
         except FileNotFoundError:

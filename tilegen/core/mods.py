@@ -53,6 +53,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from tilegen.core.errors import SpecError
+from tilegen.core.hoststeps import reduce_tile_windows
 from tilegen.core.ir import B, Hkv, Hq, Sk, Sq
 
 # --- symbols -----------------------------------------------------------------------------------------
@@ -1152,70 +1153,39 @@ def grad_window(term: ParamGradTerm, decl: ParamDecl, rows, cols) -> tuple[tuple
     return tuple(widths), tuple(origins)
 
 
-def scatter_windows(partials: np.ndarray, origins: np.ndarray, widths: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """Σ over tiles t (in index order, float64) of window t (``widths``, row-major in ``partials[t]``)
-    placed at ``origins[t]`` in an array of ``shape``; entries outside the array must be zero (they are
-    checked). Returns fp32.
+def param_grads(program, outputs: Mapping[str, np.ndarray], windows_per_tile: int = 1) -> dict[str, np.ndarray]:
+    """The gradient of every floating-point parameter from the partial tensors ``gpart{k}`` a run of
+    ``program`` wrote ([B, Hq, nQ, nK, windows_per_tile, W]: the Ascend kernels write one window per
+    AIV, 2): each term's windows (:func:`grad_window`, origins at the tile corners) reduced in fixed
+    tile order by :func:`tilegen.core.hoststeps.reduce_tile_windows` (the one implementation the
+    generated Triton modules carry too), the terms of one parameter summed in term order. fp32 arrays of
+    the parameters' shapes.
 
     Raises:
-        ValueError: a non-zero partial entry falls outside the parameter array.
+        ValueError: a non-zero partial entry falls outside the parameter array (names the term).
     """
-    out = np.zeros(shape, dtype=np.float64)
-    partials = np.asarray(partials, dtype=np.float64).reshape((-1,) + tuple(widths))
-    origins = np.asarray(origins, dtype=np.int64).reshape(len(partials), len(shape))
-    for t in range(len(partials)):
-        win = partials[t]
-        dst, src = [], []
-        for d, (o, w, n) in enumerate(zip(origins[t], widths, shape)):
-            lo, hi = max(int(o), 0), min(int(o) + int(w), int(n))
-            if hi <= lo:
-                dst = None
-                break
-            dst.append(slice(lo, hi))
-            src.append(slice(lo - int(o), hi - int(o)))
-        inside = np.zeros(win.shape, dtype=bool)
-        if dst is not None:
-            inside[tuple(src)] = True
-            out[tuple(dst)] += win[tuple(src)]
-        if np.any(win[~inside] != 0):
-            raise ValueError("a parameter-gradient partial reaches outside the parameter array")
-    return out.astype(np.float32)
-
-
-def tile_origins(program, term_index: int) -> tuple[np.ndarray, tuple[int, ...]]:
-    """(origins [T, ndim] int64, widths) of term ``term_index``'s windows for every tile of a bound
-    program, tiles in (b, h, Q tile, K/V tile) row-major order, the order of the partial tensor."""
     env = {str(k): int(v) for k, v in program.env}
-    mods = program.mods
-    term = mods.grads[term_index]
-    decl = mods.param(term.param)
+    sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
     br, bc = env["Br"], env["Bc"]
-    sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
-    widths, origins = grad_window(term, decl, br, bc)
-    wint = tuple(int(evaluate(w, sizes=sizes, params={})) for w in widths)
-    nq, nk = -(-env["Sq"] // br), -(-env["Sk"] // bc)
-    bb, hh, ii, jj = np.meshgrid(np.arange(env["B"]), np.arange(env["Hq"]), np.arange(nq), np.arange(nk), indexing="ij")
-    cols = []
-    for o in origins:
-        v = evaluate(o, b=bb, h=hh, q_idx=ii * br, kv_idx=jj * bc, sizes=sizes, params={})
-        cols.append(np.broadcast_to(np.asarray(v, dtype=np.int64), bb.shape).reshape(-1))
-    return np.stack(cols, axis=1), wint
-
-
-def param_grads(program, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The gradient of every floating-point parameter from the partial tensors ``gpart{k}`` a run of
-    ``program`` wrote: each term's windows scattered in fixed tile order (:func:`scatter_windows`),
-    the terms of one parameter summed in term order. fp32 arrays of the parameters' shapes."""
-    env = {str(k): int(v) for k, v in program.env}
-    sizes = {k: env[k] for k in SIZE_SYMBOLS if k in env}
+    tiles = (env["B"], env["Hq"], -(-env["Sq"] // br), -(-env["Sk"] // bc), windows_per_tile)
     mods = program.mods
     out: dict[str, np.ndarray] = {}
     for p in mods.params:
         if p.differentiable:
             out[p.name] = np.zeros(p.concrete_shape(sizes), dtype=np.float32)
     for k, term in enumerate(mods.grads):
-        origins, widths = tile_origins(program, k)
-        part = np.asarray(outputs[f"gpart{k}"]).reshape(len(origins), -1)
+        widths, origins = grad_window(term, mods.param(term.param), br, bc)
+        widths = tuple(int(evaluate(w, sizes=sizes, params={})) for w in widths)
+        free = set().union(*(sympy.sympify(o).free_symbols for o in origins))
+        reads = (B_IDX in free, H_IDX in free, Q_IDX in free, KV_IDX in free, False)  # the AIV halves share the tile's origin
+
+        def origin_of(b, h, i, j, _half, origins=origins):
+            return [evaluate(o, b=b, h=h, q_idx=i * br, kv_idx=j * bc, sizes=sizes, params={}) for o in origins]
+
+        part = np.asarray(outputs[f"gpart{k}"]).reshape(tiles + (-1,))
         shape = out[term.param].shape
-        out[term.param] = (out[term.param].astype(np.float64) + scatter_windows(part, origins, widths, shape)).astype(np.float32)
+        grad, outside = reduce_tile_windows(part, reads, origin_of, widths, shape)
+        if outside != 0:
+            raise ValueError(f"gpart{k} ({term.param}'s gradient): a non-zero partial entry falls outside the parameter array")
+        out[term.param] = (out[term.param].astype(np.float64) + grad).astype(np.float32)
     return out

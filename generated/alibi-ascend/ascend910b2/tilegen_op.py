@@ -4,7 +4,7 @@ After ``cmake -S . -B build && cmake --build build`` (see CMakeLists.txt) on a m
 torch_npu::
 
     import torch, torch_npu
-    from tilegen_op import forward, backward   # the spec has mods: raw kernels, host steps by tilegen
+    from tilegen_op import forward, backward   # raw kernels: the extra inputs and the host steps are tilegen's
     o, lse = forward(q, k, v, alibi_slopes, doc)
 
 Shapes (BNSD): q [B, Hq, Sq, 64], k [B, Hkv, Sk, 64], v with head dim 64.

@@ -819,16 +819,39 @@ INDEX_ONLY_MASK = False
 BLOCK_SHAPES = {"bwd": [1, 1, 4, 2], "fwd": [1, 1, 1, 3]}
 TILE_SIZES = {"bwd": [32, 128], "fwd": [128, 64]}  # kind -> [Br, Bc] of its block table
 
+# --- host steps after the kernels (tilegen.core.hoststeps, as tilegen runs them on NumPy arrays) -------
+
+def _namespace(x):
+    """The array library of ``x``: ``numpy`` for a NumPy array, ``torch`` for a torch tensor."""
+    return __import__(type(x).__module__.partition(".")[0])
+
+
+def dsinks(d, lse, sinks, rows=None):
+    """dσ_h = −Σ over the batch and rows of exp(σ_h − L)·D (DESIGN §3), float32 [Hq].
+
+    ``d``: D = rowsum(dO∘O) [..., Hq, S] (fp32, as the backward's pre kernel forms it); ``lse``: L
+    [..., Hq, S] from the forward; ``sinks``: σ [Hq]; ``rows``: None or bool [S], the rows that take
+    part (a packed batch: the tokens inside a sequence). All NumPy arrays or all torch tensors (on one
+    device). Formed in float64 and summed over the batch and row axes in one call of the library's sum
+    over a fixed shape: bitwise the same on every run.
+    """
+    xp = _namespace(d)
+    w = xp.exp(xp.asarray(sinks, dtype=xp.float64).reshape(-1, 1) - xp.asarray(lse, dtype=xp.float64)) * xp.asarray(d, dtype=xp.float64)
+    if rows is not None:
+        w = xp.where(rows, w, 0.0)
+    return xp.asarray(-w.sum(tuple(range(w.ndim - 2)) + (w.ndim - 1,)), dtype=xp.float32)
+
+
 def forward(q, k, v, *, sinks, params=None, blocks=None, poison=False, trusted=False):
     """Attention forward: (o, lse).
 
     Args:
         q: [B, Sq, Hq, Dqk] (BSND) or [B, Hq, Sq, Dqk] (BNSD), as this module's LAYOUT; k, v likewise with
             Hkv, Sk (and Dv for v); all of DTYPE, on one device. Any strides.
-        params: dict name -> tensor on q's device, one per parameter of PARAMS (float32 or int32, of
-            its shape); a parameter whose values the spec carries may be left out.
         sinks: float32 [Hq] on q's device, the sink logit of each query head (it joins every row's
             softmax denominator, no value; an empty row gets lse = sinks[h]).
+        params: dict name -> tensor on q's device, one per parameter of PARAMS (float32 or int32, of
+            its shape); a parameter whose values the spec carries may be left out.
         blocks: None (the classify kernel classifies the tiles) or `tile_lists("fwd", table)`.
         poison: fill the outputs with NaN before the launch (tests: an unwritten element shows).
         trusted: skip the checks of the inputs' shapes and dtypes (the caller has made them: tilegen.torch's
@@ -884,7 +907,8 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
         Rows whose q_seq id is negative are never written: dQ hold 0.0 there.
         dparams: dict name -> float32 tensor of the parameter's shape, for each float parameter and
             "sinks" (dsinks [Hq] = -sum over b and rows of exp(sinks[h] - lse) * D, D = rowsum(do * o) from
-            the pre kernel, in float64, rows of a negative q_seq id left out)            (fixed-order reductions: bitwise the same on every run).
+            the pre kernel, in float64, rows of a negative q_seq id left out)
+            (fixed-order reductions: bitwise the same on every run).
     """
     params = _params(params, q.device)
     B, Hq, Hkv, Sq, Sk = SHAPES["B"], SHAPES["Hq"], SHAPES["Hkv"], SHAPES["Sq"], SHAPES["Sk"]
@@ -921,9 +945,7 @@ def backward(q, k, v, o, lse, do, *, sinks, params=None, blocks=None, poison=Fal
     _launch_post(t, record)
     dparams = {}
     _check("sinks", sinks, (Hq,), torch.float32)
-    w = torch.exp(sinks.double().view(1, -1, 1) - t["L"].double()) * t["D"].double()
-    w = torch.where((t["q_seq"] >= 0).view(1, 1, -1), w, 0.0)
-    dparams["sinks"] = (-w.sum(dim=(0, 2))).float()
+    dparams["sinks"] = dsinks(t["D"], t["L"], sinks, t["q_seq"] >= 0)
     return _logical(t["dQ"]), _logical(t["dK"]), _logical(t["dV"]), dparams
 
 

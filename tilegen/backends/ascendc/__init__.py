@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import jinja2
 import sympy
@@ -53,12 +54,13 @@ from tilegen.core.ir import (
 from tilegen.backends.ascendc import mods as AM
 from tilegen.core import mods as M
 from tilegen.backends.compiler import Backend, compile_program
+from tilegen.backends.hooks import hooks
 from tilegen.core.strategies import DKV_AUTO
 from tilegen.passes import ascend as ascend_passes
 from tilegen.passes.driver import Options
 from tilegen.models.footprint import buffer_bytes, plan
 from tilegen.models.stages import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
-from tilegen.core.resources import data_dir
+from tilegen.core.resources import data_dir, drop_sections, runtime_text
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
 
@@ -127,17 +129,24 @@ def cfloat(x: float) -> str:
 
 # --- descriptor fields ---------------------------------------------------------------------------------
 #
-# Every value the runtime helpers (templates/ascendc/tilegen_runtime.h.jinja) and the kernels compute and
-# then narrow into a hardware descriptor or a narrow API argument. Types are those of NPU arch 2201 in
-# the asc-devkit headers (cannmirror/asc-devkit@0da921b9, include/basic_api/kernel_struct_*.h); ranges
-# are the ones the devkit itself checks (impl/basic_api/*_check.h, impl/basic_api/dav_c220/*) or, where
-# it checks none, the range its API page documents (docs/zh/api/...). The lowering derives each value
-# as a sympy expression of the spec (the largest value the field takes over the loop nest), proves it in
-# range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
+# Every value the runtime helpers (runtime/ascendc/tilegen_runtime.h) and the kernels compute and then
+# narrow into a hardware descriptor or a narrow API argument. Types are those of NPU arch 2201 in the
+# asc-devkit headers (cannmirror/asc-devkit@0da921b9, include/basic_api/kernel_struct_*.h); ranges are
+# the ones the devkit itself checks (impl/basic_api/*_check.h, impl/basic_api/dav_c220/*) or, where it
+# checks none, the range its API page documents (docs/zh/api/...). The runtime header is where they are
+# written, once: its ``namespace field`` holds one struct per field (C type, lo, hi, the source as the
+# comment above it), which TILEGEN_NARROW reads and :data:`FIELDS` parses. The lowering derives each
+# value as a sympy expression of the spec (the largest value the field takes over the loop nest), proves
+# it in range at generate time and emits the run-time-size-dependent ones as host checks (tiling.h,
 # TilegenRefusal); the runtime narrows each through TILEGEN_NARROW, which the CPU twin checks again.
-# Fields written as literals (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0,
-# DataCopyExtParams.rsv = 0, InitConstValueParams.repeatTimes = 1 and dstGap = 0, LoadData2DParams.sid/
-# dstGap/addrMode = 0, MmadParams.unitFlag = 0) are in range by inspection and not listed.
+# Notes on some ranges: MmadParams.m starts at 2 because m = 1 is GEMV (L0A read as ND, docs/zh/api/.../
+# Mmad.md) and the helpers load L0A as ZZ; VectorOp.count is the counter-mode mask of the count-form
+# vector calls; CrossCoreSetFlag.flagId stops at 10 since 11-14 are SyncAll's. Fields written as literals
+# (ndNum = 1, srcNdMatrixStride = 0, dstNzNStride = 1, dstNzMatrixStride = 0, DataCopyExtParams.rsv = 0,
+# InitConstValueParams.repeatTimes = 1 and dstGap = 0, LoadData2DParams.sid/dstGap/addrMode = 0,
+# MmadParams.unitFlag = 0) are in range by inspection and not listed.
+
+RUNTIME_HEADER = ("ascendc", "tilegen_runtime.h")  # under runtime/ (tilegen.core.resources.runtime_text)
 
 
 @dataclass(frozen=True)
@@ -151,44 +160,65 @@ class FieldRange:
     source: str
 
 
-_DC = "include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h"
-_PAD = "include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5"
-_MM = "include/basic_api/kernel_struct_mm.h"
-_FIX = "include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h"
-FIELDS = {
-    f.name: f
-    for f in [
-        FieldRange("Nd2NzParams_nValue", "uint16_t", 0, 16384, _DC),
-        FieldRange("Nd2NzParams_dValue", "uint16_t", 0, 65535, _DC),
-        FieldRange("Nd2NzParams_srcDValue", "uint16_t", 1, 65535, _DC),
-        FieldRange("Nd2NzParams_dstNzC0Stride", "uint16_t", 1, 16384, _DC),
-        FieldRange("DataCopyExtParams_blockCount", "uint16_t", 0, 4095, _DC),
-        FieldRange("DataCopyExtParams_blockLen", "uint32_t", 0, 2097151, _DC),
-        FieldRange("DataCopyExtParams_srcStride", "uint32_t", 0, 2**32 - 1, _PAD),
-        FieldRange("DataCopyExtParams_dstStride", "uint32_t", 0, 2**32 - 1, _PAD),
-        FieldRange("InitConstValueParams_blockNum", "uint16_t", 0, 32767, _MM + ", impl/basic_api/dav_c220/kernel_operator_mm_impl.h"),
-        FieldRange("LoadData2DParams_startIndex", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
-        FieldRange("LoadData2DParams_repeatTimes", "uint8_t", 1, 255, _MM + "; docs/zh/api/.../LoadData_2D.md (0 is a no-op)"),
-        FieldRange("LoadData2DParams_srcStride", "uint16_t", 0, 65535, _MM + "; docs/zh/api/.../LoadData_2D.md"),
-        # m = 1 is legal (GEMV: L0A read as ND, docs/zh/api/.../Mmad.md), but the helpers load L0A as ZZ
-        FieldRange("MmadParams_m", "uint16_t", 2, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)"),
-        FieldRange("MmadParams_n", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
-        FieldRange("MmadParams_k", "uint16_t", 1, 4095, _MM + ", impl/basic_api/kernel_operator_mm_check.h"),
-        FieldRange("FixpipeParamsV220_nSize", "uint16_t", 1, 4095, _FIX),
-        FieldRange("FixpipeParamsV220_mSize", "uint16_t", 1, 8192, _FIX + " (NZ2ND)"),
-        FieldRange("FixpipeParamsV220_srcStride", "uint16_t", 0, 65535, _FIX + "; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md"),
-        FieldRange("FixpipeParamsV220_dstStride", "uint32_t", 1, 2**32 - 1, _FIX),
-        # count-form vector calls run in counter mode: impl/basic_api/kernel_npu_debug.h checks [0, INT32_MAX]
-        FieldRange("VectorOp_count", "int32_t", 0, 2**31 - 1, "impl/basic_api/kernel_npu_debug.h (counter-mode mask)"),
-        # level-0 vector calls: repeatTime and the repeat strides of BinaryRepeatParams are uint8_t
-        FieldRange("VectorOp_repeatTime", "uint8_t", 0, 255, "include/basic_api/kernel_operator_vec_binary_intf.h:69 (const uint8_t repeatTime); docs/zh/api/.../Brcb.md [0, 255]"),
-        FieldRange("VectorOp_repStride", "uint8_t", 0, 255, "include/basic_api/kernel_struct_binary.h:45 (uint8_t dstRepStride, src0RepStride)"),
-        # user flag ids: 11-14 are SyncAll's (impl/basic_api/dav_c220/kernel_operator_sync_impl.h)
-        FieldRange("CrossCoreSetFlag_flagId", "uint16_t", 0, 10, "impl/basic_api/dav_c220/kernel_operator_sync_impl.h"),
-        # MaskTile compares column indices as floats: exact while every compared integer is <= 2^24
-        FieldRange("MaskTile_index", "float", 0, 2**24, "IEEE 754 binary32 (24-bit significand)"),
-    ]
-}
+_FIELD_STRUCT = re.compile(
+    r"// (?P<source>[^\n]+)\nstruct (?P<name>\w+) \{\n    using T = (?P<ctype>\w+);\n"
+    r"    static constexpr int64_t lo = (?P<lo>-?\d+)LL;\n    static constexpr int64_t hi = (?P<hi>-?\d+)LL;\n\};\n"
+)
+
+
+def header_fields(text: str) -> dict[str, FieldRange]:
+    """The field ranges of a runtime header's ``namespace field`` (``text``: the header), by name.
+
+    Raises:
+        ValueError: the header has no ``namespace field``, or a line in it is not part of a field struct.
+    """
+    begin, end = "namespace field {\n", "}  // namespace field\n"
+    if begin not in text or end not in text:
+        raise ValueError("the runtime header has no 'namespace field { ... }  // namespace field'")
+    body = text[text.index(begin) + len(begin) : text.index(end)]
+    fields, pos = {}, 0
+    for m in _FIELD_STRUCT.finditer(body):
+        if m.start() != pos:
+            raise ValueError(f"namespace field: not a field struct: {body[pos:m.start()]!r}")
+        fields[m["name"]] = FieldRange(m["name"], m["ctype"], int(m["lo"]), int(m["hi"]), m["source"])
+        pos = m.end()
+    if pos != len(body) or not fields:
+        raise ValueError(f"namespace field: not a field struct: {body[pos:]!r}")
+    return fields
+
+
+@lru_cache(maxsize=1)
+def fields() -> dict[str, FieldRange]:
+    """Every narrow field by name: the runtime header's (:func:`header_fields`, read once per process)
+    and ``MaskTile_index``: MaskTile compares column indices as floats, exact while every compared
+    integer is <= 2^24 (a proof obligation of the lowering alone; the header narrows no such field).
+    Also ``FIELDS``, the module attribute."""
+    return {
+        **header_fields(runtime_text(*RUNTIME_HEADER)),
+        "MaskTile_index": FieldRange("MaskTile_index", "float", 0, 2**24, "IEEE 754 binary32 (24-bit significand)"),
+    }
+
+
+def __getattr__(name: str):
+    # FIELDS is read from the runtime header when first asked for, not at import: the package imports
+    # without its data folders (tools that only read the code)
+    if name == "FIELDS":
+        return fields()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def runtime_sections(spec: AttentionSpec) -> set[str]:
+    """The sections of the runtime header that the kernels of ``spec`` call (``tilegen:section`` markers
+    in runtime/ascendc/tilegen_runtime.h): ``packed`` for a packed batch, ``sinks``, ``mods`` for a score
+    or mask mod."""
+    return {name for name, used in (("packed", bool(spec.packed_ids)), ("sinks", bool(spec.sinks)), ("mods", spec.mods is not None)) if used}
+
+
+def runtime_header(spec: AttentionSpec) -> str:
+    """``tilegen_runtime.h`` for the kernels of ``spec``: runtime/ascendc/tilegen_runtime.h with the
+    sections ``spec`` does not use (:func:`runtime_sections`) and the marker lines left out, every other
+    byte as it is."""
+    return drop_sections(runtime_text(*RUNTIME_HEADER), runtime_sections(spec))
 
 
 @dataclass(frozen=True)
@@ -226,7 +256,7 @@ def prove_fields(uses: list[FieldUse], spec: AttentionSpec) -> list[dict]:
     sizes = _sizes(spec)
     guards: dict[tuple, dict] = {}
     for use in uses:
-        rng = FIELDS[use.field]
+        rng = fields()[use.field]
         expr = sympy.sympify(use.value)
         free = {str(s) for s in expr.free_symbols}
         if free - set(SHAPE_NAMES):
@@ -286,12 +316,14 @@ class KernelPlan:
 
 @dataclass
 class TensorArg:
-    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout, for
-    non-inputs the ATen expression that allocates it in the torch binding, and ``ident``, its C++ name
+    """A kernel argument: an HBM tensor with its C type, element count (C++), kind and layout; for
+    non-inputs the ATen expression that allocates it in the torch binding; ``ident``, its C++ name
     in the host code (the torch binding and the twin harness): the tensor's name, but ``param_<name>``
     for an input beside the attention operands (a mod's parameter array, the sinks, a packed batch's
     ids), whose name the spec chooses, so that it cannot shadow an identifier of that code (``s``,
-    ``stream``, ``Ptr``, ``dir``, ``blocks``, ...), none of which starts with ``param_``."""
+    ``stream``, ``Ptr``, ``dir``, ``blocks``, ...), none of which starts with ``param_``; ``zeroed``: the
+    host zeroes it before the launches (a gradient partial: tiles the kernels skip contribute 0);
+    ``returned``: the host hands it back (outputs, partials, the block table)."""
 
     name: str
     ctype: str
@@ -300,13 +332,15 @@ class TensorArg:
     layout: str
     alloc: str = ""
     ident: str = ""
+    zeroed: bool = False
+    returned: bool = False
 
 
 _ATEN = {"half": "at::ScalarType::Half", "bfloat16_t": "at::ScalarType::BFloat16", "float": "at::ScalarType::Float"}
 
 
-def _aten_alloc(t, numel: str, spec: AttentionSpec) -> str:
-    if t.kind == "partial":  # tiles the kernels skip contribute 0
+def _aten_alloc(t, numel: str, spec: AttentionSpec, zeroed: bool) -> str:
+    if zeroed:
         return f"at::zeros({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
     if t.kind == "tiles":  # written by the classify kernel
         return f"at::empty({{static_cast<int64_t>({numel})}}, Q.options().dtype(at::ScalarType::Float))"
@@ -333,7 +367,9 @@ class ProgramPlan:
     uses: list[FieldUse] = field(default_factory=list)  # descriptor-field obligations of its kernels
     extras: list[str] = field(default_factory=list)  # inputs beside the attention operands (parameters, sinks, packed ids)
     partials: list[str] = field(default_factory=list)  # parameter-gradient partials it returns
-    launches: list[dict] = field(default_factory=list)  # name, kernels: the kernels one launch runs (Kernel.sync_all), label
+    launches: list[dict] = field(default_factory=list)  # one per launch, see launch_protocol
+    operands: list[dict] = field(default_factory=list)  # the attention operands the host op takes (name, arg, dtype, dims, head_dim)
+    results: list[str] = field(default_factory=list)  # what the host op returns, in order
 
 
 # --- lowering ----------------------------------------------------------------------------------------
@@ -375,7 +411,7 @@ class _Lower:
 
     def fits(self, field_name: str, value) -> bool:
         """Whether ``value`` lies in the field's range at the spec's sizes."""
-        rng = FIELDS[field_name]
+        rng = fields()[field_name]
         return rng.lo <= int(evaluate(value, _sizes(self.spec))) <= rng.hi
 
     def pitch_expr(self, access: Access):
@@ -1484,9 +1520,11 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         if t.kind == "handoff":
             continue
         numel = _host_numel(t, consts)
-        alloc = _aten_alloc(t, numel, spec) if t.kind != "input" else ""
+        zeroed = t.kind == "partial"  # tiles the kernels skip contribute 0
+        alloc = _aten_alloc(t, numel, spec, zeroed) if t.kind != "input" else ""
         ident = f"param_{t.name}" if t.kind == "input" and t.name not in base_inputs else t.name
-        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc, ident))
+        tensors.append(TensorArg(t.name, CTYPE[t.dtype], numel, t.kind, t.layout, alloc, ident, zeroed,
+                                 t.kind in ("output", "partial", "tiles")))
     base = _c_ident(f"tilegen_{spec.name}_{label}")
     # the forward's one kernel is called like its program ("fwd"): no repeated suffix (tilegen_x_fwd)
     kernels = [
@@ -1494,6 +1532,8 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         for k in program.kernels
     ]
     tiles = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc")}
+    operands = [_OPERANDS[n](spec) for n in base_inputs]
+    results = ["O", "L"] if label == "fwd" else ["dQ", "dK", "dV"]
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
     # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
@@ -1508,8 +1548,55 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     launches = []
     for n, g in enumerate(groups):
         name = g[0][1].name if len(g) == 1 else f"{base}_{n}" if several else base
-        launches.append({"name": name, "kernels": [kp for _, kp in g], "label": launch_label(name, [k.name for k, _ in g])})
-    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches)
+        launches.append(launch_protocol(name, [kp for _, kp in g], [k.name for k, _ in g]))
+    return ProgramPlan(label, kernels, tensors, ho_list, max(offset, 512), tiles, program, uses, extras, partials, launches, operands,
+                       results + partials)
+
+
+def launch_protocol(name: str, kernels: list[KernelPlan], names: list[str]) -> dict:
+    """How one launch runs ``kernels`` (a kernel with ``Kernel.sync_all`` and the ones before it in its
+    launch; ``names`` their IR kernel names), as kernels.asc renders it: the launch's function ``name`` and
+    ``label``; ``kernels``; and
+
+    - ``steps``: per kernel in order, ``{"kernel", "sync_all"}``: ``sync_all`` when every core of the
+      launch must have finished the kernels before it (their GM stores landed) before it starts:
+      ``SyncAll<false>()`` (PipeBarrier<PIPE_ALL>, then the AIVs, all AICs and the AIVs again:
+      impl/basic_api/dav_c220/kernel_operator_sync_impl.h SyncAllImpl), then the scalar data cache
+      written back and dropped (``DataCacheCleanAndInvalid``, ENTIRE_DATA_CACHE), as at a launch's end,
+      so that the kernel's ``GetValue`` reads what other cores stored before the barrier (GetValue.md);
+    - ``batch_mode``: the launch holds a SyncAll, so it starts only once all its blocks have cores
+      (``__schedmode__(1)``, SIMD-BuiltIn关键字.md): a SyncAll cannot then wait on blocks that another
+      SyncAll kernel keeps from starting (SyncAll.md 约束说明);
+    - ``scoped``: several kernels share the launch's function, each in a block of its own (their local
+      names repeat).
+    """
+    steps = [{"kernel": kp, "sync_all": i > 0} for i, kp in enumerate(kernels)]
+    return {"name": name, "kernels": kernels, "label": launch_label(name, names), "steps": steps,
+            "batch_mode": any(s["sync_all"] for s in steps), "scoped": len(kernels) > 1}
+
+
+# the attention operands of the host ops (tilegen_ops.asc): C++ name -> its check (torch argument name,
+# ATen dtype, dims, head dim or 0)
+_OPERANDS = {
+    "Q": lambda spec: {"name": "Q", "arg": "q", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_qk},
+    "K": lambda spec: {"name": "K", "arg": "k", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_qk},
+    "V": lambda spec: {"name": "V", "arg": "v", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+    "O": lambda spec: {"name": "O", "arg": "o", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+    "L": lambda spec: {"name": "L", "arg": "lse", "dtype": "at::ScalarType::Float", "dims": 3, "head_dim": 0},
+    "dO": lambda spec: {"name": "dO", "arg": "do", "dtype": "kDtype", "dims": 4, "head_dim": spec.head_dim_v},
+}
+
+
+def host_features(plans: list[ProgramPlan], spec: AttentionSpec) -> list[str]:
+    """The features (templates/ascendc/features/*.jinja) whose hooks the host files of ``spec`` render,
+    in order: the Python entry of tilegen_op.py (``raw_entry``, the forward and backward ops as they are,
+    when the kernels take inputs beside the attention operands or return partials: the host steps are
+    then the caller's; else ``autograd_entry``, an autograd.Function), then ``mods`` and ``sinks``."""
+    raw = any(p.extras or p.partials for p in plans)
+    return ["raw_entry" if raw else "autograd_entry"] + [f for f, used in (("mods", spec.mods is not None), ("sinks", bool(spec.sinks))) if used]
+
+
+HOST_HOOKS = ("usage", "entry", "backward_doc", "binding_note")  # the hook points of the host templates
 
 
 def _host_numel(t, consts: dict) -> str:
@@ -1532,14 +1619,9 @@ def _host_numel(t, consts: dict) -> str:
 
 def reduce_partials(program: Program, partials: dict) -> dict:
     """The parameter gradients of a compiled backward program from the Ascend kernels' partials
-    ``gpart{k}`` [B, Hq, nQ, nK, 2, W] (one window per AIV): the two halves added in float64, then the
-    tiles reduced in fixed order (:func:`tilegen.mods.param_grads`); deterministic."""
-    import numpy as np
-
-    from tilegen.core.mods import param_grads
-
-    halves = {k: np.asarray(v, dtype=np.float64) for k, v in partials.items()}
-    return param_grads(program, {k: v[..., 0, :] + v[..., 1, :] for k, v in halves.items()})
+    ``gpart{k}`` [B, Hq, nQ, nK, 2, W] (one window per AIV): :func:`tilegen.core.mods.param_grads` with
+    two windows per tile, reduced in fixed order; deterministic."""
+    return M.param_grads(program, partials, windows_per_tile=2)
 
 
 def _env() -> jinja2.Environment:
@@ -1619,6 +1701,7 @@ def generate(
     guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)
+    bsnd = spec.layout == "BSND"
     ctx = {
         "spec": spec,
         "ident": ident,
@@ -1629,13 +1712,17 @@ def generate(
         "window": spec.window,
         "scale": spec.softmax_scale,
         "k_step": int(tgt.placement["k_step"].value),
-        "fields": [FIELDS[n] for n in sorted(FIELDS) if FIELDS[n].ctype != "float"],
         "guards": guards,
-        "mods": spec.mods is not None,
-        "packed": bool(spec.packed_ids),
-        "sinks": bool(spec.sinks),
+        # where B, N (heads) and S sit in a 4-d tensor of the spec's layout, and the shapes as the docs name them
+        "dims": {"B": 0, "N": 2, "S": 1} if bsnd else {"B": 0, "N": 1, "S": 2},
+        "shapes": {
+            "q": f"B, Sq, Hq, {spec.head_dim_qk}" if bsnd else f"B, Hq, Sq, {spec.head_dim_qk}",
+            "k": f"B, Sk, Hkv, {spec.head_dim_qk}" if bsnd else f"B, Hkv, Sk, {spec.head_dim_qk}",
+            "q_dims": "B, Sq, Hq, D" if bsnd else "B, Hq, Sq, D",
+        },
     }
-    files = {"tilegen_runtime.h": env.get_template("tilegen_runtime.h.jinja").render(ctx)}
+    ctx["hook"] = hooks(env, host_features(plans, spec), ctx, HOST_HOOKS)
+    files = {"tilegen_runtime.h": runtime_header(spec)}
     for plan_ in plans:
         files[f"{plan_.label}_kernels.asc"] = env.get_template("kernels.asc.jinja").render(ctx, plan=plan_)
     for name in ("tiling.h", "tilegen_ops.asc", "CMakeLists.txt", "tilegen_op.py", "twin_main.cpp"):

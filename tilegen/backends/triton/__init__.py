@@ -112,11 +112,13 @@ from tilegen.core.ir import (
 from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
 from tilegen.core.ir import i as I_TILE, j as J_TILE
 from tilegen.backends.compiler import Backend, compile_program
+from tilegen.backends.hooks import hooks
 from tilegen.passes import gpu as gpu_passes
 from tilegen.passes import pipeline
 from tilegen.passes.driver import Options, PassLog
 from tilegen.core.exprs import next_pow2
-from tilegen.core.resources import data_dir
+from tilegen.core.resources import data_dir, runtime_text, section
+from tilegen.core.hoststeps import carried_source
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target, target_key
 
@@ -1489,7 +1491,9 @@ def _program_context(sched: Scheduled) -> dict:
     guarded = guarded_outputs(program)
     tensors = [
         {"name": t.name, "kind": t.kind, "dtype": t.dtype, "torch_dtype": TORCH_DTYPES[t.dtype], "ndim": len(t.shape), "layout": t.layout if len(t.shape) == 4 else "", "shape": [PYTHON_EXPR(d) for d in t.shape],
-         "fill": _fill_text(guarded[t.name][1]) if t.name in guarded else None}
+         "fill": _fill_text(guarded[t.name][1]) if t.name in guarded else None,
+         # a 4-d tensor the module allocates: an output in the spec's layout (what the caller gets), any other BNSD
+         "alloc_layout": t.layout if t.kind == "output" else "BNSD"}
         for t in program.tensors
     ]
     fills: dict[tuple, list[str]] = {}
@@ -1561,6 +1565,9 @@ def guarded_outputs(program: Program) -> dict[str, tuple[str, float]]:
     return out
 
 
+LAUNCHER = ("triton", "launch.py")  # under runtime/: the host runtime every module carries sections of
+
+
 def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
            dq_tiles: str | None = None) -> str:
     """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
@@ -1596,14 +1603,50 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
         "dtype": spec.dtype,
         "torch_dtype": TORCH_DTYPES[spec.dtype],
         "mods": _mods_context(spec, fwd, bwd) if spec.mods is not None else None,
-        "dparams": bool(spec.sinks or (spec.mods is not None and spec.mods.grads)),
-        "sink_rows": spec.packed_ids[0] if spec.sinks and spec.packed_ids else "",
+        "packed_rows": spec.packed_ids[0] if spec.packed_ids else "",
+        "host_steps": carried_source(*(["dsinks"] if spec.sinks else []), *(["reduce_tile_windows"] if spec.mods is not None and spec.mods.grads else [])),
+        "window_offset": "Sk - Sq" if spec.alignment == "bottom_right" else "0",
+        "scores_doc": "score_mod(scale * q k^T)" if spec.mods is not None else "scale * q k^T",
     }
+    launcher = runtime_text(*LAUNCHER)
+    context["runtime"] = lambda name: section(launcher, name)
     context["fills"] = context["programs"][0]["fills"]
     context["bwd_fills"] = context["programs"][1]["fills"]
-    for prog in context["programs"]:
+    params = set(context["mods"]["param_names"]) if context["mods"] else set()
+    for prog, entry in zip(context["programs"], ("forward", "backward")):
         prog["bound"] = bound_launches(spec, prog)
-    return _environment().get_template("module.py.jinja").render(**context)
+        prog["entry"] = entry
+        for t in prog["tensors"]:
+            t["param"] = t["name"] in params  # the module takes it from `params`, by name
+    env = _environment()
+    context["hook"] = hooks(env, module_features(spec, context["mods"]), context, MODULE_HOOKS)
+    return env.get_template("module.py.jinja").render(**context)
+
+
+# the hook points of module.py.jinja (tilegen.backends.hooks; templates/triton/features/*.jinja fill them)
+MODULE_HOOKS = (
+    "jit_helpers", "module_defs", "mods_globals", "mods_defs", "args", "forward_doc", "backward_doc", "prologue", "setup",
+    "backward_results", "backward_returns_doc", "dparams_doc", "backward_steps", "dparams_steps", "sinks_rows_doc", "sinks_rows_arg",
+    "function_saves_doc", "function_grads_doc", "dparams_sinks_doc", "function_inputs", "function_prologue", "function_forward_call",
+    "function_backward", "function_backward_call", "function_grads", "function_no_grads", "attention_args", "attention_softmax_doc",
+    "attention_grads_doc", "attention_see_doc", "attention_apply",
+)
+
+
+def module_features(spec: AttentionSpec, mods: dict | None) -> list[str]:
+    """The features (templates/triton/features/*.jinja) whose hooks the module of ``spec`` renders, in
+    order: ``sinks``; ``mods`` (parameters by name), ``blocks`` (a mask mod's class table and tile
+    lists), ``packed`` (rows outside every sequence); ``grads`` (float parameters' gradients); then
+    ``dparams`` when the backward returns gradients beside dq, dk, dv (sinks or ``grads``), else
+    ``no_dparams``; ``host_steps`` when the module carries functions of :mod:`tilegen.core.hoststeps`.
+    ``mods``: :func:`_mods_context`'s dict, or None."""
+    grads = bool(mods and mods["grads"])
+    out = [name for name, on in (("sinks", bool(spec.sinks)), ("mods", mods is not None), ("blocks", bool(mods and mods["block_shapes"])),
+                                 ("packed", bool(spec.packed_ids)), ("grads", grads)) if on]
+    out.append("dparams" if spec.sinks or grads else "no_dparams")
+    if spec.sinks or grads:
+        out.append("host_steps")
+    return out
 
 
 def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
@@ -1646,22 +1689,8 @@ def _mods_context(spec: AttentionSpec, fwd: Scheduled, bwd: Scheduled) -> dict:
                 texts.append(PYTHON_EXPR(o))
             except ScheduleError:
                 raise ScheduleError(f"the window origin {o} of {term.param}'s gradient has no host spelling") from None
-        presum = [axis for axis, name in enumerate(("b", "h", "i", "j")) if name not in reads]
-        strides = [math.prod(dims[d + 1 :]) for d in range(len(dims))]
-        grads.append(
-            {
-                "k": k,
-                "param": term.param,
-                "ndim": len(dims),
-                "dims": dims,
-                "strides": strides,
-                "numel": math.prod(dims),
-                "widths": wint,
-                "W": math.prod(wint),
-                "origins": texts,
-                "presum": presum,
-            }
-        )
+        grads.append({"k": k, "param": term.param, "ndim": len(dims), "dims": dims, "widths": wint, "W": math.prod(wint), "origins": texts,
+                      "reads": [name in reads for name in ("b", "h", "i", "j")]})
     return {
         "score_text": M.to_text(mods.score) if mods.score is not None else "",
         "mask_text": M.to_text(mods.mask) if mods.mask is not None else "",

@@ -118,14 +118,144 @@ __aicore__ inline void SetWait()
 // tiling.h); on the NPU the narrowing is a plain cast, on the CPU twin (TILEGEN_TWIN) a value out of range
 // fails with one line instead of wrapping.
 namespace field {
-{% for f in fields %}
-// {{ f.source }}
-struct {{ f.name }} {
-    using T = {{ f.ctype }};
-    static constexpr int64_t lo = {{ f.lo }}LL;
-    static constexpr int64_t hi = {{ f.hi }}LL;
+// impl/basic_api/dav_c220/kernel_operator_sync_impl.h
+struct CrossCoreSetFlag_flagId {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 10LL;
 };
-{% endfor %}
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockCount {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct DataCopyExtParams_blockLen {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2097151LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_data_copy.h; docs/zh/api/.../GMToUB非对齐数据搬运(DataCopyPad).md table 5
+struct DataCopyExtParams_srcStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_dstStride {
+    using T = uint32_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4294967295LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h (NZ2ND)
+struct FixpipeParamsV220_mSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 8192LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h
+struct FixpipeParamsV220_nSize {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_fixpipe.h, impl/basic_api/kernel_operator_mm_check.h; docs/zh/api/.../L0C到GM数据搬运（Fixpipe）.md
+struct FixpipeParamsV220_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/dav_c220/kernel_operator_mm_impl.h
+struct InitConstValueParams_blockNum {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 32767LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md (0 is a no-op)
+struct LoadData2DParams_repeatTimes {
+    using T = uint8_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 255LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_srcStride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h; docs/zh/api/.../LoadData_2D.md
+struct LoadData2DParams_startIndex {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_k {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h (m = 1 is GEMV)
+struct MmadParams_m {
+    using T = uint16_t;
+    static constexpr int64_t lo = 2LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_mm.h, impl/basic_api/kernel_operator_mm_check.h
+struct MmadParams_n {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 4095LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_dstNzC0Stride {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_nValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 16384LL;
+};
+// include/basic_api/kernel_struct_data_copy.h, impl/basic_api/kernel_operator_data_copy_check.h
+struct Nd2NzParams_srcDValue {
+    using T = uint16_t;
+    static constexpr int64_t lo = 1LL;
+    static constexpr int64_t hi = 65535LL;
+};
+// impl/basic_api/kernel_npu_debug.h (counter-mode mask)
+struct VectorOp_count {
+    using T = int32_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 2147483647LL;
+};
+// include/basic_api/kernel_struct_binary.h:45 (uint8_t dstRepStride, src0RepStride)
+struct VectorOp_repStride {
+    using T = uint8_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 255LL;
+};
+// include/basic_api/kernel_operator_vec_binary_intf.h:69 (const uint8_t repeatTime); docs/zh/api/.../Brcb.md [0, 255]
+struct VectorOp_repeatTime {
+    using T = uint8_t;
+    static constexpr int64_t lo = 0LL;
+    static constexpr int64_t hi = 255LL;
+};
 }  // namespace field
 #ifdef TILEGEN_TWIN
 #define TILEGEN_NARROW(F, v) \
@@ -280,7 +410,7 @@ __aicore__ inline void StoreVector(const GlobalTensor<T>& dst, const LocalTensor
     WaitMte3ToV();
 }
 
-{% if packed %}
+// tilegen:section packed (emitted for a spec with packed_ids: a packed batch)
 // Packed batches (DESIGN §3, "Packed batches"; the FAG interface's TND / actual_seq_qlen is the Ascend
 // precedent): `ids` are the sequence ids of a tile's rows (an int32 GM row of the spec's packed_ids),
 // negative for a row outside every sequence. Such a row is never read from GM (it loads as 0) nor
@@ -374,8 +504,8 @@ __aicore__ inline void StoreVectorIn(const GlobalTensor<T>& dst, const LocalTens
     }
     WaitMte3ToS();  // the next scalar writes of `stage` wait for the last read
 }
-{% endif %}
-{% if sinks %}
+// tilegen:end packed
+// tilegen:section sinks (emitted for a spec with sinks)
 // The 0-d tile dst (its element 0) = src[0] in GM (a per-head scalar such as the sink logit sigma_h).
 template <typename T>
 __aicore__ inline void LoadScalar(const LocalTensor<T>& dst, const GlobalTensor<T>& src)
@@ -393,7 +523,7 @@ __aicore__ inline void BroadcastScalar(const LocalTensor<T>& dst, const LocalTen
     Duplicate(dst, v, TILEGEN_NARROW(VectorOp_count, n));
 }
 
-{% endif %}
+// tilegen:end sinks
 // Row-wise vector work without scalar loops. The level-0 calls below (a lane mask, a repeat per row)
 // leave their mask in the mask register; the count-form Compares of A2 runs under that register
 // (impl/basic_api/dav_c220/kernel_operator_vec_cmp_impl.h:370 sets none), so each helper ends with
@@ -613,7 +743,7 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
                   static_cast<float>(sk - 1), right >= 0, right < 0, CMPMODE::LE);
 }
 
-{% if mods %}
+// tilegen:section mods (emitted for a spec with a score or mask mod)
 // ---------------------------------------------------------------------------------------------------
 // Score and mask mods (tilegen/backends/ascendc_mods.py), applied row by row to a UB tile on the AIV.
 // Vector calls: Adds, Muls (I/kernel_operator_vec_binary_scalar_intf.h:113-119, 202-208), Add, Mul, Max
@@ -768,7 +898,7 @@ __aicore__ inline float ModRowCount(const LocalTensor<float>& v, const LocalTens
     WaitSToV();
     return c;
 }
-{% endif %}
+// tilegen:end mods
 // ---------------------------------------------------------------------------------------------------
 // Cube side (AIC). An L1 tile of R x C half/bf16 elements is NZ: C/16 column strips of rpad = ceil16(R)
 // rows x 16 elements (fractals of 16 x 16). L0C tiles are NZ fp32 with 16 x 16 fractals.
@@ -871,7 +1001,7 @@ __aicore__ inline void WaitLoaded(TEventID id)
     GetTPipePtr()->ReleaseEventID<HardEvent::MTE2_MTE1>(id);
 }
 
-{% if packed %}
+// tilegen:section packed (emitted for a spec with packed_ids: a packed batch)
 // LoadNz for a packed batch (see AllInside): the rows of a negative id are not read; they load as 0.
 template <typename T>
 __aicore__ inline void LoadNzIn(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const GlobalTensor<int32_t>& ids, int64_t valid,
@@ -889,7 +1019,7 @@ __aicore__ inline void LoadNzIn(const LocalTensor<T>& dst, const GlobalTensor<T>
     WaitMte2ToMte1();
 }
 
-{% endif %}
+// tilegen:end packed
 // The cube's L0 buffers and their ping-pong state. L0A and L0B are used in halves: the k-steps of the
 // matmuls take them in turn, and the LoadData into a half waits (its M_MTE1 event) only for the Mmad that
 // last read that half, so MTE1 fills one half while M works on the other. In a kernel whose products are
