@@ -335,8 +335,9 @@ class Interpreter:
             skip = np.asarray(self.tensors[stmt.rows][slices[0].start:slices[0].start + valid[0]]) < 0
             tile[(Ellipsis, np.nonzero(skip)[0]) + (slice(None),) * (len(sizes) - 1)] = 0.0
             moved = (valid[0] - int(skip.sum())) * int(np.prod(valid[1:]))
-        if stmt.zero_unless is not None:  # the tile's writer ran no iteration in this instance: zeros
-            never = np.broadcast_to(np.asarray(self._eval(stmt.zero_unless, scope)) <= 0, self.lane_shape)
+        guards = ([stmt.zero_unless] if stmt.zero_unless is not None else []) + [g for a in stmt.ann if (g := a.zeros_unless()) is not None]
+        for guard in guards:  # Load.zero_unless, Annotation.zeros_unless: zeros where the tile's writer ran no iteration
+            never = np.broadcast_to(np.asarray(self._eval(guard, scope)) <= 0, self.lane_shape)
             tile[never] = 0.0
         self._write(stmt.dst, tile, fresh=True)
         itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
@@ -347,8 +348,9 @@ class Interpreter:
         src = self._buf(stmt.src)
         part = src[(Ellipsis,) + tuple(slice(0, v) for v in valid)]
         key = point + slices
-        first = stmt.first_plain and id(stmt) not in self._stored
-        if stmt.first_plain:  # the instance's first execution writes the tile (Store.first_plain)
+        first_writes = stmt.first_plain or any(a.first_writes() for a in stmt.ann)  # and Annotation.first_writes
+        first = first_writes and id(stmt) not in self._stored
+        if first_writes:  # the instance's first execution writes the tile (Store.first_plain)
             self._stored.add(id(stmt))
         if stmt.accumulate and not first:
             unique = all(isinstance(p, slice) for p in point) or not self.lane_shape

@@ -23,6 +23,10 @@ instance, and their bounds may depend on outer loop variables) and tile ops:
 A tile ``Loop`` with ``blocks`` set visits only the tiles the block-class tensor of that name marks
 non-empty (block sparsity, DESIGN §3).
 
+Statements, loops, kernels, tensors and buffers carry ``ann``: the :class:`~tilegen.core.annotations.Annotation`
+s passes attach to them (a target's schedule knobs, defined beside their passes). A node reads them with
+``get``/``has`` and passes add them with ``annotate`` (:class:`~tilegen.core.annotations.Annotated`).
+
 Sizes are sympy expressions of the shape symbols (``B, Hq, Hkv, G, Sq, Sk, Dqk, Dv``) and the tile
 sizes (``Br, Bc``) until a schedule binds them in ``Program.env``. Scopes: ``HBM`` for tensors,
 ``LOCAL`` for an on-chip buffer no pass has placed yet, else the name of a level of the target (``UB``,
@@ -37,6 +41,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Union
 
 import sympy
+
+from tilegen.core.annotations import Annotated, Annotation
 
 # --- symbols -----------------------------------------------------------------------------------------
 
@@ -94,7 +100,7 @@ class MaskInfo:
 
 
 @dataclass(frozen=True)
-class Tensor:
+class Tensor(Annotated):
     """An HBM (Ascend: GM) tensor.
 
     Attributes:
@@ -113,6 +119,7 @@ class Tensor:
             (n >= slots). 1: one slot, today's lock-step hand-off.
         ready: schedule knob of a ``handoff`` (same pass): the cross-core flag id of its "data ready"
             flag; -1: the id its direction shares with every other hand-off of that direction.
+        ann: annotations.
     """
 
     name: str
@@ -122,6 +129,7 @@ class Tensor:
     layout: str = "BNSD"
     slots: int = 1
     ready: int = -1
+    ann: tuple[Annotation, ...] = ()
 
     @property
     def numel(self) -> Expr:
@@ -129,7 +137,7 @@ class Tensor:
 
 
 @dataclass(frozen=True)
-class Buffer:
+class Buffer(Annotated):
     """An on-chip tile buffer of one program instance.
 
     Attributes:
@@ -138,6 +146,7 @@ class Buffer:
             the next iteration's stage of a pipelined loop writes it while this one's still reads it).
         unit: the compute unit that owns it after placement (``cube``/``vector`` on Ascend).
         row_split: how many vector cores share its rows (2 on Ascend's AIV pair), 1 otherwise.
+        ann: annotations.
     """
 
     name: str
@@ -147,6 +156,7 @@ class Buffer:
     stages: int = 1
     unit: str | None = None
     row_split: int = 1
+    ann: tuple[Annotation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,17 +172,36 @@ class Access:
     tile: tuple[Expr, ...]
 
 
-class Stmt:
-    """Base of every statement."""
+class Stmt(Annotated):
+    """Base of every statement (each a frozen dataclass whose last field is ``ann``).
+
+    A subclass says what it reads, writes and indexes with (``reads``, ``writes``, ``index_exprs``);
+    :meth:`buffers_written` and :meth:`exprs` add what its annotations name (a scratch buffer, a value
+    rule's expression: :meth:`~tilegen.core.annotations.Annotation.scratch`,
+    :meth:`~tilegen.core.annotations.Annotation.exprs`)."""
+
+    __slots__ = ()
+
+    def reads(self) -> tuple[str, ...]:
+        return ()
+
+    def writes(self) -> tuple[str, ...]:
+        return ()
+
+    def index_exprs(self) -> tuple[Expr, ...]:
+        return ()
 
     def buffers_read(self) -> tuple[str, ...]:
-        return ()
+        """The buffers the statement reads (a loop: none of its own)."""
+        return self.reads()
 
     def buffers_written(self) -> tuple[str, ...]:
-        return ()
+        """The buffers the statement writes, its annotations' scratch buffers included."""
+        return self.writes() + tuple(b for a in self.ann for b in a.scratch())  # type: ignore[attr-defined]
 
     def exprs(self) -> tuple[Expr, ...]:
-        return ()
+        """The index expressions of the statement (a loop: its bounds), then its annotations'."""
+        return self.index_exprs() + tuple(e for a in self.ann for e in a.exprs())  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -228,11 +257,12 @@ class Load(Stmt):
     zero_unless: Expr | None = None
     wait_done: bool = False
     free_early: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
+    def index_exprs(self):
         return self.src.index + self.src.tile + ((self.zero_unless,) if self.zero_unless is not None else ())
 
 
@@ -272,11 +302,12 @@ class Store(Stmt):
     wait_at_rewrite: bool = False
     first_plain: bool = False
     signal_done: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def exprs(self):
+    def index_exprs(self):
         return self.dst.index + self.dst.tile
 
 
@@ -284,8 +315,9 @@ class Store(Stmt):
 class Fill(Stmt):
     dst: str
     value: float
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
@@ -308,11 +340,12 @@ class MatMul(Stmt):
     accumulate: bool = False
     alpha: float = 1.0
     n_chunk: int = 0
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.a, self.b) + ((self.dst,) if self.accumulate else ())
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
@@ -338,11 +371,12 @@ class Elementwise(Stmt):
     dst: str
     op: str
     args: tuple[Operand, ...]
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return tuple(a for a in self.args if isinstance(a, str))
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
@@ -361,11 +395,12 @@ class RowReduce(Stmt):
     src: str
     op: str  # "max" | "sum"
     fold: str = ""
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst, self.fold) if self.fold else (self.dst,)
 
 
@@ -384,14 +419,15 @@ class Mask(Stmt):
     row0: Expr
     col0: Expr
     cut_only: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.row0, self.col0)
 
 
@@ -425,14 +461,15 @@ class ModOp(Stmt):
     term: int = -1
     blocks: str = ""
     tensors: tuple[str, ...] = ()
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return self.args
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.row0, self.col0)
 
 
@@ -473,13 +510,14 @@ class Loop(Stmt):
     blocks: str = ""
     stages: tuple[int, ...] = ()
     lookahead: int = 1
+    ann: tuple[Annotation, ...] = ()
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.start, self.stop)
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Kernel(Annotated):
     """One launch: its buffers and its body (outer ``parallel`` loops are the grid).
 
     ``phase`` names the kernel's place in the algorithm (``fwd``, ``pre``, ``dv``, ``ds``, ``dqdk``,
@@ -514,6 +552,7 @@ class Kernel:
     deal: str = "cyclic"
     sync_all: bool = False
     stream: bool = False
+    ann: tuple[Annotation, ...] = ()
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:
@@ -576,6 +615,10 @@ class Program:
         merged.update({k: int(v) for k, v in values.items()})
         return dataclasses.replace(self, env=tuple(sorted(merged.items(), key=lambda kv: kv[0].name)))
 
+    def map_stmts(self, fn: Callable[[Stmt], Stmt | tuple[Stmt, ...] | None]) -> "Program":
+        """The program with every kernel's body rebuilt by :func:`map_body` with ``fn``."""
+        return dataclasses.replace(self, kernels=tuple(dataclasses.replace(k, body=map_body(k.body, fn)) for k in self.kernels))
+
     def evaluate(self, expr: Expr) -> int:
         """An expression of bound symbols as an int (raises ValueError when a symbol is unbound)."""
         value = sympy.sympify(expr).subs(self.env_map)
@@ -613,9 +656,9 @@ def map_body(body: tuple[Stmt, ...], fn: Callable[[Stmt], Stmt | tuple[Stmt, ...
 
 
 def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt:
-    """``stmt`` with every index expression (and loop bound, recursively) substituted by ``mapping``;
-    ``simultaneous``: all at once (sympy's ``subs(..., simultaneous=True)``), so that a mapping may
-    exchange symbols (Br -> Bc, Bc -> Br)."""
+    """``stmt`` with every index expression (and loop bound, recursively; and its annotations'
+    expressions) substituted by ``mapping``; ``simultaneous``: all at once (sympy's
+    ``subs(..., simultaneous=True)``), so that a mapping may exchange symbols (Br -> Bc, Bc -> Br)."""
 
     def sub(e: Expr) -> Expr:
         return sympy.sympify(e).subs(mapping, simultaneous=simultaneous)
@@ -623,6 +666,8 @@ def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt
     def sub_access(a: Access) -> Access:
         return Access(a.tensor, tuple(sub(x) for x in a.index), tuple(sub(x) for x in a.tile))
 
+    if stmt.ann:
+        stmt = dataclasses.replace(stmt, ann=tuple(a.map_exprs(sub) for a in stmt.ann))
     if isinstance(stmt, Load):
         zero = sub(stmt.zero_unless) if stmt.zero_unless is not None else None
         return dataclasses.replace(stmt, src=sub_access(stmt.src), zero_unless=zero)
@@ -638,11 +683,14 @@ def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt
 
 
 def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
-    """``stmt`` with buffer names replaced per ``names`` (recursively through loops)."""
+    """``stmt`` with buffer names replaced per ``names`` (recursively through loops; and in its
+    annotations' buffer fields)."""
 
     def r(x):
         return names.get(x, x) if isinstance(x, str) else x
 
+    if stmt.ann:
+        stmt = dataclasses.replace(stmt, ann=tuple(a.rename(names) for a in stmt.ann))
     if isinstance(stmt, Load):
         return dataclasses.replace(stmt, dst=r(stmt.dst))
     if isinstance(stmt, Store):

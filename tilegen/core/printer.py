@@ -3,12 +3,18 @@
 Every on-chip buffer is printed with its scope (``S@UB``), so the printed program shows where each
 tile lives; the header lists tensors and buffers with shapes, dtypes, scopes and stages. The text is
 deterministic, so it serves as a golden file for pass tests.
+
+Every annotation of a node (:mod:`tilegen.core.annotations`) is printed on the node's line, after its
+text, in a regular form: two spaces, then ``@key`` or ``@key(field=value, ...)`` (every field in
+declaration order; :func:`fmt_annotation`), one per annotation in the node's canonical order; then the
+annotations' notes, after ``   # `` and separated by ``; ``.
 """
 
 from __future__ import annotations
 
 import sympy
 
+from tilegen.core.annotations import Annotation
 from tilegen.core.ir import (
     Access,
     Elementwise,
@@ -42,6 +48,39 @@ def fmt_access(a: Access) -> str:
     return f"{a.tensor}[{', '.join(parts)}]"
 
 
+def fmt_value(v) -> str:
+    """An annotation field's value: ``True``/``False``, an integer, a float (``repr``), a quoted string
+    (``repr``), a tuple of values in parentheses, or a sympy expression (:func:`fmt_expr`)."""
+    if isinstance(v, (bool, int)) and not isinstance(v, sympy.Basic):
+        return repr(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, tuple):
+        inner = ", ".join(fmt_value(x) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    if isinstance(v, sympy.Basic):
+        return fmt_expr(v)
+    raise TypeError(f"annotation value {v!r} ({type(v).__name__}) has no printed form")
+
+
+def fmt_annotation(a: Annotation) -> str:
+    """``@key`` (an annotation without fields) or ``@key(field=value, ...)``."""
+    values = a.values()
+    if not values:
+        return f"@{a.KEY}"
+    return f"@{a.KEY}(" + ", ".join(f"{k}={fmt_value(v)}" for k, v in values) + ")"
+
+
+def fmt_annotated(text: str, node, notes: tuple[str, ...] = ()) -> str:
+    """``text`` (a node's line) followed by the node's annotations and the notes (``notes``: the
+    node's own, first; then each annotation's)."""
+    tags = "".join(f"  {fmt_annotation(a)}" for a in node.ann)
+    words = [n for n in tuple(notes) + tuple(a.note(node) for a in node.ann) if n]
+    return text + tags + (f"   # {'; '.join(words)}" if words else "")
+
+
 def _ref(name, kernel: Kernel | None) -> str:
     if not isinstance(name, str):
         return repr(float(name)) if name not in (float("inf"), float("-inf")) else str(name)
@@ -55,7 +94,12 @@ def _ref(name, kernel: Kernel | None) -> str:
 
 
 def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
-    """One line for a non-loop statement."""
+    """One line for a non-loop statement, its annotations included."""
+    return fmt_annotated(_stmt_text(stmt, kernel), stmt)
+
+
+def _stmt_text(stmt: Stmt, kernel: Kernel | None) -> str:
+    """The statement's own text (no annotations)."""
     r = lambda n: _ref(n, kernel)  # noqa: E731
     if isinstance(stmt, Load):
         pad = "" if stmt.pad is None else f"  (pad {stmt.pad:g})"
@@ -130,7 +174,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
                 if 2 in stmt.stages:
                     note += f", the vector stage 1 of {stmt.var} + {stmt.lookahead} before stage 2 of {stmt.var}"
                 note += ")"
-            lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
+            lines.append(fmt_annotated(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}", stmt))
             inner = _body_lines(stmt.body, kernel, depth + 1)
             if stmt.stages:  # one line per statement: tag each with its stage
                 inner = [f"{ln[:len(pad) + 2]}[stage {g}] {ln[len(pad) + 2:]}" for ln, g in zip(inner, stmt.stages)]
@@ -145,7 +189,7 @@ def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
     deal += "; in the previous kernel's launch, after SyncAll" if kernel.sync_all else ""
     deal += "; programs streamed: the pipelined loop runs across them" if kernel.stream else ""
-    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
+    lines = [fmt_annotated(f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})", kernel)]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")
         width = max(len(buf.name) for buf in kernel.buffers)
@@ -159,7 +203,7 @@ def format_kernel(kernel: Kernel, indent: int = 0) -> str:
             if buf.row_split > 1:
                 extra.append(f"rows split {buf.row_split} ways")
             tail = f"  ({', '.join(extra)})" if extra else ""
-            lines.append(f"{pad}    {buf.name:<{width}}  [{shape}]  {buf.dtype}  {buf.scope}{tail}")
+            lines.append(fmt_annotated(f"{pad}    {buf.name:<{width}}  [{shape}]  {buf.dtype}  {buf.scope}{tail}", buf))
     lines.extend(_body_lines(kernel.body, kernel, indent + 1))
     return "\n".join(lines)
 
@@ -182,7 +226,7 @@ def format_program(program: Program) -> str:
         layout = f"  {t.layout}" if len(t.shape) == 4 and t.kind in ("input", "output") else ""
         if t.kind == "handoff" and (t.slots > 1 or t.ready >= 0):
             layout += f"  ({t.slots} slots, ready flag {t.ready})"
-        lines.append(f"    {t.name:<{width}}  [{shape}]  {t.dtype}  HBM {t.kind}{layout}")
+        lines.append(fmt_annotated(f"    {t.name:<{width}}  [{shape}]  {t.dtype}  HBM {t.kind}{layout}", t))
     for kernel in program.kernels:
         lines.append(format_kernel(kernel, indent=1))
     return "\n".join(lines) + "\n"

@@ -105,7 +105,7 @@ def start_overhead_s(kernel, target: Target) -> float:
     barrier's PipeBarrier<PIPE_ALL> is the previous kernel's end."""
     launch = target.overhead["launch_us"].value * 1e-6 if "launch_us" in target.overhead else 0.0
     hop = target.timeline.get("cross_core_flag_cycles")
-    if not kernel.sync_all or hop is None:
+    if not (kernel.sync_all or any(a.joins_launch() for a in kernel.ann)) or hop is None:
         return launch
     return 3 * hop.value / (target.cores["clock_ghz"].value * 1e9)
 

@@ -195,6 +195,8 @@ def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tupl
                 crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.hoist)
                 # and a load whose next copy starts at the tile's last access (Load.free_early)
                 crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.free_early)
+                # and what a statement's annotation holds over its loop (Annotation.held)
+                crossing.update(b for s in stmt.body for a in s.ann for b in a.held(s))
                 loop_spans.append((start, position - 1))
                 if stmt.stages:
                     pipelined.append((start, position - 1))
@@ -215,7 +217,7 @@ def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tupl
             if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged or name in crossing):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
-    if kernel.stream and pipelined:
+    if (kernel.stream or any(a.streams() for a in kernel.ann)) and pipelined:
         # a streamed kernel (Kernel.stream) runs a program's opening and closing statements between tile
         # pairs, of other programs too: what lives over the whole pipelined loop, and what both streams use
         # per program, lives over the body (a buffer only opening or closing statements use lives where

@@ -13,6 +13,8 @@ Checks, per kernel:
   atomic adds go into fp32 tensors;
 - on-chip buffers have sizes free of the sequence lengths, batch and heads (tile sizes and head dims);
 - in a fused program, no HBM tensor grows with seq_q·seq_k (the invariant of the project, DESIGN §2);
+- every annotation applies to its node's class and passes its own legality check
+  (:meth:`tilegen.core.annotations.Annotation.check`: each knob's rules live beside its pass);
 - with a target: every buffer sits on one of its levels, and the level's footprint fits.
 """
 
@@ -22,6 +24,7 @@ from collections import Counter
 
 import sympy
 
+from tilegen.core.annotations import Site
 from tilegen.core.errors import VerifyError
 from tilegen.core.ir import (
     DEALS,
@@ -93,10 +96,26 @@ class _Checker:
         place = f" kernel {kernel.name}:" if kernel is not None else ""
         raise VerifyError(f"verify after {self.where}:{place} {message}")
 
+    def annotations(self, node, at: Site, what: str) -> None:
+        """Every annotation of ``node`` applies to its class and passes its check (``what``: how the
+        message names the node)."""
+        kernel = at.kernel if not isinstance(node, Kernel) else node
+        kinds = [type(a) for a in node.ann]
+        if len(set(kinds)) != len(kinds) or list(node.ann) != sorted(node.ann, key=lambda a: a.KEY):
+            self.fail(kernel, f"{what}: annotations {[a.KEY for a in node.ann]} are not one of a class in key order")
+        for a in node.ann:
+            if type(node).__name__ not in a.ON:
+                self.fail(kernel, f"{what}: @{a.KEY} annotates {', '.join(a.ON)}, not {type(node).__name__}")
+            why = a.check(node, at)
+            if why:
+                self.fail(kernel, f"{what}: @{a.KEY}: {why}")
+
     def check(self) -> None:
         names = [t.name for t in self.program.tensors]
         if len(set(names)) != len(names):
             self.fail(None, f"duplicate tensor names in {names}")
+        for n, t in enumerate(self.program.tensors):
+            self.annotations(t, Site(self.program, index=n), f"tensor {t.name}")
         if self.program.attr("form") == "fused":
             for t in self.program.tensors:
                 if t.kind in ("tiles", "partial"):
@@ -124,11 +143,15 @@ class _Checker:
             self.fail(kernel, f"deal {kernel.deal!r} is not one of {', '.join(DEALS)}")
         if kernel.sync_all and self.program.kernels[0] is kernel:
             self.fail(kernel, "sync_all on the first kernel: there is no earlier kernel whose launch it could join")
+        at = Site(self.program, kernel, index=next(n for n, k in enumerate(self.program.kernels) if k is kernel))
+        self.annotations(kernel, at, "the kernel")
+        for n, buf in enumerate(kernel.buffers):
+            self.annotations(buf, Site(self.program, kernel, index=n), f"buffer {buf.name}")
         self.bufs = bufs
         self.kernel = kernel
         self.free_checked: set[int] = set()  # the Load.free_early statements checked with their loop
         self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())
-        self.block(kernel.body, frozenset(), set())
+        self.block(kernel.body, frozenset(), set(), ())
 
     def exprs_ok(self, stmt, loop_vars: frozenset[str]) -> None:
         for expr in stmt.exprs():
@@ -151,9 +174,10 @@ class _Checker:
             self.fail(self.kernel, f"`{_fmt(load)}`: free_early needs a hand-off received into a one-copy vector tile that only "
                       "statements of the load's stage of its pipelined loop's body access (no nested loop, no store), the load first")
 
-    def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
+    def block(self, body, loop_vars: frozenset[str], defined: set[str], loops: tuple[Loop, ...]) -> set[str]:
         defined = set(defined)
         for n, stmt in enumerate(body):
+            at = Site(self.program, self.kernel, loops, body, n)
             if isinstance(stmt, MatMul) and stmt.n_chunk:
                 self.chunked(stmt, body[n + 1] if n + 1 < len(body) else None)
             self.exprs_ok(stmt, loop_vars)
@@ -172,7 +196,8 @@ class _Checker:
                     if isinstance(s, Load) and s.free_early:
                         self.free_early(stmt, s)
                         self.free_checked.add(id(s))
-                inner = self.block(stmt.body, loop_vars | {var}, defined)
+                self.annotations(stmt, at, f"loop over {var}")
+                inner = self.block(stmt.body, loop_vars | {var}, defined, loops + (stmt,))
                 if stmt.kind == "parallel":
                     defined = inner
                 continue
@@ -184,6 +209,7 @@ class _Checker:
             for name in stmt.buffers_read():
                 if name not in defined:
                     self.fail(self.kernel, f"`{_fmt(stmt)}` reads {name} before anything writes it")
+            self.annotations(stmt, at, f"`{_fmt(stmt)}`")
             self.types(stmt)
             defined.update(stmt.buffers_written())
         return defined
