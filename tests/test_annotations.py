@@ -262,11 +262,12 @@ class Streams(Annotation, key="test_streams", on=("Kernel",)):
 
 
 def test_a_streaming_annotation_keeps_per_program_buffers_live_over_the_body():
-    """Annotation.streams: the footprints treat the kernel as a streamed one (as Kernel.stream does)."""
+    """Annotation.streams: the footprints treat the kernel as a streamed one (as Ascend's @stream does)."""
     from tilegen import builtin_spec
     from tilegen.backends import compile_forward
+    from tilegen.passes.ascend.stream_programs import Stream
 
     kernel = compile_forward(builtin_spec("tiny"), target="ascend910b2").kernels[0]
-    assert kernel.stream
-    nested = dataclasses.replace(kernel, stream=False)
+    assert kernel.has(Stream)
+    nested = kernel.unannotate(Stream)
     assert live_intervals(nested.annotate(Streams())) == live_intervals(kernel) != live_intervals(nested)
