@@ -65,22 +65,22 @@ def _same(program, *_):
 
 # each flag: what it measures without, the replacement, and the (module, function) pairs it replaces
 WITHOUT = {
-    "--mask-every-tile": ("the mask-cut-tiles-only pass", _same, [("lower", "mask_cut_tiles_only")]),
-    "--wait-at-copy": ("the wait-at-first-read pass", _same, [("lower", "wait_at_first_read")]),
-    "--no-pipeline": ("the pipeline-handoffs pass", _same, [("lower", "pipeline_handoffs")]),
-    "--no-vector-stage": ("the pipeline-handoffs pass's vector skew", lambda *a: None, [("lower", "_vector_stages")]),
+    "--mask-every-tile": ("the mask-cut-tiles-only pass", _same, [("mask_cut_tiles_only", "mask_cut_tiles_only")]),
+    "--wait-at-copy": ("the wait-at-first-read pass", _same, [("wait_at_first_read", "wait_at_first_read")]),
+    "--no-pipeline": ("the pipeline-handoffs pass", _same, [("pipeline_handoffs", "pipeline_handoffs")]),
+    "--no-vector-stage": ("the pipeline-handoffs pass's vector skew", lambda *a: None, [("pipeline_handoffs", "_vector_stages")]),
     "--handoff-per-tile": ("the unit-phases and one-handoff-per-direction passes", _same,
-                           [("handoff", "unit_phases"), ("handoff", "one_handoff_per_direction")]),
-    "--no-l0c-pingpong": ("the l0c-pingpong pass", _same, [("lower", "l0c_pingpong")]),
-    "--no-snake-deal": ("the snake-deal pass", _same, [("lower", "snake_deal")]),
-    "--no-lookahead": ("the pipeline-lookahead pass", _same, [("lower", "pipeline_lookahead")]),
-    "--no-receive-ahead": ("the receive-ahead pass", _same, [("lower", "receive_ahead")]),
-    "--no-fold": ("the fold-row-reductions pass", _same, [("lower", "fold_row_reductions")]),
-    "--no-one-launch": ("the one-launch pass (a launch per kernel)", _same, [("lower", "one_launch")]),
-    "--no-stream": ("the stream-programs pass (each program's pipelined loop alone)", _same, [("lower", "stream_programs")]),
+                           [("unit_phases", "unit_phases"), ("one_handoff_per_direction", "one_handoff_per_direction")]),
+    "--no-l0c-pingpong": ("the l0c-pingpong pass", _same, [("l0c_pingpong", "l0c_pingpong")]),
+    "--no-snake-deal": ("the snake-deal pass", _same, [("snake_deal", "snake_deal")]),
+    "--no-lookahead": ("the pipeline-lookahead pass", _same, [("pipeline_lookahead", "pipeline_lookahead")]),
+    "--no-receive-ahead": ("the receive-ahead pass", _same, [("receive_ahead", "receive_ahead")]),
+    "--no-fold": ("the fold-row-reductions pass", _same, [("fold_row_reductions", "fold_row_reductions")]),
+    "--no-one-launch": ("the one-launch pass (a launch per kernel)", _same, [("one_launch", "one_launch")]),
+    "--no-stream": ("the stream-programs pass (each program's pipelined loop alone)", _same, [("stream_programs", "stream_programs")]),
     "--no-free-early": ("the receive-free-early pass (S received after all vector work before it)", _same,
-                        [("lower", "receive_free_early")]),
-    "--no-sink": ("the sink-past-free pass", _same, [("lower", "sink_past_free")]),
+                        [("receive_free_early", "receive_free_early")]),
+    "--no-sink": ("the sink-past-free pass", _same, [("receive_free_early", "sink_past_free")]),
 }
 
 
@@ -97,14 +97,13 @@ def main() -> None:
     if chosen:
         import os
 
-        from tilegen.passes import handoff, lower
+        import importlib
 
         os.environ["TILEGEN_CACHE"] = "0"  # the compile cache would hand back the programs with the pass
-        modules = {"lower": lower, "handoff": handoff}
-        for flag in chosen:
+        for flag in chosen:  # each pass list entry calls its module's function by name: a stub there replaces it
             _, stub, passes = WITHOUT[flag]
             for module, name in passes:
-                setattr(modules[module], name, stub)
+                setattr(importlib.import_module(f"tilegen.passes.ascend.{module}"), name, stub)
     rows = []
     print("| spec | program | tiles | roofline | model | simulated | model / simulated | longest kernel: simulated busy AIC.M, AIC.FIX, AIC.MTE2, AIV.V, AIV.S |")
     print("|---|---|---|---|---|---|---|---|")

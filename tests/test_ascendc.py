@@ -18,6 +18,7 @@ from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError, TargetError
 from tilegen.core.spec import builtin_spec
 from tilegen.backends import compile_backward, compile_forward
+from tilegen.passes.ascend.one_launch import SyncAll
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -56,9 +57,9 @@ CASES = {
                                      window=(-1, 0), alignment="top_left", dtype="bf16"),
     "empty-rows-fp16": dict(seq_q=90, seq_k=40, head_dim_qk=64, head_dim_v=64, window=(-1, 0), dtype="fp16"),
     # keys 0-251 are seen by no query (window 8 to the left of the bottom-right diagonal): whole K/V tiles
-    # whose main program runs no Q tile, so dK, dV there come from Load.zero_unless (atomic dK/dV)
+    # whose main program runs no Q tile, so dK, dV there come from @zero_unless (atomic dK/dV)
     "empty-kv-tiles-fp16": dict(seq_q=40, seq_k=300, head_dim_qk=64, head_dim_v=64, window=(8, 0), dtype="fp16"),
-    # D = 160: the backward's rowsum(dO∘O) folds two full 64-column blocks and a 32-column tail (RowReduce.fold)
+    # D = 160: the backward's rowsum(dO∘O) folds two full 64-column blocks and a 32-column tail (@fold)
     "causal-fp16-d160-fold-tail": dict(seq_q=70, seq_k=90, head_dim_qk=160, head_dim_v=160, window=(-1, 0), dtype="fp16"),
 }
 
@@ -127,7 +128,7 @@ def test_bsnd_row_pitch_past_16_bits_runs_on_the_twin(tmp_path, monkeypatch):
 
 
 def _ops(ops):
-    """Every plan op, those inside loops, pipelined loops and streams (Kernel.stream) included."""
+    """Every plan op, those inside loops, pipelined loops and streams (@stream) included."""
     for op in ops:
         yield op
         for key in ("body", "stage0", "stage1", "hoisted", "open_a", "open_b", "close"):
@@ -253,8 +254,8 @@ def test_dkv_strategies_on_the_twin(case, dkv_strategy):
 
 def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
     """The atomic dK/dV kernels write each program's dK_ws/dV_ws tile with its first store
-    (Store.first_plain) and nothing zeroes it; a K/V tile no query sees is read as zeros
-    (Load.zero_unless). The twin poisons every workspace with NaN: with every store an atomic add, or
+    (@first_plain) and nothing zeroes it; a K/V tile no query sees is read as zeros
+    (@zero_unless). The twin poisons every workspace with NaN: with every store an atomic add, or
     with the zeros' guard taken out, dK and dV come out wrong; with the epilogue's wait for the cube's
     done flag taken out, the flag's sets go unmatched and the twin fails the run."""
     import re
@@ -282,12 +283,12 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
 
 
 def test_the_syncall_launch_protocol_is_the_lowerings(monkeypatch):
-    """The atomic dK/dV backward runs pre, main and post in one launch (Kernel.sync_all on main and
+    """The atomic dK/dV backward runs pre, main and post in one launch (@sync_all on main and
     post): ascendc.launch_protocol says a SyncAll before each of them and batch mode, as the IR's flags
     say; kernels.asc renders exactly that, so a protocol with no SyncAll renders none."""
     spec = make_spec(**CASES["empty-kv-tiles-fp16"])
     bwd = ascendc.plan_programs(spec, dkv_strategy="atomic")[1][1]
-    ir_flags = [k.sync_all for k in bwd.program.kernels]
+    ir_flags = [k.has(SyncAll) for k in bwd.program.kernels]
     steps = [s for launch in bwd.launches for s in launch["steps"]]
     assert [s["sync_all"] for s in steps] == ir_flags and sum(ir_flags) == 2
     assert [(launch["batch_mode"], launch["scoped"]) for launch in bwd.launches] == [(True, True)]
@@ -405,8 +406,8 @@ def test_twin_catches_a_broken_kernel(tmp_path):
 
 def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
     """The forward's AIV runs stage 1 of pair n + 2 (the softmax, alpha of n + 2) before stage 2 of pair
-    n (acc·alpha of n, then acc += P·V of n; Loop.lookahead), so alpha has three copies and stage 2 reads
-    pair n's through the ring alpha_r[n % 3] (the pairs of the core's stream: Kernel.stream). Against
+    n (acc·alpha of n, then acc += P·V of n; the @pipelined lookahead), so alpha has three copies and stage 2 reads
+    pair n's through the ring alpha_r[n % 3] (the pairs of the core's stream: @stream). Against
     the float64 reference: the emitted kernel passes; with the copies' rotation taken out (every stage on
     one alpha) the O update scales by a later tile's factor and the run is wrong, a wrong answer and not
     a faster timeline."""
@@ -432,7 +433,7 @@ def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
 
 @pytest.mark.parametrize("blocks", [1, 2])
 def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(tmp_path, blocks):
-    """Kernel.stream: a core's programs are one stream of tile pairs, so the softmax of the next
+    """@stream: a core's programs are one stream of tile pairs, so the softmax of the next
     programs' first pairs (stream a) runs before this program's closing (stream z: O = acc / l, L = m +
     log l). m and l get a copy per program in flight, chosen by the program's ordinal. Against the
     float64 reference (130 x 700, 32 x 256 tiles: 5 programs of 3 pairs a head, 10 on 1 or 2 cores): the

@@ -9,6 +9,7 @@ import pytest
 
 import tilegen
 from tilegen.cli import main
+from tilegen.passes.ascend.one_launch import SyncAll
 
 
 def _tilegen(*argv: str, **kw) -> subprocess.CompletedProcess:
@@ -197,7 +198,7 @@ def test_launch_labels_name_every_kernel_of_a_mask_mod_launch(tmp_path, capsys):
     programs = {"fwd": compile_forward(spec, target=target), "bwd": compile_backward(spec, dq_strategy="atomic", target=target)}
     for label, program in programs.items():
         names = [k.name for k in program.kernels]
-        assert names[0] == "classify" and all(k.sync_all for k in program.kernels[1:]), names  # one launch of them all
+        assert names[0] == "classify" and all(k.has(SyncAll) for k in program.kernels[1:]), names  # one launch of them all
         header = next(ln for ln in (tmp_path / f"{label}_kernels.asc").read_text().splitlines() if ln.startswith("// Launches: "))
         shown = re.fullmatch(r"// Launches: (\w+) \(kernels (.*), SyncAll between\)\.", header)
         assert shown and shown.group(2).split(", ") == names, header

@@ -14,6 +14,9 @@ from helpers import assert_backward_ok, inputs, make_spec
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError
 from tilegen.core.ir import Load, Loop, MatMul, Store
+from tilegen.passes.ascend.one_handoff_per_direction import signals
+from tilegen.passes.ascend.own_tile_epilogue import SignalDone, WaitDone
+from tilegen.passes.ascend.write_first_plain import FirstPlain, ZeroUnless
 from tilegen.core.spec import builtin_spec
 from tilegen.backends import compile_backward
 from tilegen.passes.driver import PassLog
@@ -23,7 +26,7 @@ CASES = {
     "mqa-causal-top-left": dict(heads_q=3, heads_kv=1, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=32, window=(-1, 0),
                                 alignment="top_left", dtype="bf16"),
     "empty-rows": dict(seq_q=90, seq_k=40, head_dim_qk=32, head_dim_v=32, window=(-1, 0), dtype="fp16"),
-    # K/V tiles no query sees: their dK, dV are zeros that nothing stored (Load.zero_unless on the 910B)
+    # K/V tiles no query sees: their dK, dV are zeros that nothing stored (@zero_unless on the 910B)
     "empty-kv-tiles": dict(seq_q=40, seq_k=300, head_dim_qk=32, head_dim_v=32, window=(8, 0), dtype="fp16"),
 }
 
@@ -103,11 +106,11 @@ def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
     before = {s.dst for s in body[:first_back] if isinstance(s, MatMul)}
     assert before == {"S", "dP"}, kinds
     sends = [s for s in body if isinstance(s, Store) and s.dst.tensor.startswith("ws_")]
-    assert sum(s.signal for s in sends) == 2 and len(sends) == 4  # one flag per direction
+    assert sum(signals(s) for s in sends) == 2 and len(sends) == 4  # one flag per direction
     text = ascendc.generate(spec, "ascend910b2", dkv_strategy=dkv_strategy).files["bwd_kernels.asc"]
     main = text[text.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
 
-    def q_loop(side: str) -> str:  # the loop over visible Q tiles, or the stream of tile pairs (Kernel.stream)
+    def q_loop(side: str) -> str:  # the loop over visible Q tiles, or the stream of tile pairs (@stream)
         stream = "Kernel.stream" in side
         start = side.index("Kernel.stream") if stream else side.index("visible Q tiles")
         line = side[side.rindex("\n", 0, start) + 1 : start]
@@ -153,8 +156,8 @@ def test_atomic_dkv_lets_the_tiles_grow():
 
 def test_write_first_plain_is_an_ir_knob():
     """On the 910B the atomic backward's main program owns its dK_ws, dV_ws tile: its first store writes
-    it (Store.first_plain), pre_kv's zeroing goes, post_kv becomes main's epilogue after the cube's done
-    flag, and its loads read zeros where the Q-tile loop ran no iteration (Load.zero_unless, an
+    it (@first_plain), pre_kv's zeroing goes, post_kv becomes main's epilogue after the cube's done
+    flag, and its loads read zeros where the Q-tile loop ran no iteration (@zero_unless, an
     expression of the grid). The verifier refuses the knob
     on a store whose tile other programs share (dQ_ws, indexed by the Q tile of a serial loop); without
     a target (no lowering) pre_kv stays."""
@@ -167,18 +170,18 @@ def test_write_first_plain_is_an_ir_knob():
     spec = builtin_spec("llama2-7b")
     program = compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
     assert [k.name for k in program.kernels] == ["pre", "main", "post"]  # post_kv: main's epilogue (own-tile-epilogue)
-    plain = sorted(s.dst.tensor for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
+    plain = sorted(s.dst.tensor for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.has(FirstPlain))
     assert plain == ["dK_ws", "dV_ws"]
-    assert all(s.signal_done for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.first_plain)
+    assert all(s.has(SignalDone) for s, _ in walk(program.kernel("main").body) if isinstance(s, Store) and s.has(FirstPlain))
     zeros = [s for s, _ in walk(program.kernel("main").body) if isinstance(s, Load) and s.src.tensor in ("dK_ws", "dV_ws")]
-    assert [s.src.tensor for s in zeros] == ["dK_ws", "dV_ws"] and all(s.zero_unless is not None for s in zeros)
-    assert [s.wait_done for s in zeros] == [True, False]  # one wait for the cube's one done flag per program
-    assert {str(x) for x in zeros[0].zero_unless.free_symbols} <= {"j", "G", "Sq", "Sk", "Br", "Bc"}
+    assert [s.src.tensor for s in zeros] == ["dK_ws", "dV_ws"] and all(s.has(ZeroUnless) for s in zeros)
+    assert [s.has(WaitDone) for s in zeros] == [True, False]  # one wait for the cube's one done flag per program
+    assert {str(x) for x in zeros[0].get(ZeroUnless).trips.free_symbols} <= {"j", "G", "Sq", "Sk", "Br", "Bc"}
     assert "pre_kv" in [k.name for k in compile_backward(spec, dkv_strategy="atomic").kernels]
     main = program.kernel("main")
     dq = next(s for s, _ in walk(main.body) if isinstance(s, Store) and s.dst.tensor == "dQ_ws")
     bad = dataclasses.replace(program, kernels=tuple(
-        dataclasses.replace(k, body=map_body(k.body, lambda s: dataclasses.replace(s, first_plain=True) if s is dq else s))
+        dataclasses.replace(k, body=map_body(k.body, lambda s: s.annotate(FirstPlain()) if s is dq else s))
         if k is main else k for k in program.kernels))
     with pytest.raises(VerifyError, match="first_plain needs"):
         verify(bad, "test")

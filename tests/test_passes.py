@@ -13,7 +13,9 @@ from helpers import make_spec
 from tilegen.core.build import build_backward, build_forward, kv_tile_range, mask_info, q_tile_range
 from tilegen.core.errors import FusionError, VerifyError
 from tilegen.core.exprs import evaluate
-from tilegen.core.ir import Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Program, RowReduce, Sk, Sq, Store, b, i, j, map_body, walk
+from tilegen.core.ir import (Access, Bc, Br, Buffer, Elementwise, Fill, Kernel, Load, Loop, Mask, MatMul, Pipelined, Program, RowReduce, Sk, Sq, Store, b, i, j,
+                             lookahead_of, map_body, stages_of, walk)
+from tilegen.passes.ascend.receive_free_early import FreeEarly
 from tilegen.passes.cleanup import forward_stores
 from tilegen.passes.depgraph import dependence_graph, edges_between
 from tilegen.passes.fuse import fuse
@@ -275,11 +277,11 @@ def test_sink_past_free_reorders_only_independent_work():
     before = dict(log.steps)["receive-free-early"]
 
     def stage(program):
-        loop = next(s for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages)
-        return loop, [fmt_stmt(s) for s, g in zip(loop.body, loop.stages) if g == 1]
+        loop = next(s for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and stages_of(s))
+        return loop, [fmt_stmt(s) for s, g in zip(loop.body, stages_of(loop)) if g == 1]
 
     loop, moved = stage(after)
-    assert any(isinstance(s, Load) and s.free_early for s in loop.body)
+    assert any(isinstance(s, Load) and s.has(FreeEarly) for s in loop.body)
     cast = next(n for n, line in enumerate(moved) if line.startswith("Pc = cast(S_vector)"))
     assert moved[cast + 1].startswith("ws_Pc[") and moved[cast + 2].startswith("rowsum = rowsum(S_vector)")
     assert [line.split(" =")[0] for line in moved[cast + 3:cast + 7]] == ["alpha", "alpha", "l", "l"]
@@ -293,7 +295,8 @@ def test_sink_past_free_reorders_only_independent_work():
     assert_forward_ok(spec, got_after["O"], got_after["L"], data)
     # the knob on S where the later stage also reads S: refused by the verifier
     k = after.kernels[0]
-    bad_loop = dataclasses.replace(loop, body=loop.body + (Elementwise("S_vector", "exp", ("S_vector",)),), stages=loop.stages + (2,))
+    bad_loop = dataclasses.replace(loop, body=loop.body + (Elementwise("S_vector", "exp", ("S_vector",)),)).annotate(
+        Pipelined(stages_of(loop) + (2,), lookahead_of(loop)))
     bad = dataclasses.replace(after, kernels=(dataclasses.replace(k, body=map_body(k.body, lambda s: bad_loop if s == loop else s)),))
     with pytest.raises(VerifyError, match="free_early needs"):
         verify(bad, "test")

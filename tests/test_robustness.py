@@ -144,8 +144,8 @@ def test_emitted_offsets_are_64_bit():
     for name in ("fwd_kernels.asc", "bwd_kernels.asc"):
         code = gen.files[name]
         assert not re.search(r"\b(int|int32_t|uint32_t|unsigned)\s+\w+\s*=", code), name
-        # the program index is int64 whichever way the cores deal the programs (Kernel.deal), streamed or not
-        # (Kernel.stream: each stream's turn and program index)
+        # the program index is int64 whichever way the cores deal the programs (@deal), streamed or not
+        # (@stream: each stream's turn and program index)
         assert (re.search(r"for \(int64_t pid = core;", code) or re.search(r"const int64_t pid = turn \* cores", code)
                 or (re.search(r"const int64_t pid = a_turn \* cores", code) and "int64_t a_turn = -1, a_pid = 0" in code))
     report = tilegen.harness.report.inspect_report(spec, "ascend910b2", programs=("bwd",))

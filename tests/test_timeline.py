@@ -25,6 +25,17 @@ from tilegen.core.targets import load_target
 from tilegen.backends.ascendc.timeline import Costs, Instr, TimelineError, simulate_block, simulate_program, trace_run
 from tilegen.backends import compile_backward, compile_forward
 from tilegen.passes.driver import PassLog
+from tilegen.core.ir import lookahead_of, stages_of
+from tilegen.passes.ascend.l0c_pingpong import chunk_of
+from tilegen.passes.ascend.mask_cut_tiles_only import CutOnly
+from tilegen.passes.ascend.one_handoff_per_direction import NoWait
+from tilegen.passes.ascend.one_launch import SyncAll
+from tilegen.passes.ascend.pipeline_handoffs import HandoffSlots, ready_of, slots_of
+from tilegen.passes.ascend.receive_ahead import Hoist
+from tilegen.passes.ascend.receive_free_early import FreeEarly
+from tilegen.passes.ascend.snake_deal import deal_of
+from tilegen.passes.ascend.wait_at_first_read import WaitAtRead
+from tilegen.passes.ascend.wait_at_rewrite import WaitAtRewrite
 
 needs_cxx = pytest.mark.skipif(twin.compiler() is None, reason="no C++ compiler for the CPU twin")
 
@@ -251,7 +262,7 @@ def test_cube_pingpong_without_its_flag_is_reported(event, monkeypatch):
 
 
 def test_wait_at_rewrite_is_an_ir_knob():
-    """The pass wait-at-rewrite sets Store.wait_at_rewrite on the forward's P hand-off (the AIV computes
+    """The pass wait-at-rewrite sets @wait_at_rewrite on the forward's P hand-off (the AIV computes
     on while MTE3 copies P out), not on the O store of the grid loop; the emitted StoreRows then skips its closing MTE3 -> V
     wait, which comes just before the next CastRows into Pc instead (the next iteration's writer), and
     Pc is live over the loop: no other UB view of the kernel overlaps it. Triton targets never get it."""
@@ -261,10 +272,10 @@ def test_wait_at_rewrite_is_an_ir_knob():
 
     spec = builtin_spec("llama2-7b")
     fwd = compile_forward(spec, target="ascend910b2")
-    knobbed = {s.src for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.wait_at_rewrite}
+    knobbed = {s.src for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.has(WaitAtRewrite)}
     assert knobbed == {"Pc"}
     h200 = compile_forward(spec, target="h200")
-    assert not any(isinstance(s, Store) and s.wait_at_rewrite for k in h200.kernels for s, _ in walk(k.body))
+    assert not any(isinstance(s, Store) and s.has(WaitAtRewrite) for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = src[src.index("ASCEND_IS_AIV"):]
     # the wait sits right before the cast into Pc (prologue, steady loop)
@@ -294,18 +305,18 @@ def test_deal_orders_by_hand():
 
 
 def test_snake_deal_is_an_ir_knob():
-    """The pass snake-deal gives Kernel.deal = "snake" to the kernels whose tile loop's bounds use the
+    """The pass snake-deal gives @deal("snake") to the kernels whose tile loop's bounds use the
     grid's fastest axis (a causal forward's Q tile, a causal backward's K/V tile), not to uniform ones
     (a non-causal forward, the pre/post kernels); the emitted program loop (here each stream's next
-    program, Kernel.stream: stream a's in the prologue and the loop, stream z's) deals by turns."""
+    program, @stream: stream a's in the prologue and the loop, stream z's) deals by turns."""
 
     spec = builtin_spec("llama2-7b")
     fwd = compile_forward(spec, target="ascend910b2")
     bwd = compile_backward(spec, target="ascend910b2")
-    assert {k.name: k.deal for k in fwd.kernels} == {"fwd": "snake"}
-    assert {k.name: k.deal for k in bwd.kernels if k.deal == "snake"} == {"main": "snake"}
+    assert {k.name: deal_of(k) for k in fwd.kernels} == {"fwd": "snake"}
+    assert {k.name: deal_of(k) for k in bwd.kernels if deal_of(k) == "snake"} == {"main": "snake"}
     full = compile_forward(spec.replace(window=(-1, -1)), target="ascend910b2")
-    assert {k.deal for k in full.kernels} == {"cyclic"}
+    assert {deal_of(k) for k in full.kernels} == {"cyclic"}
     src = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     for stream, n in (("a", 4), ("z", 2)):  # AIC and AIV
         assert src.count(f"const int64_t pid = {stream}_turn * cores + (({stream}_turn & 1) ? cores - 1 - core : core);") == n
@@ -324,18 +335,18 @@ def test_receive_early_is_an_ir_knob():
 
     spec = builtin_spec("llama2-7b")
     bwd = compile_backward(spec, target="ascend910b2")
-    (loop,) = [s for s, _ in walk(bwd.kernel("main").body) if isinstance(s, Loop) and s.stages]
+    (loop,) = [s for s, _ in walk(bwd.kernel("main").body) if isinstance(s, Loop) and stages_of(s)]
     body = list(loop.body)
     loads = [n for n, s in enumerate(body) if isinstance(s, Load) and s.src.tensor in ("ws_S", "ws_dP")]
     assert [body[n].src.tensor for n in loads] == ["ws_S", "ws_dP"] and loads[1] == loads[0] + 1
-    assert body[loads[1]].wait_at_read and not body[loads[1]].wait_signal
-    assert not any(isinstance(s, Load) and s.wait_at_read and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube")
+    assert body[loads[1]].has(WaitAtRead) and body[loads[1]].has(NoWait)
+    assert not any(isinstance(s, Load) and s.has(WaitAtRead) and s.src.tensor.startswith("ws_") and s.dst.endswith("_cube")
                    for s in body)  # the cube's receives from the hand-offs keep their waits
     fwd = compile_forward(spec, target="ascend910b2")
-    assert not any(isinstance(s, Load) and s.wait_at_read and not s.hoist and s.src.tensor.startswith("ws_")
+    assert not any(isinstance(s, Load) and s.has(WaitAtRead) and not s.has(Hoist) and s.src.tensor.startswith("ws_")
                    for k in fwd.kernels for s, _ in walk(k.body))  # (P·V's receive is hoisted: receive-ahead)
     h200 = compile_backward(spec, target="h200")
-    assert not any(isinstance(s, Load) and s.wait_at_read for k in h200.kernels for s, _ in walk(k.body))
+    assert not any(isinstance(s, Load) and s.has(WaitAtRead) for k in h200.kernels for s, _ in walk(k.body))
     src = ascendc.generate(spec, "ascend910b2").files["bwd_kernels.asc"]
     main = src[src.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
     aiv = main[main.index("ASCEND_IS_AIV"):]
@@ -352,7 +363,7 @@ def test_l0c_pingpong_is_an_ir_knob():
     from tilegen.core.ir import MatMul, walk
 
     def chunks(prog):
-        return {s.dst: s.n_chunk for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, MatMul)}
+        return {s.dst: chunk_of(s) for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, MatMul)}
 
     spec = builtin_spec("llama2-7b")
     assert chunks(compile_forward(spec, target="ascend910b2", tile_sizes=(128, 256))) == {"S": 128, "PV": 128}
@@ -366,7 +377,7 @@ def test_l0c_pingpong_is_an_ir_knob():
 
 
 def test_wait_at_first_read_is_an_ir_knob():
-    """The pass sets Load.wait_at_read on the forward's K and V tile loads of an Ascend target (their next
+    """The pass sets @wait_at_read on the forward's K and V tile loads of an Ascend target (their next
     statement does not read them), never on a Triton target, nor on a hand-off's load."""
     from tilegen.core.ir import Load, walk
 
@@ -375,10 +386,10 @@ def test_wait_at_first_read_is_an_ir_knob():
         prog = compile_forward(spec, target=target, log=PassLog())
         loads = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Load)]
         handoff = {t.name for t in prog.tensors if t.kind == "handoff"}
-        assert want <= {s.dst for s in loads if s.wait_at_read}
-        assert not any(s.wait_at_read for s in loads if s.src.tensor in handoff and not s.hoist)  # (receive-ahead's own)
+        assert want <= {s.dst for s in loads if s.has(WaitAtRead)}
+        assert not any(s.has(WaitAtRead) for s in loads if s.src.tensor in handoff and not s.has(Hoist))  # (receive-ahead's own)
         if not want:
-            assert not any(s.wait_at_read for s in loads)
+            assert not any(s.has(WaitAtRead) for s in loads)
 
 
 def test_pipeline_handoffs_is_an_ir_knob():
@@ -391,32 +402,32 @@ def test_pipeline_handoffs_is_an_ir_knob():
     log = PassLog()
     compile_forward(spec, target="ascend910b2", log=log)
     fwd = dict(log.steps)["pipeline-handoffs"]  # before pipeline-lookahead's third slots and copies
-    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
-    early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, loop.stages) if g == 0}
+    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and stages_of(s)]
+    early = {s.dst if isinstance(s, (Load, MatMul)) else s.dst.tensor for s, g in zip(loop.body, stages_of(loop)) if g == 0}
     assert early == {"Kj", "Vj", "S", "ws_S"}
     # the vector's stage 2: what takes in the cube's stage-1 P·V (acc·alpha, the receive, acc += P·V);
     # m = m_new, after them in the body, stays stage 1 (it depends on none of them); alpha gets two copies
-    late = [(s.dst, type(s).__name__) for s, g in zip(loop.body, loop.stages) if g == 2]
+    late = [(s.dst, type(s).__name__) for s, g in zip(loop.body, stages_of(loop)) if g == 2]
     assert late == [("acc", "Elementwise"), ("PV_vector", "Load"), ("acc", "Elementwise")]
-    assert [s.dst for s, g in zip(loop.body, loop.stages) if g == 1][-1] == "m"
+    assert [s.dst for s, g in zip(loop.body, stages_of(loop)) if g == 1][-1] == "m"
     (kernel,) = fwd.kernels
     assert {b.name for b in kernel.buffers if b.unit == "vector" and b.stages == 2} == {"alpha"}
     hand = {t.name: t for t in fwd.tensors if t.kind == "handoff"}
-    assert {t.slots for t in hand.values()} == {2} and len({t.ready for t in hand.values()}) == len(hand) >= 3
+    assert {slots_of(t) for t in hand.values()} == {2} and len({ready_of(t) for t in hand.values()}) == len(hand) >= 3
     bwd = compile_backward(spec, target="ascend910b2", log=PassLog())
-    loops = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
+    loops = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and stages_of(s)]
     assert len(loops) == 1
-    stage0 = {s.dst.tensor for s, g in zip(loops[0].body, loops[0].stages) if g == 0 and isinstance(s, Store)}
+    stage0 = {s.dst.tensor for s, g in zip(loops[0].body, stages_of(loops[0])) if g == 0 and isinstance(s, Store)}
     assert stage0 == {"ws_S", "ws_dP"}
-    assert 2 not in loops[0].stages  # the backward's vector takes nothing back from the cube's stage 1
-    assert max(t.ready for t in bwd.tensors if t.kind == "handoff") < 11
+    assert 2 not in stages_of(loops[0])  # the backward's vector takes nothing back from the cube's stage 1
+    assert max(ready_of(t) for t in bwd.tensors if t.kind == "handoff") < 11
     for prog in (compile_forward(spec, target="h200"), compile_backward(spec, target="h200")):
-        assert not any(isinstance(s, Loop) and s.stages for k in prog.kernels for s, _ in walk(k.body))
-        assert all(t.slots == 1 and t.ready == -1 for t in prog.tensors)
+        assert not any(isinstance(s, Loop) and stages_of(s) for k in prog.kernels for s, _ in walk(k.body))
+        assert all(not t.ann for t in prog.tensors)
 
 
 def test_pipeline_lookahead_is_an_ir_knob():
-    """Pass pipeline-lookahead: the forward's pipelined loop gets Loop.lookahead = 2; V (loaded in the
+    """Pass pipeline-lookahead: the forward's pipelined loop gets lookahead 2 (@pipelined); V (loaded in the
     cube's stage 0, read in its stage 1) and alpha (written in the vector's stage 1, read in its stage 2)
     a third copy; S and P (sent in an earlier stage) a third GM slot, P·V keeps two; the backward's main
     loop likewise (Q and dO: three copies; S and dP: three slots). Each unit's emitted code runs a
@@ -427,22 +438,22 @@ def test_pipeline_lookahead_is_an_ir_knob():
 
     spec = builtin_spec("llama2-7b")
     fwd = compile_forward(spec, target="ascend910b2")
-    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
-    assert loop.lookahead == 2
+    (loop,) = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and stages_of(s)]
+    assert lookahead_of(loop) == 2
     (kernel,) = fwd.kernels
-    # m and l: a copy per program in flight (Kernel.stream)
+    # m and l: a copy per program in flight (@stream)
     assert {b.name: b.stages for b in kernel.buffers if b.stages > 1} == {"Kj": 2, "Vj": 3, "alpha": 3, "m": 3, "l": 3}
-    assert {t.name: t.slots for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 3, "ws_PV": 2}
+    assert {t.name: slots_of(t) for t in fwd.tensors if t.kind == "handoff"} == {"ws_S": 3, "ws_Pc": 3, "ws_PV": 2}
     bwd = compile_backward(spec, target="ascend910b2")
-    (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and s.stages]
-    assert bloop.lookahead == 2
+    (bloop,) = [s for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Loop) and stages_of(s)]
+    assert lookahead_of(bloop) == 2
     (main,) = [k for k in bwd.kernels if any(s is bloop for s, _ in walk(k.body))]
     assert {b.name: b.stages for b in main.buffers if b.unit == "cube" and b.stages > 1} == {"Qi": 3, "dOi": 3, "Kj": 3}  # Kj: per program
-    assert {t.name: t.slots for t in bwd.tensors if t.kind == "handoff" and t.slots > 2} == {"ws_S": 3, "ws_dP": 3}
+    assert {t.name: slots_of(t) for t in bwd.tensors if t.kind == "handoff" and slots_of(t) > 2} == {"ws_S": 3, "ws_dP": 3}
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aic = code[code.index("ASCEND_IS_AIC"):code.index("ASCEND_IS_AIV")]
     aiv = code[code.index("ASCEND_IS_AIV"):]
-    # the programs are one stream of pairs (Kernel.stream): the ring is indexed by the stream's pair count
+    # the programs are one stream of pairs (@stream): the ring is indexed by the stream's pair count
     assert "Stream a issues each pair's stage 0" in aic and "2 pairs ahead of stream z's stage 1" in aic and "p_ < 2" in aic
     assert aic.count("Vj_r[a_n % 3] = Vj;") == 2 and "LocalTensor<half> Vj_p = Vj_r[z_n % 3];" in aic
     assert aic.index("Vj_r[a_n % 3] = Vj;") < aic.index("Vj_p = Vj_r")
@@ -452,7 +463,7 @@ def test_pipeline_lookahead_is_an_ir_knob():
 
 
 def test_receive_ahead_is_an_ir_knob():
-    """Pass receive-ahead: the forward's receive of P·V (the vector's stage 2) gets Load.hoist and
+    """Pass receive-ahead: the forward's receive of P·V (the vector's stage 2) gets @hoist and
     wait_at_read; the emitted AIV issues it, with its flag wait, right after the receive of S of j + 2 and
     before the softmax of j + 2, and waits for it (MTE2 -> V) just before acc += P·V. The backward (its
     vector in one stage) has no hoisted load."""
@@ -461,13 +472,13 @@ def test_receive_ahead_is_an_ir_knob():
 
     spec = builtin_spec("llama2-7b")
     fwd = compile_forward(spec, target="ascend910b2")
-    hoisted = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.hoist]
-    assert [(s.src.tensor, s.wait_at_read) for s in hoisted] == [("ws_PV", True)]
+    hoisted = [s for k in fwd.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.has(Hoist)]
+    assert [(s.src.tensor, s.has(WaitAtRead)) for s in hoisted] == [("ws_PV", True)]
     bwd = compile_backward(spec, target="ascend910b2")
-    assert not any(isinstance(s, Load) and s.hoist for k in bwd.kernels for s, _ in walk(k.body))
+    assert not any(isinstance(s, Load) and s.has(Hoist) for k in bwd.kernels for s, _ in walk(k.body))
     code = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     aiv = code[code.index("ASCEND_IS_AIV"):]
-    steady = aiv[aiv.index("while (z_n < a_n)"):]  # the stream's loop (Kernel.stream)
+    steady = aiv[aiv.index("while (z_n < a_n)"):]  # the stream's loop (@stream)
     s_recv = steady.index("LoadRows<float>(S_vector")
     pv_recv = steady.index("LoadRows<float>(PV_vector")
     softmax = steady.index("Muls(S_vector")
@@ -479,7 +490,7 @@ def test_receive_ahead_is_an_ir_knob():
 
 
 def test_receive_free_early_is_an_ir_knob():
-    """Pass receive-free-early: the forward's receive of S gets Load.free_early; the emitted AIV raises the
+    """Pass receive-free-early: the forward's receive of S gets @free_early; the emitted AIV raises the
     tile's own V -> MTE2 event right after the cast of P (S's last access) and the next receive of S waits
     for that event (LoadRows' freeId), so the O update runs beside the copy. llama2-7b's backward, whose UB
     would not fit with S and dP live over the loop, keeps the plain wait; demo's gets both."""
@@ -487,7 +498,7 @@ def test_receive_free_early_is_an_ir_knob():
     from tilegen.core.ir import Load, walk
 
     def early(program):
-        return [(k.name, s.dst) for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.free_early]
+        return [(k.name, s.dst) for k in program.kernels for s, _ in walk(k.body) if isinstance(s, Load) and s.has(FreeEarly)]
 
     spec = builtin_spec("llama2-7b")
     assert early(compile_forward(spec, target="ascend910b2")) == [("fwd", "S_vector")]
@@ -507,7 +518,7 @@ def test_receive_free_early_is_an_ir_knob():
 
 @needs_cxx
 def test_receive_free_early_raised_too_soon_is_reported(monkeypatch):
-    """The event of Load.free_early is raised after S's last access: raised one statement earlier (before
+    """The event of @free_early is raised after S's last access: raised one statement earlier (before
     the cast of P reads S) the twin fails the run and the timeline reports the race on the AIV, and never
     raised the twin fails the run; it is never a faster timeline."""
     from tilegen.backends.ascendc.twin import TwinError
@@ -568,7 +579,7 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
 
     from tilegen.backends import ascendc
     from tilegen.core.errors import TargetError
-    from tilegen.passes import lower
+    from tilegen.passes.ascend import pipeline_lookahead as lower
 
     real = lower.pipeline_lookahead
 
@@ -580,7 +591,7 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
 
     def two_slots(program, target):
         out = real(program, target)
-        return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=min(t.slots, 2)) for t in out.tensors))
+        return dataclasses.replace(out, tensors=tuple(t.annotate(HandoffSlots(min(slots_of(t), 2), ready_of(t))) if t.has(HandoffSlots) else t for t in out.tensors))
 
     monkeypatch.setenv("TILEGEN_CACHE", "0")
     replace_ascend_pass(monkeypatch, "pipeline-lookahead", two_copies)
@@ -601,7 +612,7 @@ def test_pipeline_lookahead_needs_its_third_copy(monkeypatch):
                 kernels = tuple(dataclasses.replace(k, buffers=tuple(dataclasses.replace(b, stages=2) if b.name == "alpha" else b
                                                                      for b in k.buffers)) for k in out.kernels)
                 return dataclasses.replace(out, kernels=kernels)
-            return dataclasses.replace(out, tensors=tuple(dataclasses.replace(t, slots=2) if t.name == "ws_Pc" else t for t in out.tensors))
+            return dataclasses.replace(out, tensors=tuple(t.annotate(HandoffSlots(2, ready_of(t))) if t.name == "ws_Pc" else t for t in out.tensors))
         return edit
 
     replace_ascend_pass(monkeypatch, "pipeline-lookahead", vector_short("alpha"))
@@ -618,7 +629,7 @@ def test_pipeline_handoffs_declines_an_illegal_loop():
     likewise when stage 1 stores into a GM tensor stage 0 loads."""
     import dataclasses
 
-    from tilegen.passes import lower
+    from tilegen.passes.ascend import pipeline_handoffs as lower
     from tilegen.core.targets import load_target
 
     log = PassLog()
@@ -652,7 +663,7 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
     import dataclasses
 
     from tilegen.core.ir import Elementwise, Loop, RowReduce, map_body, walk
-    from tilegen.passes import lower
+    from tilegen.passes.ascend import pipeline_handoffs as lower
     from tilegen.core.targets import load_target
 
     log = PassLog()
@@ -669,8 +680,8 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
 
         prog = dataclasses.replace(before, kernels=(dataclasses.replace(k, body=map_body(k.body, edit)),))
         out = lower.pipeline_handoffs(prog, tgt)
-        (loop,) = [s for kk in out.kernels for s, _ in walk(kk.body) if isinstance(s, Loop) and s.stages]
-        return [(type(s).__name__, getattr(s, "dst", None), g) for s, g in zip(loop.body, loop.stages)], out
+        (loop,) = [s for kk in out.kernels for s, _ in walk(kk.body) if isinstance(s, Loop) and stages_of(s)]
+        return [(type(s).__name__, getattr(s, "dst", None), g) for s, g in zip(loop.body, stages_of(loop))], out
 
     # rowsum = rowmax(acc): reads what stage 2 writes. It joins stage 2, and with it the statements that
     # write or read rowsum, then those of l; the softmax and P's hand-off stay in stage 1
@@ -771,7 +782,7 @@ def test_cost_only_form_matches_the_whole_launch():
 
 @needs_cxx
 def test_streamed_cost_only_form_matches_the_whole_launch():
-    """A streamed forward (Kernel.stream) with several instances a core, non-causal, so that every
+    """A streamed forward (@stream) with several instances a core, non-causal, so that every
     instance has the same pairs (seed at 8 heads x 1024: 64 instances on 24 cores): the cost-only form
     (instances alone and one core's stream of one head, one fit through both) against the whole launch.
     Before the joint fit this case came out 28% slow (16 heads)."""
@@ -789,7 +800,7 @@ def test_mask_cut_tiles_only_is_an_ir_knob_rendered_by_the_template():
     for target, want in (("ascend910b2", True), ("h200", False)):
         prog = compile_forward(spec, target=target, log=PassLog())
         masks = [s for k in prog.kernels for s, _ in walk(k.body) if isinstance(s, Mask)]
-        assert masks and all(m.cut_only is want for m in masks)
+        assert masks and all(m.has(CutOnly) is want for m in masks)
     kernels = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
     calls = [ln for ln in kernels.splitlines() if "tilegen::MaskTile(" in ln]
     assert calls and all(ln.rstrip().endswith(", true);") for ln in calls)
@@ -894,7 +905,7 @@ def test_l2_reuse_follows_the_loop_bounds():
 
 def test_one_launch_is_an_ir_knob():
     """The backward's kernels run in one launch on the 910B: every kernel after the first has
-    Kernel.sync_all, the emitted file has one kernel function with a SyncAll<false>() between two
+    @sync_all, the emitted file has one kernel function with a SyncAll<false>() between two
     kernels, the launcher one launch; the forward (one kernel) and a GPU program are untouched; the
     verifier refuses the knob on a program's first kernel (it has no launch to join)."""
     import dataclasses
@@ -907,10 +918,10 @@ def test_one_launch_is_an_ir_knob():
     bwd = compile_backward(spec, target="ascend910b2")
     names = [k.name for k in bwd.kernels]
     assert names == ["pre", "main", "post"]  # (pre_kv and post_kv went: write-first-plain, own-tile-epilogue)
-    assert [k.sync_all for k in bwd.kernels] == [False, True, True]
+    assert [k.has(SyncAll) for k in bwd.kernels] == [False, True, True]
     assert "after SyncAll" in format_kernel(bwd.kernel("main")) and "after SyncAll" not in format_kernel(bwd.kernel("pre"))
-    assert not any(k.sync_all for k in compile_forward(spec, target="ascend910b2").kernels)
-    assert not any(k.sync_all for k in compile_backward(spec, target="h200").kernels)
+    assert not any(k.has(SyncAll) for k in compile_forward(spec, target="ascend910b2").kernels)
+    assert not any(k.has(SyncAll) for k in compile_backward(spec, target="h200").kernels)
     files = ascendc.generate(spec, "ascend910b2").files
     src = files["bwd_kernels.asc"]
     assert src.count("__global__") == 1 and src.count("    SyncAll<false>();") == len(names) - 1
@@ -918,7 +929,7 @@ def test_one_launch_is_an_ir_knob():
     assert blocks == sorted(blocks)  # the kernels in program order, a barrier between every two
     assert all(src.count("SyncAll<false>();", a, b) == 1 for a, b in zip(blocks, blocks[1:]))
     assert files["tilegen_ops.asc"].count("<<<kBlocks, 0, stream>>>") == 2  # fwd and the one bwd launch
-    first = dataclasses.replace(bwd, kernels=(dataclasses.replace(bwd.kernels[0], sync_all=True),) + bwd.kernels[1:])
+    first = dataclasses.replace(bwd, kernels=(bwd.kernels[0].annotate(SyncAll()),) + bwd.kernels[1:])
     with pytest.raises(VerifyError, match="sync_all on the first kernel"):
         verify(first, "test")
 

@@ -1,4 +1,5 @@
-"""Rewrite the golden IR texts of tests/test_passes.py (run after an intended change, then review the diff)."""
+"""Rewrite the golden IR texts of tests/test_passes.py and tests/test_annotations.py (run after an intended change, then
+review the diff)."""
 
 import sys
 from pathlib import Path
@@ -8,7 +9,8 @@ sys.path.insert(0, str(here.parent))
 
 from helpers import make_spec  # noqa: E402
 from tilegen.core.printer import format_program  # noqa: E402
-from tilegen.backends import compile_backward  # noqa: E402
+from tilegen.backends import compile_backward, compile_forward  # noqa: E402
+from tilegen.core.spec import builtin_spec  # noqa: E402
 
 (here / "bwd-atomic.txt").write_text(
     format_program(compile_backward(make_spec(seq_q=70, seq_k=70, window=(-1, 0)), dq_strategy="atomic"))
@@ -18,3 +20,4 @@ from tilegen.backends import compile_backward  # noqa: E402
         compile_backward(make_spec(seq_q=70, seq_k=70, heads_q=4, heads_kv=2, window=(8, 0)), dq_strategy="separate")
     )
 )
+(here / "fwd-ascend-tiny.txt").write_text(format_program(compile_forward(builtin_spec("tiny"), target="ascend910b2")))

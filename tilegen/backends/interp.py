@@ -194,7 +194,7 @@ class Interpreter:
         self.handoff = {}
         touched: dict[str, int] = defaultdict(int)
         self._touched = set()
-        self._stored: set[int] = set()  # the Store.first_plain statements run in this program instance
+        self._stored: set[int] = set()  # the stores whose first execution writes (first_writes) run in this program instance
         self._kernel, self._top = kernel.name, self.progress is not None
         self._exec(body, scope)
         self._top = False
@@ -231,7 +231,7 @@ class Interpreter:
             inner = dict(scope)
             inner[name] = start + t
             if loop.kind == "parallel":
-                self._stored = set()  # a new program instance: no Store.first_plain has run in it
+                self._stored = set()  # a new program instance: no first-writes store has run in it
             self._exec(loop.body, inner)
             if top:
                 self.progress(self._kernel, i + 1, len(offsets))
@@ -335,8 +335,10 @@ class Interpreter:
             skip = np.asarray(self.tensors[stmt.rows][slices[0].start:slices[0].start + valid[0]]) < 0
             tile[(Ellipsis, np.nonzero(skip)[0]) + (slice(None),) * (len(sizes) - 1)] = 0.0
             moved = (valid[0] - int(skip.sum())) * int(np.prod(valid[1:]))
-        if stmt.zero_unless is not None:  # the tile's writer ran no iteration in this instance: zeros
-            never = np.broadcast_to(np.asarray(self._eval(stmt.zero_unless, scope)) <= 0, self.lane_shape)
+        for guard in (g for a in stmt.ann if (g := a.zeros_unless()) is not None):
+            # an annotation's value rule (Annotation.zeros_unless; Ascend's @zero_unless): zeros where the
+            # expression is <= 0 (the tile's writer ran no iteration in this instance)
+            never = np.broadcast_to(np.asarray(self._eval(guard, scope)) <= 0, self.lane_shape)
             tile[never] = 0.0
         self._write(stmt.dst, tile, fresh=True)
         itemsize = dtypes.itemsize(self.program.tensor(stmt.src.tensor).dtype)
@@ -347,8 +349,9 @@ class Interpreter:
         src = self._buf(stmt.src)
         part = src[(Ellipsis,) + tuple(slice(0, v) for v in valid)]
         key = point + slices
-        first = stmt.first_plain and id(stmt) not in self._stored
-        if stmt.first_plain:  # the instance's first execution writes the tile (Store.first_plain)
+        first_writes = any(a.first_writes() for a in stmt.ann)  # Annotation.first_writes (Ascend's @first_plain)
+        first = first_writes and id(stmt) not in self._stored
+        if first_writes:  # the instance's first execution writes the tile
             self._stored.add(id(stmt))
         if stmt.accumulate and not first:
             unique = all(isinstance(p, slice) for p in point) or not self.lane_shape

@@ -23,6 +23,11 @@ instance, and their bounds may depend on outer loop variables) and tile ops:
 A tile ``Loop`` with ``blocks`` set visits only the tiles the block-class tensor of that name marks
 non-empty (block sparsity, DESIGN §3).
 
+Statements, loops, kernels, tensors and buffers carry ``ann``: the :class:`~tilegen.core.annotations.Annotation`
+s passes attach to them (a target's schedule knobs, defined beside their passes under
+``tilegen/passes/<target>/``; the software pipelining of a loop, :class:`Pipelined`, is the one defined
+here). A node reads them with ``get``/``has`` and passes add them with ``annotate`` (:class:`~tilegen.core.annotations.Annotated`).
+
 Sizes are sympy expressions of the shape symbols (``B, Hq, Hkv, G, Sq, Sk, Dqk, Dv``) and the tile
 sizes (``Br, Bc``) until a schedule binds them in ``Program.env``. Scopes: ``HBM`` for tensors,
 ``LOCAL`` for an on-chip buffer no pass has placed yet, else the name of a level of the target (``UB``,
@@ -37,6 +42,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Union
 
 import sympy
+
+from tilegen.core.annotations import Annotated, Annotation, Site
 
 # --- symbols -----------------------------------------------------------------------------------------
 
@@ -94,7 +101,7 @@ class MaskInfo:
 
 
 @dataclass(frozen=True)
-class Tensor:
+class Tensor(Annotated):
     """An HBM (Ascend: GM) tensor.
 
     Attributes:
@@ -107,12 +114,7 @@ class Tensor:
             window per tile pair: gradient partials, zero-filled by the launcher, read by the host's
             fixed-order reduction).
         layout: for 4-d operands, the memory order the user's arrays have (``BNSD`` or ``BSND``).
-        slots: schedule knob of a ``handoff`` (set by :func:`tilegen.passes.lower.pipeline_handoffs`):
-            how many copies of the tile each core's workspace holds; the n-th tile passed goes to slot
-            n mod slots, and its producer waits for the slot to be free only when it reuses one
-            (n >= slots). 1: one slot, today's lock-step hand-off.
-        ready: schedule knob of a ``handoff`` (same pass): the cross-core flag id of its "data ready"
-            flag; -1: the id its direction shares with every other hand-off of that direction.
+        ann: annotations (a hand-off's GM slots and flag id on Ascend: ``@handoff_slots``).
     """
 
     name: str
@@ -120,8 +122,7 @@ class Tensor:
     dtype: str
     kind: str
     layout: str = "BNSD"
-    slots: int = 1
-    ready: int = -1
+    ann: tuple[Annotation, ...] = ()
 
     @property
     def numel(self) -> Expr:
@@ -129,7 +130,7 @@ class Tensor:
 
 
 @dataclass(frozen=True)
-class Buffer:
+class Buffer(Annotated):
     """An on-chip tile buffer of one program instance.
 
     Attributes:
@@ -138,6 +139,7 @@ class Buffer:
             the next iteration's stage of a pipelined loop writes it while this one's still reads it).
         unit: the compute unit that owns it after placement (``cube``/``vector`` on Ascend).
         row_split: how many vector cores share its rows (2 on Ascend's AIV pair), 1 otherwise.
+        ann: annotations.
     """
 
     name: str
@@ -147,6 +149,7 @@ class Buffer:
     stages: int = 1
     unit: str | None = None
     row_split: int = 1
+    ann: tuple[Annotation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,17 +165,36 @@ class Access:
     tile: tuple[Expr, ...]
 
 
-class Stmt:
-    """Base of every statement."""
+class Stmt(Annotated):
+    """Base of every statement (each a frozen dataclass whose last field is ``ann``).
+
+    A subclass says what it reads, writes and indexes with (``reads``, ``writes``, ``index_exprs``);
+    :meth:`buffers_written` and :meth:`exprs` add what its annotations name (a scratch buffer, a value
+    rule's expression: :meth:`~tilegen.core.annotations.Annotation.scratch`,
+    :meth:`~tilegen.core.annotations.Annotation.exprs`)."""
+
+    __slots__ = ()
+
+    def reads(self) -> tuple[str, ...]:
+        return ()
+
+    def writes(self) -> tuple[str, ...]:
+        return ()
+
+    def index_exprs(self) -> tuple[Expr, ...]:
+        return ()
 
     def buffers_read(self) -> tuple[str, ...]:
-        return ()
+        """The buffers the statement reads (a loop: none of its own)."""
+        return self.reads()
 
     def buffers_written(self) -> tuple[str, ...]:
-        return ()
+        """The buffers the statement writes, its annotations' scratch buffers included."""
+        return self.writes() + tuple(b for a in self.ann for b in a.scratch())  # type: ignore[attr-defined]
 
     def exprs(self) -> tuple[Expr, ...]:
-        return ()
+        """The index expressions of the statement (a loop: its bounds), then its annotations'."""
+        return self.index_exprs() + tuple(e for a in self.ann for e in a.exprs())  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -181,59 +203,19 @@ class Load(Stmt):
     program does not depend on it (the interpreter then loads a large sentinel to prove that).
     ``rows``: as :class:`Store`'s, the name of an int32 row-id tensor over the first tiled dimension;
     rows whose id is negative are not read and load as 0 (a packed batch's tokens outside every
-    sequence, whatever they hold).
-
-    ``wait_at_read`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_first_read`, and by
-    :func:`tilegen.passes.lower.receive_early` on a vector hand-off load): the generated code waits for
-    the copy just before the first later statement of the same body that reads ``dst`` (at the end of
-    the body, or of its stage of a pipelined loop, when none does), not right after the copy. The
-    result is the same either way.
-
-    ``wait_signal`` is a schedule knob of a load from a hand-off tile (set by
-    :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when an earlier load of the same
-    body already waited for the one ready flag of this tile's group of hand-offs.
-
-    ``hoist`` is a schedule knob of a vector hand-off load in the later stage of a pipelined loop (set by
-    :func:`tilegen.passes.lower.receive_ahead`, with ``wait_at_read``): in each iteration the generated
-    code issues it, with its flag wait, right after the earlier stage's first hand-off receive (of the
-    tile ``Loop.lookahead`` ahead) and before the rest of that stage's work, so that the copy runs beside
-    it; the tile is live over the loop. The result is the same either way.
-
-    ``zero_unless`` (set by :func:`tilegen.passes.lower.write_first_plain` with a writer's
-    ``Store.first_plain``): an integer expression of the grid (the fewest iterations of the loops
-    around the tile's one writer, in an earlier kernel); where it is <= 0 the writer never ran, the
-    tile holds nothing it wrote, and the load gives zeros, as it would have read from a tile zeroed
-    beforehand.
-
-    ``wait_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`) of a load
-    of a tile the other unit wrote earlier in the same program instance (a ``Store.signal_done``):
-    the generated code first waits for that unit's done flag, set once its program's stores have
-    landed; where ``zero_unless`` says the writer ran no iteration neither unit touches the flag (a
-    run of empty programs would otherwise pile up more sets than the flag's counter holds). The result is the same either way in the interpreter, which runs one statement at a time.
-
-    ``free_early`` is a schedule knob of a vector hand-off load into a one-copy UB tile inside one stage
-    of a pipelined loop (set by :func:`tilegen.passes.lower.receive_free_early`): the generated code
-    raises a V -> MTE2 event of its own right after the tile's last access in that stage, and the copy
-    of the next tile waits for that event only, not for all vector work issued before it, so that MTE2
-    refills the tile while the vector finishes the iteration's other work (the forward's O update). The
-    tile is live over the loop (nothing else may take its bytes). The result is the same either way."""
+    sequence, whatever they hold)."""
 
     dst: str
     src: Access
     pad: float | None = None
     rows: str = ""
-    wait_at_read: bool = False
-    wait_signal: bool = True
-    hoist: bool = False
-    zero_unless: Expr | None = None
-    wait_done: bool = False
-    free_early: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
-        return self.src.index + self.src.tile + ((self.zero_unless,) if self.zero_unless is not None else ())
+    def index_exprs(self):
+        return self.src.index + self.src.tile
 
 
 @dataclass(frozen=True)
@@ -243,40 +225,18 @@ class Store(Stmt):
     ``rows``: the name of an int32 input tensor [S] of row ids over the store's first tiled dimension
     (a packed batch's sequence id per token, DESIGN §3); rows whose id is negative are not written
     (tokens outside every sequence). "" writes every row.
-
-    ``signal`` is a schedule knob of a store into a hand-off tile (set by
-    :func:`tilegen.passes.handoff.one_handoff_per_direction`): False when a later store of the same
-    group of hand-offs sets the one ready flag the receiver waits for.
-
-    ``wait_at_rewrite`` is a schedule knob (set by :func:`tilegen.passes.lower.wait_at_rewrite`): the
-    copy's closing wait (its source buffer free again) is not taken at once but just before the next
-    statement that writes the buffer (in a loop: the next iteration's writer), and the buffer stays live
-    over its loop, so that the compute in between overlaps the copy.
-
-    ``first_plain`` is a knob of an accumulating store (set by
-    :func:`tilegen.passes.lower.write_first_plain`) into a tile that only its own program instance (one
-    iteration of the kernel's grid) touches: the instance's first execution of the store writes the
-    tile, the later ones add into it, so nothing has to zero the tile beforehand.
-
-    ``signal_done`` is a schedule knob (set by :func:`tilegen.passes.lower.own_tile_epilogue`): at the
-    end of each program instance whose loops ran (the waiting load's ``zero_unless`` > 0) the unit that
-    runs the store sets a done flag, once all its stores of the instance have landed, for a later load
-    of the tile on the other unit (``Load.wait_done``).
     """
 
     dst: Access
     src: str
     accumulate: bool = False
     rows: str = ""
-    signal: bool = True
-    wait_at_rewrite: bool = False
-    first_plain: bool = False
-    signal_done: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def exprs(self):
+    def index_exprs(self):
         return self.dst.index + self.dst.tile
 
 
@@ -284,21 +244,15 @@ class Store(Stmt):
 class Fill(Stmt):
     dst: str
     value: float
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
 @dataclass(frozen=True)
 class MatMul(Stmt):
-    """dst (+)= alpha * op(a) @ op(b); op(x) = xᵀ when the flag is set. Inputs fp16/bf16/fp32, dst fp32.
-
-    ``n_chunk`` is a schedule knob (set by :func:`tilegen.passes.lower.l0c_pingpong`): 0 computes dst
-    whole; n > 0 (a multiple of 16) computes it in column chunks of n, each in one half of the result
-    level (L0C) in turn, and the next statement (the Store of dst, the only reader) drains each chunk
-    while the other half accumulates the next. The values are unchanged: each column of dst is the same
-    dot products.
-    """
+    """dst (+)= alpha * op(a) @ op(b); op(x) = xᵀ when the flag is set. Inputs fp16/bf16/fp32, dst fp32."""
 
     dst: str
     a: str
@@ -307,12 +261,12 @@ class MatMul(Stmt):
     trans_b: bool = False
     accumulate: bool = False
     alpha: float = 1.0
-    n_chunk: int = 0
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.a, self.b) + ((self.dst,) if self.accumulate else ())
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
@@ -338,60 +292,49 @@ class Elementwise(Stmt):
     dst: str
     op: str
     args: tuple[Operand, ...]
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return tuple(a for a in self.args if isinstance(a, str))
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
 
 @dataclass(frozen=True)
 class RowReduce(Stmt):
-    """dst[r] = max or sum over the columns of src row r (fp32).
-
-    ``fold`` is a schedule knob (set by :func:`tilegen.passes.lower.fold_row_reductions`): the name of an
-    fp32 scratch buffer of src's rows x 64 columns. The emitted code first folds src's 64-column blocks
-    into it with elementwise Max/Add (one repeat per row), then reduces the 64 columns of each row once,
-    instead of one in-repeat reduction per block; "" reduces block by block. The result is the same up
-    to the order of a sum's additions.
-    """
+    """dst[r] = max or sum over the columns of src row r (fp32)."""
 
     dst: str
     src: str
     op: str  # "max" | "sum"
-    fold: str = ""
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def buffers_written(self):
-        return (self.dst, self.fold) if self.fold else (self.dst,)
+    def writes(self):
+        return (self.dst,)
 
 
 @dataclass(frozen=True)
 class Mask(Stmt):
     """dst <- src, with -inf at (row0 + r, col0 + c) where the program's MaskInfo hides the key, or
-    where the row is >= Sq or the column >= Sk (padding).
-
-    ``cut_only`` is a schedule knob (set by :func:`tilegen.passes.lower.mask_cut_tiles_only`): the
-    generated code does the mask's work only on a tile the mask cuts (some pair hidden or padded); on a
-    tile whose every pair is visible it issues nothing. The result is the same either way.
-    """
+    where the row is >= Sq or the column >= Sk (padding)."""
 
     dst: str
     src: str
     row0: Expr
     col0: Expr
-    cut_only: bool = False
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return (self.src,)
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.row0, self.col0)
 
 
@@ -425,14 +368,15 @@ class ModOp(Stmt):
     term: int = -1
     blocks: str = ""
     tensors: tuple[str, ...] = ()
+    ann: tuple[Annotation, ...] = ()
 
-    def buffers_read(self):
+    def reads(self):
         return self.args
 
-    def buffers_written(self):
+    def writes(self):
         return (self.dst,)
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.row0, self.col0)
 
 
@@ -450,16 +394,7 @@ class Loop(Stmt):
             tell that two nests iterate the same pairs.
         blocks: for a tile loop, the name of the block-class tensor [Bm, Hm, nQ, nK] (fp32 0/1/2) whose
             empty tiles the loop skips; "" for a dense loop.
-        stages: schedule knob (set by :func:`tilegen.passes.lower.pipeline_handoffs`): the software-
-            pipelining stage (0, 1 or 2) of each statement of ``body``, in order; () when the loop is
-            not pipelined. Each unit runs its own statements in two stages: the cube's are 0 and 1, the
-            vector's 1 and 2 (all 1 where the vector is not skewed). A unit issues its earlier stage of
-            iteration j + 1 before its later stage of iteration j (a prologue runs the earlier stage
-            of the first iteration, the last iteration runs the later stage alone). The values are
-            those of the loop in order.
-        lookahead: schedule knob (set by :func:`tilegen.passes.lower.pipeline_lookahead`): how many
-            iterations ahead of its later stage each unit issues its earlier stage (1: the earlier
-            stage of j + 1 before the later stage of j; 2: of j + 2, after a prologue of two).
+        ann: annotations (:class:`Pipelined`: a software-pipelined loop).
     """
 
     var: sympy.Symbol
@@ -471,58 +406,79 @@ class Loop(Stmt):
     note: str = ""
     domain: str = ""
     blocks: str = ""
-    stages: tuple[int, ...] = ()
-    lookahead: int = 1
+    ann: tuple[Annotation, ...] = ()
 
-    def exprs(self):
+    def index_exprs(self):
         return (self.start, self.stop)
 
 
 @dataclass(frozen=True)
-class Kernel:
+class Pipelined(Annotation, key="pipelined", on=("Loop",)):
+    """A software-pipelined loop: the stage of each statement of the loop's body, in order, and how far
+    ahead the earlier stages run. Each unit (a target's compute unit that runs the statement: on Ascend
+    the cube's statements are stages 0 and 1, the vector's 1 and 2) issues its earlier stage of
+    iteration j + ``lookahead`` before its later stage of iteration j; a prologue runs the earlier stage
+    of the first ``lookahead`` iterations, the last ones run the later stage alone. The values are those
+    of the loop in order.
+
+    It is generic (not a target's knob): the footprints number a pipelined loop's statements in that
+    issue order (a buffer two stages access is live over the loop), and the shared IR queries
+    (:mod:`tilegen.models.stages`), the verifier, the printer and the backends read it. A target's pass
+    sets it (Ascend: ``pipeline-handoffs``, ``pipeline-lookahead``).
+
+    Attributes:
+        stages: one stage (an integer >= 0) per statement of the body.
+        lookahead: iterations between a unit's earlier and later stage (>= 1).
+    """
+
+    stages: tuple[int, ...]
+    lookahead: int = 1
+
+    def check(self, node, at: Site) -> str:
+        if len(self.stages) != len(node.body) or any(not isinstance(g, int) or g < 0 for g in self.stages):
+            return f"stages {self.stages} do not give a stage >= 0 to each of its {len(node.body)} statements"
+        if self.lookahead < 1:
+            return f"lookahead {self.lookahead} is less than 1"
+        return ""
+
+    def note(self, node) -> str:
+        return f"pipelined: each unit issues its earlier stage of {node.var} + {self.lookahead} before its later stage of {node.var}"
+
+
+def stages_of(loop: Loop) -> tuple[int, ...]:
+    """The stage of each statement of ``loop``'s body (:class:`Pipelined`), () when it is not pipelined."""
+    p = loop.get(Pipelined)
+    return p.stages if p is not None else ()
+
+
+def lookahead_of(loop: Loop) -> int:
+    """How many iterations a pipelined ``loop``'s earlier stages run ahead (:class:`Pipelined`), 1 otherwise."""
+    p = loop.get(Pipelined)
+    return p.lookahead if p is not None else 1
+
+
+@dataclass(frozen=True)
+class Kernel(Annotated):
     """One launch: its buffers and its body (outer ``parallel`` loops are the grid).
 
     ``phase`` names the kernel's place in the algorithm (``fwd``, ``pre``, ``dv``, ``ds``, ``dqdk``,
     ``main``, ``dq``, ``post``).
 
-    ``deal`` is a schedule knob (set by :func:`tilegen.passes.lower.snake_deal`): how a target whose
-    cores loop over the grid's programs (Ascend: ``pid`` in row-major grid order) deals them.
-    ``"cyclic"``: core c takes pid = c, c + cores, c + 2·cores, ...; ``"snake"``: in round r core c
-    takes pid = r·cores + c when r is even, r·cores + cores − 1 − c when r is odd, so that a core that
-    drew a heavy program of a round draws a light one the next (the grid's fastest axis is a tile
-    index whose work grows or shrinks along it under a causal mask).
-
-    ``sync_all`` is a schedule knob (set by :func:`tilegen.passes.lower.one_launch`): the kernel runs
-    in the previous kernel's launch, after a barrier of every core of that launch (Ascend
-    ``SyncAll<false>()``: every store of the earlier kernels has landed before any core goes on), in
-    place of a launch of its own. The program's values are unchanged: the barrier orders the kernels
-    as the launch boundary did.
-
-    ``stream`` is a schedule knob (set by :func:`tilegen.passes.lower.stream_programs`): the programs a
-    core runs form one stream of tile pairs, and the software-pipelined loop of the program body
-    (``Loop.stages``, ``Loop.lookahead``) runs across program boundaries: a unit's earlier stage (and
-    each program's opening statements that it needs) of the pair ``lookahead`` pairs ahead is issued
-    before its later stage (and, after a program's last pair, the program's closing statements) of this
-    one, even when the two pairs belong to different programs. The buffers both streams use per program
-    get ``lookahead + 1`` copies (:func:`tilegen.models.stages.stream_split`). The values are unchanged.
+    ``ann``: annotations (on Ascend how the cores deal the programs, whether the kernel joins the
+    previous launch, whether a core streams its programs).
     """
 
     name: str
     phase: str
     buffers: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
-    deal: str = "cyclic"
-    sync_all: bool = False
-    stream: bool = False
+    ann: tuple[Annotation, ...] = ()
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:
             if buf.name == name:
                 return buf
         raise KeyError(name)
-
-
-DEALS = ("cyclic", "snake")  # Kernel.deal
 
 
 @dataclass(frozen=True)
@@ -576,6 +532,10 @@ class Program:
         merged.update({k: int(v) for k, v in values.items()})
         return dataclasses.replace(self, env=tuple(sorted(merged.items(), key=lambda kv: kv[0].name)))
 
+    def map_stmts(self, fn: Callable[[Stmt], Stmt | tuple[Stmt, ...] | None]) -> "Program":
+        """The program with every kernel's body rebuilt by :func:`map_body` with ``fn``."""
+        return dataclasses.replace(self, kernels=tuple(dataclasses.replace(k, body=map_body(k.body, fn)) for k in self.kernels))
+
     def evaluate(self, expr: Expr) -> int:
         """An expression of bound symbols as an int (raises ValueError when a symbol is unbound)."""
         value = sympy.sympify(expr).subs(self.env_map)
@@ -613,9 +573,9 @@ def map_body(body: tuple[Stmt, ...], fn: Callable[[Stmt], Stmt | tuple[Stmt, ...
 
 
 def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt:
-    """``stmt`` with every index expression (and loop bound, recursively) substituted by ``mapping``;
-    ``simultaneous``: all at once (sympy's ``subs(..., simultaneous=True)``), so that a mapping may
-    exchange symbols (Br -> Bc, Bc -> Br)."""
+    """``stmt`` with every index expression (and loop bound, recursively; and its annotations'
+    expressions) substituted by ``mapping``; ``simultaneous``: all at once (sympy's
+    ``subs(..., simultaneous=True)``), so that a mapping may exchange symbols (Br -> Bc, Bc -> Br)."""
 
     def sub(e: Expr) -> Expr:
         return sympy.sympify(e).subs(mapping, simultaneous=simultaneous)
@@ -623,9 +583,10 @@ def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt
     def sub_access(a: Access) -> Access:
         return Access(a.tensor, tuple(sub(x) for x in a.index), tuple(sub(x) for x in a.tile))
 
+    if stmt.ann:
+        stmt = dataclasses.replace(stmt, ann=tuple(a.map_exprs(sub) for a in stmt.ann))
     if isinstance(stmt, Load):
-        zero = sub(stmt.zero_unless) if stmt.zero_unless is not None else None
-        return dataclasses.replace(stmt, src=sub_access(stmt.src), zero_unless=zero)
+        return dataclasses.replace(stmt, src=sub_access(stmt.src))
     if isinstance(stmt, Store):
         return dataclasses.replace(stmt, dst=sub_access(stmt.dst))
     if isinstance(stmt, (Mask, ModOp)):
@@ -638,11 +599,14 @@ def substitute(stmt: Stmt, mapping: Mapping, simultaneous: bool = False) -> Stmt
 
 
 def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
-    """``stmt`` with buffer names replaced per ``names`` (recursively through loops)."""
+    """``stmt`` with buffer names replaced per ``names`` (recursively through loops; and in its
+    annotations' buffer fields)."""
 
     def r(x):
         return names.get(x, x) if isinstance(x, str) else x
 
+    if stmt.ann:
+        stmt = dataclasses.replace(stmt, ann=tuple(a.rename(names) for a in stmt.ann))
     if isinstance(stmt, Load):
         return dataclasses.replace(stmt, dst=r(stmt.dst))
     if isinstance(stmt, Store):
@@ -654,7 +618,7 @@ def rename_buffers(stmt: Stmt, names: Mapping[str, str]) -> Stmt:
     if isinstance(stmt, Elementwise):
         return dataclasses.replace(stmt, dst=r(stmt.dst), args=tuple(r(a) for a in stmt.args))
     if isinstance(stmt, RowReduce):
-        return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src), fold=r(stmt.fold))
+        return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src))
     if isinstance(stmt, Mask):
         return dataclasses.replace(stmt, dst=r(stmt.dst), src=r(stmt.src))
     if isinstance(stmt, ModOp):

@@ -3,12 +3,19 @@
 Every on-chip buffer is printed with its scope (``S@UB``), so the printed program shows where each
 tile lives; the header lists tensors and buffers with shapes, dtypes, scopes and stages. The text is
 deterministic, so it serves as a golden file for pass tests.
+
+Every annotation of a node (:mod:`tilegen.core.annotations`) is printed on the node's line, after its
+text, in a regular form: two spaces, then ``@key`` or ``@key(field=value, ...)`` (every field in
+declaration order; :func:`fmt_annotation`), one per annotation in the node's canonical order; then the
+annotations' notes (and a loop's own note), after ``   # `` and separated by ``; ``. A pipelined loop's
+statements are also tagged with their stage (``[stage 1]``).
 """
 
 from __future__ import annotations
 
 import sympy
 
+from tilegen.core.annotations import Annotation
 from tilegen.core.ir import (
     Access,
     Elementwise,
@@ -23,6 +30,7 @@ from tilegen.core.ir import (
     RowReduce,
     Stmt,
     Store,
+    stages_of,
 )
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*"}
@@ -42,6 +50,39 @@ def fmt_access(a: Access) -> str:
     return f"{a.tensor}[{', '.join(parts)}]"
 
 
+def fmt_value(v) -> str:
+    """An annotation field's value: ``True``/``False``, an integer, a float (``repr``), a quoted string
+    (``repr``), a tuple of values in parentheses, or a sympy expression (:func:`fmt_expr`)."""
+    if isinstance(v, (bool, int)) and not isinstance(v, sympy.Basic):
+        return repr(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(v)
+    if isinstance(v, tuple):
+        inner = ", ".join(fmt_value(x) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    if isinstance(v, sympy.Basic):
+        return fmt_expr(v)
+    raise TypeError(f"annotation value {v!r} ({type(v).__name__}) has no printed form")
+
+
+def fmt_annotation(a: Annotation) -> str:
+    """``@key`` (an annotation without fields) or ``@key(field=value, ...)``."""
+    values = a.values()
+    if not values:
+        return f"@{a.KEY}"
+    return f"@{a.KEY}(" + ", ".join(f"{k}={fmt_value(v)}" for k, v in values) + ")"
+
+
+def fmt_annotated(text: str, node, notes: tuple[str, ...] = ()) -> str:
+    """``text`` (a node's line) followed by the node's annotations and the notes (``notes``: the
+    node's own, first; then each annotation's)."""
+    tags = "".join(f"  {fmt_annotation(a)}" for a in node.ann)
+    words = [n for n in tuple(notes) + tuple(a.note(node) for a in node.ann) if n]
+    return text + tags + (f"   # {'; '.join(words)}" if words else "")
+
+
 def _ref(name, kernel: Kernel | None) -> str:
     if not isinstance(name, str):
         return repr(float(name)) if name not in (float("inf"), float("-inf")) else str(name)
@@ -55,36 +96,23 @@ def _ref(name, kernel: Kernel | None) -> str:
 
 
 def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
-    """One line for a non-loop statement."""
+    """One line for a non-loop statement, its annotations included."""
+    return fmt_annotated(_stmt_text(stmt, kernel), stmt)
+
+
+def _stmt_text(stmt: Stmt, kernel: Kernel | None) -> str:
+    """The statement's own text (no annotations)."""
     r = lambda n: _ref(n, kernel)  # noqa: E731
     if isinstance(stmt, Load):
         pad = "" if stmt.pad is None else f"  (pad {stmt.pad:g})"
         if stmt.rows:
             pad += f"  (rows with {stmt.rows} >= 0, else 0)"
-        if not stmt.wait_signal:
-            pad += "  (no wait: its group's flag was waited for)"
-        if stmt.hoist:
-            pad += "  (received ahead, beside the earlier stage's work)"
-        if stmt.free_early:
-            pad += "  (the next tile's copy waits for this tile's last access only)"
-        if stmt.wait_done:
-            pad += "  (after the other unit's done flag)"
-        if stmt.zero_unless is not None:
-            pad += f"  (zeros unless {fmt_expr(stmt.zero_unless)} > 0: its writer's iterations)"
         return f"{r(stmt.dst)} = load {fmt_access(stmt.src)}{pad}"
     if isinstance(stmt, Store):
         op = "+=" if stmt.accumulate else "="
         tag = "  (atomic add)" if stmt.accumulate else ""
-        if stmt.first_plain:
-            tag = "  (atomic add; the program's first store writes)"
-        if stmt.signal_done:
-            tag += "  (done flag at the program's end)"
         if stmt.rows:
             tag += f"  (rows with {stmt.rows} >= 0)"
-        if not stmt.signal:
-            tag += "  (no flag: a later store of its group sets it)"
-        if stmt.wait_at_rewrite:
-            tag += f"  (waited for before {stmt.src} is next written)"
         return f"{fmt_access(stmt.dst)} {op} {r(stmt.src)}{tag}"
     if isinstance(stmt, Fill):
         return f"{r(stmt.dst)} = fill({stmt.value})"
@@ -93,8 +121,7 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
         bb = r(stmt.b) + ("ᵀ" if stmt.trans_b else "")
         scale = "" if stmt.alpha == 1.0 else f"{stmt.alpha:.6g} * "
         op = "+=" if stmt.accumulate else "="
-        chunk = f"  (in column chunks of {stmt.n_chunk}, L0C ping-pong)" if stmt.n_chunk else ""
-        return f"{r(stmt.dst)} {op} {scale}{a} @ {bb}{chunk}"
+        return f"{r(stmt.dst)} {op} {scale}{a} @ {bb}"
     if isinstance(stmt, Elementwise):
         args = [r(a) for a in stmt.args]
         if stmt.op in _BINARY:
@@ -103,11 +130,9 @@ def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
             return f"{r(stmt.dst)} = {args[0]}"
         return f"{r(stmt.dst)} = {stmt.op}({', '.join(args)})"
     if isinstance(stmt, RowReduce):
-        fold = f"  (folded to 64 columns in {r(stmt.fold)} first)" if stmt.fold else ""
-        return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)}){fold}"
+        return f"{r(stmt.dst)} = row{stmt.op}({r(stmt.src)})"
     if isinstance(stmt, Mask):
-        only = ", cut tiles only" if stmt.cut_only else ""
-        return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+{only})"
+        return f"{r(stmt.dst)} = mask({r(stmt.src)}, rows {fmt_expr(stmt.row0)}+, cols {fmt_expr(stmt.col0)}+)"
     if isinstance(stmt, ModOp):
         args = ", ".join(r(a) for a in stmt.args)
         extra = f", term {stmt.term}" if stmt.term >= 0 else ""
@@ -121,19 +146,15 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
     lines: list[str] = []
     for stmt in body:
         if isinstance(stmt, Loop):
-            note = f"   # {stmt.note}" if stmt.note else ""
+            note = stmt.note
             if stmt.blocks:
                 note += f" (skipping tiles {stmt.blocks} marks empty)"
             word = "parallel" if stmt.kind == "parallel" else "for"
-            if stmt.stages:
-                note += f" (pipelined: the cube issues stage 0 of {stmt.var} + {stmt.lookahead} before stage 1 of {stmt.var}"
-                if 2 in stmt.stages:
-                    note += f", the vector stage 1 of {stmt.var} + {stmt.lookahead} before stage 2 of {stmt.var}"
-                note += ")"
-            lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
+            lines.append(fmt_annotated(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):", stmt, (note.strip(),)))
             inner = _body_lines(stmt.body, kernel, depth + 1)
-            if stmt.stages:  # one line per statement: tag each with its stage
-                inner = [f"{ln[:len(pad) + 2]}[stage {g}] {ln[len(pad) + 2:]}" for ln, g in zip(inner, stmt.stages)]
+            stages = stages_of(stmt)
+            if stages and len(stages) == len(inner):  # one line per statement: tag each with its stage
+                inner = [f"{ln[:len(pad) + 2]}[stage {g}] {ln[len(pad) + 2:]}" for ln, g in zip(inner, stages)]
             lines.extend(inner)
         else:
             lines.append(pad + fmt_stmt(stmt, kernel))
@@ -142,10 +163,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
 
 def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     pad = "  " * indent
-    deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
-    deal += "; in the previous kernel's launch, after SyncAll" if kernel.sync_all else ""
-    deal += "; programs streamed: the pipelined loop runs across them" if kernel.stream else ""
-    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
+    lines = [fmt_annotated(f"{pad}kernel {kernel.name}  (phase {kernel.phase})", kernel)]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")
         width = max(len(buf.name) for buf in kernel.buffers)
@@ -159,7 +177,7 @@ def format_kernel(kernel: Kernel, indent: int = 0) -> str:
             if buf.row_split > 1:
                 extra.append(f"rows split {buf.row_split} ways")
             tail = f"  ({', '.join(extra)})" if extra else ""
-            lines.append(f"{pad}    {buf.name:<{width}}  [{shape}]  {buf.dtype}  {buf.scope}{tail}")
+            lines.append(fmt_annotated(f"{pad}    {buf.name:<{width}}  [{shape}]  {buf.dtype}  {buf.scope}{tail}", buf))
     lines.extend(_body_lines(kernel.body, kernel, indent + 1))
     return "\n".join(lines)
 
@@ -180,9 +198,7 @@ def format_program(program: Program) -> str:
     for t in program.tensors:
         shape = ", ".join(fmt_expr(s) for s in t.shape)
         layout = f"  {t.layout}" if len(t.shape) == 4 and t.kind in ("input", "output") else ""
-        if t.kind == "handoff" and (t.slots > 1 or t.ready >= 0):
-            layout += f"  ({t.slots} slots, ready flag {t.ready})"
-        lines.append(f"    {t.name:<{width}}  [{shape}]  {t.dtype}  HBM {t.kind}{layout}")
+        lines.append(fmt_annotated(f"    {t.name:<{width}}  [{shape}]  {t.dtype}  HBM {t.kind}{layout}", t))
     for kernel in program.kernels:
         lines.append(format_kernel(kernel, indent=1))
     return "\n".join(lines) + "\n"

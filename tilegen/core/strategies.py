@@ -74,7 +74,7 @@ DKV_STRATEGIES = {
         False,
         False,
         "dK_ws: fp32 [B, Hkv, Sk, Dqk], dV_ws: fp32 [B, Hkv, Sk, Dv], zeroed by pre_kv (on the 910B written by each program's "
-        "first store instead: Store.first_plain), scaled and cast by post_kv",
+        "first store instead: @first_plain), scaled and cast by post_kv",
         "Ascend ops-transformer FlashAttentionScoreGrad (docs/FAG算子设计介绍.md: dQ, dK, dV atomically added into fp32 GM workspaces)",
     ),
 }

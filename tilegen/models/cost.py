@@ -98,14 +98,14 @@ def matmul_dtype(program: Program) -> str:
 
 def start_overhead_s(kernel, target: Target) -> float:
     """Seconds before ``kernel``'s first instruction: a launch (``[overhead] launch_us``), or for a
-    kernel that runs in the previous one's launch (``Kernel.sync_all``) the all-core barrier
+    kernel that runs in the previous one's launch (an annotation's ``joins_launch``: Ascend's ``@sync_all``) the all-core barrier
     ``SyncAll<false>()``, three cross-core flag hops (the AIVs to their AIC, all AICs, the AIC to its
     AIVs: impl/basic_api/dav_c220/kernel_operator_sync_impl.h SyncAllImpl) at ``[timeline]
     cross_core_flag_cycles`` each (an estimate; the launch's figure where the table has none). The
     barrier's PipeBarrier<PIPE_ALL> is the previous kernel's end."""
     launch = target.overhead["launch_us"].value * 1e-6 if "launch_us" in target.overhead else 0.0
     hop = target.timeline.get("cross_core_flag_cycles")
-    if not kernel.sync_all or hop is None:
+    if not any(a.joins_launch() for a in kernel.ann) or hop is None:
         return launch
     return 3 * hop.value / (target.cores["clock_ghz"].value * 1e9)
 

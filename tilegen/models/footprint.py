@@ -3,9 +3,13 @@
 For a placed program, each kernel's statements are numbered in program order and every buffer is live
 from its first to its last access; a buffer accessed inside a loop and outside it, or read in a loop
 before the loop writes it (an accumulator), is live over the whole loop. A software-pipelined loop
-(``Loop.stages``) is numbered in the order its units issue it, stage 0, 1, then 2, and a buffer two
-stages access is live over the whole loop (the next iteration's copy is written while this
-one's is still read: such a buffer has two stages). The footprint of a level is
+(:class:`~tilegen.core.ir.Pipelined`) is numbered in the order its units issue it, stage 0, 1, then 2,
+and a buffer two stages access is live over the whole loop (the next iteration's copy is written while
+this one's is still read: such a buffer has two stages). A buffer a statement's annotation holds
+(:meth:`~tilegen.core.annotations.Annotation.held`: a store waited for at the buffer's next writer, a
+receive issued ahead or freed early) is live over every loop that accesses it; in a kernel whose
+annotation streams its programs (:meth:`~tilegen.core.annotations.Annotation.streams`), what lives over
+the pipelined loop, and what both streams use per program, lives over the whole body. The footprint of a level is
 the largest sum, over program points, of the live buffers placed there:
 
     bytes(buffer) = align(prod(padded dims) · itemsize) · stages
@@ -34,7 +38,7 @@ import sympy
 
 from tilegen.core import dtypes
 from tilegen.core.exprs import Pow2, evaluate, next_pow2
-from tilegen.core.ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, walk
+from tilegen.core.ir import Buffer, Kernel, Loop, MatMul, Program, stages_of, walk
 from tilegen.core.targets import Level, Target
 
 
@@ -188,20 +192,18 @@ def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tupl
         for stmt in body:
             if isinstance(stmt, Loop):
                 start = position
-                if stmt.stages:  # a pipelined loop runs a unit's earlier stage (of the next iteration) first
-                    for stage in sorted(set(stmt.stages)):
-                        visit(tuple(s for s, g in zip(stmt.body, stmt.stages) if g == stage))
+                stages = stages_of(stmt)
+                if stages:  # a pipelined loop runs a unit's earlier stage (of the next iteration) first
+                    for stage in sorted(set(stages)):
+                        visit(tuple(s for s, g in zip(stmt.body, stages) if g == stage))
                     crossing.update(_crossing(stmt))
                 else:
                     visit(stmt.body)
-                # a store waited for at its source's next writer (Store.wait_at_rewrite) holds it over the loop
-                crossing.update(s.src for s in stmt.body if isinstance(s, Store) and s.wait_at_rewrite)
-                # so does a load issued beside the earlier stage's work of a later tile (Load.hoist)
-                crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.hoist)
-                # and a load whose next copy starts at the tile's last access (Load.free_early)
-                crossing.update(s.dst for s in stmt.body if isinstance(s, Load) and s.free_early)
+                # what a statement's annotation holds over its loop (Annotation.held: a store waited for at
+                # its source's next writer, a receive issued ahead of its stage or freed at its last access)
+                crossing.update(b for s in stmt.body for a in s.ann for b in a.held(s))
                 loop_spans.append((start, position - 1))
-                if stmt.stages:
+                if stages:
                     pipelined.append((start, position - 1))
                 continue
             for name in stmt.buffers_read() + stmt.buffers_written():
@@ -220,8 +222,8 @@ def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tupl
             if inside and (len(inside) != len(points) or (inside[0], name) in reads or name in staged or name in crossing):
                 lo, hi = min(lo, start), max(hi, end)
         out[name] = (lo, hi)
-    if kernel.stream and pipelined:
-        # a streamed kernel (Kernel.stream) runs a program's opening and closing statements between tile
+    if any(a.streams() for a in kernel.ann) and pipelined:
+        # a streamed kernel (Annotation.streams) runs a program's opening and closing statements between tile
         # pairs, of other programs too: what lives over the whole pipelined loop, and what both streams use
         # per program, lives over the body (a buffer only opening or closing statements use lives where
         # they run, beside tiles that live within a pair)
@@ -237,11 +239,17 @@ def live_intervals(kernel: Kernel, widen_staged: bool = False) -> dict[str, tupl
 def _crossing(loop: Loop) -> set[str]:
     """The buffers statements of two stages of a pipelined loop access."""
     seen: dict[int, set[str]] = {}
-    for stmt, stage in zip(loop.body, loop.stages):
+    for stmt, stage in zip(loop.body, stages_of(loop)):
         for s, _ in walk((stmt,)):
             seen.setdefault(stage, set()).update(s.buffers_read() + s.buffers_written())
     sets = list(seen.values())
     return {b for n, a in enumerate(sets) for o in sets[n + 1:] for b in a & o}
+
+
+def chunk_columns(stmt) -> int:
+    """The columns a matmul computes at a time (:meth:`~tilegen.core.annotations.Annotation.chunk_columns`
+    of its annotations), 0 when whole."""
+    return max((a.chunk_columns() for a in stmt.ann), default=0)
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
@@ -254,12 +262,12 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}
     out: list[Footprint] = []
     matmuls = [stmt for stmt, _ in walk(kernel.body) if isinstance(stmt, MatMul)]
-    chunked = any(m.n_chunk for m in matmuls)
+    chunked = any(chunk_columns(m) for m in matmuls)
     for level in target.levels:
         if level.name in staging:
             continue
         if chunked and level.name == target.placement.get("result"):
-            # MatMul.n_chunk (l0c-pingpong): the products take the level's two halves in turn, all of it
+            # a chunked product (Annotation.chunk_columns, @n_chunk of l0c-pingpong): the products take the level's two halves in turn, all of it
             out.append(Footprint(kernel.name, level, (((f"{level.name} halves of the chunked products",), ("whole",)),)))
             continue
         sets: dict[tuple[str, ...], tuple] = {}
@@ -282,8 +290,8 @@ def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
             a, b = buffers[stmt.a], buffers[stmt.b]
             m, k = (a.shape[1], a.shape[0]) if stmt.trans_a else (a.shape[0], a.shape[1])
             n = b.shape[0] if stmt.trans_b else b.shape[1]
-            if stmt.n_chunk:  # a chunked product loads a chunk's columns at a time
-                n = sympy.Min(n, stmt.n_chunk)
+            if chunk_columns(stmt):  # a chunked product loads a chunk's columns at a time
+                n = sympy.Min(n, chunk_columns(stmt))
             operand = stmt.a if role == "left" else stmt.b
             label = f"{operand} tile of {stmt.dst} = {stmt.a} @ {stmt.b}, x2 stages"
             terms.append(((label,), ("staging", role, m, k, n, step, dtypes.itemsize(a.dtype))))

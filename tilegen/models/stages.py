@@ -1,7 +1,7 @@
 """Queries on a scheduled program that passes, the footprints and the backends share: the buffers a
 statement (with its nested loops) reads and writes, the unit that runs it, the stages of a
-software-pipelined loop, the direction of a hand-off, and how a kernel's programs run as one stream
-(``Kernel.stream``, DESIGN §2)."""
+software-pipelined loop (:class:`~tilegen.core.ir.Pipelined`), the direction of a hand-off, and how a
+kernel's programs could run as one stream (the Ascend knob ``@stream``, DESIGN §2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 
 import sympy
 
-from tilegen.core.ir import Load, Loop, Program, Stmt, Store, grid_loops, walk
+from tilegen.core.ir import Load, Loop, Program, Stmt, Store, grid_loops, lookahead_of, stages_of, walk
 
 
 def reads_in(stmt: Stmt) -> set[str]:
@@ -50,7 +50,7 @@ def handoff_direction(program: Program, name: str) -> str:
 def unit_stages(loop: Loop, units, unit: str) -> tuple[list, list] | None:
     """``unit``'s statements of a pipelined loop as (earlier stage, later stage), in body order; None
     where the unit runs fewer than two stages of it."""
-    mine = [(s, g) for s, g in zip(loop.body, loop.stages) if stmt_unit(s, units) == unit]
+    mine = [(s, g) for s, g in zip(loop.body, stages_of(loop)) if stmt_unit(s, units) == unit]
     stages = sorted({g for _, g in mine})
     if len(stages) != 2:
         return None
@@ -59,7 +59,7 @@ def unit_stages(loop: Loop, units, unit: str) -> tuple[list, list] | None:
 
 @dataclasses.dataclass(frozen=True)
 class StreamSplit:
-    """How a program body runs as a stream (``Kernel.stream``): the body (the innermost grid loop's)
+    """How a program body runs as a stream (the Ascend knob ``@stream``): the body (the innermost grid loop's)
     is opening statements, one software-pipelined loop (``loop``; or a serial ``head`` loop holding it
     alone, whose bounds it does not read: the pairs are then (head, tile) in that order) and closing
     statements. Per unit
@@ -91,7 +91,7 @@ def carried(first, later, staged) -> set[str]:
 
 def stream_split(kernel) -> StreamSplit | None:
     """The :class:`StreamSplit` of ``kernel``, or None where its program body is not one pipelined loop
-    (``Loop.stages`` on both units, ``Loop.lookahead`` >= 1; alone in a head loop or not) between
+    (:class:`~tilegen.core.ir.Pipelined`; alone in a head loop or not) between
     statements that are not loops, or where an opening or closing statement accesses a tile the loop
     carries from one stage to the other."""
     grid = grid_loops(kernel)
@@ -102,11 +102,11 @@ def stream_split(kernel) -> StreamSplit | None:
     if len(at) != 1:
         return None
     index, loop, head = at[0], body[at[0]], None
-    if not loop.stages and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
+    if not stages_of(loop) and len(loop.body) == 1 and isinstance(loop.body[0], Loop):
         head, loop = loop, loop.body[0]
         if head.var in (sympy.sympify(loop.start).free_symbols | sympy.sympify(loop.stop).free_symbols):
             return None
-    if not loop.stages or loop.lookahead < 1:
+    if not stages_of(loop) or lookahead_of(loop) < 1:
         return None
     units = {b.name: b.unit for b in kernel.buffers}
     if any(stmt_unit(st, units) not in ("cube", "vector") for n, st in enumerate(body) if n != index):

@@ -13,19 +13,20 @@ Checks, per kernel:
   atomic adds go into fp32 tensors;
 - on-chip buffers have sizes free of the sequence lengths, batch and heads (tile sizes and head dims);
 - in a fused program, no HBM tensor grows with seq_q·seq_k (the invariant of the project, DESIGN §2);
+- every annotation applies to its node's class and passes its own legality check
+  (:meth:`tilegen.core.annotations.Annotation.check`: each knob's rules live beside its pass);
 - with a target: every buffer sits on one of its levels, and the level's footprint fits.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import lru_cache
 
 import sympy
 
+from tilegen.core.annotations import Site
 from tilegen.core.errors import VerifyError
 from tilegen.core.ir import (
-    DEALS,
     SHAPE_SYMBOLS,
     TILE_SYMBOLS,
     B,
@@ -44,9 +45,7 @@ from tilegen.core.ir import (
     RowReduce,
     Sk,
     Sq,
-    grid_loops,
     Store,
-    walk,
 )
 
 _SIZE_NAMES = {str(s) for s in SHAPE_SYMBOLS + TILE_SYMBOLS}
@@ -67,24 +66,6 @@ def grows_with_seq_product(numel) -> bool:
     return poly.total_degree() >= 2
 
 
-def free_early_legal(kernel: Kernel, loop: Loop, load: Load, tensors: dict) -> bool:
-    """Whether ``load``, a statement of the pipelined ``loop``'s body in ``kernel``, may carry
-    ``Load.free_early``: a hand-off (``tensors`` by name) received into a one-copy vector tile, without
-    hoist or row ids, which only statements of the load's stage in that loop's body access (none a
-    nested loop or a store), the load first. The pass that sets the knob
-    (:func:`tilegen.passes.lower.receive_free_early`) asks the same."""
-    buf = next((b for b in kernel.buffers if b.name == load.dst), None)
-    if not (loop.stages and getattr(tensors.get(load.src.tensor), "kind", "") == "handoff" and buf is not None
-            and buf.unit == "vector" and buf.stages == 1 and not load.hoist and not load.rows):
-        return False
-    at = next(n for n, s in enumerate(loop.body) if s is load)
-    users = [n for n, s in enumerate(loop.body) if any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk((s,)))]
-    inside = {id(u) for u, _ in walk(loop.body)}
-    outside = any(load.dst in t.buffers_read() + t.buffers_written() for t, _ in walk(kernel.body) if id(t) not in inside)
-    return (users[0] == at and not outside and all(loop.stages[n] == loop.stages[at] for n in users)
-            and not any(isinstance(loop.body[n], (Loop, Store)) for n in users))
-
-
 class _Checker:
     def __init__(self, program: Program, where: str):
         self.program = program
@@ -95,10 +76,26 @@ class _Checker:
         place = f" kernel {kernel.name}:" if kernel is not None else ""
         raise VerifyError(f"verify after {self.where}:{place} {message}")
 
+    def annotations(self, node, at: Site, what: str) -> None:
+        """Every annotation of ``node`` applies to its class and passes its check (``what``: how the
+        message names the node)."""
+        kernel = at.kernel if not isinstance(node, Kernel) else node
+        kinds = [type(a) for a in node.ann]
+        if len(set(kinds)) != len(kinds) or list(node.ann) != sorted(node.ann, key=lambda a: a.KEY):
+            self.fail(kernel, f"{what}: annotations {[a.KEY for a in node.ann]} are not one of a class in key order")
+        for a in node.ann:
+            if type(node).__name__ not in a.ON:
+                self.fail(kernel, f"{what}: @{a.KEY} annotates {', '.join(a.ON)}, not {type(node).__name__}")
+            why = a.check(node, at)
+            if why:
+                self.fail(kernel, f"{what}: @{a.KEY}: {why}")
+
     def check(self) -> None:
         names = [t.name for t in self.program.tensors]
         if len(set(names)) != len(names):
             self.fail(None, f"duplicate tensor names in {names}")
+        for n, t in enumerate(self.program.tensors):
+            self.annotations(t, Site(self.program, index=n), f"tensor {t.name}")
         if self.program.attr("form") == "fused":
             for t in self.program.tensors:
                 if t.kind in ("tiles", "partial"):
@@ -122,15 +119,13 @@ class _Checker:
                 bad = {s.name for s in sympy.sympify(dim).free_symbols} & {str(B), str(Hq), str(Hkv), str(Sq), str(Sk)}
                 if bad:
                     self.fail(kernel, f"on-chip buffer {buf.name} has a size depending on {sorted(bad)}")
-        if kernel.deal not in DEALS:
-            self.fail(kernel, f"deal {kernel.deal!r} is not one of {', '.join(DEALS)}")
-        if kernel.sync_all and self.program.kernels[0] is kernel:
-            self.fail(kernel, "sync_all on the first kernel: there is no earlier kernel whose launch it could join")
+        at = Site(self.program, kernel, index=next(n for n, k in enumerate(self.program.kernels) if k is kernel))
+        self.annotations(kernel, at, "the kernel")
+        for n, buf in enumerate(kernel.buffers):
+            self.annotations(buf, Site(self.program, kernel, index=n), f"buffer {buf.name}")
         self.bufs = bufs
         self.kernel = kernel
-        self.free_checked: set[int] = set()  # the Load.free_early statements checked with their loop
-        self.readers = Counter(b for s, _ in walk(kernel.body) if not isinstance(s, Loop) for b in s.buffers_read())
-        self.block(kernel.body, frozenset(), set())
+        self.block(kernel.body, frozenset(), set(), ())
 
     def exprs_ok(self, stmt, loop_vars: frozenset[str]) -> None:
         for expr in stmt.exprs():
@@ -138,54 +133,27 @@ class _Checker:
             if unknown:
                 self.fail(self.kernel, f"`{_fmt(stmt)}` uses {sorted(unknown)}, which no enclosing loop binds")
 
-    def chunked(self, stmt: MatMul, nxt) -> None:
-        """A matmul with the knob ``n_chunk`` (L0C ping-pong): a multiple of 16, a fresh product, drained
-        by the next statement (its Store), which is its only reader."""
-        if stmt.n_chunk % 16 or stmt.n_chunk < 0 or stmt.accumulate:
-            self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk {stmt.n_chunk} needs a positive multiple of 16 and a product that does not accumulate")
-        if not (isinstance(nxt, Store) and nxt.src == stmt.dst) or self.readers[stmt.dst] != 1:
-            self.fail(self.kernel, f"`{_fmt(stmt)}`: n_chunk needs the next statement to store {stmt.dst} and nothing else to read it")
-
-    def free_early(self, loop: Loop | None, load: Load) -> None:
-        """A load with ``free_early`` (``loop``: the loop whose body holds it, None at a kernel's top
-        level) that :func:`free_early_legal` accepts."""
-        if loop is None or not free_early_legal(self.kernel, loop, load, self.tensors):
-            self.fail(self.kernel, f"`{_fmt(load)}`: free_early needs a hand-off received into a one-copy vector tile that only "
-                      "statements of the load's stage of its pipelined loop's body access (no nested loop, no store), the load first")
-
-    def block(self, body, loop_vars: frozenset[str], defined: set[str]) -> set[str]:
+    def block(self, body, loop_vars: frozenset[str], defined: set[str], loops: tuple[Loop, ...]) -> set[str]:
         defined = set(defined)
         for n, stmt in enumerate(body):
-            if isinstance(stmt, MatMul) and stmt.n_chunk:
-                self.chunked(stmt, body[n + 1] if n + 1 < len(body) else None)
             self.exprs_ok(stmt, loop_vars)
+            at = Site(self.program, self.kernel, loops, body, n)
             if isinstance(stmt, Loop):
                 var = str(stmt.var)
                 if var in loop_vars:
                     self.fail(self.kernel, f"loop variable {var} shadows an enclosing loop")
-                if stmt.stages and (len(stmt.stages) != len(stmt.body) or set(stmt.stages) - {0, 1, 2}):
-                    self.fail(self.kernel, f"loop over {var}: stages {stmt.stages} do not give 0, 1 or 2 to each of its {len(stmt.body)} statements")
-                if stmt.lookahead < 1 or (stmt.lookahead > 1 and not stmt.stages):
-                    self.fail(self.kernel, f"loop over {var}: lookahead {stmt.lookahead} needs a pipelined loop (stages) and is at least 1")
-                for s in stmt.body:
-                    if isinstance(s, Load) and s.hoist and (stmt.lookahead < 2 or not s.wait_at_read
-                                                            or getattr(self.tensors.get(s.src.tensor), "kind", "") != "handoff"):
-                        self.fail(self.kernel, f"`{_fmt(s)}`: a hoisted load receives a hand-off in a loop with lookahead >= 2, with wait_at_read")
-                    if isinstance(s, Load) and s.free_early:
-                        self.free_early(stmt, s)
-                        self.free_checked.add(id(s))
-                inner = self.block(stmt.body, loop_vars | {var}, defined)
+                self.annotations(stmt, at, f"loop over {var}")
+                inner = self.block(stmt.body, loop_vars | {var}, defined, loops + (stmt,))
                 if stmt.kind == "parallel":
                     defined = inner
                 continue
-            if isinstance(stmt, Load) and stmt.free_early and id(stmt) not in self.free_checked:
-                self.free_early(None, stmt)  # not in a pipelined loop's body
             for name in stmt.buffers_read() + stmt.buffers_written():
                 if name not in self.bufs:
                     self.fail(self.kernel, f"`{_fmt(stmt)}` uses undeclared buffer {name}")
             for name in stmt.buffers_read():
                 if name not in defined:
                     self.fail(self.kernel, f"`{_fmt(stmt)}` reads {name} before anything writes it")
+            self.annotations(stmt, at, f"`{_fmt(stmt)}`")
             self.types(stmt)
             defined.update(stmt.buffers_written())
         return defined
@@ -210,20 +178,6 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}` adds atomically into {tensor.dtype} tensor {tensor.name}; accumulate in fp32")
             if isinstance(stmt, Store) and tensor.kind == "input":
                 self.fail(k, f"`{_fmt(stmt)}` writes input tensor {tensor.name}")
-            grid = {str(lp.var) for lp in grid_loops(k)}
-            if isinstance(stmt, Store) and stmt.first_plain:
-                used = {str(x) for e in access.index for x in sympy.sympify(e).free_symbols} - _SIZE_NAMES
-                if not stmt.accumulate or not used <= grid:
-                    self.fail(k, f"`{_fmt(stmt)}`: first_plain needs an accumulating store whose index uses no loop variable "
-                                 f"but the grid's {sorted(grid)} (write-first-plain checks that the tile is the program's own)")
-            if isinstance(stmt, Load) and stmt.wait_done and not any(
-                isinstance(x, Store) and x.signal_done and x.dst.tensor == access.tensor for x, _ in walk(k.body)
-            ):
-                self.fail(k, f"`{_fmt(stmt)}`: wait_done, but no store of {access.tensor} in the kernel signals done")
-            if isinstance(stmt, Load) and stmt.zero_unless is not None:
-                used = {str(x) for x in sympy.sympify(stmt.zero_unless).free_symbols} - _SIZE_NAMES
-                if not used <= grid:
-                    self.fail(k, f"`{_fmt(stmt)}`: zero_unless uses {sorted(used - grid)}, which the grid does not bind")
             if stmt.rows:
                 guard = self.tensors.get(stmt.rows)
                 if guard is None or guard.kind != "input" or guard.dtype != "int32" or len(guard.shape) != 1 or not access.tile:
@@ -269,14 +223,6 @@ class _Checker:
                 self.fail(k, f"`{_fmt(stmt)}`: reduces {list(s.shape)} into {list(d.shape)}")
             if s.dtype != "fp32" or d.dtype != "fp32":
                 self.fail(k, f"`{_fmt(stmt)}`: row reductions run in fp32")
-            if stmt.fold:
-                f = buf.get(stmt.fold)
-                if f is None:
-                    self.fail(k, f"`{_fmt(stmt)}`: fold buffer {stmt.fold} is not declared")
-                elif (len(f.shape) != 2 or not _same(f.shape[0], s.shape[0]) or not _same(f.shape[1], 64) or f.dtype != "fp32"
-                      or (f.scope, f.unit, f.row_split) != (s.scope, s.unit, s.row_split)):
-                    self.fail(k, f"`{_fmt(stmt)}`: fold buffer {stmt.fold} must be fp32 [{s.shape[0]}, 64] beside {s.name} "
-                                 f"(its level, unit and row split), not {f.dtype} {list(f.shape)} on {f.scope}")
         elif isinstance(stmt, Mask):
             s, d = buf[stmt.src], buf[stmt.dst]
             if len(s.shape) != 2 or s.shape != d.shape or s.dtype != "fp32" or d.dtype != "fp32":

@@ -49,6 +49,8 @@ from tilegen.core.ir import (
     RowReduce,
     Store,
     grid_loops,
+    lookahead_of,
+    stages_of,
     walk,
 )
 from tilegen.backends.ascendc import mods as AM
@@ -57,6 +59,20 @@ from tilegen.backends.compiler import Backend, compile_program
 from tilegen.backends.hooks import hooks
 from tilegen.core.strategies import DKV_AUTO
 from tilegen.passes import ascend as ascend_passes
+from tilegen.passes.ascend.fold_row_reductions import fold_of
+from tilegen.passes.ascend.l0c_pingpong import chunk_of
+from tilegen.passes.ascend.mask_cut_tiles_only import CutOnly
+from tilegen.passes.ascend.one_handoff_per_direction import signals, waits
+from tilegen.passes.ascend.one_launch import SyncAll
+from tilegen.passes.ascend.own_tile_epilogue import SignalDone, WaitDone
+from tilegen.passes.ascend.pipeline_handoffs import ready_of, slots_of
+from tilegen.passes.ascend.receive_ahead import Hoist
+from tilegen.passes.ascend.receive_free_early import FreeEarly
+from tilegen.passes.ascend.snake_deal import deal_of
+from tilegen.passes.ascend.stream_programs import Stream
+from tilegen.passes.ascend.wait_at_first_read import WaitAtRead
+from tilegen.passes.ascend.wait_at_rewrite import WaitAtRewrite
+from tilegen.passes.ascend.write_first_plain import FirstPlain, ZeroUnless
 from tilegen.passes.driver import Options
 from tilegen.models.footprint import buffer_bytes, plan
 from tilegen.models.stages import accessed, carried, handoff_direction, reads_in, stmt_unit, stream_split, writes_in
@@ -297,9 +313,9 @@ class Side:
     views: list[View] = field(default_factory=list)
     counters: list[str] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)  # (counter, flag) waited once at the end
-    frees: list[str] = field(default_factory=list)  # the V -> MTE2 events of the tiles with Load.free_early
+    frees: list[str] = field(default_factory=list)  # the V -> MTE2 events of the tiles with @free_early
     ops: list[dict] = field(default_factory=list)
-    chunked: bool = False  # the cube's products run through the halves of L0C (MatMul.n_chunk)
+    chunked: bool = False  # the cube's products run through the halves of L0C (@n_chunk)
 
 
 @dataclass
@@ -310,8 +326,8 @@ class KernelPlan:
     aic: Side
     aiv: Side
     shape_names: list[str]
-    deal: str = "cyclic"  # how the cores take the grid's programs (Kernel.deal)
-    stream: bool = False  # the programs as one stream of tile pairs (Kernel.stream): each side's ops are one "stream" op
+    deal: str = "cyclic"  # how the cores take the grid's programs (@deal)
+    stream: bool = False  # the programs as one stream of tile pairs (@stream): each side's ops are one "stream" op
 
 
 @dataclass
@@ -387,7 +403,7 @@ class _Lower:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.tensors = {t.name: t for t in program.tensors}
         self.handoffs = handoffs
-        self.frees: set[str] = set()  # the V -> MTE2 events of Load.free_early (the vector's)
+        self.frees: set[str] = set()  # the V -> MTE2 events of @free_early (the vector's)
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
         self.modplan = AM.recognise(program.mods) if program.mods is not None else None
@@ -397,9 +413,9 @@ class _Lower:
         self.l2 = target_l2_reuse(program, kernel, target)
         # the cube's products run in column chunks through the halves of L0C (tilegen::MatmulStore)
         products = [s for s in _stmts(kernel.body) if isinstance(s, MatMul)]
-        self.chunked = any(s.n_chunk for s in products)
-        if self.chunked and not all(s.n_chunk for s in products):
-            raise TargetError(f"kernel {kernel.name} mixes chunked and whole products (MatMul.n_chunk): L0C is either the halves of tilegen::Cube or the planned accumulators")
+        self.chunked = any(chunk_of(s) for s in products)
+        if self.chunked and not all(chunk_of(s) for s in products):
+            raise TargetError(f"kernel {kernel.name} mixes chunked and whole products (@n_chunk): L0C is either the halves of tilegen::Cube or the planned accumulators")
 
     def l2_resident(self, stmt) -> bool:
         """Whether ``stmt``'s GM region is re-accessed within the launch (:func:`tilegen.models.analysis.l2_reuse`)."""
@@ -448,7 +464,7 @@ class _Lower:
         for level_name, position in levels:
             level = self.target.level(level_name)
             if unit == "cube" and level_name == self.target.placement["result"] and self.chunked:
-                # the products are chunked (MatMul.n_chunk): the whole level is the two halves of tilegen::Cube
+                # the products are chunked (@n_chunk): the whole level is the two halves of tilegen::Cube
                 side.pools.append((f"pool_{level_name.lower()}", position, level.usable))
                 continue
             spans = _live_spans(self.kernel, level_name)
@@ -566,7 +582,7 @@ class _Lower:
                 a, b = self.buffers[stmt.a], self.buffers[stmt.b]
                 m, k = (self.dims(a)[1], self.dims(a)[0]) if stmt.trans_a else self.dims(a)
                 n = self.dims(b)[0] if stmt.trans_b else self.dims(b)[1]
-                n = min(n, stmt.n_chunk) if stmt.n_chunk else n  # a chunked product loads a chunk's columns
+                n = min(n, chunk_of(stmt)) if chunk_of(stmt) else n  # a chunked product loads a chunk's columns
                 rows, cols = (m, min(k, self.step)) if role == "left" else (min(k, self.step), n)
                 raw = -(-rows // 16) * 16 * -(-cols // 16) * 16 * dtypes.itemsize(a.dtype)
                 best = max(best, -(-raw // int(level.alignment.value)) * int(level.alignment.value) * 2)
@@ -657,7 +673,7 @@ def lower_kernel(
     program: Program, kernel: Kernel, target: Target, spec: AttentionSpec, name: str, handoffs: dict, uses=None, done_flag: int = 0
 ) -> KernelPlan:
     """One kernel's plan; appends its descriptor-field obligations (:class:`FieldUse`) to ``uses``.
-    ``done_flag``: the cross-core flag id of the owned tiles' done flag (Store.signal_done)."""
+    ``done_flag``: the cross-core flag id of the owned tiles' done flag (@signal_done)."""
     lo = _Lower(program, kernel, target, spec, handoffs, uses)
     lo.done_flag = done_flag
     aic, aiv = lo.side("cube"), lo.side("vector")
@@ -665,26 +681,27 @@ def lower_kernel(
     grid = grid_loops(kernel)
     inner = grid[-1].body if grid else kernel.body
     counters: dict[str, set] = {"cube": set(), "vector": set()}
-    split = stream_split(kernel) if kernel.stream else None
-    if kernel.stream and split is None:
-        raise TargetError(f"kernel {kernel.name} is marked Kernel.stream but its program body is not one pipelined loop between plain statements")
+    split = stream_split(kernel) if kernel.has(Stream) else None
+    if kernel.has(Stream) and split is None:
+        raise TargetError(f"kernel {kernel.name} is marked @stream but its program body is not one pipelined loop between plain statements")
     if split is None:
         aic.ops = _lower_body(lo, inner, "cube", counters)
         aiv.ops = _lower_body(lo, inner, "vector", counters)
     else:
         aic.ops, aiv.ops = (_stream_parts(lo, split, unit, counters) for unit in ("cube", "vector"))
-    done = [st for st, _ in walk(inner) if isinstance(st, Store) and st.signal_done]
+    done = [st for st, _ in walk(inner) if isinstance(st, Store) and st.has(SignalDone)]
     if done:
         if any(_unit_of_stmt(st, lo.buffers, lo.tensors) != "cube" for st in done):
-            raise TargetError("Store.signal_done on a vector store: only the cube's owned-tile stores signal the vector")
+            raise TargetError("@signal_done on a vector store: only the cube's owned-tile stores signal the vector")
         # each program instance whose loops ran, after them: the cube's owned-tile stores have landed (FIX runs
         # in order). The AIV waits for it only where it loads the tiles (zero_unless > 0) and the AIC sets it
         # under the same test: a run of empty programs, with nothing else to pace the AIC, would otherwise
         # pass the flag's 15 pending sets (NPU架构版本2201.md: a reverse sync every 15, or the cores hang).
-        waits = [st for st, _ in walk(inner) if isinstance(st, Load) and st.wait_done]
-        if len(waits) != 1:
-            raise TargetError(f"kernel {kernel.name}: Store.signal_done needs exactly one Load.wait_done, found {len(waits)}")
-        cond = cexpr(waits[0].zero_unless, lo.consts) if waits[0].zero_unless is not None else ""
+        waiting = [st for st, _ in walk(inner) if isinstance(st, Load) and st.has(WaitDone)]
+        if len(waiting) != 1:
+            raise TargetError(f"kernel {kernel.name}: @signal_done needs exactly one @wait_done load, found {len(waiting)}")
+        zero = waiting[0].get(ZeroUnless)
+        cond = cexpr(zero.trips, lo.consts) if zero is not None else ""
         # after the program's last stage: in a stream, the program's closing ops
         (aic.ops[0]["close"] if split is not None else aic.ops).append({"kind": "done_signal", "flag": done_flag, "cond": cond})
     for unit, side in (("cube", aic), ("vector", aiv)):
@@ -702,7 +719,7 @@ def lower_kernel(
     return KernelPlan(
         name=name,
         source_kernel=kernel.name,
-        deal=kernel.deal,
+        deal=deal_of(kernel),
         stream=split is not None,
         grid=[(str(l.var), cexpr(l.stop, lo.consts)) for l in grid],
         aic=aic,
@@ -712,7 +729,7 @@ def lower_kernel(
 
 
 def _stream_parts(lo: _Lower, split, unit: str, counters) -> list[dict]:
-    """``unit``'s ops of a streamed kernel (Kernel.stream; :class:`tilegen.passes.lower.StreamSplit`):
+    """``unit``'s ops of a streamed kernel (@stream; :class:`tilegen.models.stages.StreamSplit`):
     one ``stream`` op holding the pipelined loop's ``ploop`` op, the program's opening ops of each stream
     (``open_a`` before the earlier stage of its first pair, ``open_b`` before the later stage of its
     first pair), its closing ops (``close``: after the later stage of its last pair; the waits the loop
@@ -723,12 +740,12 @@ def _stream_parts(lo: _Lower, split, unit: str, counters) -> list[dict]:
     open_a_ops, open_b_ops = _lower_body(lo, open_a, unit, counters), _lower_body(lo, open_b, unit, counters)
     if loop_ops and loop_ops[0]["kind"] == "loop":  # the unit runs the loop in one stage: all of it in stream a
         plain = loop_ops[0]
-        stage = min(g for st, g in zip(split.loop.body, split.loop.stages) if _unit_of_stmt(st, lo.buffers, lo.tensors) == unit)
-        loop_ops[0] = {"kind": "ploop", "lookahead": split.loop.lookahead, "head": 0, "hoisted": [], "stages": [stage, stage + 1],
+        stage = min(g for st, g in zip(split.loop.body, stages_of(split.loop)) if _unit_of_stmt(st, lo.buffers, lo.tensors) == unit)
+        loop_ops[0] = {"kind": "ploop", "lookahead": lookahead_of(split.loop), "head": 0, "hoisted": [], "stages": [stage, stage + 1],
                        "var": plain["var"], "start": plain["start"], "stop": plain["stop"], "note": plain["note"], "carry": [],
                        "skip": plain["skip"], "stage0": plain["body"], "stage1": []}
     if not loop_ops or loop_ops[0]["kind"] != "ploop":
-        raise TargetError(f"the {unit} of {lo.kernel.name} does not run the streamed loop (Kernel.stream)")
+        raise TargetError(f"the {unit} of {lo.kernel.name} does not run the streamed loop (@stream)")
     cross = split.cross[unit]
     for op in open_a_ops + open_b_ops:
         if op["kind"] == "l1_load" and op["dst"] in cross:
@@ -746,12 +763,12 @@ def _stream_parts(lo: _Lower, split, unit: str, counters) -> list[dict]:
 
 
 def _held(lo: _Lower, body, unit: str) -> list[str]:
-    """The tiles of ``unit`` that stores of ``body`` with Store.wait_at_rewrite leave in flight, sorted."""
-    return sorted({s.src for s in body if isinstance(s, Store) and s.wait_at_rewrite and lo.buffers[s.src].unit == unit})
+    """The tiles of ``unit`` that stores of ``body`` with @wait_at_rewrite leave in flight, sorted."""
+    return sorted({s.src for s in body if isinstance(s, Store) and s.has(WaitAtRewrite) and lo.buffers[s.src].unit == unit})
 
 
 def _wait_op(lo: _Lower, buf: str) -> dict:
-    """The wait for a copy issued with Load.wait_at_read: an L1 tile's own MTE2 -> MTE1 event
+    """The wait for a copy issued with @wait_at_read: an L1 tile's own MTE2 -> MTE1 event
     (wait_loaded), a UB tile's MTE2 -> V (wait_received)."""
     return {"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
             "ctype": CTYPE[lo.buffers[buf].dtype]}
@@ -759,10 +776,10 @@ def _wait_op(lo: _Lower, buf: str) -> dict:
 
 def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     ops: list[dict] = []
-    deferred: list[str] = []  # copies of this body issued with Load.wait_at_read, not yet waited for
-    held = set(_held(lo, body, unit))  # stores waited for before their tile's next writer (Store.wait_at_rewrite)
-    freed = {st.dst for st in body if isinstance(st, Load) and st.free_early}
-    last_use: dict[str, tuple] = {}  # a Load.free_early tile -> (statement, its ops' span) of its last access
+    deferred: list[str] = []  # copies of this body issued with @wait_at_read, not yet waited for
+    held = set(_held(lo, body, unit))  # stores waited for before their tile's next writer (@wait_at_rewrite)
+    freed = {st.dst for st in body if isinstance(st, Load) and st.has(FreeEarly)}
+    last_use: dict[str, tuple] = {}  # a @free_early tile -> (statement, its ops' span) of its last access
     for stmt in body:
         start = len(ops)
         for buf in [b for b in deferred if b in reads_in(stmt)]:
@@ -772,7 +789,7 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
         if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
             ops.append({"kind": "wait_stored", "bufs": rewritten})
         if isinstance(stmt, Loop):
-            op = _pipelined_loop(lo, stmt, unit, counters) if stmt.stages else None
+            op = _pipelined_loop(lo, stmt, unit, counters) if stages_of(stmt) else None
             if op is None:
                 inner = _lower_body(lo, stmt.body, unit, counters)
                 if inner:
@@ -796,7 +813,7 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
         if op is not None and op["kind"] == "reduce" and op["fold"]:
-            # RowReduce.fold: the fold (the last read of src), then the reduction of the fold alone
+            # @fold: the fold (the last read of src), then the reduction of the fold alone
             ops.append({**op, "kind": "fold"})
             op = {k: v for k, v in op.items() if k != "src"}
         if op is not None:
@@ -804,21 +821,21 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
                 # a chunked product and its store are one MatmulStore (the verifier: the store is next)
                 op["product"] = ops.pop()
                 lo.need("FixpipeParamsV220_nSize", min(op["product"]["n_chunk"], op["cols"]), f"the chunked store of {op['src']}")
-            # Load.wait_at_read: an L1 copy (wait_at_first_read) or a UB hand-off (receive_early) waited
+            # @wait_at_read: an L1 copy (wait_at_first_read) or a UB hand-off (receive_early) waited
             # for at the tile's first reader
-            if op["kind"] in ("l1_load", "c2v_recv") and stmt.wait_at_read:
+            if op["kind"] in ("l1_load", "c2v_recv") and stmt.has(WaitAtRead):
                 op["defer"] = True
                 deferred.append(stmt.dst)
             ops.append(op)
         last_use.update({b: (stmt, start, len(ops)) for b in freed & accessed((stmt,))})
     ops.extend(_wait_op(lo, buf) for buf in deferred)  # no reader in the body: wait at its end
-    # Load.free_early: the tile's event is raised right after the ops of its last access in this body (the
+    # @free_early: the tile's event is raised right after the ops of its last access in this body (the
     # stage); of a folded row reduction of the tile, right after the fold (its reduce step reads the fold)
     places = []
     for op in [o for o in ops if o.get("free_event")]:
         stmt, start, end = last_use[op["buf"]]
         at = end
-        if isinstance(stmt, RowReduce) and stmt.fold and stmt.src == op["buf"]:
+        if isinstance(stmt, RowReduce) and fold_of(stmt) and stmt.src == op["buf"]:
             at = next(n for n in range(start, end) if ops[n]["kind"] == "fold") + 1
         if any(o["kind"] == "wait_received" and o["buf"] == op["buf"] for o in ops[at:]):
             at = len(ops)  # a copy of the tile still waited for after it: the event after that wait
@@ -827,7 +844,7 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     for at, free in sorted(places, key=lambda p: -p[0]):
         ops.insert(at, free)
     if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
-        raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (MatMul.n_chunk)")
+        raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (@n_chunk)")
     return ops
 
 
@@ -843,23 +860,24 @@ def _buffer_refs(op: dict):
 
 
 def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
-    """A loop with ``Loop.stages`` whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
+    """A loop with ``@pipelined`` stages whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
     the vector's 1 and 2): the op ``ploop`` (the template's prologue and steady loop; a tile the block
     table marks empty skips both its stages); None where the unit runs it plainly.
     ``carry``: the multi-buffered buffers the earlier stage writes and the later one reads; the later
     stage of iteration j reads them through a ring of lookahead + 1 views that the earlier stage of j
     fills at j mod (lookahead + 1) (a load into an L1 tile switches the view itself; any other first
     writer gets a ``rotate`` op before it). ``hoisted``: the later stage's receives with
-    ``Load.hoist``, issued between the earlier stage's first receive (``head`` ops) and its rest.
+    ``@hoist``, issued between the earlier stage's first receive (``head`` ops) and its rest.
 
     Raises:
         TargetError: a carried buffer has fewer than lookahead + 1 copies, a hand-off the earlier stage
             sends fewer than lookahead + 1 slots, or a hoisted receive has no receive to follow.
     """
-    mine = sorted({g for s, g in zip(loop.body, loop.stages) if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit})
+    stages = stages_of(loop)
+    mine = sorted({g for s, g in zip(loop.body, stages) if _unit_of_stmt(s, lo.buffers, lo.tensors) == unit})
     if len(mine) != 2:
         return None
-    parts = [tuple(s for s, g in zip(loop.body, loop.stages) if g == stage) for stage in mine]
+    parts = [tuple(s for s, g in zip(loop.body, stages) if g == stage) for stage in mine]
     carry = sorted(carried(parts[0], parts[1], {b for b, buf in lo.buffers.items() if buf.stages > 1}))
     stage0 = _lower_body(lo, parts[0], unit, counters)
     rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
@@ -871,27 +889,27 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
         for part, f in _buffer_refs(op):
             if part[f] in carry:
                 part[f] = f"{part[f]}_p"
-    ahead = loop.lookahead
+    ahead = lookahead_of(loop)
     short = [b for b in carry if lo.buffers[b].stages < ahead + 1]
     if short:
         raise TargetError(f"the {unit}'s stage {mine[0]} runs {ahead} tiles ahead in {lo.kernel.name}, so {short[0]} needs {ahead + 1} copies, "
-                          f"it has {lo.buffers[short[0]].stages} (Loop.lookahead, Buffer.stages)")
+                          f"it has {lo.buffers[short[0]].stages} (@pipelined lookahead, Buffer.stages)")
     sent = {st.dst.tensor for st in parts[0]
             if isinstance(st, Store) and st.dst.tensor in lo.handoffs and _unit_of_stmt(st, lo.buffers, lo.tensors) == unit}
     few = sorted(t for t in sent if lo.handoffs[t]["slots"] < ahead + 1)
     if ahead > 1 and few:
         raise TargetError(f"the {unit}'s stage {mine[0]} runs {ahead} tiles ahead in {lo.kernel.name}, so hand-off {few[0]} needs "
-                          f"{ahead + 1} GM slots, it has {lo.handoffs[few[0]]['slots']} (Loop.lookahead, Tensor.slots)")
-    # Load.hoist: the later stage's receive of tile j goes right after the earlier stage's first receive
+                          f"{ahead + 1} GM slots, it has {lo.handoffs[few[0]]['slots']} (@pipelined lookahead, @handoff_slots)")
+    # @hoist: the later stage's receive of tile j goes right after the earlier stage's first receive
     # (of tile j + lookahead), before the rest of that stage's work
-    hoist = {st.dst for st in parts[1] if isinstance(st, Load) and st.hoist}
+    hoist = {st.dst for st in parts[1] if isinstance(st, Load) and st.has(Hoist)}
     hoisted = [op for op in stage1 if op["kind"] == "c2v_recv" and op["buf"] in hoist]
     head = 0
     if hoisted:
         recv = [n for n, op in enumerate(stage0) if op["kind"] == "c2v_recv"]
         if ahead < 2 or not recv or any(op["kind"] != "rotate" for op in stage0[:recv[0]]):
             raise TargetError(f"the hoisted receive of {hoisted[0]['buf']} in {lo.kernel.name} needs a lookahead of 2 and a receive "
-                              "that opens the earlier stage (Load.hoist)")
+                              "that opens the earlier stage (@hoist)")
         head = recv[0] + 1
         stage1 = [op for op in stage1 if op not in hoisted]
     return {
@@ -969,14 +987,14 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "pitch": pitch,
             "zero_tail": stmt.pad is not None,
             "l2": lo.l2_resident(stmt),
-            "defer": False,  # Load.wait_at_read: set by _lower_body, which places the wait
+            "defer": False,  # @wait_at_read: set by _lower_body, which places the wait
         }
         if handoff:
             op["kind"] = "v2c_recv"
             op.update(_handoff_fields(lo, handoff, f"r_{handoff}", "0"))
             if op["slots"] > 1:
                 counters["cube"].add(f"r_{handoff}")
-            op["wait"] = stmt.wait_signal
+            op["wait"] = waits(stmt)
         return op
     if isinstance(stmt, Store):
         buf = bufs[stmt.src]
@@ -1006,9 +1024,9 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if handoff:
             op["kind"] = "c2v_send"
             op.update(_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
-            op["signal"] = stmt.signal
+            op["signal"] = signals(stmt)
             counters["cube"].add(f"n_{handoff}")
-        elif stmt.first_plain:  # the program's first store writes its tile, the later ones add (Store.first_plain)
+        elif stmt.has(FirstPlain):  # the program's first store writes its tile, the later ones add (@first_plain)
             counters["cube"].add(f"w_{stmt.dst.tensor}")
             op["atomic"] = f"tilegen::AddAfterFirst(w_{stmt.dst.tensor}, pid)"
         return op
@@ -1020,9 +1038,9 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError("a matmul kept its scale: run the split-matmul-scale lowering first")
         if a.dtype not in ("fp16", "bf16"):
             raise TargetError(f"the cube path takes fp16 or bf16 operands, {a.name} is {a.dtype}")
-        _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}", stmt.n_chunk)
+        _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}", chunk_of(stmt))
         return {
-            "n_chunk": stmt.n_chunk,
+            "n_chunk": chunk_of(stmt),
             "kind": "matmul",
             "c": c.name,
             "a": a.name,
@@ -1124,26 +1142,27 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             raise TargetError(f"the guarded store of {buf.name} stages {half} elements in sc_col, which holds {lo.scratch_cols()}")
         if isinstance(stmt, Load):
             op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
-            # zeros where the tile's writer ran no iteration (Load.zero_unless)
-            op["zero_unless"] = cexpr(stmt.zero_unless, lo.consts) if stmt.zero_unless is not None else ""
-            op["wait_done"] = lo.done_flag if stmt.wait_done else -1  # the other unit's done flag first
-            if (stmt.zero_unless is not None or stmt.wait_done) and (handoff or op["ids"]):
+            # zeros where the tile's writer ran no iteration (@zero_unless)
+            zero = stmt.get(ZeroUnless)
+            op["zero_unless"] = cexpr(zero.trips, lo.consts) if zero is not None else ""
+            op["wait_done"] = lo.done_flag if stmt.has(WaitDone) else -1  # the other unit's done flag first
+            if (zero is not None or stmt.has(WaitDone)) and (handoff or op["ids"]):
                 raise TargetError(f"the load of {stmt.src.tensor} into {buf.name}: zero_unless and wait_done are lowered for a plain UB load only")
             if handoff:
                 op["kind"] = "c2v_recv"
                 op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
                 if op["slots"] > 1:
                     counters["vector"].add(f"r_{handoff}")
-                op["wait"] = stmt.wait_signal
-                op["free_event"] = f"fr_{buf.name}" if stmt.free_early else ""
+                op["wait"] = waits(stmt)
+                op["free_event"] = f"fr_{buf.name}" if stmt.has(FreeEarly) else ""
         else:
-            if stmt.first_plain or stmt.signal_done:
-                raise TargetError(f"the vector store into {stmt.dst.tensor}: first_plain and signal_done are lowered for the cube's stores only")
-            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.wait_at_rewrite)
+            if stmt.has(FirstPlain) or stmt.has(SignalDone):
+                raise TargetError(f"the vector store into {stmt.dst.tensor}: @first_plain and @signal_done are lowered for the cube's stores only")
+            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite))
             if handoff:
                 op["kind"] = "v2c_send"
                 op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))
-                op["signal"] = stmt.signal
+                op["signal"] = signals(stmt)
                 counters["vector"].add(f"n_{handoff}")
         return op
     if isinstance(stmt, Fill):
@@ -1154,7 +1173,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         src, dst = bufs[stmt.src], bufs[stmt.dst]
         lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
         lo.need("VectorOp_repeatTime", lo.half(src), f"the row reduction of {src.name} (a repeat per row)")
-        if stmt.fold:
+        if fold_of(stmt):
             if lo.dims(src)[1] < 128:
                 raise TargetError(f"the folded row reduction of {src.name} needs at least 128 columns, it has {lo.dims(src)[1]}")
             lo.need("VectorOp_repStride", lo.cpad(src) // 8, f"the row pitch of {src.name} in blocks (its fold, a repeat per row)")
@@ -1166,7 +1185,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "cols": lo.dims(src)[1],
             "cpad": lo.cpad(src),
             "is_max": stmt.op == "max",
-            "fold": stmt.fold,
+            "fold": fold_of(stmt),
         }
     if isinstance(stmt, Mask):
         buf = bufs[stmt.src]
@@ -1191,7 +1210,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             "off": cexpr(m.offset, lo.consts),
             "left": m.left,
             "right": m.right,
-            "cut_only": stmt.cut_only,
+            "cut_only": stmt.has(CutOnly),
         }
     if isinstance(stmt, Elementwise):
         return _elementwise(lo, stmt)
@@ -1488,12 +1507,12 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
         size = -(-rows * cols * dtypes.itemsize(t.dtype) // 512) * 512  # a slot, 512 B aligned
         ho_list.append(
             {"name": t.name, "ctype": CTYPE[t.dtype], "rows": rows, "cols": cols, "offset": offset, "elems": rows * cols,
-             "slots": t.slots, "slot_elems": size // dtypes.itemsize(t.dtype), "ready_id": t.ready}
+             "slots": slots_of(t), "slot_elems": size // dtypes.itemsize(t.dtype), "ready_id": ready_of(t)}
         )
         handoffs[t.name] = ho_list[-1]
-        offset += size * t.slots
+        offset += size * slots_of(t)
     uses: list[FieldUse] = []
-    # flag ids (Tensor.ready, set by the pipeline-handoffs pass): -1 is the direction's shared id
+    # flag ids (@handoff_slots' ready, set by the pipeline-handoffs pass): -1 is the direction's shared id
     # (FLAG_C2V_READY = 0, FLAG_V2C_READY = 1, slot-free ids from FLAG_FREE_BASE = 2, tilegen_runtime.h);
     # else each hand-off's ready id as the pass chose it, the free ids after the largest
     own = [h["ready_id"] for h in ho_list if h["ready_id"] >= 0]
@@ -1509,9 +1528,9 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     if ho_list:
         top = free_base + len(ho_list) - 1 if own else 2 + len(ho_list) - 1
         uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(top), f"the slot-free flag of hand-off {ho_list[-1]['name']} ({label})"))
-    # the done flag of a program's owned tiles (Store.signal_done -> Load.wait_done): the id after the hand-offs'
+    # the done flag of a program's owned tiles (@signal_done -> @wait_done): the id after the hand-offs'
     done_flag = (top + 1) if ho_list else 0
-    if any(isinstance(st, Store) and st.signal_done for k in program.kernels for st, _ in walk(k.body)):
+    if any(isinstance(st, Store) and st.has(SignalDone) for k in program.kernels for st, _ in walk(k.body)):
         uses.append(FieldUse("CrossCoreSetFlag_flagId", sympy.Integer(done_flag), f"the done flag of the owned tiles ({label})"))
     consts = {str(k): v for k, v in program.env if str(k) in ("Br", "Bc", "Dqk", "Dv")}
     base_inputs = ("Q", "K", "V") if label == "fwd" else ("Q", "K", "V", "O", "L", "dO")
@@ -1536,11 +1555,11 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
     results = ["O", "L"] if label == "fwd" else ["dQ", "dK", "dV"]
     extras = [t.name for t in tensors if t.kind == "input" and t.name not in base_inputs]
     partials = [t.name for t in tensors if t.kind == "partial"]
-    # a kernel with Kernel.sync_all runs in the launch before it, after SyncAll<false>(); a launch of
+    # a kernel with @sync_all runs in the launch before it, after SyncAll<false>(); a launch of
     # several kernels is called like its program (tilegen_x_bwd)
     groups: list[list[tuple[Kernel, KernelPlan]]] = []
     for k, kp in zip(program.kernels, kernels):
-        if k.sync_all and groups:
+        if k.has(SyncAll) and groups:
             groups[-1].append((k, kp))
         else:
             groups.append([(k, kp)])
@@ -1554,7 +1573,7 @@ def lower_program(program: Program, target: Target, spec: AttentionSpec, label: 
 
 
 def launch_protocol(name: str, kernels: list[KernelPlan], names: list[str]) -> dict:
-    """How one launch runs ``kernels`` (a kernel with ``Kernel.sync_all`` and the ones before it in its
+    """How one launch runs ``kernels`` (a kernel with ``@sync_all`` and the ones before it in its
     launch; ``names`` their IR kernel names), as kernels.asc renders it: the launch's function ``name`` and
     ``label``; ``kernels``; and
 

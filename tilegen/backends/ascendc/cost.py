@@ -11,6 +11,8 @@ import numpy as np
 from tilegen.core.errors import TilegenError
 from tilegen.models.analysis import count
 from tilegen.models.cost import hbm_floor_s, matmul_dtype, start_overhead_s
+from tilegen.passes.ascend.snake_deal import deal_of
+from tilegen.passes.ascend.stream_programs import Stream
 
 # --- the emitted code's model (Ascend C) -------------------------------------------------------------
 #
@@ -25,14 +27,14 @@ from tilegen.models.cost import hbm_floor_s, matmul_dtype, start_overhead_s
 # copies whose closing wait is on the consuming pipe, not on the scalar unit (LoadNz, LoadRows, StoreRows,
 # FixpipeRows: _ASYNC, and the hand-offs' copies after their flag waits): the scalar unit issues on past
 # them, their pipe runs them in order (a hand-off's flag is set on that pipe after its copy), and the next
-# compute helper starts when they are done (a copy with the knob Load.wait_at_read: when its WaitLoaded
-# is reached, so the helpers in between overlap it; a store with Store.wait_at_rewrite: at the
+# compute helper starts when they are done (a copy with the knob @wait_at_read: when its WaitLoaded
+# is reached, so the helpers in between overlap it; a store with @wait_at_rewrite: at the
 # WaitMte3ToV before its tile's next writer, op wait_stored); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
 # reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
-# Loop.stages) is unrolled as each unit issues it: its earlier stage of the first d pairs (d =
-# Loop.lookahead), then per pair k its earlier stage of pair k + d before its later stage of pair k (a
+# @pipelined) is unrolled as each unit issues it: its earlier stage of the first d pairs (d =
+# @pipelined lookahead), then per pair k its earlier stage of pair k + d before its later stage of pair k (a
 # hoisted receive of pair k between the earlier stage's first receive and its rest), so the model
 # overlaps the cube and the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
@@ -171,7 +173,7 @@ def _matmul_steps(m: int, n: int, k: int, c, k_step: int) -> tuple[float, list[t
 
 
 def _chunks(n: int, width: int) -> list[int]:
-    """The column widths of a product of n columns computed in chunks of ``width`` (MatMul.n_chunk)."""
+    """The column widths of a product of n columns computed in chunks of ``width`` (@n_chunk)."""
     return [min(width, n - n0) for n0 in range(0, n, width)]
 
 
@@ -180,7 +182,7 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
     ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
     out: list[tuple[dict, bool]] = []
     for op in ops:
-        if op["kind"] == "stream":  # Kernel.stream: one instance alone is its openings, its loop, its closing
+        if op["kind"] == "stream":  # @stream: one instance alone is its openings, its loop, its closing
             out.extend((o, False) for o in op["open_a"] + op["open_b"])
             out.extend(_unrolled([op["ploop"]], pattern))
             out.extend((o, False) for o in op["close"])
@@ -192,7 +194,7 @@ def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
             for k, cut in enumerate(pattern):
                 if k + d < len(pattern):
                     out.extend((o, pattern[k + d]) for o in op["stage0"][:h])
-                out.extend((o, cut) for o in op.get("hoisted", []))  # Load.hoist: beside the rest of the earlier stage
+                out.extend((o, cut) for o in op.get("hoisted", []))  # @hoist: beside the rest of the earlier stage
                 if k + d < len(pattern):
                     out.extend((o, pattern[k + d]) for o in op["stage0"][h:])
                 out.extend((o, cut) for o in op["stage1"])
@@ -227,10 +229,10 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     other = {"cube": "vector", "vector": "cube"}
     pipe_free: dict[str, dict[str, float]] = {s: {} for s in sides}  # the copies' pipes: free from (cycles)
     # the end of the copies waited for (every later compute helper waits for them); a copy with
-    # Load.wait_at_read joins it at its WaitLoaded, not at its issue
+    # @wait_at_read joins it at its WaitLoaded, not at its issue
     gate = {s: 0.0 for s in sides}
     deferred: dict[str, dict[str, float]] = {s: {} for s in sides}  # tile -> end of its deferred copy
-    freed: dict[str, float] = {}  # Load.free_early: tile -> when its last access raised its V -> MTE2 event
+    freed: dict[str, float] = {}  # @free_early: tile -> when its last access raised its V -> MTE2 event
 
     def after_copies(s: str, t: float) -> float:
         return max(t, gate[s])
@@ -292,14 +294,14 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 kind = op["kind"]
                 t = clock[s]
                 pipe = _ASYNC.get((s, kind))
-                if op.get("wait_done", -1) >= 0 and not op.get("done_waited"):  # Load.wait_done: the cube's done flag first
+                if op.get("wait_done", -1) >= 0 and not op.get("done_waited"):  # @wait_done: the cube's done flag first
                     q = ready.get((s, "done"))
                     if not q:
                         break
                     t = clock[s] = max(t + issue, q.pop(0))
                     op = dict(op, done_waited=True)
                     sides[s][pos[s]] = (op, cut)
-                if kind == "done_signal":  # Store.signal_done: set on FIX after the program's stores
+                if kind == "done_signal":  # @signal_done: set on FIX after the program's stores
                     ready.setdefault((other[s], "done"), []).append(max(t, pipe_free[s].get("FIX", 0.0)) + x_lat)
                     t += issue
                 elif pipe is not None and op.get("product"):  # MatmulStore: nothing on the AIC waits for its Fixpipes
@@ -310,7 +312,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     if op.get("defer"):
                         deferred[s][op["dst"]] = end
                     elif op.get("closing", True) is False:
-                        pass  # Store.wait_at_rewrite: waited for at its tile's next writer (wait_stored)
+                        pass  # @wait_at_rewrite: waited for at its tile's next writer (wait_stored)
                     else:
                         gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
                     t += _ASYNC_ISSUE * issue
@@ -323,7 +325,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                 elif kind == "wait_received":  # an MTE2 -> V SetWait: every copy issued on MTE2 before it
                     gate[s] = max(gate[s], deferred[s].pop(op["buf"]), pipe_free[s].get("MTE2", 0.0))
                     t += issue
-                elif kind == "free_mte2":  # Load.free_early: the tile's event, raised after the vector work before it
+                elif kind == "free_mte2":  # @free_early: the tile's event, raised after the vector work before it
                     freed[op["buf"]] = t
                     t += issue
                 elif kind in ("c2v_recv", "v2c_recv"):
@@ -335,11 +337,11 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                         flag = q.pop(0)
                         t = max(t + issue, flag)
                         start = None if start is None else max(start, flag)
-                    # the copy runs on MTE2 while the scalar unit issues on (with Load.free_early from its
+                    # the copy runs on MTE2 while the scalar unit issues on (with @free_early from its
                     # tile's last access, not after the vector work before it); the free flag is set on
                     # MTE2 after it, and the next compute helper waits for it
                     end = copy(s, "MTE2", t if start is None else start, op, cut)
-                    if op.get("defer"):  # Load.wait_at_read: waited for at its tile's first reader (wait_received)
+                    if op.get("defer"):  # @wait_at_read: waited for at its tile's first reader (wait_received)
                         deferred[s][op["buf"]] = end
                     else:
                         gate[s] = max(gate[s], end)
@@ -446,8 +448,8 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
         # the steady period of a pair the mask does not cut, past the pipeline's fill (the third pair
         # alone still carries some of it: the software-pipelined loops run two or three pairs deep)
         p_full = (sim(8, 0) - sim(4, 0)) / 4
-        if kir.stream:
-            # Kernel.stream: a core's instances overlap; each costs its pairs at the steady period (a cut
+        if kir.has(Stream):
+            # @stream: a core's instances overlap; each costs its pairs at the steady period (a cut
             # pair's from four cut pairs after four full ones) and its opening and closing helpers on the
             # busier side; the pipeline fills once per core
             p_cut = p_full + (sim(4, 4) - sim(8, 0)) / 4
@@ -457,11 +459,11 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
                          for side, op in stream.items())
             fill = sim(4, 0) - 4 * p_full - p_prog  # an instance alone: its fill, its pairs, its opening and closing
             per_tile = np.array([int(f) * p_full + int(c) * p_cut + p_prog for f, c in zip(pairs - cut, cut)])
-            t = (deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) + fill) / clock
+            t = (deal(per_tile, counts[kir.name].programs, tgt.parallel_units, deal_of(kir)) + fill) / clock
         else:
             per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
                                  for f, c, v in zip(pairs - cut, cut, valid)])
-            t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, kir.deal) / clock
+            t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, deal_of(kir)) / clock
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + sum(start_overhead_s(k, tgt) for k in prog.kernels)

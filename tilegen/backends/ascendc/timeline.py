@@ -38,7 +38,7 @@ signatures spread from the lightest to the heaviest); the fit gives every instan
 dealt over the cores as the kernel deals them (``pid = core, core + cores, …``), consecutive instances
 on a core are added (no overlap across instance boundaries), and the kernel time is the slowest core.
 The result says which form was used, which instances were scheduled and the fit's worst residual.
-A streamed kernel (``Kernel.stream``: a core's instances overlap) also runs every instance of one head on
+A streamed kernel (``@stream``: a core's instances overlap) also runs every instance of one head on
 one core as one stream (a head of more than ``STREAM_PAIRS`` pairs at Sq and Sk scaled alike, whole
 tiles), scheduled whole: an instance alone costs the pipeline's fill + a + b·pairs + c·cut pairs, in the
 stream a + b·pairs + c·cut pairs, and one least-squares fit through the instances alone and the stream gives
@@ -65,6 +65,9 @@ from pathlib import Path
 import numpy as np
 
 from tilegen.core.errors import TilegenError
+from tilegen.passes.ascend.one_launch import SyncAll
+from tilegen.passes.ascend.snake_deal import deal_of
+from tilegen.passes.ascend.stream_programs import Stream
 
 PIPES = ("S", "MTE1", "MTE2", "MTE3", "M", "FIX", "V")
 WORK_KINDS_OF_S = ("GetValue", "SetValue", "SetAtomic")
@@ -91,7 +94,7 @@ class Instr:
 
 def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
     """``{kernel: {block: {"AIC" | "AIV0" | "AIV1": [Instr, ...]}}}`` from a trace file's text: the
-    kernels in launch order, a launch that runs several (``Kernel.sync_all``) cut at each core's
+    kernels in launch order, a launch that runs several (``@sync_all``) cut at each core's
     ``SyncAll`` records (a barrier of every core: what follows it starts when the last core arrives,
     :func:`tilegen.models.cost.start_overhead_s` prices the barrier)."""
     out: dict = defaultdict(lambda: defaultdict(dict))
@@ -531,7 +534,7 @@ class ProgramTimeline:
     utilization: float
     clock_hz: float
     launch_s: float
-    launches: int = 0  # launches of the program (a launch may run several kernels: Kernel.sync_all)
+    launches: int = 0  # launches of the program (a launch may run several kernels: @sync_all)
     sync_alls: int = 0  # SyncAll barriers between the kernels of one launch
     overhead_s: float = 0.0  # what the launches and barriers add to time_s
 
@@ -578,7 +581,7 @@ def _normalise_busy(total: dict[str, float], cores: int, cycles: float) -> dict[
 def deal(per_tile: np.ndarray, programs: int, cores: int, order: str = "cyclic") -> float:
     """The slowest core's total when ``programs`` instances, instance ``pid`` costing
     ``per_tile[pid % len(per_tile)]`` (the kernel's fastest grid axis is its tile index), are dealt
-    over ``cores`` as the emitted kernels deal them (``order``: the kernel's Kernel.deal): ``cyclic``,
+    over ``cores`` as the emitted kernels deal them (``order``: the kernel's @deal): ``cyclic``,
     core c runs pid = c, c + cores, ...; ``snake``, in round r = pid // cores core c runs
     r·cores + c when r is even, r·cores + cores − 1 − c when r is odd."""
     pid = np.arange(programs)
@@ -684,17 +687,17 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
         return parse_trace(trace.read_text()) if trace.exists() else {}
 
 
-STREAM_PAIRS = 400  # tile pairs of one head a one-core stream run (Kernel.stream) traces at most
+STREAM_PAIRS = 400  # tile pairs of one head a one-core stream run (@stream) traces at most
 
 
 def _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs) -> dict:
-    """For each streamed kernel (``Kernel.stream``): (schedule, instances, pairs, cut pairs) of one core
+    """For each streamed kernel (``@stream``): (schedule, instances, pairs, cut pairs) of one core
     running every instance of one head of ``small`` as one stream; a head of more than ``STREAM_PAIRS``
     pairs at Sq and Sk scaled alike (whole tiles) to about ``STREAM_PAIRS`` / 2 pairs."""
     from tilegen.core.exprs import evaluate
     from tilegen.core.ir import grid_loops
 
-    stream = [n for n, k in enumerate(kernels_ir) if k.stream]
+    stream = [n for n, k in enumerate(kernels_ir) if k.has(Stream)]
     if not stream:
         return {}
     env = {str(k): v for k, v in prog.env}
@@ -845,7 +848,7 @@ def simulate_program(
             xa = np.stack([np.ones(t_n), pr - ct, ct], axis=1)
             per_tile = xa @ coef  # [tile, 1 + len(keys)]
             fill, stream_note = 0.0, ""
-            if k.stream:
+            if k.has(Stream):
                 # a core's instances overlap: an instance alone costs fill + a + b·pairs + c·cut, in the stream
                 # a + b·pairs + c·cut, and the core pays the pipeline's fill once. One least-squares fit through
                 # the instances alone and the one-core stream gives fill, a, b, c (where every instance has the
@@ -860,11 +863,11 @@ def simulate_program(
                                f"as one stream ({s_inst} instances, {s_pairs} pairs, {seq.end:.0f} cycles); fitted through it and the "
                                f"instances alone: time = fill + a + b*pairs + c*cut pairs alone, a + b*pairs + c*cut pairs in a stream "
                                f"(fill {fill:.0f}, a {a:.0f} cycles; worst residual {resid:.1%}), the fill once per core")
-            end = deal(per_tile[:, 0], programs[n], cores, k.deal) + fill
+            end = deal(per_tile[:, 0], programs[n], cores, deal_of(k)) + fill
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
-            rep = streams[n][0] if k.stream else scheds[rep_t] if rep_t is not None else None  # a stream: its one core's schedule
+            rep = streams[n][0] if k.has(Stream) else scheds[rep_t] if rep_t is not None else None  # a stream: its one core's schedule
             end, note = _floored(end, floors[n], clock)
             form = (
                 f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
@@ -878,5 +881,5 @@ def simulate_program(
     peak = tgt.matmul_flops(matmul_dtype(prog))
     util = flops / (time_s * peak) if time_s > 0 else 0.0
     label = "forward" if program == "fwd" else "backward"
-    syncs = sum(k.sync_all for k in kernels_ir)
+    syncs = sum(k.has(SyncAll) for k in kernels_ir)
     return ProgramTimeline(label, out, time_s, int(flops), util, clock, launch_s, len(kernels_ir) - syncs, syncs, overhead_s)
