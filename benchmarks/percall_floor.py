@@ -129,7 +129,7 @@ def three_launch_module(q, k, v):
     main and post kernels, as before the pass), from an uncached compile."""
     import os
 
-    import tilegen.passes.lower as lower
+    import tilegen.passes.gpu.direct_dq as lower
     import tilegen.torch as tt
     from tilegen.backends import triton as triton_backend
 

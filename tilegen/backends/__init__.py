@@ -50,7 +50,7 @@ def compile_backward(
     ``group_split`` (programs sharing the query heads of one KV head, a divisor of G) and
     ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's schedule knobs
     (:func:`tilegen.passes.group.split_group`); ``dq_tiles`` (``same`` or ``transposed``) the separate
-    strategy's ``dq`` kernel's (:func:`tilegen.passes.lower.transpose_dq_tiles`).
+    strategy's ``dq`` kernel's (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`).
 
     Raises:
         SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor

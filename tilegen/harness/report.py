@@ -40,7 +40,7 @@ DQ_TRANSPOSED = ", dq kernel on Bc x Br tiles (pass transpose-dq-tiles)"
 
 def _dq_direct_entry(spec, program, target) -> dict:
     """Whether the pass direct-dq folded the GPU backward ``program`` and, where not, why."""
-    from tilegen.passes.lower import direct_dq_kept
+    from tilegen.passes.gpu.direct_dq import direct_dq_kept
 
     return {"folded": bool(program.attr("dq_direct")), "why": direct_dq_kept(program, target, spec.sinks)}
 

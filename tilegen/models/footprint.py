@@ -239,6 +239,12 @@ def _crossing(loop: Loop) -> set[str]:
     return {b for n, a in enumerate(sets) for o in sets[n + 1:] for b in a & o}
 
 
+def kernel_fits(kernel: Kernel, target: Target, env: dict) -> bool:
+    """Whether every level's footprint of ``kernel`` fits the level's usable bytes at the bound sizes
+    ``env`` (symbol name -> int)."""
+    return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
+
+
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
     """Footprints of every level of ``target`` in ``kernel``. On a GPU target, multi-staged tiles are
     live across their loop: Triton's software pipeliner issues the loads of the next ``num_stages − 1``

@@ -389,7 +389,7 @@ def schedule(
     program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
     and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
     (``dq_tiles`` overrides it; ``"transposed"`` needs the separate strategy) runs the dq kernel on transposed tiles
-    (:func:`tilegen.passes.lower.transpose_dq_tiles`); a row whose transposition does not apply (a
+    (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`); a row whose transposition does not apply (a
     block table of the mask) is skipped like one that does not fit. ``knobs`` {phase: (num_warps,
     num_stages)} overrides the target's launch knobs (for measuring alternatives).
 

@@ -4,21 +4,13 @@ candidate judged after direct-dq, whose effect depends on the tiles), then direc
 from __future__ import annotations
 
 from tilegen.passes.driver import Context, Pass
-from tilegen.passes.lower import direct_dq
+from tilegen.passes.gpu.direct_dq import DIRECT_DQ
+from tilegen.passes.gpu.transpose_dq_tiles import TRANSPOSE_DQ
 from tilegen.passes.pipeline import PLACE, check_options, choose_tiles_pass, front_passes
-from tilegen.passes.tiles import rescheduled
-
-def _direct_dq(program, ctx: Context):
-    out = direct_dq(program, target=ctx.target, sinks=ctx.spec.sinks)
-    if ctx.log.schedule is not None:  # the tile table describes the kernels that are emitted
-        ctx.log.schedule = rescheduled(ctx.log.schedule, out, ctx.target)
-    return out
-
-
-DIRECT_DQ = Pass("direct-dq", _direct_dq, "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches (attr dq_direct)")
 
 
 def passes(ctx: Context) -> tuple[Pass, ...]:
     """The Triton list for ``ctx`` (the front, then the target's steps)."""
     check_options(ctx)
-    return front_passes(ctx) + (PLACE, choose_tiles_pass(score_after=True), DIRECT_DQ)
+    dq_tiles = (TRANSPOSE_DQ,) if ctx.which == "bwd" and ctx.options.dq_tiles == "transposed" else ()
+    return front_passes(ctx) + dq_tiles + (PLACE, choose_tiles_pass(score_after=True), DIRECT_DQ)
