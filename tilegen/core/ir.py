@@ -162,6 +162,30 @@ class Access:
     tile: tuple[Expr, ...]
 
 
+class Annotation:
+    """Base of the typed facts a pass attaches to the node it governs (``annotations`` of a statement, a
+    loop or a kernel): how the node is rendered, never what the program computes, so the interpreter and
+    the counts ignore them. Each subclass is a frozen dataclass a backend (and its cost model) reads by
+    type (:func:`annotation`); rewrites keep them (they build nodes with :func:`dataclasses.replace`).
+    The GPU's are in :mod:`tilegen.core.gpu`."""
+
+    def text(self) -> str:
+        """The annotation in the printed IR (:mod:`tilegen.core.printer`)."""
+        return type(self).__name__
+
+
+def annotation(node, kind: type):
+    """The annotation of type ``kind`` on ``node`` (a statement, loop or kernel), or None."""
+    return next((a for a in node.annotations if isinstance(a, kind)), None)
+
+
+def annotate(node, *annotations: "Annotation"):
+    """``node`` with ``annotations`` added, each replacing one of its own type."""
+    kinds = tuple(type(a) for a in annotations)
+    kept = tuple(a for a in node.annotations if not isinstance(a, kinds))
+    return dataclasses.replace(node, annotations=kept + tuple(annotations))
+
+
 class Stmt:
     """Base of every statement."""
 
@@ -228,6 +252,7 @@ class Load(Stmt):
     zero_unless: Expr | None = None
     wait_done: bool = False
     free_early: bool = False
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_written(self):
         return (self.dst,)
@@ -272,6 +297,7 @@ class Store(Stmt):
     wait_at_rewrite: bool = False
     first_plain: bool = False
     signal_done: bool = False
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return (self.src,)
@@ -284,6 +310,7 @@ class Store(Stmt):
 class Fill(Stmt):
     dst: str
     value: float
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_written(self):
         return (self.dst,)
@@ -308,6 +335,7 @@ class MatMul(Stmt):
     accumulate: bool = False
     alpha: float = 1.0
     n_chunk: int = 0
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return (self.a, self.b) + ((self.dst,) if self.accumulate else ())
@@ -338,6 +366,7 @@ class Elementwise(Stmt):
     dst: str
     op: str
     args: tuple[Operand, ...]
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return tuple(a for a in self.args if isinstance(a, str))
@@ -361,6 +390,7 @@ class RowReduce(Stmt):
     src: str
     op: str  # "max" | "sum"
     fold: str = ""
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return (self.src,)
@@ -384,6 +414,7 @@ class Mask(Stmt):
     row0: Expr
     col0: Expr
     cut_only: bool = False
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return (self.src,)
@@ -425,6 +456,7 @@ class ModOp(Stmt):
     term: int = -1
     blocks: str = ""
     tensors: tuple[str, ...] = ()
+    annotations: tuple["Annotation", ...] = ()
 
     def buffers_read(self):
         return self.args
@@ -473,6 +505,7 @@ class Loop(Stmt):
     blocks: str = ""
     stages: tuple[int, ...] = ()
     lookahead: int = 1
+    annotations: tuple["Annotation", ...] = ()
 
     def exprs(self):
         return (self.start, self.stop)
@@ -514,6 +547,7 @@ class Kernel:
     deal: str = "cyclic"
     sync_all: bool = False
     stream: bool = False
+    annotations: tuple["Annotation", ...] = ()
 
     def buffer(self, name: str) -> Buffer:
         for buf in self.buffers:

@@ -54,8 +54,17 @@ def _ref(name, kernel: Kernel | None) -> str:
     return f"{name}@{scope}"
 
 
+def _annotated(node) -> str:
+    """The node's annotations as a trailing ``  [...; ...]`` ("" without)."""
+    return f"  [{'; '.join(a.text() for a in node.annotations)}]" if node.annotations else ""
+
+
 def fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
-    """One line for a non-loop statement."""
+    """One line for a non-loop statement, its annotations last."""
+    return _fmt_stmt(stmt, kernel) + _annotated(stmt)
+
+
+def _fmt_stmt(stmt: Stmt, kernel: Kernel | None = None) -> str:
     r = lambda n: _ref(n, kernel)  # noqa: E731
     if isinstance(stmt, Load):
         pad = "" if stmt.pad is None else f"  (pad {stmt.pad:g})"
@@ -130,6 +139,7 @@ def _body_lines(body, kernel: Kernel, depth: int) -> list[str]:
                 if 2 in stmt.stages:
                     note += f", the vector stage 1 of {stmt.var} + {stmt.lookahead} before stage 2 of {stmt.var}"
                 note += ")"
+            note += _annotated(stmt)
             lines.append(f"{pad}{word} {stmt.var} in [{fmt_expr(stmt.start)}, {fmt_expr(stmt.stop)}):{note}")
             inner = _body_lines(stmt.body, kernel, depth + 1)
             if stmt.stages:  # one line per statement: tag each with its stage
@@ -145,7 +155,7 @@ def format_kernel(kernel: Kernel, indent: int = 0) -> str:
     deal = "; programs dealt by turns (snake)" if kernel.deal == "snake" else ""
     deal += "; in the previous kernel's launch, after SyncAll" if kernel.sync_all else ""
     deal += "; programs streamed: the pipelined loop runs across them" if kernel.stream else ""
-    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal})"]
+    lines = [f"{pad}kernel {kernel.name}  (phase {kernel.phase}{deal}){_annotated(kernel)}"]
     if kernel.buffers:
         lines.append(f"{pad}  buffers:")
         width = max(len(buf.name) for buf in kernel.buffers)

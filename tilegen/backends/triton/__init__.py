@@ -44,23 +44,23 @@ adds the tiles' windows in tile order (after summing, with torch, over the tile 
 does not read): deterministic, no float atomics. More than three grid axes (the classify kernel's
 Bm × Hm × nQ × nK) share launch axis 2.
 
-GPU-specific lowering steps (each a function below; none changes what a kernel computes):
+The GPU-specific choices of how a kernel is emitted are passes of the GPU list (:mod:`tilegen.passes.gpu`),
+whose result is an annotation in the IR (:mod:`tilegen.core.gpu`) that this lowering reads; none changes
+what a kernel computes:
 
-- :func:`transposed_tiles`: in a kernel whose grid walks K/V tiles (the backward's main nest), every
-  [Br, Bc] tile is held transposed, [Bc, Br], so that ``dV += Pᵀ dO`` and ``dK += dSᵀ Q`` take P and dS
-  straight from registers as the left operand of ``tl.dot``; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
-- :func:`mask_segments`: a tile loop whose body masks is split into up to three loops: tiles the mask
-  cuts (masked), tiles it leaves whole (no ``tl.where``), tiles it cuts again; the bounds come from the
-  same sympy rule as the interpreter's "tile fully visible" test. Not with a mask mod: there the
-  block classes say which tiles are whole.
-- :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
-  the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
-  elsewhere (L = m + log l) is converted back with ln 2. A score mod is not linear: the factor is
-  applied to its result, its argument stays in natural units.
-- :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
-  from the last tile down, so the longest programs start first (on launch axis 0 by default, among the
-  tiles of one head; on axis 2, across all heads, when the forward's ``heavy_first`` made it outermost).
-- :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
+- transposed-tiles (:class:`~tilegen.core.gpu.TransposedTiles`): in a kernel whose grid walks K/V tiles,
+  every [Br, Bc] tile is held transposed, [Bc, Br]; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
+- fold-log2 (:class:`~tilegen.core.gpu.Log2Scaled`): values that only feed ``exp`` kept multiplied by
+  log2(e), so ``exp`` becomes ``tl.exp2``; such a value used elsewhere is converted back with ln 2.
+- heavy-last (:class:`~tilegen.core.gpu.HeavyLast`): a causal Q-tile grid axis numbered from the last
+  tile down.
+- fuse-accumulation (:class:`~tilegen.core.gpu.AccumulateInto`): ``T = a @ b … X = X + T`` emitted as
+  ``X = tl.dot(a, b, X)`` at the add.
+- mask-segments (:class:`~tilegen.core.gpu.MaskSegments`): a masking tile loop emitted as up to three
+  loops, the tiles the mask leaves whole without ``tl.where``.
+
+Besides:
+
 - Head dims that are not powers of two are padded to one (``tl.arange`` needs it), the extra columns
   loaded as zero and never stored; offsets are computed in 64 bits when a tensor has more than 2³¹ − 1
   elements; row and column masks are emitted only where the spec has tails.
@@ -109,7 +109,8 @@ from tilegen.core.ir import (
     grid_loops,
     walk,
 )
-from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL, annotation
+from tilegen.core.gpu import AccumulateInto, HeavyLast, Log2Scaled, MaskSegments, TransposedTiles
 from tilegen.core.ir import i as I_TILE, j as J_TILE
 from tilegen.backends.compiler import Backend, compile_program
 from tilegen.passes import gpu as gpu_passes
@@ -738,185 +739,6 @@ class ModPrinter:
         return text if isinstance(f, (sympy.Symbol, sympy.Integer)) else f"({text})"
 
 
-# --- lowering steps ----------------------------------------------------------------------------------
-
-
-def transposed_tiles(program: Program, kernel: Kernel) -> frozenset[str]:
-    """The buffers held transposed: every [Br, Bc] tile of a kernel whose launch grid walks K/V tiles."""
-    if not any(loop.role == "kv_tile" for loop in grid_loops(kernel)):
-        return frozenset()
-    return frozenset(buf.name for buf in kernel.buffers if tuple(buf.shape) == (Br, Bc))
-
-
-def fuse_accumulation(body: tuple[Stmt, ...], uses: dict[str, int]) -> tuple[Stmt, ...]:
-    """``T = a @ b`` (alpha 1, T read once) followed in the same block by ``X = X + T`` becomes
-    ``X += a @ b`` at the add, when nothing in between writes a, b or T or reads T."""
-    out = list(body)
-    n = 0
-    while n < len(out):
-        mm = out[n]
-        if isinstance(mm, MatMul) and not mm.accumulate and mm.alpha == 1.0 and uses.get(mm.dst, 0) == 1:
-            for m in range(n + 1, len(out)):
-                s = out[m]
-                if isinstance(s, Elementwise) and s.op == "add" and mm.dst in s.args and len(set(s.args)) == 2:
-                    acc = next(a for a in s.args if a != mm.dst)
-                    if acc == s.dst:
-                        out[m] = dataclasses.replace(mm, dst=acc, accumulate=True)
-                        del out[n]
-                        n -= 1
-                    break
-                if set(_writes(s)) & {mm.a, mm.b, mm.dst} or mm.dst in _reads(s):
-                    break
-        n += 1
-    return tuple(out)
-
-
-def _reads(s: Stmt) -> tuple[str, ...]:
-    if isinstance(s, Loop):
-        return tuple(x for st, _ in walk(s.body) for x in st.buffers_read())
-    return s.buffers_read()
-
-
-def _writes(s: Stmt) -> tuple[str, ...]:
-    if isinstance(s, Loop):
-        return tuple(x for st, _ in walk(s.body) for x in st.buffers_written())
-    return s.buffers_written()
-
-
-def _reaching(kernel: Kernel) -> tuple[dict[int, dict[str, frozenset[int]]], dict[int, Stmt]]:
-    """Reaching definitions: for each statement (by id) and each buffer it reads, the ids of the
-    statements whose writes of that buffer can reach it. Loops may run zero or more times."""
-    stmts: dict[int, Stmt] = {}
-    uses: dict[int, dict[str, frozenset[int]]] = {}
-
-    def run(body, state: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-        for s in body:
-            if isinstance(s, Loop):
-                entry = dict(state)
-                while True:  # iterate to the loop's fixed point: defs of the body reach its next trip
-                    after = run(s.body, dict(entry))
-                    merged = {k: entry.get(k, frozenset()) | after.get(k, frozenset()) for k in set(entry) | set(after)}
-                    if merged == entry:
-                        break
-                    entry = merged
-                state = entry
-                continue
-            stmts[id(s)] = s
-            uses.setdefault(id(s), {})
-            for name in s.buffers_read():
-                uses[id(s)][name] = uses[id(s)].get(name, frozenset()) | state.get(name, frozenset())
-            for name in s.buffers_written():
-                state = dict(state)
-                state[name] = frozenset({id(s)})
-        return state
-
-    run(kernel.body, {})
-    return uses, stmts
-
-
-_LINEAR = ("copy", "add", "sub", "max", "zero_if_neginf")
-
-
-def fold_log2(kernel: Kernel) -> frozenset[int]:
-    """The statements (by id) whose result is kept multiplied by log2(e): every definition that reaches
-    an ``exp`` through linear, scale-commuting ops (copy, add, sub, max, zero_if_neginf, row max, mask,
-    a scaled matmul, a load, a fill). A ``ModOp`` score is a leaf: score′ = score_mod(S) is not linear
-    in S, so its result is multiplied by log2(e) after the mod and its argument stays in natural units. Empty when any such definition is of another kind (then the kernel
-    keeps natural exponentials)."""
-    uses, stmts = _reaching(kernel)
-    scaled: set[int] = set()
-    work: list[int] = []
-    for sid, s in stmts.items():
-        if isinstance(s, Elementwise) and s.op == "exp":
-            work.extend(uses[sid].get(s.args[0], ()))
-    while work:
-        sid = work.pop()
-        if sid in scaled:
-            continue
-        scaled.add(sid)
-        s = stmts[sid]
-        if isinstance(s, Elementwise) and s.op in _LINEAR:
-            for a in s.args:
-                if isinstance(a, str):
-                    work.extend(uses[sid].get(a, ()))
-        elif isinstance(s, (RowReduce, Mask)):
-            if isinstance(s, RowReduce) and s.op != "max":
-                return frozenset()
-            work.extend(uses[sid].get(s.src, ()))
-        elif isinstance(s, MatMul):
-            if s.accumulate:
-                return frozenset()
-        elif isinstance(s, (Load, Fill)):
-            pass
-        elif isinstance(s, ModOp) and s.op == "score":
-            pass  # score′ is not linear in its argument: its output is multiplied by log2(e), its input is not
-        else:
-            return frozenset()
-        # every use that sees this definition must see only scaled definitions
-        for uid, by_name in uses.items():
-            for name, defs in by_name.items():
-                if sid in defs:
-                    work.extend(d for d in defs if d not in scaled)
-    return frozenset(scaled)
-
-
-def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, bool], shape: tuple) -> tuple[sympy.Expr, sympy.Expr] | None:
-    """Where a tile loop's tiles need no mask: (lo, hi), clamped into the loop's [start, stop), so that
-    [start, lo) and [hi, stop) need the mask and [lo, hi) does not; None when a condition is not linear.
-
-    A tile [r0, r0 + R) × [c0, c0 + C) needs no mask iff r0 + R ≤ Sq and c0 + C ≤ Sk (when the spec has
-    tails there) and, for a bounded window, c0 ≥ r0 + R − 1 + off − left and c0 + C − 1 ≤ r0 + off + right.
-    Each condition is linear in the loop variable, with a positive or negative coefficient, and gives a
-    lower (ceiling) or upper (floor) bound on it; conditions without it form a guard. With a mask mod
-    (``Program.mods.mask``) any tile may be cut, so there is no split (None): the block classes decide.
-    """
-    if program.mods is not None and program.mods.mask is not None:
-        return None
-    v = loop.var
-    rows, cols = shape
-    m = program.mask
-    conds: list[sympy.Expr] = []  # each: expr <= 0
-    if tails["rows"]:
-        conds.append(mask.row0 + rows - Sq)
-    if tails["cols"]:
-        conds.append(mask.col0 + cols - Sk)
-    if m.left >= 0:
-        conds.append(mask.row0 + rows - 1 + m.offset - m.left - mask.col0)
-    if m.right >= 0:
-        conds.append(mask.col0 + cols - 1 - mask.row0 - m.offset - m.right)
-    lowers, uppers, guards = [], [], []
-    for c in conds:
-        c = sympy.expand(c)
-        a = c.coeff(v)
-        rest = sympy.expand(c - a * v)
-        if a == 0:
-            guards.append(rest <= 0)
-        elif a.is_positive:
-            uppers.append(sympy.floor(-rest / a) + 1)  # a*v + rest <= 0  <=>  v <= -rest/a
-        elif a.is_negative:
-            lowers.append(sympy.ceiling(rest / -a))
-        else:
-            return None
-    start, stop = loop.start, loop.stop
-    lo = sympy.Max(start, *lowers) if lowers else start
-    lo = sympy.Min(lo, stop) if lowers else lo
-    hi = sympy.Min(stop, *uppers) if uppers else stop
-    hi = sympy.Max(hi, lo) if uppers else hi
-    if guards:
-        guard = sympy.And(*guards)
-        lo = sympy.Piecewise((lo, guard), (stop, True))
-        hi = sympy.Piecewise((hi, guard), (stop, True))
-    return lo, hi
-
-
-def heavy_last(program: Program, loop: Loop) -> bool:
-    """Whether a Q-tile grid axis has its heaviest programs last: with a causal-like window (right
-    bounded, left unbounded) Q tile i visits about i + 1 K/V tiles. The lowering then numbers the
-    programs from the last tile down, so the longest ones start first and the short ones fill the tail
-    of the launch (a load-balancing step; each program computes the same thing)."""
-    return loop.role == "q_tile" and program.mask.right >= 0 and program.mask.left < 0
-
-
 # --- block sparsity ----------------------------------------------------------------------------------
 
 LIST_NAMES = {"kv_tile": lambda bm: (f"{bm}_kvn", f"{bm}_kvi"), "q_tile": lambda bm: (f"{bm}_qn", f"{bm}_qi")}
@@ -967,9 +789,9 @@ class KernelLowering:
         self.knobs = knobs
         self.env = {str(k): v for k, v in program.env}
         self.bufs = {b.name: b for b in kernel.buffers}
-        self.transposed = transposed_tiles(program, kernel)
-        self.scaled = fold_log2(kernel)
-        self.uses, self.stmts = _reaching(kernel)
+        held = annotation(kernel, TransposedTiles)
+        self.transposed = frozenset(held.buffers) if held is not None else frozenset()
+        self.log2 = any(self._scaled(s) for s, _ in walk(kernel.body))
         self.wide = any(self._numel(t) > INT32_MAX for t in program.tensors)
         used = self._tensors_used()
         self.tensors = [t for t in program.tensors if t.name in used] + [t for t in block_list_tensors(program) if t.name in used]
@@ -1026,15 +848,15 @@ class KernelLowering:
         dims = [self.width(d) for d in buf.shape]
         return dims[::-1] if name in self.transposed else dims
 
-    def ref(self, arg, dst: str, sid: int | None = None, raw: bool = False) -> str:
-        """An operand of an elementwise op writing ``dst``: a float, or a buffer broadcast to dst's shape,
-        converted back from the log2 domain when it is scaled but ``dst`` is not."""
-        dst_scaled = sid in self.scaled
+    def ref(self, arg, dst: str, s: Stmt | None = None, raw: bool = False) -> str:
+        """An operand of the elementwise op ``s`` writing ``dst``: a float, or a buffer broadcast to dst's
+        shape, converted back from the log2 domain when it is scaled but ``dst`` is not."""
+        dst_scaled = self._scaled(s)
         if not isinstance(arg, str):
             value = float(arg) * (LOG2E if dst_scaled else 1.0)
             return repr(value) if math.isfinite(value) else f'float("{value}")'
         text = arg
-        src_scaled = self._all_scaled(sid, arg)
+        src_scaled = self._arg_scaled(s, arg)
         if src_scaled and not dst_scaled and not raw:
             text = f"({arg} * {LN2!r})"
         src_nd, dst_nd = len(self.bufs[arg].shape), len(self.bufs[dst].shape)
@@ -1089,19 +911,20 @@ class KernelLowering:
 
     # statements ---------------------------------------------------------------------------------------
     def emit(self, body, indent: int, unmasked: bool = False) -> None:
-        block = fuse_accumulation(tuple(body), self._use_counts())
-        for s in block:
+        pending: dict[str, MatMul] = {}  # products emitted at their add (AccumulateInto), by name
+        for s in body:
+            fused = annotation(s, AccumulateInto)
+            if fused is not None:
+                pending[s.dst] = s
+                continue
+            if isinstance(s, Elementwise) and s.op == "add" and any(a in pending for a in s.args):
+                mm = pending.pop(next(a for a in s.args if a in pending))
+                self.matmul(dataclasses.replace(mm, dst=s.dst, accumulate=True, annotations=()), indent, unmasked)
+                continue
             if isinstance(s, Loop):
                 self.loop(s, indent)
             else:
                 getattr(self, type(s).__name__.lower())(s, indent, unmasked)
-
-    def _use_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for s, _ in walk(self.kernel.body):
-            for name in s.buffers_read():
-                counts[name] = counts.get(name, 0) + 1
-        return counts
 
     def loop(self, loop: Loop, indent: int) -> None:
         if loop.kind == "parallel":
@@ -1109,22 +932,17 @@ class KernelLowering:
         if loop.blocks:
             self.sparse_loop(loop, indent)
             return
-        masks = [s for s in loop.body if isinstance(s, Mask)]
         note = loop.note
-        if len(masks) == 1:
-            mask = masks[0]
-            shape = tuple(self.bufs[mask.src].shape)
-            tails = {"rows": self.value(Sq) % self.value(shape[0]) != 0, "cols": self.value(Sk) % self.value(shape[1]) != 0}
-            split = mask_segments(self.program, loop, mask, tails, shape)
-            if split is not None:
-                lo, hi = split
-                segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
-                for start, stop, whole, why in segments:
-                    if sympy.sympify(stop) == sympy.sympify(start):
-                        continue
-                    self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
-                    self.emit(loop.body, indent + 1, unmasked=whole)
-                return
+        split = annotation(loop, MaskSegments)
+        if split is not None:
+            lo, hi = split.whole(loop.start, loop.stop)
+            segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
+            for start, stop, whole, why in segments:
+                if sympy.sympify(stop) == sympy.sympify(start):
+                    continue
+                self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
+                self.emit(loop.body, indent + 1, unmasked=whole)
+            return
         self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(loop.start), "stop": TRITON_EXPR(loop.stop), "note": note}))
         self.emit(loop.body, indent + 1)
 
@@ -1175,9 +993,9 @@ class KernelLowering:
     def _printer(self, names: dict) -> "ModPrinter":
         return ModPrinter(names, {p.name: p for p in self.program.mods.params})
 
-    def _mod_src(self, name: str, sid: int) -> str:
-        """A buffer a mod reads, in natural units (converted back when it is kept scaled by log2 e)."""
-        return f"({name} * {LN2!r})" if self._all_scaled(sid, name) else name
+    def _mod_src(self, name: str, s: Stmt) -> str:
+        """A buffer the mod op ``s`` reads, in natural units (converted back when it is kept scaled by log2 e)."""
+        return f"({name} * {LN2!r})" if self._arg_scaled(s, name) else name
 
     def _window_conds(self, r: str, c: str, shape, always_bounds: bool = False) -> list[str]:
         """DESIGN §3's visibility of key c to query r: extents (where the spec has tails, or always) and
@@ -1200,7 +1018,6 @@ class KernelLowering:
         from tilegen.core import mods as M
 
         mods = self.program.mods
-        sid = id(s)
         if s.op == "classify":
             names = self._mod_names(s.row0, s.col0, (Br, Bc), False, indent)
             conds = self._window_conds("q_idx", "kv_idx", (Br, Bc), always_bounds=True)
@@ -1212,12 +1029,12 @@ class KernelLowering:
         src = s.args[0]
         shape = tuple(self.bufs[src].shape)
         t = src in self.transposed
-        raw = self._mod_src(s.args[1], sid) if len(s.args) > 1 else None
+        raw = self._mod_src(s.args[1], s) if len(s.args) > 1 else None
         if s.op == "score":
-            names = self._mod_names(s.row0, s.col0, shape, t, indent, score=self._mod_src(src, sid))
+            names = self._mod_names(s.row0, s.col0, shape, t, indent, score=self._mod_src(src, s))
             pr = self._printer(names)
             value = pr(mods.score) if mods.score is not None else names[M.SCORE]
-            if sid in self.scaled:
+            if self._scaled(s):
                 value = f"({value}) * {LOG2E!r}"
             self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": value}))
             if mods.mask is not None:
@@ -1229,7 +1046,7 @@ class KernelLowering:
             return
         names = self._mod_names(s.row0, s.col0, shape, t, indent, score=raw, flat=s.op == "pgrad")
         pr = self._printer(names)
-        g = self._mod_src(src, sid)
+        g = self._mod_src(src, s)
         if s.op == "dscore":
             self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.where({g} == 0, 0.0, {g} * ({pr(mods.dscore)}))"}))
             return
@@ -1285,18 +1102,18 @@ class KernelLowering:
                 other = repr(float(s.pad))
             elif t["col_pad"]:
                 other = "0.0"
-        scale = repr(LOG2E) if id(s) in self.scaled else None
+        scale = repr(LOG2E) if self._scaled(s) else None
         self.lines.append(Line(indent, "load", {"dst": s.dst, "ptr": t["ptr"], "mask": t["mask"], "other": other, "scale": scale}))
 
     def store(self, s: Store, indent: int, unmasked: bool) -> None:
         t = self.tile(s.dst, s.src in self.transposed, s.rows)
         value = s.src
-        if self._all_scaled(id(s), s.src):
+        if self._arg_scaled(s, s.src):
             value = f"({value} * {LN2!r})"
         self.lines.append(Line(indent, "atomic_add" if s.accumulate else "store", {"ptr": t["ptr"], "value": value, "mask": t["mask"]}))
 
     def fill(self, s: Fill, indent: int, unmasked: bool) -> None:
-        value = float(s.value) * (LOG2E if id(s) in self.scaled else 1.0)
+        value = float(s.value) * (LOG2E if self._scaled(s) else 1.0)
         text = repr(value) if math.isfinite(value) else f'float("{value}")'
         self.lines.append(Line(indent, "fill", {"dst": s.dst, "shape": self.shape(s.dst), "value": text, "dtype": TL_DTYPES[self.bufs[s.dst].dtype]}))
 
@@ -1310,7 +1127,7 @@ class KernelLowering:
             first, second = self._factor(s.b, not tb), self._factor(s.a, not ta)
         else:
             first, second = self._factor(s.a, ta), self._factor(s.b, tb)
-        alpha = s.alpha * (LOG2E if id(s) in self.scaled else 1.0)
+        alpha = s.alpha * (LOG2E if self._scaled(s) else 1.0)
         fp32 = self.bufs[s.a].dtype == "fp32" or self.bufs[s.b].dtype == "fp32"
         self.lines.append(
             Line(
@@ -1329,11 +1146,10 @@ class KernelLowering:
         )
 
     def elementwise(self, s: Elementwise, indent: int, unmasked: bool) -> None:
-        sid = id(s)
         op = s.op
-        if op == "exp" and sid not in self.scaled and self._all_scaled(sid, s.args[0]):
+        if op == "exp" and not self._scaled(s) and self._arg_scaled(s, s.args[0]):
             op = "exp2"  # the argument is kept in log2 units: exp(x) = exp2(x · log2 e)
-        args = [self.ref(a, s.dst, sid, raw=op == "exp2") for a in s.args]
+        args = [self.ref(a, s.dst, s, raw=op == "exp2") for a in s.args]
         dtype = self.bufs[s.dst].dtype
         names = [a for a in s.args if isinstance(a, str)]
         if self.bufs[s.dst].shape and names and all(not self.bufs[a].shape for a in names):
@@ -1346,9 +1162,17 @@ class KernelLowering:
             op, cast = "copy", None
         self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": op, "args": args, "cast": cast}))
 
-    def _all_scaled(self, sid: int, name) -> bool:
-        defs = self.uses.get(sid, {}).get(name, frozenset()) if isinstance(name, str) else frozenset()
-        return bool(defs) and all(d in self.scaled for d in defs)
+    @staticmethod
+    def _scaled(s: Stmt | None) -> bool:
+        """Whether ``s``'s result is kept multiplied by log2(e) (:class:`~tilegen.core.gpu.Log2Scaled`)."""
+        ann = annotation(s, Log2Scaled) if s is not None else None
+        return ann is not None and ann.result
+
+    @staticmethod
+    def _arg_scaled(s: Stmt | None, name) -> bool:
+        """Whether the buffer ``name`` that ``s`` reads arrives multiplied by log2(e)."""
+        ann = annotation(s, Log2Scaled) if s is not None and isinstance(name, str) else None
+        return ann is not None and name in ann.args
 
     def rowreduce(self, s: RowReduce, indent: int, unmasked: bool) -> None:
         axis = 0 if s.src in self.transposed else 1
@@ -1401,7 +1225,7 @@ class KernelLowering:
         for axis, loop in enumerate(reversed(grid)):
             start = TRITON_EXPR(loop.start)
             pid = f"tl.program_id({axis})"
-            if heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
+            if annotation(loop, HeavyLast) is not None:
                 pid = f"({TRITON_EXPR(loop.stop - loop.start)} - 1 - {pid})"
             axes.append({"var": str(loop.var), "value": pid if start == "0" else f"{start} + {pid}", "size": PYTHON_EXPR(loop.stop - loop.start), "role": loop.role})
         for axis, loop in enumerate(reversed(grid)):
@@ -1441,7 +1265,7 @@ class KernelLowering:
             "knobs_source": self.knobs.source,
             "transposed": sorted(self.transposed),
             "tiles_transposed": self.kernel.phase == "dq" and self.program.attr("dq_tiles") == "transposed",
-            "log2": bool(self.scaled),
+            "log2": self.log2,
         }
 
 
@@ -1531,7 +1355,7 @@ def _forward_heavy_note(program: Program) -> str:
     if not program.attr("heavy_first", False):
         return ""
     grid = grid_loops(program.kernel("fwd"))
-    reversed_ = heavy_last(program, grid[0])
+    reversed_ = annotation(grid[0], HeavyLast) is not None
     how = ", numbered from the last tile down (the heaviest programs of every head first)" if reversed_ else " (the window gives the Q tiles about the same work)"
     return f"heavy first: Q-tile grid axis outermost{how}"
 

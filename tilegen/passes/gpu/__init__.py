@@ -1,16 +1,26 @@
 """The GPU (Triton) target's pass list: placement on shared memory and registers, the tile search (each
-candidate judged after direct-dq, whose effect depends on the tiles), then direct-dq itself."""
+candidate judged after the passes that follow, whose effect depends on the tiles), direct-dq, then the
+choices of how each kernel is emitted, each an annotation the Triton lowering reads
+(:mod:`tilegen.core.gpu`): transposed tiles, exp2 with log2(e) folded, causal Q tiles numbered from the
+last, products fused into their accumulators, masking loops split where the mask leaves tiles whole."""
 
 from __future__ import annotations
 
 from tilegen.passes.driver import Context, Pass
 from tilegen.passes.gpu.direct_dq import DIRECT_DQ
+from tilegen.passes.gpu.fold_log2 import FOLD_LOG2
+from tilegen.passes.gpu.fuse_accumulation import FUSE_ACCUMULATION
+from tilegen.passes.gpu.heavy_last import HEAVY_LAST
+from tilegen.passes.gpu.mask_segments import MASK_SEGMENTS
 from tilegen.passes.gpu.transpose_dq_tiles import TRANSPOSE_DQ
+from tilegen.passes.gpu.transposed_tiles import TRANSPOSED_TILES
 from tilegen.passes.pipeline import PLACE, check_options, choose_tiles_pass, front_passes
+
+EMIT = (TRANSPOSED_TILES, FOLD_LOG2, HEAVY_LAST, FUSE_ACCUMULATION, MASK_SEGMENTS)  # how each kernel is emitted
 
 
 def passes(ctx: Context) -> tuple[Pass, ...]:
     """The Triton list for ``ctx`` (the front, then the target's steps)."""
     check_options(ctx)
     dq_tiles = (TRANSPOSE_DQ,) if ctx.which == "bwd" and ctx.options.dq_tiles == "transposed" else ()
-    return front_passes(ctx) + dq_tiles + (PLACE, choose_tiles_pass(score_after=True), DIRECT_DQ)
+    return front_passes(ctx) + dq_tiles + (PLACE, choose_tiles_pass(score_after=True), DIRECT_DQ) + EMIT
