@@ -250,10 +250,9 @@ def test_mask_segments_leaves_a_loop_under_a_mask_mod():
 
 def _lines(program: Program, name: str) -> list[tuple[str, dict]]:
     """The Triton lowering's lines of kernel ``name``: (kind, fields)."""
-    from tilegen.backends.triton import Knobs, KernelLowering
+    from tilegen.backends.triton import KernelLowering
 
-    kernel = program.kernel(name)
-    return [(line["kind"], line["f"]) for line in KernelLowering(program, kernel, Knobs(4, 2, "test")).lower()["lines"]]
+    return [(line["kind"], line["f"]) for line in KernelLowering(program, program.kernel(name)).lower()["lines"]]
 
 
 def _without(program: Program, kind: type) -> Program:
@@ -298,3 +297,70 @@ def test_the_gpu_model_counts_no_registers_for_a_fused_product():
     warps = predict_gpu(program, target).kernels[0].warps
     held = 128 * 128 * 4 / 4 / (32 * warps)  # T [Br, Dv] fp32 in 4-byte registers over the program's threads
     assert buf.shape == (Br, Dv) and with_fusion < without <= with_fusion + held
+
+
+# --- select-row and launch-knobs: the schedule recorded in the program ---------------------------------
+
+
+def test_the_gpu_list_as_inspect_passes_prints_it():
+    from tilegen.backends import pass_lists
+
+    names = {which: [p.name for p in passes] for which, passes in pass_lists(make_spec(window=(-1, 0)), "h200", dq_strategy="separate").items()}
+    emit = ["direct-dq", "transposed-tiles", "fold-log2", "heavy-last", "fuse-accumulation", "mask-segments", "launch-knobs"]
+    assert names["fwd"] == ["select-row", "build", "place", "pipelined-loads", "choose-tiles"] + emit
+    assert names["bwd"][0] == "select-row" and names["bwd"][-len(emit) - 3:] == ["place", "pipelined-loads", "choose-tiles"] + emit
+
+
+def test_select_row_and_launch_knobs_record_the_schedule_in_the_program(tmp_path):
+    """A planted row whose tiles overflow shared memory, ahead of h200's own: the program records the
+    planted row as skipped (with the level), the next row that applies as used, and each kernel's
+    launch knobs as that row's (or [triton.default]'s) entries in the target file, read here with
+    tomllib."""
+    import tomllib
+    from pathlib import Path
+
+    from tilegen.backends import backend_for
+    from tilegen.backends.compiler import compile_program
+    from tilegen.core.gpu import LaunchKnobs
+    from tilegen.core.targets import load_target
+    from tilegen.passes.driver import Options, PassLog
+
+    base = Path(load_target("h200").path).read_text()
+    planted = base.replace(
+        '[[triton.schedule]]\nprogram = "bwd-atomic"',
+        '[[triton.schedule]]\nprogram = "bwd-atomic"\nhead_dim = 128\nBr = 256\nBc = 256\n'
+        'main = { num_warps = 8, num_stages = 4 }\nsource = "planted: too large"\n\n'
+        '[[triton.schedule]]\nprogram = "bwd-atomic"',
+        1,
+    )
+    path = tmp_path / "h200-planted.toml"
+    path.write_text(planted)
+    data = tomllib.loads(planted)["triton"]
+    spec = make_spec(seq_q=4096, seq_k=4096, head_dim_qk=128, head_dim_v=128, dtype="bf16")
+    log = PassLog()
+    program = compile_program(spec, "bwd", backend_for(str(path)), str(path), Options(dq_strategy="atomic", schedule_rows=True, dq_tiles=None), log)
+
+    def applies(row):  # the row's conditions against the spec, by hand
+        return (row["program"] == "bwd-atomic" and row["head_dim"] == 128 and row.get("causal", False) is False
+                and row.get("dtype", "bf16") == "bf16" and row.get("group", 1) == 1 and row.get("min_seq_k", 0) <= 4096)
+
+    candidates = [n for n, row in enumerate(data["schedule"]) if applies(row)]
+    planted_at, used_at = candidates[0], candidates[1]
+    assert data["schedule"][planted_at]["source"] == "planted: too large"
+    skipped = program.attr("rows_skipped")
+    assert [sk.row.index for sk in skipped] == [planted_at] and "SMEM" in skipped[0].reason
+    row = program.attr("schedule_row")
+    assert row.index == used_at and row.source == data["schedule"][used_at]["source"]
+    assert program.attr("tiles_source").startswith(f"the target's triton.schedule[{used_at}]")
+    used = data["schedule"][used_at]
+    env = {str(k): v for k, v in program.env}
+    assert (env["Br"], env["Bc"]) == (used["Br"], used["Bc"])
+    for kernel in program.kernels:
+        knobs = annotation(kernel, LaunchKnobs)
+        own = used.get(kernel.phase)
+        expected = own if own is not None else data["default"]
+        assert (knobs.num_warps, knobs.num_stages) == (expected["num_warps"], expected["num_stages"]), kernel.name
+        assert knobs.source == (f"the target's {row.describe()}" if own is not None else "the target's triton.default")
+        staged = {b.stages for b in kernel.buffers if b.stages > 1}
+        assert staged <= {expected["num_stages"]}  # the placement counted the stages the kernel launches with
+    assert [name for name, _ in log.steps][-1] == "launch-knobs"

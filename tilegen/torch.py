@@ -555,21 +555,23 @@ attention_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
 def _check_gpu_target(target: str) -> None:
-    """``target`` names a GPU target (checked on every device, so a typo never passes on the CPU)."""
+    """``target`` names a target whose backend generates the module this runs (a GPU target; checked on
+    every device, so a typo never passes on the CPU)."""
+    from tilegen.backends import backend_for
     from tilegen.core.targets import load_target, target_names
 
     def accepted() -> str:  # built only for the error: it reads every target file
-        gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
+        gpus = [n for n in target_names() if backend_for(n).torch_module]
         return f"a GPU target: one of {', '.join(gpus)} or a path to a GPU target .toml file"
 
     if not isinstance(target, str):
         raise SpecError("target", target, accepted())
     try:
-        kind = load_target(target).kind
+        tgt = load_target(target)
     except TargetError:
         raise SpecError("target", target, accepted()) from None
-    if kind != "gpu":
-        raise SpecError("target", target, accepted() + f" ({target!r} is a {kind} target)")
+    if not backend_for(tgt).torch_module:
+        raise SpecError("target", target, accepted() + f" ({target!r} is a {tgt.kind} target)")
 
 
 # --- the per-call fast path: a plan cache ------------------------------------------------------------

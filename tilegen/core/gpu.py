@@ -6,11 +6,13 @@ them; none changes what the program computes.
 ==================  =========  =================================================================================
 annotation          on         set by (pass)
 ==================  =========  =================================================================================
+PipelinedLoads      Kernel     pipelined-loads: a tile loaded with several stages lives over its whole loop
 TransposedTiles     Kernel     transposed-tiles: the [Br, Bc] tiles a K/V-tile grid holds as [Bc, Br]
 Log2Scaled          statement  fold-log2: its result kept multiplied by log2(e); the operands that arrive so
 HeavyLast           Loop       heavy-last: a Q-tile grid axis numbered from the last tile down
 AccumulateInto      MatMul     fuse-accumulation: emitted at its one reader ``acc = acc + dst`` as ``acc += a @ b``
 MaskSegments        Loop       mask-segments: the tiles [lo, hi) of the loop the mask leaves whole
+LaunchKnobs         Kernel     launch-knobs: num_warps, num_stages and where they come from
 ==================  =========  =================================================================================
 """
 
@@ -19,6 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilegen.core.ir import Annotation, Expr
+
+
+@dataclass(frozen=True)
+class PipelinedLoads(Annotation):
+    """The kernel's loops are software-pipelined by the compiler (Triton's pipeliner issues the loads of
+    the next ``num_stages − 1`` iterations while this one computes: triton-lang/triton,
+    lib/Dialect/TritonGPU/Transforms/Pipeliner), so every copy of a tile loaded with several stages is
+    live over its whole loop (:func:`tilegen.models.footprint.live_intervals`)."""
+
+    def text(self) -> str:
+        return "gpu: staged loads live over their loop (software pipelining)"
 
 
 @dataclass(frozen=True)
@@ -101,3 +114,16 @@ class MaskSegments(Annotation):
 
         conds = [f"v >= {fmt_expr(e)}" for e in self.lowers] + [f"v < {fmt_expr(e)}" for e in self.uppers] + [fmt_expr(g) for g in self.guards]
         return f"gpu: tiles v with {' and '.join(conds) or 'any index'} whole, the rest masked"
+
+
+@dataclass(frozen=True)
+class LaunchKnobs(Annotation):
+    """A kernel's launch knobs: warps per program and software-pipelining depth, and where they come from
+    (a ``[[triton.schedule]]`` row, ``[triton.default]``, or the caller)."""
+
+    num_warps: int
+    num_stages: int
+    source: str
+
+    def text(self) -> str:
+        return f"gpu: num_warps {self.num_warps}, num_stages {self.num_stages} ({self.source})"

@@ -321,11 +321,11 @@ def unheld_products(kernel) -> set[str]:
 
 
 def uses_gpu_model(target: Target, compiled: bool = False) -> bool:
-    """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a GPU target
-    whose ``[gpu_model]`` table has every parameter) rather than the roofline; with ``compiled``, whether
+    """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a target
+    whose ``[gpu_model]`` table has every parameter: a GPU's) rather than the roofline; with ``compiled``, whether
     its ``[gpu_model_compiled]`` table has every parameter the model takes with the compiler's figures."""
     table = target.gpu_model_compiled if compiled else target.gpu_model
-    return target.kind == "gpu" and all(k in table for k in GPU_MODEL_PARAMS if not (compiled and k == "base_registers"))
+    return bool(table) and all(k in table for k in GPU_MODEL_PARAMS if not (compiled and k == "base_registers"))
 
 
 def default_warps(target: Target) -> int:
@@ -352,16 +352,14 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
     Returns: seconds per kernel and in total, launch overhead ([overhead] launch_us) included per kernel.
 
     Raises:
-        TilegenError: the target is not a GPU, or lacks a ``[gpu_model]`` (with ``compiled``:
-            ``[gpu_model_compiled]``) parameter.
+        TilegenError: the target lacks a ``[gpu_model]`` (with ``compiled``: ``[gpu_model_compiled]``)
+            parameter (a target that is not a GPU has none).
     """
     from tilegen.core import dtypes
     from tilegen.core.exprs import evaluate
     from tilegen.models.footprint import footprints
 
-    if target.kind != "gpu":
-        raise TilegenError(f"the GPU cost model needs a GPU target; {target.name} is kind {target.kind!r}")
-    p = gpu_params(target, params, compiled=compiled is not None)
+    p = gpu_params(target, params, compiled=compiled is not None)  # a target without the table is refused here
     counts = counts if counts is not None else count(program)
     roof = {k.name: k for k in predict(program, target, counts).kernels}
     env = {str(k): v for k, v in program.env}

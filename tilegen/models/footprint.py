@@ -34,7 +34,8 @@ import sympy
 
 from tilegen.core import dtypes
 from tilegen.core.exprs import Pow2, evaluate, next_pow2
-from tilegen.core.ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, walk
+from tilegen.core.gpu import PipelinedLoads
+from tilegen.core.ir import Buffer, Kernel, Load, Loop, MatMul, Program, Store, annotation, walk
 from tilegen.core.targets import Level, Target
 
 
@@ -246,10 +247,11 @@ def kernel_fits(kernel: Kernel, target: Target, env: dict) -> bool:
 
 
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
-    """Footprints of every level of ``target`` in ``kernel``. On a GPU target, multi-staged tiles are
-    live across their loop: Triton's software pipeliner issues the loads of the next ``num_stages − 1``
-    iterations while this one computes (triton-lang/triton, lib/Dialect/TritonGPU/Transforms/Pipeliner)."""
-    intervals = live_intervals(kernel, widen_staged=target.kind == "gpu")
+    """Footprints of every level of ``target`` in ``kernel``. In a kernel annotated
+    :class:`~tilegen.core.gpu.PipelinedLoads` (a GPU target's: Triton's software pipeliner issues the
+    loads of the next ``num_stages − 1`` iterations while this one computes, triton-lang/triton,
+    lib/Dialect/TritonGPU/Transforms/Pipeliner), multi-staged tiles are live across their loop."""
+    intervals = live_intervals(kernel, widen_staged=annotation(kernel, PipelinedLoads) is not None)
     buffers = {b.name: b for b in kernel.buffers}
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}

@@ -32,7 +32,13 @@ class Options:
         tile_sizes: (Br, Bc) forced, or None (the tile search, or the defaults without a target).
         num_stages: ((kernel phase, copies), ...) a serial loop's loaded tiles get, or None (2).
         group_split, heavy_first, dq_tiles: the fused backward's GQA and dq-kernel knobs; heavy_first
-            is also the forward's (DESIGN §5).
+            is also the forward's (DESIGN §5). ``dq_tiles`` None: the measured row's, else ``same``.
+        schedule_rows: the target's measured schedule rows choose tiles and knobs (a GPU target's
+            ``[[triton.schedule]]``: :mod:`tilegen.passes.gpu.rows`); ``tile_sizes`` may then be
+            ``{"fwd": pair, "bwd": pair}``.
+        launch: the caller's launch knobs, ((kernel phase, num_warps, num_stages), ...) (a GPU target's).
+        row: set by a search that fixed the options of one candidate (the row select-row tries), for the
+            passes that record it; None at the request.
     """
 
     dq_strategy: str | None = None
@@ -42,10 +48,18 @@ class Options:
     num_stages: tuple | None = None
     group_split: int = 1
     heavy_first: bool = False
-    dq_tiles: str = "same"
+    dq_tiles: str | None = "same"
+    schedule_rows: bool = False
+    launch: tuple = ()
+    row: Any = None
 
     def replace(self, **changes) -> "Options":
         return dataclasses.replace(self, **changes)
+
+
+def stages_key(num_stages) -> tuple | None:
+    """``num_stages`` ({kernel phase: copies}) as a sorted tuple (hashable, a stable cache key), or None."""
+    return None if not num_stages else tuple(sorted((str(k), int(v)) for k, v in dict(num_stages).items()))
 
 
 @dataclass(frozen=True)
@@ -79,12 +93,16 @@ class Pass:
             (the driver then takes it instead of running the rest again), else None.
         doc: one line: what the pass decides and why it is there.
         search: whether ``run`` takes ``rest``.
+        example: for a search that runs, for each candidate, the list of the options the candidate fixes
+            (not ``rest``): the context of one candidate, whose list ``tilegen inspect --passes``
+            shows after the search; None otherwise.
     """
 
     name: str
     run: Callable[..., Program]
     doc: str
     search: bool = False
+    example: Callable[["Context"], "Context"] | None = None
 
 
 @dataclass

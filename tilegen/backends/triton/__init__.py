@@ -66,7 +66,9 @@ Besides:
   elements; row and column masks are emitted only where the spec has tails.
 
 Launch knobs (``num_warps``, ``num_stages``) and the tile sizes a GPU measurement preferred come from the
-target file's ``[triton]`` section (:func:`triton_config`), never from the templates. The generated module
+target file's ``[triton]`` section, chosen by the GPU list's select-row and recorded by its launch-knobs
+(:mod:`tilegen.passes.gpu.rows`: :class:`~tilegen.core.gpu.LaunchKnobs` on each kernel, the row and
+the sources in the program's attrs), never from the templates. The generated module
 is a pure function of the spec and the target: the same inputs give a byte-identical file.
 """
 
@@ -84,7 +86,7 @@ from typing import Any
 import sympy
 
 from tilegen.backends.output import Generated, with_manifest
-from tilegen.core.errors import ScheduleError, SpecError, TargetError
+from tilegen.core.errors import ScheduleError, SpecError
 from tilegen.core.ir import (
     Access,
     Bc,
@@ -110,7 +112,21 @@ from tilegen.core.ir import (
     walk,
 )
 from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL, annotation
-from tilegen.core.gpu import AccumulateInto, HeavyLast, Log2Scaled, MaskSegments, TransposedTiles
+from tilegen.core.gpu import AccumulateInto, HeavyLast, LaunchKnobs, Log2Scaled, MaskSegments, TransposedTiles
+from tilegen.passes.gpu.rows import (  # noqa: F401  (re-exported: the [triton] section's parser and rows)
+    CALLER,
+    Knobs,
+    launch_knobs,
+    program_kind,
+    schedule_choice,
+    ScheduleRow,
+    Skipped,
+    TritonConfig,
+    forward_knobs,
+    group_knobs,
+    padded,
+    triton_config,
+)
 from tilegen.core.ir import i as I_TILE, j as J_TILE
 from tilegen.backends.compiler import Backend, compile_program
 from tilegen.passes import gpu as gpu_passes
@@ -124,237 +140,64 @@ from tilegen.core.targets import Target, load_target, target_key
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
 DEFAULT_TARGET = "h200"
-PROGRAMS = ("fwd", "bwd-atomic", "bwd-separate")
 RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value); the rest are constexpr
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
 TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
-ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "dq_tiles", "source")  # the rest are phases
 
 
-# --- the [triton] section of a target file ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """Launch knobs of one kernel: warps per program and software-pipelining depth."""
-
-    num_warps: int
-    num_stages: int
-    source: str
-
-
-@dataclass(frozen=True)
-class ScheduleRow:
-    """One ``[[triton.schedule]]`` row: when it applies, the tile sizes it sets, knobs per kernel phase."""
-
-    program: str
-    head_dim: int
-    causal: bool | None
-    dtype: str | None
-    tiles: tuple[int, int] | None
-    knobs: dict[str, Knobs]
-    source: str
-    index: int = -1  # its position among the file's [[triton.schedule]] rows
-    group: int | None = None  # applies only when G = Hq / Hkv is this (None: any)
-    group_split: int | None = None  # backward: programs sharing the query heads of one KV head
-    heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
-    min_seq_k: int | None = None  # applies only when Sk (the key length; a packed batch's total) is at least this
-    dq_tiles: str | None = None  # bwd-separate: "transposed" runs the dq kernel on Bc x Br tiles (None: "same")
-
-    def describe(self) -> str:
-        """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
-        tiles = f", Br {self.tiles[0]} x Bc {self.tiles[1]}" if self.tiles else ""
-        seq = f", Sk >= {self.min_seq_k}" if self.min_seq_k else ""
-        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{seq}{tiles})"
-
-    def stage_counts(self, default: Knobs) -> dict[str, int]:
-        """{kernel phase: num_stages} this row launches with (``"*"``: the phases it leaves to ``default``)."""
-        return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
-
-    def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> bool:
-        """Whether the row applies; ``program`` ``"bwd"`` takes a row of either backward program."""
-        return (
-            (self.program == program or (program == "bwd" and self.program.startswith("bwd-")))
-            and self.head_dim == head_dim
-            and (self.causal is None or self.causal == causal)
-            and (self.dtype is None or self.dtype == dtype)
-            and (self.group is None or self.group == group)
-            and (self.min_seq_k is None or seq_k >= self.min_seq_k)
-        )
-
-
-@dataclass(frozen=True)
-class TritonConfig:
-    """The ``[triton]`` section: the dQ strategy, default knobs, and measured schedule rows."""
-
-    dq_strategy: str
-    dq_source: str
-    default: Knobs
-    rows: tuple[ScheduleRow, ...]
-
-    def row(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> ScheduleRow | None:
-        """The first row (file order: most specific first) that applies, or None."""
-        for row in self.matching(program, head_dim, causal, dtype, group, seq_k):
-            return row
-        return None
-
-    def matching(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> list[ScheduleRow]:
-        """Every row that applies, in file order."""
-        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype, group, seq_k)]
-
-
-def _knobs(data: Any, where: str, source: str) -> Knobs:
-    if not isinstance(data, dict):
-        raise TargetError(f"{where}: expected {{ num_warps = <int>, num_stages = <int> }}, got {data!r}")
-    warps, stages = data.get("num_warps"), data.get("num_stages")
-    if warps not in (1, 2, 4, 8, 16):
-        raise TargetError(f"{where}.num_warps = {warps!r} is invalid; accepted: 1, 2, 4, 8 or 16")
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
-        raise TargetError(f"{where}.num_stages = {stages!r} is invalid; accepted: an integer from 1 to 8")
-    return Knobs(warps, stages, data.get("source", source))
-
-
-def triton_config(target: Target) -> TritonConfig:
-    """Parse the ``[triton]`` section of ``target``'s file (defaults: atomic dQ, 4 warps, 2 stages).
-
-    Raises:
-        TargetError: a malformed entry (the message names the key, the value and what is accepted).
-    """
-    where = target.path
-    data = target.sections.get("triton", {})  # parsed from the same bytes as the rest of the target
-    strategy = data.get("dq_strategy", "atomic")
-    if strategy not in pipeline.DQ_STRATEGIES:
-        raise TargetError(f"{where}: triton.dq_strategy = {strategy!r} is invalid; accepted: {', '.join(pipeline.DQ_STRATEGIES)}")
-    default = _knobs(data.get("default", {"num_warps": 4, "num_stages": 2}), f"{where}: triton.default", "Triton's usual defaults")
-    rows = []
-    for n, row in enumerate(data.get("schedule", [])):
-        rw = f"{where}: triton.schedule[{n}]"
-        source = row.get("source")
-        if not isinstance(source, str) or not source:
-            raise TargetError(f"{rw}.source is missing; every row names where its numbers come from")
-        if row.get("program") not in PROGRAMS:
-            raise TargetError(f"{rw}.program = {row.get('program')!r} is invalid; accepted: {', '.join(PROGRAMS)}")
-        head_dim = row.get("head_dim")
-        if head_dim not in (16, 32, 64, 128, 256):
-            raise TargetError(f"{rw}.head_dim = {head_dim!r} is invalid; accepted: 16, 32, 64, 128 or 256 (the padded head dim)")
-        causal = row.get("causal")
-        if causal is not None and not isinstance(causal, bool):
-            raise TargetError(f"{rw}.causal = {causal!r} is invalid; accepted: true, false, or absent for both")
-        dtype = row.get("dtype")
-        if dtype is not None and dtype not in TL_DTYPES:
-            raise TargetError(f"{rw}.dtype = {dtype!r} is invalid; accepted: {', '.join(TL_DTYPES)} or absent")
-        tiles = None
-        if "Br" in row or "Bc" in row:
-            br, bc = row.get("Br"), row.get("Bc")
-            if br not in target.tiles["Br"] or bc not in target.tiles["Bc"]:
-                raise TargetError(f"{rw}: Br = {br!r}, Bc = {bc!r} are invalid; accepted: Br in {target.tiles['Br']}, Bc in {target.tiles['Bc']}")
-            tiles = (br, bc)
-        group = row.get("group")
-        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
-            raise TargetError(f"{rw}.group = {group!r} is invalid; accepted: a positive integer (G = Hq / Hkv) or absent for any")
-        split = row.get("group_split")
-        if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 64):
-            raise TargetError(f"{rw}.group_split = {split!r} is invalid; accepted: an integer from 1 to 64 (reduced to a divisor of G) or absent for 1")
-        min_seq_k = row.get("min_seq_k")
-        if min_seq_k is not None and (isinstance(min_seq_k, bool) or not isinstance(min_seq_k, int) or min_seq_k < 1):
-            raise TargetError(f"{rw}.min_seq_k = {min_seq_k!r} is invalid; accepted: a positive integer (the row applies when Sk is at least this) or absent for any")
-        heavy = row.get("heavy_first")
-        if heavy is not None and not isinstance(heavy, bool):
-            raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
-        dq_tiles = row.get("dq_tiles")
-        if dq_tiles is not None and (row.get("program") != "bwd-separate" or dq_tiles not in pipeline.DQ_TILES):
-            raise TargetError(f"{rw}.dq_tiles = {dq_tiles!r} is invalid; accepted: {' or '.join(map(repr, pipeline.DQ_TILES))} on a bwd-separate row, or absent")
-        if split is not None and not str(row.get("program")).startswith("bwd"):
-            raise TargetError(f"{rw}: group_split is a backward knob; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
-        knobs = {
-            phase: _knobs(value, f"{rw}.{phase}", source)
-            for phase, value in row.items()
-            if phase not in ROW_KEYS
-        }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k, dq_tiles))
-    return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
-
-
-# --- scheduling --------------------------------------------------------------------------------------
+# --- the schedule, as the program records it --------------------------------------------------------
 
 
 def _pow2(n: int) -> int:
     """The padded extent of a tile dim: a power of two, at least 16 (``tl.arange``, ``tl.dot``)."""
-    return next_pow2(n, 16)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A ``[[triton.schedule]]`` row that applied but was not used, and why (its tiles overflow a level)."""
-
-    row: ScheduleRow
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.row.describe()} skipped: {self.reason}"
+    return padded(n)
 
 
 @dataclass(frozen=True)
 class Scheduled:
-    """One program as the Triton backend lowers it: the bound program, the pass log (whose ``schedule``
-    holds the cost model's prediction), the knobs per kernel phase, the schedule row used and the rows
-    that applied but did not fit."""
+    """One program as the Triton backend emits it: the compiled program and its pass log (whose
+    ``schedule`` holds the tile search's table and the cost model's prediction). The rest is read from
+    the program, where the GPU list recorded it (:mod:`tilegen.passes.gpu.rows`): the schedule row used,
+    the rows skipped and why, each kernel's launch knobs, where the tiles and knobs come from."""
 
-    kind: str
     program: Program
     log: PassLog
-    knobs: dict[str, Knobs]
-    row: ScheduleRow | None
-    skipped: tuple[Skipped, ...] = ()
-    given: bool = False  # the caller forced the tile sizes
-    split_source: str = ""  # where group_split and heavy_first (backward) or heavy_first (forward) come from
+
+    @property
+    def kind(self) -> str:
+        return program_kind(self.program)
+
+    @property
+    def knobs(self) -> dict[str, LaunchKnobs]:
+        return launch_knobs(self.program)
+
+    @property
+    def row(self) -> ScheduleRow | None:
+        return self.program.attr("schedule_row")
+
+    @property
+    def skipped(self) -> tuple[Skipped, ...]:
+        return tuple(self.program.attr("rows_skipped", ()))
+
+    @property
+    def given(self) -> bool:
+        """Whether the caller forced the tile sizes."""
+        return self.program.attr("tiles_source") == CALLER
+
+    @property
+    def split_source(self) -> str:
+        """Where group_split and heavy_first (backward) or heavy_first (forward) come from."""
+        return self.program.attr("heavy_first_source" if self.kind == "fwd" else "group_split_source")
 
     def tiles_source(self) -> str:
         """Where the tile sizes come from: the caller, a ``[[triton.schedule]]`` row (with its source), or
         the cost model (the fastest predicted feasible candidate of the pass pipeline)."""
-        if self.given:
-            return "given by the caller"
-        if self.row is not None and self.row.tiles is not None:
-            env = {str(k): v for k, v in self.program.env}
-            clamped = "" if (env["Br"], env["Bc"]) == self.row.tiles else ", clamped to the sequence lengths rounded up to a power of two"
-            return f"the target's {self.row.describe()}{clamped}: {self.row.source}"
-        return "the cost model: the fastest predicted feasible candidate"
+        return self.program.attr("tiles_source")
 
     def choice(self) -> dict:
-        """The schedule the module is emitted with, as plain data: ``Br``, ``Bc`` (the separate strategy:
-        ``dq_tiles``, ``transposed`` when its dq kernel runs on Bc x Br tiles), ``kernels``, the tile
-        sizes' source, and per kernel its ``num_warps``, ``num_stages`` and their source. The
-        manifest and ``tilegen inspect`` both print this."""
-        env = {str(k): v for k, v in self.program.env}
-        return {
-            "Br": env["Br"],
-            "Bc": env["Bc"],
-            **({"dq_tiles": self.program.attr("dq_tiles") or "same"} if self.kind == "bwd-separate" else {}),
-            "kernels": [k.name for k in self.program.kernels],
-            "tiles_source": self.tiles_source(),
-            **(
-                {
-                    "group_split": self.program.attr("group_split", 1),
-                    "heavy_first": bool(self.program.attr("heavy_first", False)),
-                    "group_split_source": self.split_source,
-                }
-                if self.kind != "fwd"
-                else {"heavy_first": bool(self.program.attr("heavy_first", False)), "heavy_first_source": self.split_source}
-            ),
-            "launch": {
-                k.name: {"num_warps": self.knobs[k.phase].num_warps, "num_stages": self.knobs[k.phase].num_stages, "source": self._knob_source(k.phase)}
-                for k in self.program.kernels
-            },
-        }
-
-    def _knob_source(self, phase: str) -> str:
-        knobs = self.knobs[phase]
-        if self.row is not None and self.row.knobs.get(phase) is knobs:
-            return f"the target's {self.row.describe()}"
-        if knobs.source == "given by the caller":
-            return knobs.source
-        return "the target's triton.default"
+        """:func:`schedule_choice` of the program."""
+        return schedule_choice(self.program)
 
 
 def _check_tiles(tile_sizes) -> None:
@@ -371,122 +214,68 @@ def _check_tiles(tile_sizes) -> None:
             raise SpecError("tile_sizes", "x".join(map(str, sizes)), "powers of two from 16 on a GPU target (Triton's tl.arange and tl.dot)")
 
 
-def schedule(
-    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
-    dq_tiles: str | None = None,
-) -> tuple[Scheduled, Scheduled]:
-    """The forward and fused backward programs of ``spec`` scheduled for ``target``.
-
-    Tile sizes: the first of the target's ``[[triton.schedule]]`` rows for the program, padded head dim,
-    mask and dtype whose tiles fit (clamped to the sequence rounded up to a power of two, as the
-    block-size search skips tiles larger than needed), else the pipeline's own choice. A row is checked
-    against every on-chip level before it is used, counting what the module allocates (padded head
-    dims, the tiles' dtypes, the row's ``num_stages``): the measured rows name a padded head dim and
-    often no dtype, and a row measured on bf16 may not fit fp32 or a padded D; a row that does not fit
-    is skipped, and :attr:`Scheduled.skipped` says why. ``tile_sizes`` (Br, Bc) forces both programs'
-    sizes instead, or ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked).
-
-    The backward's dQ strategy: ``dq_strategy`` (then only rows of that program apply), else the
-    program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
-    and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
-    (``dq_tiles`` overrides it; ``"transposed"`` needs the separate strategy) runs the dq kernel on transposed tiles
-    (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`); a row whose transposition does not apply (a
-    block table of the mask) is skipped like one that does not fit. ``knobs`` {phase: (num_warps,
-    num_stages)} overrides the target's launch knobs (for measuring alternatives).
+def check_request(target: Target, tile_sizes=None, dq_strategy: str | None = None, dq_tiles: str | None = None) -> None:
+    """Refuse what no GPU schedule takes, before anything compiles.
 
     Raises:
-        SpecError: an unknown dq strategy or dq_tiles, or forced tile sizes that are not powers of two
-            from 16; ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
-    """
-    tgt = load_target(target)
-    if tgt.kind != "gpu":
-        raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+        SpecError: forced tile sizes that are not powers of two from 16, an unknown dq strategy or
+            dq_tiles; TargetError: a malformed ``[triton]`` section of ``target``."""
     if tile_sizes is not None:
         _check_tiles(tile_sizes)
-    cfg = triton_config(tgt)
+    triton_config(target)
     if dq_strategy is not None and dq_strategy not in pipeline.DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
     if dq_tiles is not None and dq_tiles not in pipeline.DQ_TILES:
         raise SpecError("dq_tiles", dq_tiles, "one of " + ", ".join(pipeline.DQ_TILES))
-    head_dim = _pow2(max(spec.head_dim_qk, spec.head_dim_v))
-    causal = spec.mask_kind != "none"
-    given = {phase: int(value[1]) for phase, value in (knobs or {}).items()}
-
-    def strategy_of(row) -> str:
-        if dq_strategy is not None:
-            return dq_strategy
-        return row.program.split("-", 1)[1] if row is not None else cfg.dq_strategy
-
-    def compile_with(kind, row, tiles):
-        stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
-        log = PassLog()
-        if kind == "fwd":
-            heavy = forward_knobs(row)[0]
-            options = Options(tile_sizes=tiles, num_stages=stages, heavy_first=heavy)
-        else:
-            split, heavy, _ = group_knobs(spec, row)
-            strategy = strategy_of(row)
-            own = row.dq_tiles if row is not None and row.program == f"bwd-{strategy}" else None  # a bwd-separate row's
-            options = Options(dq_strategy=strategy, tile_sizes=tiles, num_stages=stages, group_split=split, heavy_first=heavy, dq_tiles=dq_tiles or own or "same")
-        program = compile_program(spec, kind[:3], BACKEND, tgt, options, log)
-        return program, log
-
-    def refused(exc: Exception) -> bool:
-        """A row that cannot be used here: its tiles overflow a level, or its dq_tiles do not apply."""
-        return isinstance(exc, ScheduleError) or (isinstance(exc, SpecError) and exc.field == "dq_tiles" and dq_tiles is None)
-
-    out = []
-    for kind in ("fwd", "bwd" if dq_strategy is None else f"bwd-{dq_strategy}"):
-        rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group, spec.seq_k)
-        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
-        skipped: list[Skipped] = []
-        row = None
-        for candidate in rows + [None]:  # None: no row, the pipeline's own choice
-            if forced is not None:
-                tiles = tuple(forced)  # the caller's sizes; the first row that applies gives the knobs
-            elif candidate is not None and candidate.tiles is not None:
-                tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
-            else:
-                tiles = None
-            try:
-                program, log = compile_with(kind, candidate, tiles)
-            except (ScheduleError, SpecError) as exc:
-                # forced sizes that overflow are the caller's error, not a row's
-                if candidate is None or not refused(exc) or (forced is not None and isinstance(exc, ScheduleError)):
-                    raise
-                skipped.append(Skipped(candidate, str(exc)))
-                continue
-            row = candidate
-            break
-        chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
-        for phase, value in (knobs or {}).items():
-            if phase in chosen:
-                chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        split_source = group_knobs(spec, row)[2] if kind != "fwd" else forward_knobs(row)[1]
-        label = kind if kind == "fwd" else f"bwd-{program.attr('dq_strategy')}"
-        out.append(Scheduled(label, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
-    return out[0], out[1]
 
 
-def forward_knobs(row: ScheduleRow | None) -> tuple[bool, str]:
-    """(heavy_first, where it comes from) of the forward under ``row``: the row's value, false when
-    the row gives none."""
-    if row is None or row.heavy_first is None:
-        return False, "the default (Q tiles the fastest grid axis; no row sets heavy_first)"
-    return bool(row.heavy_first), f"the target's {row.describe()}: {row.source}"
+def emitted(spec: AttentionSpec, which: str, target: Target, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+            dq_tiles: str | None = None, log: PassLog | None = None) -> Scheduled:
+    """The ``which`` (``fwd`` or ``bwd``) program of ``spec`` as the module for the GPU ``target`` runs it:
+    the GPU list with the target's measured rows (select-row, :mod:`tilegen.passes.gpu.rows`);
+    arguments as :func:`schedule`, ``tile_sizes`` one pair."""
+    log = log if log is not None else PassLog()
+    launch = tuple(sorted((str(phase), int(value[0]), int(value[1])) for phase, value in (knobs or {}).items()))
+    if which == "fwd":
+        options = Options(tile_sizes=tile_sizes, schedule_rows=True, launch=launch)
+    else:
+        options = Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, schedule_rows=True, launch=launch, dq_tiles=dq_tiles)
+    return Scheduled(compile_program(spec, which, BACKEND, target, options, log), log)
 
 
-def group_knobs(spec: AttentionSpec, row: ScheduleRow | None) -> tuple[int, bool, str]:
-    """(group_split, heavy_first, where they come from) of the backward of ``spec`` under ``row``: the
-    row's values, the split reduced to the largest divisor of G = Hq / Hkv not above it; 1 and false
-    when the row gives none."""
-    split = row.group_split if row is not None and row.group_split is not None else None
-    heavy = bool(row.heavy_first) if row is not None and row.heavy_first is not None else False
-    if split is None and not heavy:
-        return 1, False, "the default (one program per KV head and K/V tile; no row sets group_split or heavy_first)"
-    value = max(d for d in range(1, min(split or 1, spec.group) + 1) if spec.group % d == 0)
-    clamped = f", reduced to {value}, the largest divisor of G = {spec.group} not above it" if split is not None and value != split else ""
-    return value, heavy, f"the target's {row.describe()}{clamped}: {row.source}"
+def schedule(
+    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+    dq_tiles: str | None = None,
+) -> tuple[Scheduled, Scheduled]:
+    """The forward and fused backward programs of ``spec`` scheduled for ``target``: the GPU list with the
+    target's measured rows (:mod:`tilegen.passes.gpu.rows`, which says how a row is chosen, clamped,
+    checked and skipped). ``tile_sizes`` (Br, Bc) forces both programs' sizes instead, or ``{"fwd":
+    (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked).
+
+    The backward's dQ strategy: ``dq_strategy`` (then only rows of that program apply), else the
+    program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
+    and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
+    (``dq_tiles`` overrides it; ``"transposed"`` needs the separate strategy) runs the dq kernel on
+    transposed tiles (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`); a row whose
+    transposition does not apply (a block table of the mask) is skipped like one that does not fit.
+    ``knobs`` {phase: (num_warps, num_stages)} overrides the target's launch knobs (for measuring
+    alternatives).
+
+    Raises:
+        SpecError: a target that is not a GPU's, an unknown dq strategy or dq_tiles, or forced tile sizes
+            that are not powers of two from 16; TargetError: a malformed ``[triton]`` section;
+            ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
+    """
+    tgt = load_target(target)
+    if tgt.kind != "gpu":
+        raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+    check_request(tgt, tile_sizes, dq_strategy, dq_tiles)
+    per_program = isinstance(tile_sizes, dict)
+    fwd, bwd = (
+        emitted(spec, which, tgt, dq_strategy, tile_sizes.get(which) if per_program else tile_sizes, knobs, dq_tiles)
+        for which in ("fwd", "bwd")
+    )
+    return fwd, bwd
 
 
 # --- expressions -------------------------------------------------------------------------------------
@@ -783,10 +572,10 @@ class Line:
 class KernelLowering:
     """Lowers one kernel of a bound program into a template context (see the module docstring)."""
 
-    def __init__(self, program: Program, kernel: Kernel, knobs: Knobs):
+    def __init__(self, program: Program, kernel: Kernel, knobs: LaunchKnobs | None = None):
         self.program = program
         self.kernel = kernel
-        self.knobs = knobs
+        self.knobs = knobs if knobs is not None else annotation(kernel, LaunchKnobs)
         self.env = {str(k): v for k, v in program.env}
         self.bufs = {b.name: b for b in kernel.buffers}
         held = annotation(kernel, TransposedTiles)
@@ -1306,7 +1095,7 @@ def _pyliteral(obj) -> str:
 def _program_context(sched: Scheduled) -> dict:
     program = sched.program
     env = {str(k): v for k, v in program.env}
-    kernels = [KernelLowering(program, k, sched.knobs[k.phase]).lower() for k in program.kernels]
+    kernels = [KernelLowering(program, k).lower() for k in program.kernels]
     for k in kernels:  # both programs have one; the forward's and the backward's tile sizes may differ
         if k["phase"] == "classify":
             k["name"] = f"{sched.kind.split('-')[0]}_classify"
@@ -1571,13 +1360,50 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
 
 
 class Triton(Backend):
-    """The Triton backend (GPU targets): the pass list of :mod:`tilegen.passes.gpu`; the backward keeps
-    dK, dV on chip."""
+    """The Triton backend (GPU targets): the pass list of :mod:`tilegen.passes.gpu` (with the target's
+    measured rows for what it emits); the backward keeps dK, dV on chip."""
 
     name = "triton"
+    dkv_strategies = ("on-chip",)
+    compiles = True
+    torch_module = True
+    words = {
+        "units": "tensor cores (cube), CUDA cores (vector)",
+        "footprint_per": "per program (one SM: shared memory, registers)",
+        "traffic": "HBM traffic by tensor: ",
+    }
 
     def passes(self, ctx):
         return gpu_passes.passes(ctx)
+
+    def check_dkv(self, dkv_strategy):
+        """Refuse ``dkv_strategy`` ``atomic``: the Triton backward keeps dK, dV on chip.
+
+        Raises:
+            SpecError: ``"atomic"`` (or an unknown strategy)."""
+        if self.resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy != "on-chip":
+            raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
+
+    def emitted_options(self, which, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
+        """The target's measured rows choose (``dq_strategy`` None: the rows', else the target's)."""
+        if which == "fwd":
+            return Options(tile_sizes=tile_sizes, schedule_rows=True)
+        return Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, schedule_rows=True, dq_tiles=None)
+
+    def emitted(self, spec, which, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None, log=None):
+        """As :meth:`Backend.emitted`, the request first checked (:func:`check_request`)."""
+        self.check_dkv(dkv_strategy)
+        check_request(load_target(target), tile_sizes, dq_strategy)
+        return compile_program(spec, which, self, target, self.emitted_options(which, dq_strategy, tile_sizes, dkv_strategy), log)
+
+    def dq_strategy(self, spec, target, tile_sizes=None) -> str:
+        """The strategy of the backward the target's rows choose (:func:`schedule`: the first backward
+        ``[[triton.schedule]]`` row that applies, else ``triton.dq_strategy``)."""
+        return schedule(spec, target, None, tile_sizes)[1].program.attr("dq_strategy")
+
+    def generate(self, spec, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
+        self.check_dkv(dkv_strategy)
+        return generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
 
 
 BACKEND = Triton()

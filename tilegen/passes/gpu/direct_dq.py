@@ -6,7 +6,7 @@ added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 roun
 sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
 launches). Not with sinks (the host's sink gradient reads D), mods, a packed batch's row ids or a group
 split; only where main still fits (:func:`direct_dq_kept` names the condition). The program records
-attr ``dq_direct``.
+attr ``dq_direct``, or, a backward left as it is, ``dq_direct_kept``: why.
 """
 
 from __future__ import annotations
@@ -191,9 +191,12 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
 
 def _direct_dq_pass(program: Program, ctx: Context) -> Program:
     out = direct_dq(program, target=ctx.target, sinks=ctx.spec.sinks)
+    if out is program and ctx.which == "bwd":  # the backward records why not (inspect prints it)
+        out = program.with_attrs(dq_direct_kept=direct_dq_kept(program, ctx.target, ctx.spec.sinks))
     if ctx.log.schedule is not None:  # the tile table describes the kernels that are emitted
         ctx.log.schedule = rescheduled(ctx.log.schedule, out, ctx.target)
     return out
 
 
-DIRECT_DQ = Pass("direct-dq", _direct_dq_pass, "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches (attr dq_direct)")
+DIRECT_DQ = Pass("direct-dq", _direct_dq_pass, "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches "
+                 "(attr dq_direct; else the backward's attr dq_direct_kept says why not)")
