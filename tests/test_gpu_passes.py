@@ -364,3 +364,23 @@ def test_select_row_and_launch_knobs_record_the_schedule_in_the_program(tmp_path
         staged = {b.stages for b in kernel.buffers if b.stages > 1}
         assert staged <= {expected["num_stages"]}  # the placement counted the stages the kernel launches with
     assert [name for name, _ in log.steps][-1] == "launch-knobs"
+
+
+def test_a_pass_declared_to_annotate_only_may_change_nothing_else():
+    """The driver does not verify again after an annotating pass, so it refuses one that changed the
+    program beyond its annotations and attrs (a planted pass that also drops a statement)."""
+    from tilegen.core.errors import VerifyError
+    from tilegen.passes.driver import Context, Pass, run_passes
+
+    before = _program(_softmax_kernel())
+    ctx = Context(make_spec(), None, "fwd")
+    assert run_passes(before, (Pass("fold-log2", lambda p, c: fold_log2(p), "", annotates=True),), ctx) == fold_log2(before)
+
+    def sloppy(p, c):
+        p = fold_log2(p)
+        k = p.kernels[0]
+        grid = dataclasses.replace(k.body[0], body=k.body[0].body[:-1])  # the store of L goes too
+        return dataclasses.replace(p, kernels=(dataclasses.replace(k, body=(grid,)),))
+
+    with pytest.raises(VerifyError, match="after pass sloppy: it changed the program beyond its annotations"):
+        run_passes(before, (Pass("sloppy", sloppy, "", annotates=True),), ctx)

@@ -186,6 +186,18 @@ def annotate(node, *annotations: "Annotation"):
     return dataclasses.replace(node, annotations=kept + tuple(annotations))
 
 
+def without_annotations(program: "Program", keep: tuple[type, ...] = ()) -> "Program":
+    """``program`` with every annotation of its kernels, loops and statements removed but those of the
+    types ``keep``: what the interpreter, the counts and the verifier read of it."""
+
+    def bare(node):
+        kept = tuple(a for a in node.annotations if isinstance(a, keep))
+        return node if kept == node.annotations else dataclasses.replace(node, annotations=kept)
+
+    kernels = tuple(bare(dataclasses.replace(k, body=map_body(k.body, bare))) for k in program.kernels)
+    return dataclasses.replace(program, kernels=kernels)
+
+
 class Stmt:
     """Base of every statement."""
 

@@ -2,8 +2,8 @@
 
 A :class:`Pass` is a name, a function ``(program, ctx) -> program`` and one line saying why it is there
 (``tilegen inspect --passes`` prints the lists). :func:`run_passes` runs a list in order; after each pass
-the verifier checks the result (with the target once every buffer is placed) and the :class:`PassLog`
-records it, under the pass's name, for ``tilegen inspect --print-after-all``. A *search* pass (the tile
+the verifier checks the result (with the target once every buffer is placed; after a pass declared to
+add annotations only, a check that nothing else changed) and the :class:`PassLog` records it, under the pass's name, for ``tilegen inspect --print-after-all``. A *search* pass (the tile
 search, the choice of a measured schedule row, of the dK/dV strategy) also gets ``rest``: a function
 that runs the passes after it on a candidate program, unrecorded, so that it can judge each candidate
 by the program those passes make of it (or by their refusal); the driver then runs the rest on the
@@ -16,7 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tilegen.core.ir import Program
+from tilegen.core.errors import VerifyError
+from tilegen.core.ir import Program, without_annotations
 from tilegen.passes.place import placed
 from tilegen.passes.verify import verify
 
@@ -96,6 +97,9 @@ class Pass:
         example: for a search that runs, for each candidate, the list of the options the candidate fixes
             (not ``rest``): the context of one candidate, whose list ``tilegen inspect --passes``
             shows after the search; None otherwise.
+        annotates: the pass only adds annotations and attrs (how a backend renders the program, never
+            what it computes): the driver checks that the rest of the program is unchanged instead of
+            running the verifier again, which reads neither.
     """
 
     name: str
@@ -103,6 +107,7 @@ class Pass:
     doc: str
     search: bool = False
     example: Callable[["Context"], "Context"] | None = None
+    annotates: bool = False
 
 
 @dataclass
@@ -127,10 +132,14 @@ def run_passes(program: Program | None, passes: tuple[Pass, ...], ctx: Context, 
     ctx = dataclasses.replace(ctx, log=log)
     for n, p in enumerate(passes):
         if not p.search:
-            program = p.run(program, ctx)
+            before, program = program, p.run(program, ctx)
             if program is None:
                 raise TypeError(f"pass {p.name} returned no program")
-            log.record(p.name, program, _verify_target(program, ctx))
+            if p.annotates:
+                _check_annotates(p.name, before, program)
+                log.steps.append((p.name, program))
+            else:
+                log.record(p.name, program, _verify_target(program, ctx))
             continue
         rest = passes[n + 1:]
 
@@ -148,6 +157,15 @@ def run_passes(program: Program | None, passes: tuple[Pass, ...], ctx: Context, 
             log.schedule = trial_log.schedule if trial_log.schedule is not None else log.schedule
             return final
     return program
+
+
+def _check_annotates(name: str, before: Program, after: Program) -> None:
+    """An ``annotates`` pass left everything but annotations and attrs as it was.
+
+    Raises:
+        VerifyError: it changed something else (names the pass)."""
+    if dataclasses.replace(without_annotations(after), attrs=()) != dataclasses.replace(without_annotations(before), attrs=()):
+        raise VerifyError(f"after pass {name}: it changed the program beyond its annotations and attrs (it is declared to annotate only)")
 
 
 def _verify_target(program: Program, ctx: Context):

@@ -21,7 +21,8 @@ import sympy
 
 from tilegen.models.cost import Prediction, predict, predict_gpu, uses_gpu_model
 from tilegen.core.errors import NoTileFits, ScheduleError
-from tilegen.core.ir import Bc, Br, Program
+from tilegen.core.gpu import PipelinedLoads
+from tilegen.core.ir import Bc, Br, Program, without_annotations
 from tilegen.core.targets import Target
 from tilegen.models.footprint import Footprint, footprints
 
@@ -65,6 +66,12 @@ def _useful(values: tuple[int, ...], length: int) -> list[int]:
     return keep
 
 
+def _shape(program: Program):
+    """What a program's footprints read: its kernels (annotations left out but the footprints' own,
+    :class:`~tilegen.core.gpu.PipelinedLoads`) and tensors."""
+    return without_annotations(program, keep=(PipelinedLoads,)).kernels, program.tensors
+
+
 def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], br: int, bc: int, score: bool, then=None) -> Candidate:
     """One (Br, Bc): its peak bytes per level and overflows from ``fps``, and, when ``score`` and it
     fits, the model's time. With ``then`` (see :func:`choose_tiles`) the time, peaks and overflows are
@@ -84,7 +91,7 @@ def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], b
     if score and not overflow:
         bound = program.bind({Br: br, Bc: bc})
         after = then(bound) if then is not None else bound
-        if after is not bound:
+        if after is not bound and _shape(after) != _shape(bound):  # not annotations alone: its own footprints
             peaks, overflow = peaks_of(footprints(after, target))
         time_s = predict_gpu(after, target).time_s if uses_gpu_model(target) else predict(after, target).time_s
     return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)

@@ -37,15 +37,21 @@ class _Kept(Exception):
     """Why :func:`direct_dq` leaves a program as it is (the message)."""
 
 
+def direct_dq_or_why(program: Program, target, sinks: bool = False) -> tuple[Program, str]:
+    """(the program folded, "") where :func:`direct_dq` folds it, else (``program`` as it is, why not, in
+    words): one attempt of the fold."""
+    try:
+        return _direct_dq(program, target, sinks), ""
+    except _Kept as why:
+        return program, str(why)
+
+
 def direct_dq(program: Program, target, sinks: bool = False) -> Program:
     """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
     its pre and post kernels folded into main (see the module docstring); anything else is returned as
     it is (:func:`direct_dq_kept` says why). ``sinks``: the spec has sinks, whose gradient the host
     computes from D (a read the IR does not show), so D stays."""
-    try:
-        return _direct_dq(program, target, sinks)
-    except _Kept:
-        return program
+    return direct_dq_or_why(program, target, sinks)[0]
 
 
 def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
@@ -53,11 +59,7 @@ def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
     attr ``dq_direct``)."""
     if program.attr("dq_direct"):
         return ""
-    try:
-        _direct_dq(program, target, sinks)
-    except _Kept as why:
-        return str(why)
-    return ""
+    return direct_dq_or_why(program, target, sinks)[1]
 
 
 NOT_THE_FORM = "pre and post are not in the form the fold takes"
@@ -190,9 +192,9 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
 
 
 def _direct_dq_pass(program: Program, ctx: Context) -> Program:
-    out = direct_dq(program, target=ctx.target, sinks=ctx.spec.sinks)
-    if out is program and ctx.which == "bwd":  # the backward records why not (inspect prints it)
-        out = program.with_attrs(dq_direct_kept=direct_dq_kept(program, ctx.target, ctx.spec.sinks))
+    out, why = direct_dq_or_why(program, ctx.target, ctx.spec.sinks)
+    if why and ctx.which == "bwd":  # the backward records why not (inspect prints it)
+        out = program.with_attrs(dq_direct_kept=why)
     if ctx.log.schedule is not None:  # the tile table describes the kernels that are emitted
         ctx.log.schedule = rescheduled(ctx.log.schedule, out, ctx.target)
     return out

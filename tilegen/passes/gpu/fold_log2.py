@@ -119,4 +119,5 @@ def fold_log2(program: Program) -> Program:
 FOLD_LOG2 = Pass(
     "fold-log2", lambda p, c: fold_log2(p),
     "what only feeds exp kept times log2(e), folded into the score's scale: exp becomes exp2 (Log2Scaled)",
+    annotates=True,
 )

@@ -80,4 +80,5 @@ def fuse_accumulation(program: Program) -> Program:
 FUSE_ACCUMULATION = Pass(
     "fuse-accumulation", lambda p, c: fuse_accumulation(p),
     "T = a @ b read once by X = X + T: emitted as X = tl.dot(a, b, X), T never held (AccumulateInto)",
+    annotates=True,
 )

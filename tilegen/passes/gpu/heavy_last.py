@@ -57,4 +57,5 @@ def heavy_last(program: Program) -> Program:
 HEAVY_LAST = Pass(
     "heavy-last", lambda p, c: heavy_last(p),
     "a causal Q-tile grid axis numbered from the last tile down: the longest programs start first (HeavyLast)",
+    annotates=True,
 )

@@ -90,4 +90,5 @@ def mask_segments(program: Program) -> Program:
 MASK_SEGMENTS = Pass(
     "mask-segments", lambda p, c: mask_segments(p),
     "a masking tile loop emitted as cut | whole | cut tiles, the whole ones without tl.where (MaskSegments)",
+    annotates=True,
 )

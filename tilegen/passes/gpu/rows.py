@@ -358,6 +358,7 @@ def _launch_knobs(program: Program, ctx: Context) -> Program:
 LAUNCH_KNOBS = Pass(
     "launch-knobs", _launch_knobs,
     "each kernel's num_warps and num_stages and their source (LaunchKnobs); attrs: the row used, the rows skipped, where the tiles come from",
+    annotates=True,
 )
 
 

@@ -30,4 +30,5 @@ def transposed_tiles(program: Program) -> Program:
 TRANSPOSED_TILES = Pass(
     "transposed-tiles", lambda p, c: transposed_tiles(p),
     "a K/V-tile grid holds its [Br, Bc] tiles as [Bc, Br]: P and dS feed tl.dot from registers (TransposedTiles)",
+    annotates=True,
 )
