@@ -384,3 +384,18 @@ def test_a_pass_declared_to_annotate_only_may_change_nothing_else():
 
     with pytest.raises(VerifyError, match="after pass sloppy: it changed the program beyond its annotations"):
         run_passes(before, (Pass("sloppy", sloppy, "", annotates=True),), ctx)
+
+
+def test_print_after_all_shows_the_emitted_program_on_a_gpu(capsys):
+    """``inspect --print-after-all`` on a GPU target walks the list generate runs (select-row's choice):
+    the last step is launch-knobs, whose program records the row the manifest names."""
+    from tilegen.backends import triton as tb
+    from tilegen.cli import main
+    from tilegen.core.spec import builtin_spec
+
+    assert main(["inspect", "--spec", "llama2-7b", "--target", "h200", "--print-after-all", "--program", "fwd"]) == 0
+    out = capsys.readouterr().out
+    steps = [line for line in out.splitlines() if line.startswith("# --- fwd:")]
+    assert steps[-1] == "# --- fwd: after launch-knobs"
+    row = tb.generate(builtin_spec("llama2-7b"), "h200").manifest["schedule"]["forward"]["tiles_source"]
+    assert row.startswith("the target's triton.schedule[") and f"tiles_source={row}" in out

@@ -552,16 +552,15 @@ def _inspect_passes(spec: AttentionSpec, args: argparse.Namespace) -> int:
 
 
 def _inspect_after_all(spec: AttentionSpec, args: argparse.Namespace) -> int:
-    from tilegen.backends import compile_backward, compile_forward
+    from tilegen.backends import backend_for
     from tilegen.core.printer import format_program
     from tilegen.passes.driver import PassLog
 
+    backend = backend_for(args.target)
     for which in INSPECT_PROGRAMS[args.program]:
-        log = PassLog()
-        if which == "fwd":
-            compile_forward(spec, target=args.target, tile_sizes=args.tiles, log=log)
-        else:
-            compile_backward(spec, dq_strategy=_dq_strategy(args, spec, args.target), dkv_strategy=args.dkv_strategy, target=args.target, tile_sizes=args.tiles, log=log)
+        log = PassLog()  # the programs the backend emits, as inspect shows them
+        dq = _dq_strategy(args, spec, args.target) if which == "bwd" else None
+        backend.emitted(spec, which, args.target, dq_strategy=dq, tile_sizes=args.tiles, dkv_strategy=args.dkv_strategy, log=log)
         last = None
         for name, program in log.steps:
             text = format_program(program)
