@@ -129,19 +129,19 @@ def three_launch_module(q, k, v):
     main and post kernels, as before the pass), from an uncached compile."""
     import os
 
-    import tilegen.passes.lower as lower
+    import tilegen.passes.gpu.direct_dq as lower
     from tilegen.backends import triton as triton_backend
     from tilegen.torch.call import Call
 
     spec = Call.checked(q, k, v, layout="BNSD", window=(-1, 0), alignment="top_left").spec()
-    keep, cache, loaded = lower.direct_dq, os.environ.get("TILEGEN_CACHE"), dict(triton_backend._LOADED)
-    lower.direct_dq = lambda program, target, sinks=False: program
+    keep, cache, loaded = lower.direct_dq_or_why, os.environ.get("TILEGEN_CACHE"), dict(triton_backend._LOADED)
+    lower.direct_dq_or_why = lambda program, target, sinks=False: (program, "left out")
     os.environ["TILEGEN_CACHE"] = "0"
     triton_backend._LOADED.clear()  # the process's loaded modules: the one with the pass stays the plan's
     try:
         module = triton_backend.load(spec, "h200")
     finally:
-        lower.direct_dq = keep
+        lower.direct_dq_or_why = keep
         triton_backend._LOADED.clear()
         triton_backend._LOADED.update(loaded)
         if cache is None:

@@ -34,3 +34,52 @@ def test_the_contract_sees_function_local_imports(tmp_path):
     done = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())", "--no-cache"],
                           cwd=copy, env=env, capture_output=True, text=True)
     assert done.returncode != 0 and "tilegen.core.ir -> tilegen.api" in done.stdout, done.stdout[-3000:]
+
+
+def _kind_tests(source: str) -> list[int]:
+    """Lines of ``source`` that compare a target's kind with a kind's name (``t.kind == "gpu"``,
+    ``report["target"]["kind"] != "ascend"``, ``x.get("kind") == "gpu"``; a dict keyed by the kinds is
+    not a test)."""
+    import ast
+
+    kinds = {"gpu", "ascend"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = {s.value for s in sides if isinstance(s, ast.Constant)} | {
+            e.value for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set)) for e in s.elts if isinstance(e, ast.Constant)
+        }
+        reads_kind = any(
+            (isinstance(s, ast.Attribute) and s.attr == "kind")
+            or (isinstance(s, ast.Name) and s.id == "kind")
+            or (isinstance(s, ast.Subscript) and isinstance(s.slice, ast.Constant) and s.slice.value == "kind")
+            or (isinstance(s, ast.Call) and isinstance(s.func, ast.Attribute) and s.func.attr == "get" and s.args
+                and isinstance(s.args[0], ast.Constant) and s.args[0].value == "kind")
+            for s in sides
+        )
+        if reads_kind and names & kinds:
+            found.append(node.lineno)
+    return found
+
+
+# the backends (each knows its own kind), the target-specific pass lists, and the target file's parser
+KIND_ALLOWED = ("tilegen/backends/", "tilegen/passes/gpu/", "tilegen/passes/ascend/", "tilegen/core/targets.py")
+
+
+def test_no_target_kind_test_outside_the_backends_and_their_pass_lists():
+    """Issue 35: a target's kind picks its backend (tilegen.backends.backend_for) and nothing else asks
+    it: the rest asks the backend (its attributes and methods) or reads the IR."""
+    found = []
+    for path in sorted((ROOT / "tilegen").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(KIND_ALLOWED):
+            found += [f"{rel}:{line}" for line in _kind_tests(path.read_text())]
+    assert not found, found
+
+
+def test_the_kind_test_finder_finds_one():
+    planted = ('def f(t, r, kind):\n    a = t.kind == "gpu"\n    b = r["target"]["kind"] != "ascend"\n    c = r.get("kind") in ("gpu",)\n'
+               '    d = {"gpu": 1}[t.kind]\n    e = kind != "gpu"\n    f = t.kind == "tiles"\n')
+    assert _kind_tests(planted) == [2, 3, 4, 6]

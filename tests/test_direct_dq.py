@@ -1,4 +1,4 @@
-"""The pass direct-dq (tilegen.passes.lower.direct_dq): on a GPU target, the atomic backward whose one
+"""The pass direct-dq (tilegen.passes.gpu.direct_dq): on a GPU target, the atomic backward whose one
 K/V tile covers the keys computes D and stores dQ in its main kernel (no pre and post kernels, no D or
 dQ_ws workspace). Where it applies is checked on the compiled programs, where it must not (a Q tile
 that the K/V tile does not see, more than one K/V tile, sinks) too; the programs it gives run in the

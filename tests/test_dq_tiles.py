@@ -1,4 +1,4 @@
-"""The pass transpose-dq-tiles (tilegen.passes.lower.transpose_dq_tiles) and the schedule rows that
+"""The pass transpose-dq-tiles (tilegen.passes.gpu.transpose_dq_tiles) and the schedule rows that
 choose it: the separate strategy's dq kernel on Bc x Br tiles while main keeps Br x Bc. The pass's
 programs run in the NumPy interpreter against torch autograd on float64 inputs (padding NaN), the
 generated Triton modules in Triton's interpreter (outputs NaN-poisoned) against the float64 reference

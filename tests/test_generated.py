@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tilegen.backends import ascendc
+from tilegen.backends import backend_for
 from tilegen.core.spec import builtin_spec
 from tilegen.core.targets import load_target
 
@@ -24,11 +24,7 @@ def test_regenerates_byte_for_byte(folder):
     manifest = json.loads((folder / "manifest.json").read_text())
     spec = builtin_spec(manifest["spec"]["name"])
     target = load_target(manifest["target"])
-    if target.kind == "gpu":
-        from tilegen.backends import triton as backend
-    else:
-        backend = ascendc
-    generated = backend.generate(spec, target.name, dq_strategy=manifest["dq_strategy"])
+    generated = backend_for(target).generate(spec, target.name, dq_strategy=manifest["dq_strategy"])
     on_disk = {p.name: p.read_text() for p in folder.iterdir() if p.is_file()}
     assert sorted(on_disk) == sorted(generated.files), "file set differs: regenerate (see generated/README.md)"
     for name, text in generated.files.items():

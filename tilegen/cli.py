@@ -252,8 +252,11 @@ def _run_target(name: str | None):
 
 
 def _default_twin_target(target) -> str:
-    """The twin's target when --twin-target is not given: ``run --target`` when it is an Ascend one."""
-    return target.name if target is not None and target.kind == "ascend" else DEFAULT_TWIN_TARGET
+    """The twin's target when --twin-target is not given: ``run --target`` when its backend's code runs on
+    the twin (an Ascend one)."""
+    from tilegen.backends import backend_for
+
+    return target.name if target is not None and backend_for(target).twin else DEFAULT_TWIN_TARGET
 
 
 def _tiles_text(program) -> str:
@@ -429,21 +432,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         check_path(args.tiles_map, "--tiles-map")
         require_matplotlib()
     if args.compile:
-        from tilegen.core.targets import load_target
+        from tilegen.backends import backend_for
 
         if args.compare:
             raise SpecError("--compile", True, "without --compare (the store-P-versus-recompute report)")
-        if args.target is None or load_target(args.target).kind != "gpu":
+        if args.target is None or not backend_for(args.target).compiles:
             raise SpecError("--target", args.target, "for --compile, a GPU target (h200): its Triton kernels compiled for its architecture")
     simulate = args.simulate or args.timeline
     if simulate:
+        from tilegen.backends import backend_for
         from tilegen.core.targets import load_target
 
-        timed = [n for n in target_names() if (t := load_target(n)).kind == "ascend" and t.timeline]
+        timed = [n for n in target_names() if backend_for(n).simulates and load_target(n).timeline]
         if args.target is None or args.compare:
             raise SpecError("--simulate", args.target, f"a --target with a [timeline] cost table ({', '.join(timed)}), without --compare")
         tgt = load_target(args.target)
-        if tgt.kind != "ascend" or not tgt.timeline:
+        if not backend_for(tgt).simulates or not tgt.timeline:
             raise SpecError("--target", args.target, f"for --simulate, an Ascend target with a [timeline] cost table ({', '.join(timed)})")
         if args.timeline:
             from tilegen.harness.plot import check_path, require_matplotlib
@@ -570,16 +574,15 @@ def _inspect_passes(spec: AttentionSpec, args: argparse.Namespace) -> int:
 
 
 def _inspect_after_all(spec: AttentionSpec, args: argparse.Namespace) -> int:
-    from tilegen.backends import compile_backward, compile_forward
+    from tilegen.backends import backend_for
     from tilegen.core.printer import format_program
     from tilegen.passes.driver import PassLog
 
+    backend = backend_for(args.target)
     for which in INSPECT_PROGRAMS[args.program]:
-        log = PassLog()
-        if which == "fwd":
-            compile_forward(spec, target=args.target, tile_sizes=args.tiles, log=log)
-        else:
-            compile_backward(spec, dq_strategy=_dq_strategy(args, spec, args.target), dkv_strategy=args.dkv_strategy, target=args.target, tile_sizes=args.tiles, log=log)
+        log = PassLog()  # the programs the backend emits, as inspect shows them
+        dq = _dq_strategy(args, spec, args.target) if which == "bwd" else None
+        backend.emitted(spec, which, args.target, dq_strategy=dq, tile_sizes=args.tiles, dkv_strategy=args.dkv_strategy, log=log)
         last = None
         for name, program in log.steps:
             text = format_program(program)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tilegen.backends.output import Generated, write  # noqa: F401  (the public names of generate's result)
-from tilegen.core.errors import SpecError
 
 if TYPE_CHECKING:  # the compiler is imported where it is used: generate served from the cache imports none of it
     from tilegen.backends.compiler import Backend
@@ -57,7 +56,7 @@ def compile_backward(
     ``group_split`` (programs sharing the query heads of one KV head, a divisor of G) and
     ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's schedule knobs
     (:func:`tilegen.passes.group.split_group`); ``dq_tiles`` (``same`` or ``transposed``) the separate
-    strategy's ``dq`` kernel's (:func:`tilegen.passes.lower.transpose_dq_tiles`).
+    strategy's ``dq`` kernel's (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`).
 
     Raises:
         SpecError: an unknown ``dq_strategy`` or ``dkv_strategy``, or ``group_split`` not a divisor
@@ -75,26 +74,30 @@ def compile_backward(
 
 
 def pass_lists(spec, target=None, dq_strategy: str | None = None, dkv_strategy: str | None = None, tile_sizes=None) -> dict[str, tuple]:
-    """The passes ``target``'s backend runs on ``spec``'s forward and backward, by program (``fwd``,
-    ``bwd``), as the driver walks them (a search's trials run the passes after it). Where the
-    backward's list begins with a choice of dK/dV strategy, the list of the atomic strategy follows it.
-    What ``tilegen inspect --passes`` prints.
+    """The passes ``target``'s backend runs on the programs of ``spec`` it emits (``fwd``, ``bwd``;
+    :meth:`~tilegen.backends.compiler.Backend.emitted_options`), as the driver walks them (a search's
+    trials run the passes after it). Where a list begins with a search whose trials run the list of the
+    options each candidate fixes (the GPU's select-row, the Ascend dK/dV choice), the list of one
+    candidate follows it (:attr:`~tilegen.passes.driver.Pass.example`). What ``tilegen inspect
+    --passes`` prints.
 
     Raises:
         SpecError: an option that does not apply; TargetError: an unknown target."""
-    from tilegen.core.strategies import DKV_AUTO
     from tilegen.core.targets import load_target
-    from tilegen.passes.driver import Context, Options
+    from tilegen.passes.driver import Context
 
     backend = backend_for(target)
     tgt = load_target(target) if target is not None else None
     out = {}
     for which in ("fwd", "bwd"):
-        options = backend.resolve(Options(dq_strategy=(dq_strategy or "atomic") if which == "bwd" else None, dkv_strategy=dkv_strategy, tile_sizes=tile_sizes))
+        options = backend.resolve(backend.emitted_options(which, dq_strategy, tile_sizes, dkv_strategy))
         ctx = Context(spec, tgt, which, options)
         listed = backend.passes(ctx)
-        if which == "bwd" and options.dkv_strategy == DKV_AUTO:
-            listed = listed + backend.passes(ctx.with_options(dkv_strategy="atomic"))
+        tail = listed
+        while tail and tail[0].example is not None:  # the list of one candidate of the search
+            ctx = tail[0].example(ctx)
+            tail = backend.passes(ctx)
+            listed = listed + tail
         out[which] = listed
     return out
 
@@ -112,53 +115,29 @@ def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
     return backend_for(target).resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy
 
 
-def check_gpu_dkv(dkv_strategy: str | None, target) -> None:
-    """A GPU target's Triton backward keeps dK, dV on chip: ``dkv_strategy`` must resolve to on-chip.
-
-    Raises:
-        SpecError: ``"atomic"`` (or an unknown strategy)."""
-    if resolve_dkv_strategy(dkv_strategy, target) != "on-chip":
-        raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
-
-
 def dq_strategy_for(spec, target, dq_strategy: str | None = None, tile_sizes=None) -> str:
-    """The backward's dQ strategy for ``spec`` on ``target``: ``dq_strategy`` when given; on a GPU target
-    the one its schedule takes (:func:`tilegen.backends.triton.schedule`: the first backward
-    ``[[triton.schedule]]`` row that applies, else ``triton.dq_strategy``); otherwise (an Ascend
-    target, or none) ``"atomic"``. What ``generate``, ``inspect`` and ``run`` use when no strategy is
-    named, so that the three agree with ``tilegen.torch``.
+    """The backward's dQ strategy for ``spec`` on ``target``: ``dq_strategy`` when given, else the
+    backend's (:meth:`~tilegen.backends.compiler.Backend.dq_strategy`: on a GPU target the one its
+    schedule takes, the first backward ``[[triton.schedule]]`` row that applies, else
+    ``triton.dq_strategy``; otherwise ``"atomic"``). What ``generate``, ``inspect`` and ``run`` use when
+    no strategy is named, so that the three agree with ``tilegen.torch``.
 
     Raises:
         TargetError: an unknown target; ScheduleError: ``tile_sizes`` that do not fit it."""
     if dq_strategy is not None or target is None:
         return dq_strategy or "atomic"
-    from tilegen.core.targets import load_target
-
-    tgt = load_target(target)
-    if tgt.kind != "gpu":
-        return "atomic"
-    from tilegen.backends import triton as backend
-
-    return backend.schedule(spec, tgt, None, tile_sizes)[1].program.attr("dq_strategy")
+    return backend_for(target).dq_strategy(spec, target, tile_sizes)
 
 
 def generate(spec, target, dq_strategy: str | None = None, tile_sizes=None, dkv_strategy: str | None = None) -> Generated:
-    """The file set of ``spec`` for ``target``: Triton for a GPU target, Ascend C for an Ascend one
-    (see :func:`tilegen.backends.triton.generate` and :func:`tilegen.backends.ascendc.generate`).
-    ``dq_strategy`` None: the target's choice (:func:`dq_strategy_for`).
-    ``dkv_strategy`` (Ascend C only; the Triton backward keeps dK, dV on chip): as
-    :func:`resolve_dkv_strategy`.
+    """The file set of ``spec`` for ``target`` from its backend (Triton for a GPU target, Ascend C for an
+    Ascend one: :func:`tilegen.backends.triton.generate`, :func:`tilegen.backends.ascendc.generate`).
+    ``dq_strategy`` None: the target's choice (:func:`dq_strategy_for`). ``dkv_strategy`` as
+    :func:`resolve_dkv_strategy` (the Triton backward keeps dK, dV on chip).
 
     Raises:
         SpecError: ``dkv_strategy="atomic"`` for a GPU target, or an unknown strategy.
     """
     from tilegen.core.targets import load_target
 
-    if load_target(target).kind == "gpu":
-        from tilegen.backends import triton as backend
-
-        check_gpu_dkv(dkv_strategy, target)
-        return backend.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
-    from tilegen.backends import ascendc as backend
-
-    return backend.generate(spec, target, dq_strategy=dq_strategy or "atomic", tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+    return backend_for(load_target(target)).generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)

@@ -30,6 +30,7 @@ import numpy as np
 
 from tilegen.backends.compiler import Backend
 from tilegen.core import dtypes
+from tilegen.passes.gpu.transpose_dq_tiles import TRANSPOSE_DQ
 from tilegen.passes.pipeline import BIND_TILES, check_options, front_passes
 from tilegen.core.exprs import UnboundSymbol, evaluate
 from tilegen.core.ir import (
@@ -615,13 +616,15 @@ def interpret(
 
 
 class Interp(Backend):
-    """No target: the front passes, then the given tile sizes or the defaults (:data:`tilegen.passes.pipeline.BIND_TILES`)."""
+    """No target: the front passes (and transpose-dq-tiles when ``dq_tiles`` asks for it), then the given
+    tile sizes or the defaults (:data:`tilegen.passes.pipeline.BIND_TILES`)."""
 
     name = "interp"
 
     def passes(self, ctx):
         check_options(ctx)
-        return front_passes(ctx) + (BIND_TILES,)
+        dq_tiles = (TRANSPOSE_DQ,) if ctx.which == "bwd" and ctx.options.dq_tiles == "transposed" else ()
+        return front_passes(ctx) + dq_tiles + (BIND_TILES,)
 
 
 BACKEND = Interp()

@@ -2,10 +2,11 @@
 
 A target's schedule decisions (a copy waited for at its first reader, a matmul computed in column
 chunks, a kernel run in the previous kernel's launch, ...) are not fields of the core nodes: each is an
-:class:`Annotation` subclass, defined beside the pass that sets it (``tilegen/passes/ascend/<knob>.py``),
-and held in the ``ann`` tuple of the node it governs (a statement, a ``Loop``, a ``Kernel``, a
-``Tensor`` or a ``Buffer``). A node holds at most one annotation of a class, in the canonical order of
-their keys, so that equal programs compare equal and print the same (:class:`Annotated`).
+:class:`Annotation` subclass, defined beside the pass that sets it (``tilegen/passes/ascend/<knob>.py``,
+``tilegen/passes/gpu/<pass>.py``), and held in the ``ann`` tuple of the node it governs (a statement,
+a ``Loop``, a ``Kernel``, a ``Tensor`` or a ``Buffer``). A node holds at most one annotation of a
+class, in the canonical order of their keys, so that equal programs compare equal and print the same
+(:class:`Annotated`).
 
 Every annotation class registers under a short key; the printer writes an annotation as
 ``@key`` (no fields) or ``@key(field=value, ...)`` with every field in declaration order (values:
@@ -17,24 +18,34 @@ The analyses below the knob modules (the verifier, the footprints, the cost mode
 IR's own traversal helpers) know no knob by name: they ask every annotation of a node through the hooks
 of the base class, whose defaults say "this annotation changes nothing here":
 
-==================  ====================================================================================
-``note(node)``      words for the printer, after the ``@key(...)`` form ("" for none)
-``check(node, at)`` the legality check the verifier runs after every pass: "" when legal, else why not
-                    (``at`` is the node's :class:`Site`)
-``scratch()``       on-chip buffers the annotated statement also writes (its fields named in
-                    ``BUFFERS``, renamed with the statement's buffers)
-``exprs()``         the sympy expressions among the fields (substituted with the statement's indices;
-                    the verifier checks that enclosing loops bind their symbols)
-``held(stmt)``      buffers the annotated statement keeps live over every loop around it (footprints)
-``streams()``       a kernel whose programs a core runs as one stream through its pipelined loop
-                    (footprints: what lives over that loop lives over the whole body)
-``joins_launch()``  a kernel that runs in the previous kernel's launch, after an all-core barrier
-                    (cost model: a barrier instead of a launch)
-``zeros_unless()``  a load's value rule: an integer expression of the grid; where it is <= 0 the load
-                    gives zeros (the interpreter)
-``first_writes()``  an accumulating store's value rule: a program instance's first execution of it
-                    writes the tile, the later ones add (the interpreter)
-==================  ====================================================================================
+======================  ====================================================================================
+``note(node)``          words for the printer, after the ``@key(...)`` form ("" for none)
+``check(node, at)``     the legality check the verifier runs after every pass: "" when legal, else why not
+                        (``at`` is the node's :class:`Site`)
+``scratch()``           on-chip buffers the annotated statement also writes (its fields named in
+                        ``BUFFERS``, renamed with the statement's buffers)
+``exprs()``             the sympy expressions among the fields (substituted with the statement's indices;
+                        the verifier checks that enclosing loops bind their symbols)
+``held(stmt)``          buffers the annotated statement keeps live over every loop around it (footprints)
+``streams()``           a kernel whose programs a core runs as one stream through its pipelined loop
+                        (footprints: what lives over that loop lives over the whole body)
+``joins_launch()``      a kernel that runs in the previous kernel's launch, after an all-core barrier
+                        (cost model: a barrier instead of a launch)
+``zeros_unless()``      a load's value rule: an integer expression of the grid; where it is <= 0 the load
+                        gives zeros (the interpreter)
+``first_writes()``      an accumulating store's value rule: a program instance's first execution of it
+                        writes the tile, the later ones add (the interpreter)
+``chunk_columns()``     a matmul computed in chunks of that many columns, each in one half of the result
+                        level in turn (footprints: the level is then the chunks' whole)
+``pipelined_loads()``   a kernel whose loops a compiler software-pipelines: every copy of a tile loaded with
+                        several stages lives over its whole loop (footprints)
+``unheld()``            a matmul whose result is never held: emitted fused into its one reader (the GPU cost
+                        model: its result takes no registers)
+======================  ====================================================================================
+
+The GPU target's annotations (each beside its pass in ``tilegen/passes/gpu/``) only say how the Triton
+lowering renders a node: apart from ``pipelined_loads`` and ``unheld``, their hooks keep the defaults,
+so the interpreter, the counts and the verifier read a program with them as one without.
 """
 
 from __future__ import annotations
@@ -161,6 +172,17 @@ class Annotation:
         """For a matmul: computed in chunks of this many columns, each in one half of the result level in
         turn (the level is then the chunks' whole); 0: computed whole."""
         return 0
+
+    def pipelined_loads(self) -> bool:
+        """For a kernel: a compiler software-pipelines its loops (it issues the loads of the next
+        ``num_stages − 1`` iterations while this one computes), so every copy of a tile loaded with
+        several stages lives over its whole loop."""
+        return False
+
+    def unheld(self) -> bool:
+        """For a matmul: its result is never held (the backend emits the product fused into its one
+        reader), so it takes no registers."""
+        return False
 
 
 def annotation_class(key: str) -> type[Annotation]:

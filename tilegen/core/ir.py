@@ -661,3 +661,11 @@ def grid_loops(kernel: Kernel) -> tuple[Loop, ...]:
         out.append(body[0])
         body = body[0].body
     return tuple(out)
+
+
+def straight_grid_body(kernel: Kernel) -> tuple[Stmt, ...] | None:
+    """The statements inside ``kernel``'s grid when they hold no loop, else None."""
+    grid = grid_loops(kernel)
+    if not grid or any(isinstance(st, Loop) for st in grid[-1].body):
+        return None
+    return grid[-1].body

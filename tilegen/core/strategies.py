@@ -80,3 +80,5 @@ DKV_STRATEGIES = {
 }
 
 DKV_AUTO = "auto"  # atomic on a target whose cube hands tiles to the vector unit through GM, else on-chip
+
+DQ_TILES = ("same", "transposed")  # the separate strategy's dq kernel: main's Br x Bc, or Bc x Br (knob dq_tiles)

@@ -99,8 +99,9 @@ class Target:
 
     @property
     def parallel_units(self) -> int:
-        """Program instances that run at once: AI Cores (AIC count) on Ascend, SMs on a GPU."""
-        return int(self.cores["aic" if self.kind == "ascend" else "sm"].value)
+        """Program instances that run at once: the ``[cores]`` table's AI Cores (``aic``: Ascend) or, without
+        them, its SMs (``sm``: a GPU)."""
+        return int(self.cores["aic" if "aic" in self.cores else "sm"].value)
 
     @property
     def vector_split(self) -> int:

@@ -165,7 +165,7 @@ def _draw_tiles(ax, grid: TileGrid, spec: dict, tiles: dict, label: str) -> None
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
 
 
-def _draw_footprints(ax, report: dict, gpu: bool) -> None:
+def _draw_footprints(ax, report: dict) -> None:
     rows = [(f"{prog['label'].split(' ')[0]} {fp['kernel']} {fp['level']}", fp["bytes"], fp["usable"]) for prog in report["programs"] for fp in prog.get("footprints", [])]
     if not rows:
         ax.text(0.5, 0.5, "no target: no footprint against capacity", ha="center", va="center", transform=ax.transAxes)
@@ -181,12 +181,12 @@ def _draw_footprints(ax, report: dict, gpu: bool) -> None:
     for k, (_, b, cap) in enumerate(rows):
         ax.text(used[k], k, f" {b / cap:.0%}" if cap else "", va="center", fontsize=7, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel(f"{unit} per program (one SM: shared memory, registers)" if gpu else f"{unit} per AI core")
+    ax.set_xlabel(f"{unit} {report['backend']['footprint_per']}")
     ax.set_title("on-chip footprint per kernel and level vs usable capacity", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
 
 
-def _draw_traffic(ax, report: dict, ascend: bool) -> None:
+def _draw_traffic(ax, report: dict, gm_handoff: bool) -> None:
     progs = report["programs"]
     names: list[str] = []
     for prog in progs:
@@ -201,7 +201,7 @@ def _draw_traffic(ax, report: dict, ascend: bool) -> None:
         ax.barh(y + (len(progs) - 1 - 2 * k) * height / 2, part, height=height, label=prog["label"].split(" (")[0], color="#3b7dd8" if prog["label"].startswith("forward") else "#d8603b")
     ax.set_yticks(y, names, fontsize=8)
     ax.set_xlabel(f"{unit} read + written")
-    where = "GM (ws_*: per-core hand-off tiles, L2-resident)" if ascend else "HBM"
+    where = "GM (ws_*: per-core hand-off tiles, L2-resident)" if gm_handoff else "HBM"
     ax.set_title(f"{where} traffic per tensor", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
 
@@ -263,7 +263,6 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_m
     out = check_path(path)
     plt = _matplotlib()
     spec, tgt = report["spec"], report["target"]
-    gpu = bool(tgt) and tgt.get("kind") == "gpu"
     progs = report["programs"]
     fig = plt.figure(figsize=(12.4, 12), layout="constrained")
     grid = fig.add_gridspec(2, max(len(progs), 1), height_ratios=[1.25, 1])
@@ -281,8 +280,8 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_m
             label = prog["label"]
         _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, label)
     bottom = grid[1, :].subgridspec(1, 2)
-    _draw_footprints(fig.add_subplot(bottom[0, 0]), report, gpu)
-    _draw_traffic(fig.add_subplot(bottom[0, 1]), report, bool(tgt) and not gpu)
+    _draw_footprints(fig.add_subplot(bottom[0, 0]), report)
+    _draw_traffic(fig.add_subplot(bottom[0, 1]), report, report["backend"]["gm_handoff"])
     mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
     where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
     fig.suptitle(

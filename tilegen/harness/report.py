@@ -4,11 +4,13 @@
 ``tilegen inspect`` prints (and ``--json`` dumps): the chosen tile sizes and every candidate (feasible
 with its predicted time, or rejected with the overflowing level), footprint against capacity per level
 and kernel (with the symbolic expression), predicted traffic, FLOPs and time per kernel, and the loop
-nest with placements. On a GPU target the programs are the Triton backend's (:func:`tilegen.backends.
-triton.schedule`): the ``[[triton.schedule]]`` row used, every row that applied but did not fit,
-with the reason, and ``emitted``: the schedule the generated module launches (tile sizes and their
-source, ``num_warps``/``num_stages`` per kernel and theirs), the same dict as the manifest's. The
-picture of a report is :func:`tilegen.harness.plot.plot_inspect`.
+nest with placements, for the programs the target's backend emits. Where a program records its
+schedule (a GPU target's, :mod:`tilegen.passes.gpu.rows`) the report reads it from the program: the
+``[[triton.schedule]]`` row used, every row that applied but did not fit, with the reason, and
+``emitted``: the schedule the generated module launches (tile sizes and their source,
+``num_warps``/``num_stages`` per kernel and theirs), the same dict as the manifest's. The report's
+``backend`` names the backend and how it words the target's parts. The picture of a report is
+:func:`tilegen.harness.plot.plot_inspect`.
 
 :func:`tradeoff_report` compares the unfused backward that stores P and dS in HBM with the fused
 recompute backward: memory held, bytes moved and predicted time, per head, per layer and per model.
@@ -23,7 +25,7 @@ import numpy as np
 from tilegen.core import dtypes
 from tilegen.models.analysis import count, total
 from tilegen.harness.memory import device_memory_warning, format_bytes, format_seconds, tensor_bytes  # noqa: F401 (re-exported)
-from tilegen.core.errors import NoTileFits, ScheduleError
+from tilegen.core.errors import NoTileFits
 from tilegen.core.printer import fmt_expr, format_program
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
@@ -38,11 +40,10 @@ DQ_DIRECT = ", one K/V tile: D and dQ in main (pass direct-dq)"
 DQ_TRANSPOSED = ", dq kernel on Bc x Br tiles (pass transpose-dq-tiles)"
 
 
-def _dq_direct_entry(spec, program, target) -> dict:
-    """Whether the pass direct-dq folded the GPU backward ``program`` and, where not, why."""
-    from tilegen.passes.lower import direct_dq_kept
-
-    return {"folded": bool(program.attr("dq_direct")), "why": direct_dq_kept(program, target, spec.sinks)}
+def _dq_direct_entry(program) -> dict:
+    """Whether the pass direct-dq folded the backward ``program`` and, where not, why (as the pass
+    recorded it: attrs ``dq_direct``, ``dq_direct_kept``)."""
+    return {"folded": bool(program.attr("dq_direct")), "why": program.attr("dq_direct_kept") or ""}
 
 
 def block_report(program) -> dict | None:
@@ -149,12 +150,17 @@ def inspect_report(
     expressions: bool = False,
     dkv_strategy: str | None = None,
 ) -> dict:
-    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring); ``dq_strategy``
-    None: the target's choice (:func:`tilegen.backends.dq_strategy_for`; on a GPU target the schedule
-    rows, whose skipped ones the report names); ``dkv_strategy`` as
-    :func:`tilegen.backends.resolve_dkv_strategy` (not for a GPU target, whose Triton backward
-    keeps dK, dV on chip)."""
+    """Everything ``tilegen inspect`` shows, as plain data (see the module docstring): the programs the
+    target's backend emits (:meth:`~tilegen.backends.compiler.Backend.emitted`). ``dq_strategy`` None:
+    the target's choice (on a GPU target the schedule rows', whose skipped ones the report names);
+    ``dkv_strategy`` as :func:`tilegen.backends.resolve_dkv_strategy` (one the backend takes: not
+    ``atomic`` for a GPU target, whose Triton backward keeps dK, dV on chip). Where the program records
+    its schedule (a GPU target's: the row used, the rows skipped, the launch knobs), the entry adds it."""
+    from tilegen.backends import backend_for
+
     tgt = load_target(target) if target is not None else None
+    backend = backend_for(tgt)
+    backend.check_dkv(dkv_strategy)
     out: dict = {"spec": spec.to_dict(), "target": None}
     if tgt is not None:
         out["target"] = {
@@ -163,51 +169,58 @@ def inspect_report(
             "description": tgt.description,
             "levels": {lvl.name: {"capacity": int(lvl.capacity.value), "usable": lvl.usable, "unit": lvl.unit} for lvl in tgt.levels},
         }
+    out["backend"] = {"name": backend.name, "gm_handoff": backend.gm_handoff, **backend.words}
     out["programs"] = []
-    if tgt is not None and tgt.kind == "gpu":
-        from tilegen.backends import check_gpu_dkv
-        from tilegen.backends import triton as backend
+    several_dkv = len(backend.dkv_strategies) > 1
+    for which in ("fwd", "bwd"):
+        if which not in programs:
+            continue
 
-        check_gpu_dkv(dkv_strategy, tgt)
-        for sched in backend.schedule(spec, tgt, dq_strategy, tile_sizes):
-            if sched.kind.split("-")[0] not in programs:
-                continue
-            label = "forward" if sched.kind == "fwd" else (
-                f"backward (fused, dq strategy {sched.program.attr('dq_strategy')}{DQ_DIRECT if sched.program.attr('dq_direct') else ''}"
-                f"{DQ_TRANSPOSED if sched.program.attr('dq_tiles') == 'transposed' else ''})"
-            )
-            entry = _program_report(label, sched.program, sched.log, tgt, expressions)
-            entry["triton_rows"] = {
-                "used": f"{sched.row.describe()}: {sched.row.source}" if sched.row else None,
-                "skipped": [sk.line() for sk in sched.skipped],
-            }
-            entry["emitted"] = sched.choice()  # what `tilegen generate` writes in its manifest
-            if sched.kind != "fwd":
-                entry["dq_direct"] = _dq_direct_entry(spec, sched.program, tgt)
-            entry["origin"] = _origins(sched)
-            entry["model"] = _gpu_model_entry(sched, tgt)
-            out["programs"].append(entry)
-        return out
-    dq_strategy = dq_strategy or "atomic"
-    if "fwd" in programs:
-        out["programs"].append(
-            _compiled_report("forward", lambda log: compile_forward(spec, target=target, tile_sizes=tile_sizes, log=log), tgt, expressions)
-        )
-    if "bwd" in programs:
-        out["programs"].append(
-            _compiled_report(
-                f"backward (fused, dq strategy {dq_strategy}, dK/dV strategy {_dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy)})",
-                lambda log: compile_backward(
-                    spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, log=log, dkv_strategy=dkv_strategy
-                ),
-                tgt,
-                expressions,
-            )
-        )
+        def compile_(log, which=which):
+            return backend.emitted(spec, which, tgt, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy, log=log)
+
+        entry = _compiled_report("forward", compile_, tgt, expressions)
+        program = entry.pop("_program", None)
+        if which == "bwd":
+            entry["label"] = _backward_label(program, dq_strategy, dkv_strategy, several_dkv)
+        if program is not None and program.attr("tiles_source") is not None:  # the program records its schedule
+            _schedule_entries(entry, program, which, tgt)
+        out["programs"].append(entry)
     return out
 
 
-def _origins(sched) -> dict:
+def _backward_label(program, dq_strategy: str | None, dkv_strategy: str | None, several_dkv: bool) -> str:
+    """``backward (fused, dq strategy ...)``, from the program where it compiled (else from the
+    request), with its dK/dV strategy where the backend takes several."""
+    if program is None:
+        dkv = f", dK/dV strategy {dkv_strategy or 'auto'}" if several_dkv else ""
+        return f"backward (fused, dq strategy {dq_strategy or 'atomic'}{dkv})"
+    direct = DQ_DIRECT if program.attr("dq_direct") else ""
+    transposed = DQ_TRANSPOSED if program.attr("dq_tiles") == "transposed" else ""
+    dkv = f", dK/dV strategy {program.attr('dkv_strategy')}" if several_dkv else ""
+    return f"backward (fused, dq strategy {program.attr('dq_strategy')}{direct}{transposed}{dkv})"
+
+
+def _schedule_entries(entry: dict, program, which: str, target: Target) -> None:
+    """The schedule a GPU program records (:mod:`tilegen.passes.gpu.rows`), added to its report entry:
+    the rows used and skipped, the emitted choice (the manifest's), direct-dq's outcome, the origin of
+    each value, and the GPU model's prediction."""
+    from tilegen.passes.gpu.rows import schedule_choice
+
+    row = program.attr("schedule_row")
+    entry["triton_rows"] = {
+        "used": f"{row.describe()}: {row.source}" if row else None,
+        "skipped": [sk.line() for sk in program.attr("rows_skipped", ())],
+    }
+    choice = schedule_choice(program)
+    entry["emitted"] = choice  # what `tilegen generate` writes in its manifest
+    if which != "fwd":
+        entry["dq_direct"] = _dq_direct_entry(program)
+    entry["origin"] = _origins(choice)
+    entry["model"] = _gpu_model_entry(program, target)
+
+
+def _origins(choice: dict) -> dict:
     """Where each emitted value comes from, in one word: ``measured row`` (a ``[[triton.schedule]]``
     row), ``model`` (the block-size search scored by the GPU cost model), ``default``
     (``[triton.default]``) or ``caller``; ``tiles`` and ``launch`` {kernel: origin}."""
@@ -220,28 +233,20 @@ def _origins(sched) -> dict:
             return "model"
         return "default"
 
-    choice = sched.choice()
     return {"tiles": of(choice["tiles_source"]), "launch": {k: of(v["source"]) for k, v in choice["launch"].items()}}
 
 
-def _gpu_model_entry(sched, target: Target) -> dict | None:
+def _gpu_model_entry(program, target: Target) -> dict | None:
     """The GPU cost model's prediction (:func:`tilegen.models.cost.predict_gpu`) of the schedule as emitted
-    (its tiles, stages and num_warps per kernel), or None when the target has no ``[gpu_model]``."""
+    (its tiles, stages and num_warps per kernel, as the program records them), or None when the target
+    has no ``[gpu_model]``."""
     from tilegen.models.cost import predict_gpu, uses_gpu_model
+    from tilegen.passes.gpu.rows import launch_knobs
 
     if not uses_gpu_model(target):
         return None
-    pred = predict_gpu(sched.program, target, {phase: k.num_warps for phase, k in sched.knobs.items()})
+    pred = predict_gpu(program, target, {phase: k.num_warps for phase, k in launch_knobs(program).items()})
     return {"label": "model (prediction)", **pred.as_dict()}
-def _dkv_label(spec, dq_strategy, target, tile_sizes, dkv_strategy) -> str:
-    """The dK/dV strategy the backward is compiled with (auto resolved; through the compile cache)."""
-    try:
-        program = compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
-    except ScheduleError:
-        return dkv_strategy or "auto"
-    return str(program.attr("dkv_strategy"))
-
-
 def _compiled_report(label: str, compile_, target: Target | None, expressions: bool) -> dict:
     """The report of one program; when no tile size fits, an entry with ``error`` and the table of
     rejected candidates (``rejected``: Br, Bc, peak bytes and overflow per level) instead, so that the
@@ -257,14 +262,14 @@ def _compiled_report(label: str, compile_, target: Target | None, expressions: b
                 {"Br": c.Br, "Bc": c.Bc, "peak_bytes": dict(c.peaks), "overflow_bytes": dict(c.overflow)} for c in exc.candidates
             ],
         }
-    return _program_report(label, program, log, target, expressions)
+    return {**_program_report(label, program, log, target, expressions), "_program": program}
 
 
 def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True) -> str:
     """The text ``tilegen inspect`` prints."""
     lines = []
     tgt = report["target"]
-    gpu = bool(tgt) and tgt.get("kind") == "gpu"
+    words = report["backend"]
     if tgt:
         lines.append(f"target {tgt['name']}: {tgt['description']}")
     for prog in report["programs"]:
@@ -333,7 +338,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                     + (" (every extent padded to a power of two)" if fp.get("pow2") else "")
                 )
             pred = prog["prediction"]
-            units = "tensor cores (cube), CUDA cores (vector)" if gpu else "cube, vector"
+            units = words["units"]
             lines.append(f"predicted on {pred['target']} (roofline per kernel: the slowest of {units}, HBM, L2):")
             lines.append(
                 f"  {'kernel':<6} {'programs':>9} {'busy':>5} {'matmul FLOP':>12} {'vector op':>10} {'exp op':>10} {'HBM':>10} {'L2':>10} {'time':>11}  bound"
@@ -358,7 +363,7 @@ def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True)
                 f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
                 "(the generated code computes every offset in int64)"
             )
-        lines.append(("HBM traffic by tensor: " if gpu else "GM traffic by tensor (ws_* are per-core hand-off tiles, L2-resident): ") + ", ".join(f"{n} {format_bytes(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
+        lines.append(words["traffic"] + ", ".join(f"{n} {format_bytes(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
         if show_nest:
             lines.append("loop nest with placements:")
             lines.append(prog["loop_nest"].rstrip())

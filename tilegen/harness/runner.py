@@ -202,9 +202,9 @@ def compile_run(
 
     Without a target: ``tile_sizes`` or the interpreter's defaults (:func:`pipeline.default_tiles`).
     With one: the schedule that target gets from its backend, the one ``tilegen inspect`` shows and
-    ``tilegen generate`` emits: on a GPU target :func:`tilegen.backends.triton.schedule` (the target's
-    ``[[triton.schedule]]`` rows, else the cost model), on an Ascend target the pass pipeline's choice
-    for it (the cost model; what the Ascend C backend lowers). ``tile_sizes`` then forces both programs'
+    ``tilegen generate`` emits (:meth:`~tilegen.backends.compiler.Backend.emitted`: on a GPU target the
+    target's ``[[triton.schedule]]`` rows, else the cost model, as the program records; on an Ascend
+    target the pass list's choice, the cost model). ``tile_sizes`` then forces both programs'
     sizes, still checked against the target's on-chip capacities. No backend emits the unfused
     backward: it runs with the fused backward's tile sizes, compiled for the target.
 
@@ -222,30 +222,25 @@ def compile_run(
             program = compile_backward(spec, fused=form == "fused", dq_strategy=dq_strategy, tile_sizes=tile_sizes)
             out[program_label(form, dq_strategy)] = (program, source)
         return out
+    from tilegen.backends import backend_for
     from tilegen.core.targets import load_target
 
     tgt = load_target(target)
+    backend = backend_for(tgt)
     checked = f"given by the caller, checked against {tgt.name}'s on-chip capacities"
-    if tgt.kind == "gpu":
-        from tilegen.backends import triton
 
-        fwd_s, bwd_s = triton.schedule(spec, tgt, dq_strategy, tile_sizes)
-        fwd = (fwd_s.program, checked if fwd_s.given else f"{tgt.name}: {fwd_s.tiles_source()}")
-        bwd = (bwd_s.program, checked if bwd_s.given else f"{tgt.name}: {bwd_s.tiles_source()}")
-    else:
+    def emitted(which: str) -> tuple[Program, str]:
+        log = PassLog()
+        program = backend.emitted(spec, which, tgt, dq_strategy=dq_strategy, tile_sizes=tile_sizes, log=log)
+        recorded = program.attr("tiles_source")  # a GPU program records where its tiles come from
+        if recorded == "given by the caller" or (recorded is None and log.schedule.forced):
+            return program, checked
+        if recorded is not None:
+            return program, f"{tgt.name}: {recorded}"
+        n = sum(c.feasible for c in log.schedule.candidates)
+        return program, f"{tgt.name}: the cost model: the fastest predicted of {n} feasible candidates"
 
-        def ascend(compile_) -> tuple[Program, str]:
-            log = PassLog()
-            program = compile_(log)
-            if log.schedule.forced:
-                return program, checked
-            n = sum(c.feasible for c in log.schedule.candidates)
-            return program, f"{tgt.name}: the cost model: the fastest predicted of {n} feasible candidates"
-
-        fwd = ascend(lambda log: compile_forward(spec, target=tgt, tile_sizes=tile_sizes, log=log))
-        bwd = ascend(
-            lambda log: compile_backward(spec, dq_strategy=dq_strategy, target=tgt, tile_sizes=tile_sizes, log=log)
-        )
+    fwd, bwd = emitted("fwd"), emitted("bwd")
     out = {"forward": fwd}
     for form in forms:
         if form == "fused":

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tilegen.core import dtypes
 from tilegen.models.analysis import Counts, count
 from tilegen.core.errors import TilegenError
-from tilegen.core.ir import Elementwise, Load, Loop, MatMul, Program, Store, walk
+from tilegen.core.ir import Load, Loop, MatMul, Program, Store, walk
 from tilegen.core.targets import Target
 
 
@@ -197,7 +197,7 @@ def hbm_floor_s(program, kernel, counts: Counts, target) -> float:
 # min(⌊SMEM / shared bytes⌋, ⌊64K / (32 · warps · min(255, registers))⌋, ⌊64 / warps⌋), at least 1,
 # the shared bytes being the SMEM footprint less the dots' register operands (:func:`register_operands`),
 # the registers the RF footprint less the dot results the module fuses into an accumulator
-# (:func:`fused_temporaries`).
+# (:func:`unheld_products`: the matmuls the pass fuse-accumulation annotated).
 # Programs fill the SMs in waves of SMs·c; the last, partial wave puts ⌈rest / SMs⌉ programs on its
 # busiest SM (wave quantisation). A kernel without a tile loop (the backward's pre and post kernels)
 # keeps the roofline's time. Every kernel adds the launch overhead. The model ignores load imbalance
@@ -312,29 +312,20 @@ def register_operands(kernel) -> set[str]:
     return (left & written) - loaded - other
 
 
-def fused_temporaries(kernel) -> set[str]:
-    """Buffers ``T`` of ``kernel`` that are a dot's result (no accumulate, alpha 1) read once, by an add
-    into an accumulator ``X = X + T``: the Triton module emits ``X = tl.dot(a, b, X)`` instead
-    (:func:`tilegen.backends.triton.fuse_accumulation`), so ``T`` takes no registers (PV of the
-    forward)."""
-    reads: dict[str, int] = {}
-    for stmt, _ in walk(kernel.body):
-        for name in stmt.buffers_read():
-            reads[name] = reads.get(name, 0) + 1
-    dots = {stmt.dst for stmt, _ in walk(kernel.body) if isinstance(stmt, MatMul) and not stmt.accumulate and stmt.alpha == 1.0}
-    out = set()
-    for stmt, _ in walk(kernel.body):
-        if isinstance(stmt, Elementwise) and stmt.op == "add" and len(set(stmt.args)) == 2 and stmt.dst in stmt.args:
-            out.update(a for a in stmt.args if a != stmt.dst and a in dots and reads.get(a) == 1)
-    return out
+def unheld_products(kernel) -> set[str]:
+    """Dot results of ``kernel`` the emitted module never holds: a matmul whose annotation says so
+    (:meth:`~tilegen.core.annotations.Annotation.unheld`: the GPU pass fuse-accumulation's
+    ``@accumulate_into``, emitted at its add as ``X = tl.dot(a, b, X)``), so its result ``T`` takes no
+    registers (PV of the forward)."""
+    return {stmt.dst for stmt, _ in walk(kernel.body) if isinstance(stmt, MatMul) and any(a.unheld() for a in stmt.ann)}
 
 
 def uses_gpu_model(target: Target, compiled: bool = False) -> bool:
-    """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a GPU target
-    whose ``[gpu_model]`` table has every parameter) rather than the roofline; with ``compiled``, whether
+    """Whether block-size selection scores ``target``'s candidates with :func:`predict_gpu` (a target
+    whose ``[gpu_model]`` table has every parameter: a GPU's) rather than the roofline; with ``compiled``, whether
     its ``[gpu_model_compiled]`` table has every parameter the model takes with the compiler's figures."""
     table = target.gpu_model_compiled if compiled else target.gpu_model
-    return target.kind == "gpu" and all(k in table for k in GPU_MODEL_PARAMS if not (compiled and k == "base_registers"))
+    return bool(table) and all(k in table for k in GPU_MODEL_PARAMS if not (compiled and k == "base_registers"))
 
 
 def default_warps(target: Target) -> int:
@@ -361,16 +352,14 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
     Returns: seconds per kernel and in total, launch overhead ([overhead] launch_us) included per kernel.
 
     Raises:
-        TilegenError: the target is not a GPU, or lacks a ``[gpu_model]`` (with ``compiled``:
-            ``[gpu_model_compiled]``) parameter.
+        TilegenError: the target lacks a ``[gpu_model]`` (with ``compiled``: ``[gpu_model_compiled]``)
+            parameter (a target that is not a GPU has none).
     """
     from tilegen.core import dtypes
     from tilegen.core.exprs import evaluate
     from tilegen.models.footprint import footprints
 
-    if target.kind != "gpu":
-        raise TilegenError(f"the GPU cost model needs a GPU target; {target.name} is kind {target.kind!r}")
-    p = gpu_params(target, params, compiled=compiled is not None)
+    p = gpu_params(target, params, compiled=compiled is not None)  # a target without the table is refused here
     counts = counts if counts is not None else count(program)
     roof = {k.name: k for k in predict(program, target, counts).kernels}
     env = {str(k): v for k, v in program.env}
@@ -387,7 +376,7 @@ def predict_gpu(program: Program, target: Target, warps: dict[str, int] | None =
     absent = {}  # per kernel, per level: buffers the emitted module does not keep there
     for kernel in program.kernels:
         absent[kernel.name, smem.name] = register_operands(kernel)
-        absent[kernel.name, rf.name] = fused_temporaries(kernel)
+        absent[kernel.name, rf.name] = unheld_products(kernel)
     for fp in footprints(program, target):
         key = (fp.kernel, fp.level.name)
         peaks[key] = max(peaks.get(key, 0), int(fp.bound(env, absent.get(key, set()))))

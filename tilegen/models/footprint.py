@@ -252,11 +252,45 @@ def chunk_columns(stmt) -> int:
     return max((a.chunk_columns() for a in stmt.ann), default=0)
 
 
+def _counted(a, node) -> bool:
+    """Whether the annotation ``a`` of ``node`` changes a footprint: one of the hooks this module reads
+    (or the scratch buffers a statement also writes) is not its default."""
+    held = a.held(node) if not isinstance(node, (Kernel, Buffer)) else ()
+    return bool(a.scratch() or held or a.streams() or a.chunk_columns() or a.pipelined_loads())
+
+
+def footprint_view(program: Program) -> tuple:
+    """What the footprints of ``program`` read: its kernels with the annotations that change no
+    footprint left out (:func:`_counted`), and its tensors. Two programs with equal views have equal
+    footprints (the tile search reuses a candidate's footprints when the passes after it only added
+    annotations that change none: the GPU's rendering annotations)."""
+    import dataclasses
+
+    from tilegen.core.ir import map_body
+
+    def keep(node):
+        kept = tuple(a for a in node.ann if _counted(a, node))
+        return node if len(kept) == len(node.ann) else dataclasses.replace(node, ann=kept)
+
+    kernels = tuple(
+        keep(dataclasses.replace(k, body=map_body(k.body, keep), buffers=tuple(keep(b) for b in k.buffers))) for k in program.kernels
+    )
+    return kernels, program.tensors
+
+
+def kernel_fits(kernel: Kernel, target: Target, env: dict) -> bool:
+    """Whether every level's footprint of ``kernel`` fits the level's usable bytes at the bound sizes
+    ``env`` (symbol name -> int)."""
+    return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
+
+
 def kernel_footprints(kernel: Kernel, target: Target) -> list[Footprint]:
-    """Footprints of every level of ``target`` in ``kernel``. On a GPU target, multi-staged tiles are
-    live across their loop: Triton's software pipeliner issues the loads of the next ``num_stages − 1``
-    iterations while this one computes (triton-lang/triton, lib/Dialect/TritonGPU/Transforms/Pipeliner)."""
-    intervals = live_intervals(kernel, widen_staged=target.kind == "gpu")
+    """Footprints of every level of ``target`` in ``kernel``. In a kernel whose annotation says its loads
+    are software-pipelined (:meth:`~tilegen.core.annotations.Annotation.pipelined_loads`: a GPU target's
+    ``@pipelined_loads``, Triton's pipeliner issues the loads of the next ``num_stages − 1`` iterations
+    while this one computes, triton-lang/triton, lib/Dialect/TritonGPU/Transforms/Pipeliner),
+    multi-staged tiles are live across their loop."""
+    intervals = live_intervals(kernel, widen_staged=any(a.pipelined_loads() for a in kernel.ann))
     buffers = {b.name: b for b in kernel.buffers}
     points = sorted({p for lo, hi in intervals.values() for p in (lo, hi)})
     staging = {target.placement.get("left"), target.placement.get("right")} - {None}

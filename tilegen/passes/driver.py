@@ -2,8 +2,10 @@
 
 A :class:`Pass` is a name, a function ``(program, ctx) -> program`` and one line saying why it is there
 (``tilegen inspect --passes`` prints the lists). :func:`run_passes` runs a list in order; after each pass
-the verifier checks the result (with the target once every buffer is placed) and the :class:`PassLog`
-records it, under the pass's name, for ``tilegen inspect --print-after-all``. A *search* pass (the tile
+the verifier checks the result (with the target once every buffer is placed; after a pass declared to
+add annotations only, :func:`~tilegen.passes.verify.verify_annotating`: nothing else changed, and each
+annotation passes its check) and the :class:`PassLog` records it, under the pass's name, for
+``tilegen inspect --print-after-all``. A *search* pass (the tile
 search, the choice of a measured schedule row, of the dK/dV strategy) also gets ``rest``: a function
 that runs the passes after it on a candidate program, unrecorded, so that it can judge each candidate
 by the program those passes make of it (or by their refusal); the driver then runs the rest on the
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 from tilegen.core.ir import Program
 from tilegen.passes.place import placed
-from tilegen.passes.verify import verify
+from tilegen.passes.verify import verify, verify_annotating
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,13 @@ class Options:
         tile_sizes: (Br, Bc) forced, or None (the tile search, or the defaults without a target).
         num_stages: ((kernel phase, copies), ...) a serial loop's loaded tiles get, or None (2).
         group_split, heavy_first, dq_tiles: the fused backward's GQA and dq-kernel knobs; heavy_first
-            is also the forward's (DESIGN §5).
+            is also the forward's (DESIGN §5). ``dq_tiles`` None: the measured row's, else ``same``.
+        schedule_rows: the target's measured schedule rows choose tiles and knobs (a GPU target's
+            ``[[triton.schedule]]``: :mod:`tilegen.passes.gpu.rows`); ``tile_sizes`` may then be
+            ``{"fwd": pair, "bwd": pair}``.
+        launch: the caller's launch knobs, ((kernel phase, num_warps, num_stages), ...) (a GPU target's).
+        row: set by a search that fixed the options of one candidate (the row select-row tries), for the
+            passes that record it; None at the request.
     """
 
     dq_strategy: str | None = None
@@ -42,10 +50,18 @@ class Options:
     num_stages: tuple | None = None
     group_split: int = 1
     heavy_first: bool = False
-    dq_tiles: str = "same"
+    dq_tiles: str | None = "same"
+    schedule_rows: bool = False
+    launch: tuple = ()
+    row: Any = None
 
     def replace(self, **changes) -> "Options":
         return dataclasses.replace(self, **changes)
+
+
+def stages_key(num_stages) -> tuple | None:
+    """``num_stages`` ({kernel phase: copies}) as a sorted tuple (hashable, a stable cache key), or None."""
+    return None if not num_stages else tuple(sorted((str(k), int(v)) for k, v in dict(num_stages).items()))
 
 
 @dataclass(frozen=True)
@@ -79,12 +95,21 @@ class Pass:
             (the driver then takes it instead of running the rest again), else None.
         doc: one line: what the pass decides and why it is there.
         search: whether ``run`` takes ``rest``.
+        example: for a search that runs, for each candidate, the list of the options the candidate fixes
+            (not ``rest``): the context of one candidate, whose list ``tilegen inspect --passes``
+            shows after the search; None otherwise.
+        annotates: the pass only adds annotations and attrs (how a backend renders the program, never
+            what it computes: annotations whose hooks keep their defaults): the driver checks that the
+            rest of the program is unchanged and runs the annotations' checks
+            (:func:`~tilegen.passes.verify.verify_annotating`) instead of the whole verifier again.
     """
 
     name: str
     run: Callable[..., Program]
     doc: str
     search: bool = False
+    example: Callable[["Context"], "Context"] | None = None
+    annotates: bool = False
 
 
 @dataclass
@@ -111,10 +136,14 @@ def run_passes(program: Program | None, passes: tuple[Pass, ...], ctx: Context, 
     ctx = dataclasses.replace(ctx, log=log)
     for n, p in enumerate(passes):
         if not p.search:
-            program = p.run(program, ctx)
+            before, program = program, p.run(program, ctx)
             if program is None:
                 raise TypeError(f"pass {p.name} returned no program")
-            log.record(p.name, program, _verify_target(program, ctx))
+            if p.annotates:
+                verify_annotating(before, program, p.name)
+                log.steps.append((p.name, program))
+            else:
+                log.record(p.name, program, _verify_target(program, ctx))
             continue
         rest = passes[n + 1:]
 

@@ -1,8 +1,8 @@
 """The compiler's passes on one screen: the front every target shares, and the common steps of the
 target lists (placement, the tile search).
 
-A program goes spec → logical IR (``build``) → the front (the backward's fusion, its GQA and dq-tile
-knobs; the forward's heavy-first order) → the target's list: a backend's ``passes`` (Ascend C:
+A program goes spec → logical IR (``build``) → the front (the backward's fusion, its GQA knobs; the
+forward's heavy-first order) → the target's list: a backend's ``passes`` (Ascend C:
 :mod:`tilegen.passes.ascend`, Triton: :mod:`tilegen.passes.gpu`; none: bind the default tiles), each a
 :class:`~tilegen.passes.driver.Pass` the driver (:func:`~tilegen.passes.driver.run_passes`) runs and
 verifies in order. ``tilegen inspect --passes`` prints the lists.
@@ -18,7 +18,7 @@ from tilegen.core.build import build_backward, build_forward
 from tilegen.core.errors import SpecError
 from tilegen.core.ir import Bc, Br, Program
 from tilegen.core.spec import AttentionSpec
-from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
+from tilegen.core.strategies import DKV_AUTO, DKV_STRATEGIES, DQ_STRATEGIES, DQ_TILES, DKVStrategy, DQStrategy  # noqa: F401  (re-exported)
 from tilegen.passes.cleanup import (
     cleanup,
     drop_stores,
@@ -30,7 +30,6 @@ from tilegen.passes.cleanup import (
 from tilegen.passes.driver import Context, Pass
 from tilegen.passes.fuse import fuse
 from tilegen.passes.group import check_split, heavy_first_forward, split_group
-from tilegen.passes.lower import DQ_TILES, transpose_dq_tiles
 
 DEFAULT_TILE = 128  # Br = Bc = 128 when no target chooses: FA2's common tile (flash_fwd_launch_template.h)
 
@@ -114,13 +113,6 @@ def _slice_dq(program: Program, ctx: Context) -> Program:
     return eliminate_dead(program)
 
 
-def _transpose_dq_tiles(program: Program, ctx: Context) -> Program:
-    try:
-        return transpose_dq_tiles(program)
-    except ValueError as exc:
-        raise SpecError("dq_tiles", ctx.options.dq_tiles, f"'same' here: {str(exc).split(': ', 1)[1]}") from None
-
-
 BUILD = Pass("build", _build, "the spec as a logical program: online-softmax forward, or the backward's phases dv | dP->dS | dQ,dK")
 FUSE_MAIN = Pass("fuse dv+ds+dqdk", lambda p, c: fuse(p, ["dv", "ds", "dqdk"], host="dv", name="main", phase="main"),
                  "the backward's three phases in one nest, K/V tiles outer (S, P recomputed once per tile pair)")
@@ -134,7 +126,6 @@ FUSE_DQ_POST = Pass("fuse dq+post", lambda p, c: fuse(p, ["dq", "post"], host="d
 TIDY = Pass("tidy names", lambda p, c: tidy_names(p.with_attrs(form="fused", dq_strategy=c.options.dq_strategy)),
             "the fused program's buffers renamed in order; attrs form, dq_strategy")
 HEAVY_FIRST_FWD = Pass("heavy first", lambda p, c: heavy_first_forward(p), "the forward's Q-tile grid axis outermost (knob heavy_first)")
-TRANSPOSE_DQ = Pass("transpose-dq-tiles", _transpose_dq_tiles, "separate dQ: the dq kernel on Bc x Br tiles (knob dq_tiles)")
 
 
 def _split_group(program: Program, ctx: Context) -> Program:
@@ -157,8 +148,6 @@ def front_passes(ctx: Context) -> tuple[Pass, ...]:
     if split > 1 or o.heavy_first:
         name = f"split group ({split}{', heavy first' if o.heavy_first else ''})"
         out.append(Pass(name, _split_group, "GQA: the main kernel's group of query heads split over programs (knobs group_split, heavy_first)"))
-    if o.dq_tiles == "transposed":
-        out.append(TRANSPOSE_DQ)
     return tuple(out)
 
 

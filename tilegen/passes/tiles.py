@@ -25,7 +25,7 @@ from tilegen.models.cost import Prediction, predict, predict_gpu, uses_gpu_model
 from tilegen.core.errors import NoTileFits, ScheduleError
 from tilegen.core.ir import Bc, Br, Program
 from tilegen.core.targets import Target
-from tilegen.models.footprint import Footprint, footprints
+from tilegen.models.footprint import Footprint, footprint_view, footprints
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def evaluate_candidate(program: Program, target: Target, fps: list[Footprint], b
     if score and not overflow:
         bound = program.bind({Br: br, Bc: bc})
         after = then(bound) if then is not None else bound
-        if after is not bound:
+        if after is not bound and footprint_view(after) != footprint_view(bound):  # not annotations alone: its own footprints
             peaks, overflow = peaks_of(footprints(after, target))
         time_s = predict_gpu(after, target).time_s if uses_gpu_model(target) else predict(after, target).time_s
     return Candidate(br, bc, tuple(sorted(peaks.items())), overflow, time_s)

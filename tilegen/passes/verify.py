@@ -16,6 +16,11 @@ Checks, per kernel:
 - every annotation applies to its node's class and passes its own legality check
   (:meth:`tilegen.core.annotations.Annotation.check`: each knob's rules live beside its pass);
 - with a target: every buffer sits on one of its levels, and the level's footprint fits.
+
+After a pass declared to add annotations only (``Pass.annotates``), :func:`verify_annotating` checks
+instead that the program is the one before but for annotations and attrs, and runs every annotation's
+check: the rest was verified already, and an annotation whose hooks keep their defaults changes nothing
+the other checks read.
 """
 
 from __future__ import annotations
@@ -89,6 +94,24 @@ class _Checker:
             why = a.check(node, at)
             if why:
                 self.fail(kernel, f"{what}: @{a.KEY}: {why}")
+
+    def check_annotations(self) -> None:
+        """Only the annotations of every tensor, kernel, buffer, loop and statement."""
+        for n, t in enumerate(self.program.tensors):
+            self.annotations(t, Site(self.program, index=n), f"tensor {t.name}")
+        for i, kernel in enumerate(self.program.kernels):
+            self.annotations(kernel, Site(self.program, kernel, index=i), "the kernel")
+            for n, buf in enumerate(kernel.buffers):
+                self.annotations(buf, Site(self.program, kernel, index=n), f"buffer {buf.name}")
+
+            def visit(body, loops):
+                for n, stmt in enumerate(body):
+                    what = f"loop over {stmt.var}" if isinstance(stmt, Loop) else f"`{_fmt(stmt)}`"
+                    self.annotations(stmt, Site(self.program, kernel, loops, body, n), what)
+                    if isinstance(stmt, Loop):
+                        visit(stmt.body, loops + (stmt,))
+
+            visit(kernel.body, ())
 
     def check(self) -> None:
         names = [t.name for t in self.program.tensors]
@@ -262,6 +285,36 @@ def verify(program: Program, where: str = "?", target=None) -> Program:
     if target is not None:
         _check_target(program, where, target)
     return program
+
+
+def _unannotated(program: Program) -> Program:
+    """``program`` with no annotation on any node and no attrs: what an annotating pass must not change."""
+    import dataclasses
+
+    from tilegen.core.ir import map_body
+
+    def bare(node):
+        return dataclasses.replace(node, ann=()) if node.ann else node
+
+    kernels = tuple(
+        bare(dataclasses.replace(k, body=map_body(k.body, bare), buffers=tuple(bare(b) for b in k.buffers))) for k in program.kernels
+    )
+    return dataclasses.replace(program, kernels=kernels, tensors=tuple(bare(t) for t in program.tensors), attrs=())
+
+
+def verify_annotating(before: Program, after: Program, where: str = "?") -> Program:
+    """Check ``after``, the result of a pass declared to add annotations (and attrs) only, against
+    ``before``: nothing else changed, and every annotation applies to its node and passes its check
+    (:meth:`~tilegen.core.annotations.Annotation.check`); return ``after``.
+
+    Raises:
+        VerifyError: the pass (``where``) changed more than annotations and attrs, or an annotation is
+            illegal where it is.
+    """
+    if _unannotated(after) != _unannotated(before):
+        raise VerifyError(f"verify after {where}: it changed the program beyond its annotations and attrs (it is declared to annotate only)")
+    _Checker(after, where).check_annotations()
+    return after
 
 
 def _check_target(program: Program, where: str, target) -> None:

@@ -21,27 +21,30 @@ def triton_path(x: torch.Tensor) -> bool:
 
 
 def check_gpu_target(target: str) -> None:
-    """``target`` names a GPU target: a file of ``targets/`` or a path to a target ``.toml`` file of
-    ``kind = "gpu"`` (checked on every device, so a typo never passes on the CPU).
+    """``target`` names a target whose backend generates the module ``tilegen.torch`` runs
+    (:attr:`~tilegen.backends.compiler.Backend.torch_module`: a GPU target, a file of ``targets/`` or a
+    path to a target ``.toml`` file of ``kind = "gpu"``; checked on every device, so a typo never passes
+    on the CPU).
 
     Raises:
         SpecError (ValueError): another kind of target, an unknown name or a bad file, naming the GPU
             targets.
     """
+    from tilegen.backends import backend_for
     from tilegen.core.targets import load_target, target_names
 
     def accepted() -> str:  # built only for the error: it reads every target file
-        gpus = [n for n in target_names() if load_target(n).kind == "gpu"]
+        gpus = [n for n in target_names() if backend_for(n).torch_module]
         return f"a GPU target: one of {', '.join(gpus)} or a path to a GPU target .toml file"
 
     if not isinstance(target, str):
         raise SpecError("target", target, accepted())
     try:
-        kind = load_target(target).kind
+        tgt = load_target(target)
     except TargetError:
         raise SpecError("target", target, accepted()) from None
-    if kind != "gpu":
-        raise SpecError("target", target, accepted() + f" ({target!r} is a {kind} target)")
+    if not backend_for(tgt).torch_module:
+        raise SpecError("target", target, accepted() + f" ({target!r} is a {tgt.kind} target)")
 
 
 def refuse_npu():

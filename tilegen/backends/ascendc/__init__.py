@@ -1765,9 +1765,15 @@ class AscendC(Backend):
 
     name = "ascendc"
     dkv_default = DKV_AUTO
+    twin = True
+    simulates = True
+    gm_handoff = True
 
     def passes(self, ctx):
         return ascend_passes.passes(ctx)
+
+    def generate(self, spec, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
+        return generate(spec, target, dq_strategy=dq_strategy or "atomic", tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
 
 
 BACKEND = AscendC()

@@ -44,29 +44,31 @@ adds the tiles' windows in tile order (after summing, with torch, over the tile 
 does not read): deterministic, no float atomics. More than three grid axes (the classify kernel's
 Bm × Hm × nQ × nK) share launch axis 2.
 
-GPU-specific lowering steps (each a function below; none changes what a kernel computes):
+The GPU-specific choices of how a kernel is emitted are passes of the GPU list (:mod:`tilegen.passes.gpu`),
+whose result is an annotation in the IR (defined beside its pass in :mod:`tilegen.passes.gpu`) that this lowering reads; none changes
+what a kernel computes:
 
-- :func:`transposed_tiles`: in a kernel whose grid walks K/V tiles (the backward's main nest), every
-  [Br, Bc] tile is held transposed, [Bc, Br], so that ``dV += Pᵀ dO`` and ``dK += dSᵀ Q`` take P and dS
-  straight from registers as the left operand of ``tl.dot``; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
-- :func:`mask_segments`: a tile loop whose body masks is split into up to three loops: tiles the mask
-  cuts (masked), tiles it leaves whole (no ``tl.where``), tiles it cuts again; the bounds come from the
-  same sympy rule as the interpreter's "tile fully visible" test. Not with a mask mod: there the
-  block classes say which tiles are whole.
-- :func:`fold_log2`: values that only feed ``exp`` are kept multiplied by log2(e), the factor folded into
-  the score matmul's scale (and into the loaded L), so ``exp`` becomes ``tl.exp2``; such a value used
-  elsewhere (L = m + log l) is converted back with ln 2. A score mod is not linear: the factor is
-  applied to its result, its argument stays in natural units.
-- :func:`heavy_last`: a Q-tile grid axis whose programs grow with the tile index (causal) is numbered
-  from the last tile down, so the longest programs start first (on launch axis 0 by default, among the
-  tiles of one head; on axis 2, across all heads, when the forward's ``heavy_first`` made it outermost).
-- :func:`fuse_accumulation`: ``T = a @ b … X = X + T`` (T used once) becomes ``X = tl.dot(a, b, X)``.
+- transposed-tiles (:class:`~tilegen.passes.gpu.transposed_tiles.TransposedTiles`): in a kernel whose grid walks K/V tiles,
+  every [Br, Bc] tile is held transposed, [Bc, Br]; S = Q Kᵀ becomes Sᵀ = K Qᵀ.
+- fold-log2 (:class:`~tilegen.passes.gpu.fold_log2.Log2Scaled`): values that only feed ``exp`` kept multiplied by
+  log2(e), so ``exp`` becomes ``tl.exp2``; such a value used elsewhere is converted back with ln 2.
+- heavy-last (:class:`~tilegen.passes.gpu.heavy_last.HeavyLast`): a causal Q-tile grid axis numbered from the last
+  tile down.
+- fuse-accumulation (:class:`~tilegen.passes.gpu.fuse_accumulation.AccumulateInto`): ``T = a @ b … X = X + T`` emitted as
+  ``X = tl.dot(a, b, X)`` at the add.
+- mask-segments (:class:`~tilegen.passes.gpu.mask_segments.MaskSegments`): a masking tile loop emitted as up to three
+  loops, the tiles the mask leaves whole without ``tl.where``.
+
+Besides:
+
 - Head dims that are not powers of two are padded to one (``tl.arange`` needs it), the extra columns
   loaded as zero and never stored; offsets are computed in 64 bits when a tensor has more than 2³¹ − 1
   elements; row and column masks are emitted only where the spec has tails.
 
 Launch knobs (``num_warps``, ``num_stages``) and the tile sizes a GPU measurement preferred come from the
-target file's ``[triton]`` section (:func:`triton_config`), never from the templates. The generated module
+target file's ``[triton]`` section, chosen by the GPU list's select-row and recorded by its launch-knobs
+(:mod:`tilegen.passes.gpu.rows`: :class:`~tilegen.passes.gpu.rows.LaunchKnobs` on each kernel, the row and
+the sources in the program's attrs), never from the templates. The generated module
 is a pure function of the spec and the target: the same inputs give a byte-identical file.
 """
 
@@ -84,7 +86,7 @@ from typing import Any
 import sympy
 
 from tilegen.backends.output import Generated, with_manifest
-from tilegen.core.errors import ScheduleError, SpecError, TargetError
+from tilegen.core.errors import ScheduleError, SpecError
 from tilegen.core.ir import (
     Access,
     Bc,
@@ -110,6 +112,26 @@ from tilegen.core.ir import (
     walk,
 )
 from tilegen.core.ir import BLOCK_EMPTY, BLOCK_FULL, BLOCK_PARTIAL
+from tilegen.passes.gpu.fold_log2 import Log2Scaled
+from tilegen.passes.gpu.fuse_accumulation import AccumulateInto
+from tilegen.passes.gpu.heavy_last import HeavyLast
+from tilegen.passes.gpu.mask_segments import MaskSegments
+from tilegen.passes.gpu.transposed_tiles import TransposedTiles
+from tilegen.passes.gpu.rows import (  # noqa: F401  (re-exported: the [triton] section's parser and rows)
+    CALLER,
+    Knobs,
+    LaunchKnobs,
+    launch_knobs,
+    program_kind,
+    schedule_choice,
+    ScheduleRow,
+    Skipped,
+    TritonConfig,
+    forward_knobs,
+    group_knobs,
+    padded,
+    triton_config,
+)
 from tilegen.core.ir import i as I_TILE, j as J_TILE
 from tilegen.backends.compiler import Backend, compile_program
 from tilegen.backends.hooks import hooks
@@ -125,237 +147,64 @@ from tilegen.core.targets import Target, load_target, target_key
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
 DEFAULT_TARGET = "h200"
-PROGRAMS = ("fwd", "bwd-atomic", "bwd-separate")
 RUNTIME_SHAPES = ("B", "Hq", "Hkv", "Sq", "Sk")  # kernel arguments (any value); the rest are constexpr
 TL_DTYPES = {"fp16": "tl.float16", "bf16": "tl.bfloat16", "fp32": "tl.float32"}
 TORCH_DTYPES = {"fp16": "torch.float16", "bf16": "torch.bfloat16", "fp32": "torch.float32", "int32": "torch.int32"}
 INT32_MAX = 2**31 - 1
-ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "dq_tiles", "source")  # the rest are phases
 
 
-# --- the [triton] section of a target file ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """Launch knobs of one kernel: warps per program and software-pipelining depth."""
-
-    num_warps: int
-    num_stages: int
-    source: str
-
-
-@dataclass(frozen=True)
-class ScheduleRow:
-    """One ``[[triton.schedule]]`` row: when it applies, the tile sizes it sets, knobs per kernel phase."""
-
-    program: str
-    head_dim: int
-    causal: bool | None
-    dtype: str | None
-    tiles: tuple[int, int] | None
-    knobs: dict[str, Knobs]
-    source: str
-    index: int = -1  # its position among the file's [[triton.schedule]] rows
-    group: int | None = None  # applies only when G = Hq / Hkv is this (None: any)
-    group_split: int | None = None  # backward: programs sharing the query heads of one KV head
-    heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
-    min_seq_k: int | None = None  # applies only when Sk (the key length; a packed batch's total) is at least this
-    dq_tiles: str | None = None  # bwd-separate: "transposed" runs the dq kernel on Bc x Br tiles (None: "same")
-
-    def describe(self) -> str:
-        """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
-        tiles = f", Br {self.tiles[0]} x Bc {self.tiles[1]}" if self.tiles else ""
-        seq = f", Sk >= {self.min_seq_k}" if self.min_seq_k else ""
-        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{seq}{tiles})"
-
-    def stage_counts(self, default: Knobs) -> dict[str, int]:
-        """{kernel phase: num_stages} this row launches with (``"*"``: the phases it leaves to ``default``)."""
-        return {"*": default.num_stages, **{phase: k.num_stages for phase, k in self.knobs.items()}}
-
-    def matches(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> bool:
-        """Whether the row applies; ``program`` ``"bwd"`` takes a row of either backward program."""
-        return (
-            (self.program == program or (program == "bwd" and self.program.startswith("bwd-")))
-            and self.head_dim == head_dim
-            and (self.causal is None or self.causal == causal)
-            and (self.dtype is None or self.dtype == dtype)
-            and (self.group is None or self.group == group)
-            and (self.min_seq_k is None or seq_k >= self.min_seq_k)
-        )
-
-
-@dataclass(frozen=True)
-class TritonConfig:
-    """The ``[triton]`` section: the dQ strategy, default knobs, and measured schedule rows."""
-
-    dq_strategy: str
-    dq_source: str
-    default: Knobs
-    rows: tuple[ScheduleRow, ...]
-
-    def row(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> ScheduleRow | None:
-        """The first row (file order: most specific first) that applies, or None."""
-        for row in self.matching(program, head_dim, causal, dtype, group, seq_k):
-            return row
-        return None
-
-    def matching(self, program: str, head_dim: int, causal: bool, dtype: str, group: int = 1, seq_k: int = 0) -> list[ScheduleRow]:
-        """Every row that applies, in file order."""
-        return [row for row in self.rows if row.matches(program, head_dim, causal, dtype, group, seq_k)]
-
-
-def _knobs(data: Any, where: str, source: str) -> Knobs:
-    if not isinstance(data, dict):
-        raise TargetError(f"{where}: expected {{ num_warps = <int>, num_stages = <int> }}, got {data!r}")
-    warps, stages = data.get("num_warps"), data.get("num_stages")
-    if warps not in (1, 2, 4, 8, 16):
-        raise TargetError(f"{where}.num_warps = {warps!r} is invalid; accepted: 1, 2, 4, 8 or 16")
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= 8:
-        raise TargetError(f"{where}.num_stages = {stages!r} is invalid; accepted: an integer from 1 to 8")
-    return Knobs(warps, stages, data.get("source", source))
-
-
-def triton_config(target: Target) -> TritonConfig:
-    """Parse the ``[triton]`` section of ``target``'s file (defaults: atomic dQ, 4 warps, 2 stages).
-
-    Raises:
-        TargetError: a malformed entry (the message names the key, the value and what is accepted).
-    """
-    where = target.path
-    data = target.sections.get("triton", {})  # parsed from the same bytes as the rest of the target
-    strategy = data.get("dq_strategy", "atomic")
-    if strategy not in pipeline.DQ_STRATEGIES:
-        raise TargetError(f"{where}: triton.dq_strategy = {strategy!r} is invalid; accepted: {', '.join(pipeline.DQ_STRATEGIES)}")
-    default = _knobs(data.get("default", {"num_warps": 4, "num_stages": 2}), f"{where}: triton.default", "Triton's usual defaults")
-    rows = []
-    for n, row in enumerate(data.get("schedule", [])):
-        rw = f"{where}: triton.schedule[{n}]"
-        source = row.get("source")
-        if not isinstance(source, str) or not source:
-            raise TargetError(f"{rw}.source is missing; every row names where its numbers come from")
-        if row.get("program") not in PROGRAMS:
-            raise TargetError(f"{rw}.program = {row.get('program')!r} is invalid; accepted: {', '.join(PROGRAMS)}")
-        head_dim = row.get("head_dim")
-        if head_dim not in (16, 32, 64, 128, 256):
-            raise TargetError(f"{rw}.head_dim = {head_dim!r} is invalid; accepted: 16, 32, 64, 128 or 256 (the padded head dim)")
-        causal = row.get("causal")
-        if causal is not None and not isinstance(causal, bool):
-            raise TargetError(f"{rw}.causal = {causal!r} is invalid; accepted: true, false, or absent for both")
-        dtype = row.get("dtype")
-        if dtype is not None and dtype not in TL_DTYPES:
-            raise TargetError(f"{rw}.dtype = {dtype!r} is invalid; accepted: {', '.join(TL_DTYPES)} or absent")
-        tiles = None
-        if "Br" in row or "Bc" in row:
-            br, bc = row.get("Br"), row.get("Bc")
-            if br not in target.tiles["Br"] or bc not in target.tiles["Bc"]:
-                raise TargetError(f"{rw}: Br = {br!r}, Bc = {bc!r} are invalid; accepted: Br in {target.tiles['Br']}, Bc in {target.tiles['Bc']}")
-            tiles = (br, bc)
-        group = row.get("group")
-        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or group < 1):
-            raise TargetError(f"{rw}.group = {group!r} is invalid; accepted: a positive integer (G = Hq / Hkv) or absent for any")
-        split = row.get("group_split")
-        if split is not None and (isinstance(split, bool) or not isinstance(split, int) or not 1 <= split <= 64):
-            raise TargetError(f"{rw}.group_split = {split!r} is invalid; accepted: an integer from 1 to 64 (reduced to a divisor of G) or absent for 1")
-        min_seq_k = row.get("min_seq_k")
-        if min_seq_k is not None and (isinstance(min_seq_k, bool) or not isinstance(min_seq_k, int) or min_seq_k < 1):
-            raise TargetError(f"{rw}.min_seq_k = {min_seq_k!r} is invalid; accepted: a positive integer (the row applies when Sk is at least this) or absent for any")
-        heavy = row.get("heavy_first")
-        if heavy is not None and not isinstance(heavy, bool):
-            raise TargetError(f"{rw}.heavy_first = {heavy!r} is invalid; accepted: true, false, or absent for false")
-        dq_tiles = row.get("dq_tiles")
-        if dq_tiles is not None and (row.get("program") != "bwd-separate" or dq_tiles not in pipeline.DQ_TILES):
-            raise TargetError(f"{rw}.dq_tiles = {dq_tiles!r} is invalid; accepted: {' or '.join(map(repr, pipeline.DQ_TILES))} on a bwd-separate row, or absent")
-        if split is not None and not str(row.get("program")).startswith("bwd"):
-            raise TargetError(f"{rw}: group_split is a backward knob; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
-        knobs = {
-            phase: _knobs(value, f"{rw}.{phase}", source)
-            for phase, value in row.items()
-            if phase not in ROW_KEYS
-        }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k, dq_tiles))
-    return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
-
-
-# --- scheduling --------------------------------------------------------------------------------------
+# --- the schedule, as the program records it --------------------------------------------------------
 
 
 def _pow2(n: int) -> int:
     """The padded extent of a tile dim: a power of two, at least 16 (``tl.arange``, ``tl.dot``)."""
-    return next_pow2(n, 16)
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A ``[[triton.schedule]]`` row that applied but was not used, and why (its tiles overflow a level)."""
-
-    row: ScheduleRow
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.row.describe()} skipped: {self.reason}"
+    return padded(n)
 
 
 @dataclass(frozen=True)
 class Scheduled:
-    """One program as the Triton backend lowers it: the bound program, the pass log (whose ``schedule``
-    holds the cost model's prediction), the knobs per kernel phase, the schedule row used and the rows
-    that applied but did not fit."""
+    """One program as the Triton backend emits it: the compiled program and its pass log (whose
+    ``schedule`` holds the tile search's table and the cost model's prediction). The rest is read from
+    the program, where the GPU list recorded it (:mod:`tilegen.passes.gpu.rows`): the schedule row used,
+    the rows skipped and why, each kernel's launch knobs, where the tiles and knobs come from."""
 
-    kind: str
     program: Program
     log: PassLog
-    knobs: dict[str, Knobs]
-    row: ScheduleRow | None
-    skipped: tuple[Skipped, ...] = ()
-    given: bool = False  # the caller forced the tile sizes
-    split_source: str = ""  # where group_split and heavy_first (backward) or heavy_first (forward) come from
+
+    @property
+    def kind(self) -> str:
+        return program_kind(self.program)
+
+    @property
+    def knobs(self) -> dict[str, LaunchKnobs]:
+        return launch_knobs(self.program)
+
+    @property
+    def row(self) -> ScheduleRow | None:
+        return self.program.attr("schedule_row")
+
+    @property
+    def skipped(self) -> tuple[Skipped, ...]:
+        return tuple(self.program.attr("rows_skipped", ()))
+
+    @property
+    def given(self) -> bool:
+        """Whether the caller forced the tile sizes."""
+        return self.program.attr("tiles_source") == CALLER
+
+    @property
+    def split_source(self) -> str:
+        """Where group_split and heavy_first (backward) or heavy_first (forward) come from."""
+        return self.program.attr("heavy_first_source" if self.kind == "fwd" else "group_split_source")
 
     def tiles_source(self) -> str:
         """Where the tile sizes come from: the caller, a ``[[triton.schedule]]`` row (with its source), or
         the cost model (the fastest predicted feasible candidate of the pass pipeline)."""
-        if self.given:
-            return "given by the caller"
-        if self.row is not None and self.row.tiles is not None:
-            env = {str(k): v for k, v in self.program.env}
-            clamped = "" if (env["Br"], env["Bc"]) == self.row.tiles else ", clamped to the sequence lengths rounded up to a power of two"
-            return f"the target's {self.row.describe()}{clamped}: {self.row.source}"
-        return "the cost model: the fastest predicted feasible candidate"
+        return self.program.attr("tiles_source")
 
     def choice(self) -> dict:
-        """The schedule the module is emitted with, as plain data: ``Br``, ``Bc`` (the separate strategy:
-        ``dq_tiles``, ``transposed`` when its dq kernel runs on Bc x Br tiles), ``kernels``, the tile
-        sizes' source, and per kernel its ``num_warps``, ``num_stages`` and their source. The
-        manifest and ``tilegen inspect`` both print this."""
-        env = {str(k): v for k, v in self.program.env}
-        return {
-            "Br": env["Br"],
-            "Bc": env["Bc"],
-            **({"dq_tiles": self.program.attr("dq_tiles") or "same"} if self.kind == "bwd-separate" else {}),
-            "kernels": [k.name for k in self.program.kernels],
-            "tiles_source": self.tiles_source(),
-            **(
-                {
-                    "group_split": self.program.attr("group_split", 1),
-                    "heavy_first": bool(self.program.attr("heavy_first", False)),
-                    "group_split_source": self.split_source,
-                }
-                if self.kind != "fwd"
-                else {"heavy_first": bool(self.program.attr("heavy_first", False)), "heavy_first_source": self.split_source}
-            ),
-            "launch": {
-                k.name: {"num_warps": self.knobs[k.phase].num_warps, "num_stages": self.knobs[k.phase].num_stages, "source": self._knob_source(k.phase)}
-                for k in self.program.kernels
-            },
-        }
-
-    def _knob_source(self, phase: str) -> str:
-        knobs = self.knobs[phase]
-        if self.row is not None and self.row.knobs.get(phase) is knobs:
-            return f"the target's {self.row.describe()}"
-        if knobs.source == "given by the caller":
-            return knobs.source
-        return "the target's triton.default"
+        """:func:`schedule_choice` of the program."""
+        return schedule_choice(self.program)
 
 
 def _check_tiles(tile_sizes) -> None:
@@ -372,122 +221,68 @@ def _check_tiles(tile_sizes) -> None:
             raise SpecError("tile_sizes", "x".join(map(str, sizes)), "powers of two from 16 on a GPU target (Triton's tl.arange and tl.dot)")
 
 
-def schedule(
-    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
-    dq_tiles: str | None = None,
-) -> tuple[Scheduled, Scheduled]:
-    """The forward and fused backward programs of ``spec`` scheduled for ``target``.
-
-    Tile sizes: the first of the target's ``[[triton.schedule]]`` rows for the program, padded head dim,
-    mask and dtype whose tiles fit (clamped to the sequence rounded up to a power of two, as the
-    block-size search skips tiles larger than needed), else the pipeline's own choice. A row is checked
-    against every on-chip level before it is used, counting what the module allocates (padded head
-    dims, the tiles' dtypes, the row's ``num_stages``): the measured rows name a padded head dim and
-    often no dtype, and a row measured on bf16 may not fit fp32 or a padded D; a row that does not fit
-    is skipped, and :attr:`Scheduled.skipped` says why. ``tile_sizes`` (Br, Bc) forces both programs'
-    sizes instead, or ``{"fwd": (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked).
-
-    The backward's dQ strategy: ``dq_strategy`` (then only rows of that program apply), else the
-    program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
-    and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
-    (``dq_tiles`` overrides it; ``"transposed"`` needs the separate strategy) runs the dq kernel on transposed tiles
-    (:func:`tilegen.passes.lower.transpose_dq_tiles`); a row whose transposition does not apply (a
-    block table of the mask) is skipped like one that does not fit. ``knobs`` {phase: (num_warps,
-    num_stages)} overrides the target's launch knobs (for measuring alternatives).
+def check_request(target: Target, tile_sizes=None, dq_strategy: str | None = None, dq_tiles: str | None = None) -> None:
+    """Refuse what no GPU schedule takes, before anything compiles.
 
     Raises:
-        SpecError: an unknown dq strategy or dq_tiles, or forced tile sizes that are not powers of two
-            from 16; ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
-    """
-    tgt = load_target(target)
-    if tgt.kind != "gpu":
-        raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+        SpecError: forced tile sizes that are not powers of two from 16, an unknown dq strategy or
+            dq_tiles; TargetError: a malformed ``[triton]`` section of ``target``."""
     if tile_sizes is not None:
         _check_tiles(tile_sizes)
-    cfg = triton_config(tgt)
+    triton_config(target)
     if dq_strategy is not None and dq_strategy not in pipeline.DQ_STRATEGIES:
         raise SpecError("dq_strategy", dq_strategy, "one of " + ", ".join(pipeline.DQ_STRATEGIES))
     if dq_tiles is not None and dq_tiles not in pipeline.DQ_TILES:
         raise SpecError("dq_tiles", dq_tiles, "one of " + ", ".join(pipeline.DQ_TILES))
-    head_dim = _pow2(max(spec.head_dim_qk, spec.head_dim_v))
-    causal = spec.mask_kind != "none"
-    given = {phase: int(value[1]) for phase, value in (knobs or {}).items()}
-
-    def strategy_of(row) -> str:
-        if dq_strategy is not None:
-            return dq_strategy
-        return row.program.split("-", 1)[1] if row is not None else cfg.dq_strategy
-
-    def compile_with(kind, row, tiles):
-        stages = {**(row.stage_counts(cfg.default) if row else {"*": cfg.default.num_stages}), **given}
-        log = PassLog()
-        if kind == "fwd":
-            heavy = forward_knobs(row)[0]
-            options = Options(tile_sizes=tiles, num_stages=stages, heavy_first=heavy)
-        else:
-            split, heavy, _ = group_knobs(spec, row)
-            strategy = strategy_of(row)
-            own = row.dq_tiles if row is not None and row.program == f"bwd-{strategy}" else None  # a bwd-separate row's
-            options = Options(dq_strategy=strategy, tile_sizes=tiles, num_stages=stages, group_split=split, heavy_first=heavy, dq_tiles=dq_tiles or own or "same")
-        program = compile_program(spec, kind[:3], BACKEND, tgt, options, log)
-        return program, log
-
-    def refused(exc: Exception) -> bool:
-        """A row that cannot be used here: its tiles overflow a level, or its dq_tiles do not apply."""
-        return isinstance(exc, ScheduleError) or (isinstance(exc, SpecError) and exc.field == "dq_tiles" and dq_tiles is None)
-
-    out = []
-    for kind in ("fwd", "bwd" if dq_strategy is None else f"bwd-{dq_strategy}"):
-        rows = cfg.matching(kind, head_dim, causal, spec.dtype, spec.group, spec.seq_k)
-        forced = tile_sizes.get(kind.split("-")[0]) if isinstance(tile_sizes, dict) else tile_sizes
-        skipped: list[Skipped] = []
-        row = None
-        for candidate in rows + [None]:  # None: no row, the pipeline's own choice
-            if forced is not None:
-                tiles = tuple(forced)  # the caller's sizes; the first row that applies gives the knobs
-            elif candidate is not None and candidate.tiles is not None:
-                tiles = (min(candidate.tiles[0], _pow2(spec.seq_q)), min(candidate.tiles[1], _pow2(spec.seq_k)))
-            else:
-                tiles = None
-            try:
-                program, log = compile_with(kind, candidate, tiles)
-            except (ScheduleError, SpecError) as exc:
-                # forced sizes that overflow are the caller's error, not a row's
-                if candidate is None or not refused(exc) or (forced is not None and isinstance(exc, ScheduleError)):
-                    raise
-                skipped.append(Skipped(candidate, str(exc)))
-                continue
-            row = candidate
-            break
-        chosen = {k.phase: (row.knobs.get(k.phase) if row else None) or cfg.default for k in program.kernels}
-        for phase, value in (knobs or {}).items():
-            if phase in chosen:
-                chosen[phase] = Knobs(int(value[0]), int(value[1]), "given by the caller")
-        split_source = group_knobs(spec, row)[2] if kind != "fwd" else forward_knobs(row)[1]
-        label = kind if kind == "fwd" else f"bwd-{program.attr('dq_strategy')}"
-        out.append(Scheduled(label, program, log, chosen, row, tuple(skipped), given=forced is not None, split_source=split_source))
-    return out[0], out[1]
 
 
-def forward_knobs(row: ScheduleRow | None) -> tuple[bool, str]:
-    """(heavy_first, where it comes from) of the forward under ``row``: the row's value, false when
-    the row gives none."""
-    if row is None or row.heavy_first is None:
-        return False, "the default (Q tiles the fastest grid axis; no row sets heavy_first)"
-    return bool(row.heavy_first), f"the target's {row.describe()}: {row.source}"
+def emitted(spec: AttentionSpec, which: str, target: Target, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+            dq_tiles: str | None = None, log: PassLog | None = None) -> Scheduled:
+    """The ``which`` (``fwd`` or ``bwd``) program of ``spec`` as the module for the GPU ``target`` runs it:
+    the GPU list with the target's measured rows (select-row, :mod:`tilegen.passes.gpu.rows`);
+    arguments as :func:`schedule`, ``tile_sizes`` one pair."""
+    log = log if log is not None else PassLog()
+    launch = tuple(sorted((str(phase), int(value[0]), int(value[1])) for phase, value in (knobs or {}).items()))
+    if which == "fwd":
+        options = Options(tile_sizes=tile_sizes, schedule_rows=True, launch=launch)
+    else:
+        options = Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, schedule_rows=True, launch=launch, dq_tiles=dq_tiles)
+    return Scheduled(compile_program(spec, which, BACKEND, target, options, log), log)
 
 
-def group_knobs(spec: AttentionSpec, row: ScheduleRow | None) -> tuple[int, bool, str]:
-    """(group_split, heavy_first, where they come from) of the backward of ``spec`` under ``row``: the
-    row's values, the split reduced to the largest divisor of G = Hq / Hkv not above it; 1 and false
-    when the row gives none."""
-    split = row.group_split if row is not None and row.group_split is not None else None
-    heavy = bool(row.heavy_first) if row is not None and row.heavy_first is not None else False
-    if split is None and not heavy:
-        return 1, False, "the default (one program per KV head and K/V tile; no row sets group_split or heavy_first)"
-    value = max(d for d in range(1, min(split or 1, spec.group) + 1) if spec.group % d == 0)
-    clamped = f", reduced to {value}, the largest divisor of G = {spec.group} not above it" if split is not None and value != split else ""
-    return value, heavy, f"the target's {row.describe()}{clamped}: {row.source}"
+def schedule(
+    spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None, knobs=None,
+    dq_tiles: str | None = None,
+) -> tuple[Scheduled, Scheduled]:
+    """The forward and fused backward programs of ``spec`` scheduled for ``target``: the GPU list with the
+    target's measured rows (:mod:`tilegen.passes.gpu.rows`, which says how a row is chosen, clamped,
+    checked and skipped). ``tile_sizes`` (Br, Bc) forces both programs' sizes instead, or ``{"fwd":
+    (Br, Bc), "bwd": (Br, Bc)}`` each one's (still checked).
+
+    The backward's dQ strategy: ``dq_strategy`` (then only rows of that program apply), else the
+    program of the first backward row (``bwd-atomic`` or ``bwd-separate``, file order) that applies
+    and is used, else the target's ``triton.dq_strategy``. A ``bwd-separate`` row's ``dq_tiles``
+    (``dq_tiles`` overrides it; ``"transposed"`` needs the separate strategy) runs the dq kernel on
+    transposed tiles (:func:`tilegen.passes.gpu.transpose_dq_tiles.transpose_dq_tiles`); a row whose
+    transposition does not apply (a block table of the mask) is skipped like one that does not fit.
+    ``knobs`` {phase: (num_warps, num_stages)} overrides the target's launch knobs (for measuring
+    alternatives).
+
+    Raises:
+        SpecError: a target that is not a GPU's, an unknown dq strategy or dq_tiles, or forced tile sizes
+            that are not powers of two from 16; TargetError: a malformed ``[triton]`` section;
+            ScheduleError: forced tile sizes that do not fit, or no tile sizes fit at all.
+    """
+    tgt = load_target(target)
+    if tgt.kind != "gpu":
+        raise SpecError("target", tgt.name, "a GPU target (kind = 'gpu'), e.g. 'h200'")
+    check_request(tgt, tile_sizes, dq_strategy, dq_tiles)
+    per_program = isinstance(tile_sizes, dict)
+    fwd, bwd = (
+        emitted(spec, which, tgt, dq_strategy, tile_sizes.get(which) if per_program else tile_sizes, knobs, dq_tiles)
+        for which in ("fwd", "bwd")
+    )
+    return fwd, bwd
 
 
 # --- expressions -------------------------------------------------------------------------------------
@@ -740,185 +535,6 @@ class ModPrinter:
         return text if isinstance(f, (sympy.Symbol, sympy.Integer)) else f"({text})"
 
 
-# --- lowering steps ----------------------------------------------------------------------------------
-
-
-def transposed_tiles(program: Program, kernel: Kernel) -> frozenset[str]:
-    """The buffers held transposed: every [Br, Bc] tile of a kernel whose launch grid walks K/V tiles."""
-    if not any(loop.role == "kv_tile" for loop in grid_loops(kernel)):
-        return frozenset()
-    return frozenset(buf.name for buf in kernel.buffers if tuple(buf.shape) == (Br, Bc))
-
-
-def fuse_accumulation(body: tuple[Stmt, ...], uses: dict[str, int]) -> tuple[Stmt, ...]:
-    """``T = a @ b`` (alpha 1, T read once) followed in the same block by ``X = X + T`` becomes
-    ``X += a @ b`` at the add, when nothing in between writes a, b or T or reads T."""
-    out = list(body)
-    n = 0
-    while n < len(out):
-        mm = out[n]
-        if isinstance(mm, MatMul) and not mm.accumulate and mm.alpha == 1.0 and uses.get(mm.dst, 0) == 1:
-            for m in range(n + 1, len(out)):
-                s = out[m]
-                if isinstance(s, Elementwise) and s.op == "add" and mm.dst in s.args and len(set(s.args)) == 2:
-                    acc = next(a for a in s.args if a != mm.dst)
-                    if acc == s.dst:
-                        out[m] = dataclasses.replace(mm, dst=acc, accumulate=True)
-                        del out[n]
-                        n -= 1
-                    break
-                if set(_writes(s)) & {mm.a, mm.b, mm.dst} or mm.dst in _reads(s):
-                    break
-        n += 1
-    return tuple(out)
-
-
-def _reads(s: Stmt) -> tuple[str, ...]:
-    if isinstance(s, Loop):
-        return tuple(x for st, _ in walk(s.body) for x in st.buffers_read())
-    return s.buffers_read()
-
-
-def _writes(s: Stmt) -> tuple[str, ...]:
-    if isinstance(s, Loop):
-        return tuple(x for st, _ in walk(s.body) for x in st.buffers_written())
-    return s.buffers_written()
-
-
-def _reaching(kernel: Kernel) -> tuple[dict[int, dict[str, frozenset[int]]], dict[int, Stmt]]:
-    """Reaching definitions: for each statement (by id) and each buffer it reads, the ids of the
-    statements whose writes of that buffer can reach it. Loops may run zero or more times."""
-    stmts: dict[int, Stmt] = {}
-    uses: dict[int, dict[str, frozenset[int]]] = {}
-
-    def run(body, state: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-        for s in body:
-            if isinstance(s, Loop):
-                entry = dict(state)
-                while True:  # iterate to the loop's fixed point: defs of the body reach its next trip
-                    after = run(s.body, dict(entry))
-                    merged = {k: entry.get(k, frozenset()) | after.get(k, frozenset()) for k in set(entry) | set(after)}
-                    if merged == entry:
-                        break
-                    entry = merged
-                state = entry
-                continue
-            stmts[id(s)] = s
-            uses.setdefault(id(s), {})
-            for name in s.buffers_read():
-                uses[id(s)][name] = uses[id(s)].get(name, frozenset()) | state.get(name, frozenset())
-            for name in s.buffers_written():
-                state = dict(state)
-                state[name] = frozenset({id(s)})
-        return state
-
-    run(kernel.body, {})
-    return uses, stmts
-
-
-_LINEAR = ("copy", "add", "sub", "max", "zero_if_neginf")
-
-
-def fold_log2(kernel: Kernel) -> frozenset[int]:
-    """The statements (by id) whose result is kept multiplied by log2(e): every definition that reaches
-    an ``exp`` through linear, scale-commuting ops (copy, add, sub, max, zero_if_neginf, row max, mask,
-    a scaled matmul, a load, a fill). A ``ModOp`` score is a leaf: score′ = score_mod(S) is not linear
-    in S, so its result is multiplied by log2(e) after the mod and its argument stays in natural units. Empty when any such definition is of another kind (then the kernel
-    keeps natural exponentials)."""
-    uses, stmts = _reaching(kernel)
-    scaled: set[int] = set()
-    work: list[int] = []
-    for sid, s in stmts.items():
-        if isinstance(s, Elementwise) and s.op == "exp":
-            work.extend(uses[sid].get(s.args[0], ()))
-    while work:
-        sid = work.pop()
-        if sid in scaled:
-            continue
-        scaled.add(sid)
-        s = stmts[sid]
-        if isinstance(s, Elementwise) and s.op in _LINEAR:
-            for a in s.args:
-                if isinstance(a, str):
-                    work.extend(uses[sid].get(a, ()))
-        elif isinstance(s, (RowReduce, Mask)):
-            if isinstance(s, RowReduce) and s.op != "max":
-                return frozenset()
-            work.extend(uses[sid].get(s.src, ()))
-        elif isinstance(s, MatMul):
-            if s.accumulate:
-                return frozenset()
-        elif isinstance(s, (Load, Fill)):
-            pass
-        elif isinstance(s, ModOp) and s.op == "score":
-            pass  # score′ is not linear in its argument: its output is multiplied by log2(e), its input is not
-        else:
-            return frozenset()
-        # every use that sees this definition must see only scaled definitions
-        for uid, by_name in uses.items():
-            for name, defs in by_name.items():
-                if sid in defs:
-                    work.extend(d for d in defs if d not in scaled)
-    return frozenset(scaled)
-
-
-def mask_segments(program: Program, loop: Loop, mask: Mask, tails: dict[str, bool], shape: tuple) -> tuple[sympy.Expr, sympy.Expr] | None:
-    """Where a tile loop's tiles need no mask: (lo, hi), clamped into the loop's [start, stop), so that
-    [start, lo) and [hi, stop) need the mask and [lo, hi) does not; None when a condition is not linear.
-
-    A tile [r0, r0 + R) × [c0, c0 + C) needs no mask iff r0 + R ≤ Sq and c0 + C ≤ Sk (when the spec has
-    tails there) and, for a bounded window, c0 ≥ r0 + R − 1 + off − left and c0 + C − 1 ≤ r0 + off + right.
-    Each condition is linear in the loop variable, with a positive or negative coefficient, and gives a
-    lower (ceiling) or upper (floor) bound on it; conditions without it form a guard. With a mask mod
-    (``Program.mods.mask``) any tile may be cut, so there is no split (None): the block classes decide.
-    """
-    if program.mods is not None and program.mods.mask is not None:
-        return None
-    v = loop.var
-    rows, cols = shape
-    m = program.mask
-    conds: list[sympy.Expr] = []  # each: expr <= 0
-    if tails["rows"]:
-        conds.append(mask.row0 + rows - Sq)
-    if tails["cols"]:
-        conds.append(mask.col0 + cols - Sk)
-    if m.left >= 0:
-        conds.append(mask.row0 + rows - 1 + m.offset - m.left - mask.col0)
-    if m.right >= 0:
-        conds.append(mask.col0 + cols - 1 - mask.row0 - m.offset - m.right)
-    lowers, uppers, guards = [], [], []
-    for c in conds:
-        c = sympy.expand(c)
-        a = c.coeff(v)
-        rest = sympy.expand(c - a * v)
-        if a == 0:
-            guards.append(rest <= 0)
-        elif a.is_positive:
-            uppers.append(sympy.floor(-rest / a) + 1)  # a*v + rest <= 0  <=>  v <= -rest/a
-        elif a.is_negative:
-            lowers.append(sympy.ceiling(rest / -a))
-        else:
-            return None
-    start, stop = loop.start, loop.stop
-    lo = sympy.Max(start, *lowers) if lowers else start
-    lo = sympy.Min(lo, stop) if lowers else lo
-    hi = sympy.Min(stop, *uppers) if uppers else stop
-    hi = sympy.Max(hi, lo) if uppers else hi
-    if guards:
-        guard = sympy.And(*guards)
-        lo = sympy.Piecewise((lo, guard), (stop, True))
-        hi = sympy.Piecewise((hi, guard), (stop, True))
-    return lo, hi
-
-
-def heavy_last(program: Program, loop: Loop) -> bool:
-    """Whether a Q-tile grid axis has its heaviest programs last: with a causal-like window (right
-    bounded, left unbounded) Q tile i visits about i + 1 K/V tiles. The lowering then numbers the
-    programs from the last tile down, so the longest ones start first and the short ones fill the tail
-    of the launch (a load-balancing step; each program computes the same thing)."""
-    return loop.role == "q_tile" and program.mask.right >= 0 and program.mask.left < 0
-
-
 # --- block sparsity ----------------------------------------------------------------------------------
 
 LIST_NAMES = {"kv_tile": lambda bm: (f"{bm}_kvn", f"{bm}_kvi"), "q_tile": lambda bm: (f"{bm}_qn", f"{bm}_qi")}
@@ -963,15 +579,15 @@ class Line:
 class KernelLowering:
     """Lowers one kernel of a bound program into a template context (see the module docstring)."""
 
-    def __init__(self, program: Program, kernel: Kernel, knobs: Knobs):
+    def __init__(self, program: Program, kernel: Kernel, knobs: LaunchKnobs | None = None):
         self.program = program
         self.kernel = kernel
-        self.knobs = knobs
+        self.knobs = knobs if knobs is not None else kernel.get(LaunchKnobs)
         self.env = {str(k): v for k, v in program.env}
         self.bufs = {b.name: b for b in kernel.buffers}
-        self.transposed = transposed_tiles(program, kernel)
-        self.scaled = fold_log2(kernel)
-        self.uses, self.stmts = _reaching(kernel)
+        held = kernel.get(TransposedTiles)
+        self.transposed = frozenset(held.buffers) if held is not None else frozenset()
+        self.log2 = any(self._scaled(s) for s, _ in walk(kernel.body))
         self.wide = any(self._numel(t) > INT32_MAX for t in program.tensors)
         used = self._tensors_used()
         self.tensors = [t for t in program.tensors if t.name in used] + [t for t in block_list_tensors(program) if t.name in used]
@@ -1028,15 +644,15 @@ class KernelLowering:
         dims = [self.width(d) for d in buf.shape]
         return dims[::-1] if name in self.transposed else dims
 
-    def ref(self, arg, dst: str, sid: int | None = None, raw: bool = False) -> str:
-        """An operand of an elementwise op writing ``dst``: a float, or a buffer broadcast to dst's shape,
-        converted back from the log2 domain when it is scaled but ``dst`` is not."""
-        dst_scaled = sid in self.scaled
+    def ref(self, arg, dst: str, s: Stmt | None = None, raw: bool = False) -> str:
+        """An operand of the elementwise op ``s`` writing ``dst``: a float, or a buffer broadcast to dst's
+        shape, converted back from the log2 domain when it is scaled but ``dst`` is not."""
+        dst_scaled = self._scaled(s)
         if not isinstance(arg, str):
             value = float(arg) * (LOG2E if dst_scaled else 1.0)
             return repr(value) if math.isfinite(value) else f'float("{value}")'
         text = arg
-        src_scaled = self._all_scaled(sid, arg)
+        src_scaled = self._arg_scaled(s, arg)
         if src_scaled and not dst_scaled and not raw:
             text = f"({arg} * {LN2!r})"
         src_nd, dst_nd = len(self.bufs[arg].shape), len(self.bufs[dst].shape)
@@ -1091,19 +707,20 @@ class KernelLowering:
 
     # statements ---------------------------------------------------------------------------------------
     def emit(self, body, indent: int, unmasked: bool = False) -> None:
-        block = fuse_accumulation(tuple(body), self._use_counts())
-        for s in block:
+        pending: dict[str, MatMul] = {}  # products emitted at their add (AccumulateInto), by name
+        for s in body:
+            fused = s.get(AccumulateInto)
+            if fused is not None:
+                pending[s.dst] = s
+                continue
+            if isinstance(s, Elementwise) and s.op == "add" and any(a in pending for a in s.args):
+                mm = pending.pop(next(a for a in s.args if a in pending))
+                self.matmul(dataclasses.replace(mm, dst=s.dst, accumulate=True, ann=()), indent, unmasked)
+                continue
             if isinstance(s, Loop):
                 self.loop(s, indent)
             else:
                 getattr(self, type(s).__name__.lower())(s, indent, unmasked)
-
-    def _use_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for s, _ in walk(self.kernel.body):
-            for name in s.buffers_read():
-                counts[name] = counts.get(name, 0) + 1
-        return counts
 
     def loop(self, loop: Loop, indent: int) -> None:
         if loop.kind == "parallel":
@@ -1111,22 +728,17 @@ class KernelLowering:
         if loop.blocks:
             self.sparse_loop(loop, indent)
             return
-        masks = [s for s in loop.body if isinstance(s, Mask)]
         note = loop.note
-        if len(masks) == 1:
-            mask = masks[0]
-            shape = tuple(self.bufs[mask.src].shape)
-            tails = {"rows": self.value(Sq) % self.value(shape[0]) != 0, "cols": self.value(Sk) % self.value(shape[1]) != 0}
-            split = mask_segments(self.program, loop, mask, tails, shape)
-            if split is not None:
-                lo, hi = split
-                segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
-                for start, stop, whole, why in segments:
-                    if sympy.sympify(stop) == sympy.sympify(start):
-                        continue
-                    self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
-                    self.emit(loop.body, indent + 1, unmasked=whole)
-                return
+        split = loop.get(MaskSegments)
+        if split is not None:
+            lo, hi = split.whole(loop.start, loop.stop)
+            segments = [(loop.start, lo, False, "the mask cuts these tiles"), (lo, hi, True, "tiles the mask leaves whole"), (hi, loop.stop, False, "the mask cuts these tiles")]
+            for start, stop, whole, why in segments:
+                if sympy.sympify(stop) == sympy.sympify(start):
+                    continue
+                self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(start), "stop": TRITON_EXPR(stop), "note": f"{note}: {why}"}))
+                self.emit(loop.body, indent + 1, unmasked=whole)
+            return
         self.lines.append(Line(indent, "for", {"var": str(loop.var), "start": TRITON_EXPR(loop.start), "stop": TRITON_EXPR(loop.stop), "note": note}))
         self.emit(loop.body, indent + 1)
 
@@ -1177,9 +789,9 @@ class KernelLowering:
     def _printer(self, names: dict) -> "ModPrinter":
         return ModPrinter(names, {p.name: p for p in self.program.mods.params})
 
-    def _mod_src(self, name: str, sid: int) -> str:
-        """A buffer a mod reads, in natural units (converted back when it is kept scaled by log2 e)."""
-        return f"({name} * {LN2!r})" if self._all_scaled(sid, name) else name
+    def _mod_src(self, name: str, s: Stmt) -> str:
+        """A buffer the mod op ``s`` reads, in natural units (converted back when it is kept scaled by log2 e)."""
+        return f"({name} * {LN2!r})" if self._arg_scaled(s, name) else name
 
     def _window_conds(self, r: str, c: str, shape, always_bounds: bool = False) -> list[str]:
         """DESIGN §3's visibility of key c to query r: extents (where the spec has tails, or always) and
@@ -1202,7 +814,6 @@ class KernelLowering:
         from tilegen.core import mods as M
 
         mods = self.program.mods
-        sid = id(s)
         if s.op == "classify":
             names = self._mod_names(s.row0, s.col0, (Br, Bc), False, indent)
             conds = self._window_conds("q_idx", "kv_idx", (Br, Bc), always_bounds=True)
@@ -1214,12 +825,12 @@ class KernelLowering:
         src = s.args[0]
         shape = tuple(self.bufs[src].shape)
         t = src in self.transposed
-        raw = self._mod_src(s.args[1], sid) if len(s.args) > 1 else None
+        raw = self._mod_src(s.args[1], s) if len(s.args) > 1 else None
         if s.op == "score":
-            names = self._mod_names(s.row0, s.col0, shape, t, indent, score=self._mod_src(src, sid))
+            names = self._mod_names(s.row0, s.col0, shape, t, indent, score=self._mod_src(src, s))
             pr = self._printer(names)
             value = pr(mods.score) if mods.score is not None else names[M.SCORE]
-            if sid in self.scaled:
+            if self._scaled(s):
                 value = f"({value}) * {LOG2E!r}"
             self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": value}))
             if mods.mask is not None:
@@ -1231,7 +842,7 @@ class KernelLowering:
             return
         names = self._mod_names(s.row0, s.col0, shape, t, indent, score=raw, flat=s.op == "pgrad")
         pr = self._printer(names)
-        g = self._mod_src(src, sid)
+        g = self._mod_src(src, s)
         if s.op == "dscore":
             self.lines.append(Line(indent, "assign", {"dst": s.dst, "value": f"tl.where({g} == 0, 0.0, {g} * ({pr(mods.dscore)}))"}))
             return
@@ -1287,18 +898,18 @@ class KernelLowering:
                 other = repr(float(s.pad))
             elif t["col_pad"]:
                 other = "0.0"
-        scale = repr(LOG2E) if id(s) in self.scaled else None
+        scale = repr(LOG2E) if self._scaled(s) else None
         self.lines.append(Line(indent, "load", {"dst": s.dst, "ptr": t["ptr"], "mask": t["mask"], "other": other, "scale": scale}))
 
     def store(self, s: Store, indent: int, unmasked: bool) -> None:
         t = self.tile(s.dst, s.src in self.transposed, s.rows)
         value = s.src
-        if self._all_scaled(id(s), s.src):
+        if self._arg_scaled(s, s.src):
             value = f"({value} * {LN2!r})"
         self.lines.append(Line(indent, "atomic_add" if s.accumulate else "store", {"ptr": t["ptr"], "value": value, "mask": t["mask"]}))
 
     def fill(self, s: Fill, indent: int, unmasked: bool) -> None:
-        value = float(s.value) * (LOG2E if id(s) in self.scaled else 1.0)
+        value = float(s.value) * (LOG2E if self._scaled(s) else 1.0)
         text = repr(value) if math.isfinite(value) else f'float("{value}")'
         self.lines.append(Line(indent, "fill", {"dst": s.dst, "shape": self.shape(s.dst), "value": text, "dtype": TL_DTYPES[self.bufs[s.dst].dtype]}))
 
@@ -1312,7 +923,7 @@ class KernelLowering:
             first, second = self._factor(s.b, not tb), self._factor(s.a, not ta)
         else:
             first, second = self._factor(s.a, ta), self._factor(s.b, tb)
-        alpha = s.alpha * (LOG2E if id(s) in self.scaled else 1.0)
+        alpha = s.alpha * (LOG2E if self._scaled(s) else 1.0)
         fp32 = self.bufs[s.a].dtype == "fp32" or self.bufs[s.b].dtype == "fp32"
         self.lines.append(
             Line(
@@ -1331,11 +942,10 @@ class KernelLowering:
         )
 
     def elementwise(self, s: Elementwise, indent: int, unmasked: bool) -> None:
-        sid = id(s)
         op = s.op
-        if op == "exp" and sid not in self.scaled and self._all_scaled(sid, s.args[0]):
+        if op == "exp" and not self._scaled(s) and self._arg_scaled(s, s.args[0]):
             op = "exp2"  # the argument is kept in log2 units: exp(x) = exp2(x · log2 e)
-        args = [self.ref(a, s.dst, sid, raw=op == "exp2") for a in s.args]
+        args = [self.ref(a, s.dst, s, raw=op == "exp2") for a in s.args]
         dtype = self.bufs[s.dst].dtype
         names = [a for a in s.args if isinstance(a, str)]
         if self.bufs[s.dst].shape and names and all(not self.bufs[a].shape for a in names):
@@ -1348,9 +958,17 @@ class KernelLowering:
             op, cast = "copy", None
         self.lines.append(Line(indent, "elementwise", {"dst": s.dst, "op": op, "args": args, "cast": cast}))
 
-    def _all_scaled(self, sid: int, name) -> bool:
-        defs = self.uses.get(sid, {}).get(name, frozenset()) if isinstance(name, str) else frozenset()
-        return bool(defs) and all(d in self.scaled for d in defs)
+    @staticmethod
+    def _scaled(s: Stmt | None) -> bool:
+        """Whether ``s``'s result is kept multiplied by log2(e) (:class:`~tilegen.passes.gpu.fold_log2.Log2Scaled`)."""
+        ann = s.get(Log2Scaled) if s is not None else None
+        return ann is not None and ann.result
+
+    @staticmethod
+    def _arg_scaled(s: Stmt | None, name) -> bool:
+        """Whether the buffer ``name`` that ``s`` reads arrives multiplied by log2(e)."""
+        ann = s.get(Log2Scaled) if s is not None and isinstance(name, str) else None
+        return ann is not None and name in ann.args
 
     def rowreduce(self, s: RowReduce, indent: int, unmasked: bool) -> None:
         axis = 0 if s.src in self.transposed else 1
@@ -1403,7 +1021,7 @@ class KernelLowering:
         for axis, loop in enumerate(reversed(grid)):
             start = TRITON_EXPR(loop.start)
             pid = f"tl.program_id({axis})"
-            if heavy_last(self.program, loop) and any(s.role == "kv_tile" for s, _ in walk(loop.body) if isinstance(s, Loop)):
+            if loop.get(HeavyLast) is not None:
                 pid = f"({TRITON_EXPR(loop.stop - loop.start)} - 1 - {pid})"
             axes.append({"var": str(loop.var), "value": pid if start == "0" else f"{start} + {pid}", "size": PYTHON_EXPR(loop.stop - loop.start), "role": loop.role})
         for axis, loop in enumerate(reversed(grid)):
@@ -1443,7 +1061,7 @@ class KernelLowering:
             "knobs_source": self.knobs.source,
             "transposed": sorted(self.transposed),
             "tiles_transposed": self.kernel.phase == "dq" and self.program.attr("dq_tiles") == "transposed",
-            "log2": bool(self.scaled),
+            "log2": self.log2,
         }
 
 
@@ -1484,7 +1102,7 @@ def _pyliteral(obj) -> str:
 def _program_context(sched: Scheduled) -> dict:
     program = sched.program
     env = {str(k): v for k, v in program.env}
-    kernels = [KernelLowering(program, k, sched.knobs[k.phase]).lower() for k in program.kernels]
+    kernels = [KernelLowering(program, k).lower() for k in program.kernels]
     for k in kernels:  # both programs have one; the forward's and the backward's tile sizes may differ
         if k["phase"] == "classify":
             k["name"] = f"{sched.kind.split('-')[0]}_classify"
@@ -1535,7 +1153,7 @@ def _forward_heavy_note(program: Program) -> str:
     if not program.attr("heavy_first", False):
         return ""
     grid = grid_loops(program.kernel("fwd"))
-    reversed_ = heavy_last(program, grid[0])
+    reversed_ = grid[0].get(HeavyLast) is not None
     how = ", numbered from the last tile down (the heaviest programs of every head first)" if reversed_ else " (the window gives the Q tiles about the same work)"
     return f"heavy first: Q-tile grid axis outermost{how}"
 
@@ -1776,13 +1394,50 @@ def load(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy
 
 
 class Triton(Backend):
-    """The Triton backend (GPU targets): the pass list of :mod:`tilegen.passes.gpu`; the backward keeps
-    dK, dV on chip."""
+    """The Triton backend (GPU targets): the pass list of :mod:`tilegen.passes.gpu` (with the target's
+    measured rows for what it emits); the backward keeps dK, dV on chip."""
 
     name = "triton"
+    dkv_strategies = ("on-chip",)
+    compiles = True
+    torch_module = True
+    words = {
+        "units": "tensor cores (cube), CUDA cores (vector)",
+        "footprint_per": "per program (one SM: shared memory, registers)",
+        "traffic": "HBM traffic by tensor: ",
+    }
 
     def passes(self, ctx):
         return gpu_passes.passes(ctx)
+
+    def check_dkv(self, dkv_strategy):
+        """Refuse ``dkv_strategy`` ``atomic``: the Triton backward keeps dK, dV on chip.
+
+        Raises:
+            SpecError: ``"atomic"`` (or an unknown strategy)."""
+        if self.resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy != "on-chip":
+            raise SpecError("dkv_strategy", dkv_strategy, "on-chip or auto for a GPU target (its Triton backward keeps dK, dV on chip)")
+
+    def emitted_options(self, which, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
+        """The target's measured rows choose (``dq_strategy`` None: the rows', else the target's)."""
+        if which == "fwd":
+            return Options(tile_sizes=tile_sizes, schedule_rows=True)
+        return Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, schedule_rows=True, dq_tiles=None)
+
+    def emitted(self, spec, which, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None, log=None):
+        """As :meth:`Backend.emitted`, the request first checked (:func:`check_request`)."""
+        self.check_dkv(dkv_strategy)
+        check_request(load_target(target), tile_sizes, dq_strategy)
+        return compile_program(spec, which, self, target, self.emitted_options(which, dq_strategy, tile_sizes, dkv_strategy), log)
+
+    def dq_strategy(self, spec, target, tile_sizes=None) -> str:
+        """The strategy of the backward the target's rows choose (:func:`schedule`: the first backward
+        ``[[triton.schedule]]`` row that applies, else ``triton.dq_strategy``)."""
+        return schedule(spec, target, None, tile_sizes)[1].program.attr("dq_strategy")
+
+    def generate(self, spec, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
+        self.check_dkv(dkv_strategy)
+        return generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
 
 
 BACKEND = Triton()

@@ -65,7 +65,8 @@ def _choose_dkv(program, ctx: Context, rest):
     return None, c, done
 
 
-CHOOSE_DKV = Pass("choose-dkv-strategy", _choose_dkv, "dK/dV auto: the atomic or the on-chip backward, whichever the cost model predicts faster", search=True)
+CHOOSE_DKV = Pass("choose-dkv-strategy", _choose_dkv, "dK/dV auto: the atomic or the on-chip backward, whichever the cost model predicts faster", search=True,
+                  example=lambda ctx: ctx.with_options(dkv_strategy="atomic"))
 
 
 def passes(ctx: Context) -> tuple[Pass, ...]:

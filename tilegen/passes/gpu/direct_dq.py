@@ -1,14 +1,12 @@
-"""Target lowering passes of the GPU targets, run after the tile search (the Ascend passes are the modules of
-:mod:`tilegen.passes.ascend`).
-
-- :func:`direct_dq` (GPU, after tiles): the atomic backward where one K/V tile covers the keys (Sk <= Bc,
-  no block table, every Q tile visible from it: each dQ tile then gets one partial, from one program)
-  folds its pre and post kernels into main: D = rowsum(dO∘O) is computed where main loaded it (the
-  statements pre ran for it, on the same Q tile), and dQ = scale·dQp is cast and stored where main
-  added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 round trip go; a short
-  sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
-  launches). Not with sinks (the host's sink gradient reads D), mods, a packed batch's row ids or a
-  group split; only where main still fits (:func:`direct_dq_kept` names the condition).
+"""GPU pass direct-dq (after the tile search): the atomic backward where one K/V tile covers the keys
+(Sk <= Bc, no block table, every Q tile visible from it: each dQ tile then gets one partial, from one
+program) folds its pre and post kernels into main: D = rowsum(dO∘O) is computed where main loaded it
+(the statements pre ran for it, on the same Q tile), and dQ = scale·dQp is cast and stored where main
+added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 round trip go; a short
+sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
+launches). Not with sinks (the host's sink gradient reads D), mods, a packed batch's row ids or a group
+split; only where main still fits (:func:`direct_dq_kept` names the condition). The program records
+attr ``dq_direct``, or, a backward left as it is, ``dq_direct_kept``: why.
 """
 
 from __future__ import annotations
@@ -17,39 +15,10 @@ import dataclasses
 
 import sympy
 
-from tilegen.core.ir import (
-    Bc,
-    Br,
-    Load,
-    Loop,
-    Program,
-    Sk,
-    Sq,
-    Stmt,
-    Store,
-    grid_loops,
-    map_body,
-    rename_buffers,
-    substitute,
-    tensors_read,
-    tensors_written,
-    walk,
-)
-
-
-def _fits(kernel, target, env) -> bool:
-    """Whether every level's footprint of ``kernel`` fits its usable bytes at the bound sizes ``env``."""
-    from tilegen.models.footprint import kernel_footprints
-
-    return all(fp.value(env) <= fp.level.usable for fp in kernel_footprints(kernel, target))
-
-
-def _straight_grid_body(kernel) -> tuple[Stmt, ...] | None:
-    """The statements inside ``kernel``'s grid when they hold no loop, else None."""
-    grid = grid_loops(kernel)
-    if not grid or any(isinstance(st, Loop) for st in grid[-1].body):
-        return None
-    return grid[-1].body
+from tilegen.core.ir import Bc, Br, Load, Program, Sk, Sq, Stmt, Store, map_body, rename_buffers, straight_grid_body, walk
+from tilegen.models.footprint import kernel_fits
+from tilegen.passes.tiles import rescheduled
+from tilegen.passes.driver import Context, Pass
 
 
 def _slice_of(body: tuple[Stmt, ...], end: int) -> list[Stmt]:
@@ -68,15 +37,21 @@ class _Kept(Exception):
     """Why :func:`direct_dq` leaves a program as it is (the message)."""
 
 
+def direct_dq_or_why(program: Program, target, sinks: bool = False) -> tuple[Program, str]:
+    """(the program folded, "") where :func:`direct_dq` folds it, else (``program`` as it is, why not, in
+    words): one attempt of the fold."""
+    try:
+        return _direct_dq(program, target, sinks), ""
+    except _Kept as why:
+        return program, str(why)
+
+
 def direct_dq(program: Program, target, sinks: bool = False) -> Program:
     """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
     its pre and post kernels folded into main (see the module docstring); anything else is returned as
     it is (:func:`direct_dq_kept` says why). ``sinks``: the spec has sinks, whose gradient the host
     computes from D (a read the IR does not show), so D stays."""
-    try:
-        return _direct_dq(program, target, sinks)
-    except _Kept:
-        return program
+    return direct_dq_or_why(program, target, sinks)[0]
 
 
 def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
@@ -84,11 +59,7 @@ def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
     attr ``dq_direct``)."""
     if program.attr("dq_direct"):
         return ""
-    try:
-        _direct_dq(program, target, sinks)
-    except _Kept as why:
-        return str(why)
-    return ""
+    return direct_dq_or_why(program, target, sinks)[1]
 
 
 NOT_THE_FORM = "pre and post are not in the form the fold takes"
@@ -140,7 +111,7 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
     if len(readers) != 1:
         raise _Kept(NOT_THE_FORM)
     r, post = readers[0]
-    post_body = _straight_grid_body(post)
+    post_body = straight_grid_body(post)
     if post_body is None:
         raise _Kept(NOT_THE_FORM)
     post_loads = [st for st in post_body if isinstance(st, Load)]
@@ -158,7 +129,7 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
     if len(writers) != 1 or writers[0][0] > m or r < m:
         raise _Kept(NOT_THE_FORM)
     z, pre = writers[0]
-    pre_body = _straight_grid_body(pre)
+    pre_body = straight_grid_body(pre)
     if pre_body is None:
         raise _Kept(NOT_THE_FORM)
     if any(isinstance(st, Load) and st.src.tensor == d for n, k in enumerate(program.kernels) if n != m for st, _ in walk(k.body)):
@@ -213,44 +184,21 @@ def _direct_dq(program: Program, target, sinks: bool) -> Program:
     computed = dataclasses.replace(bufs[load_d.dst], stages=1)  # D is computed now, not loaded ahead
     kept = tuple(computed if b.name == load_d.dst else b for b in main.buffers)
     new_main = dataclasses.replace(main, body=map_body(main.body, edit), buffers=kept + tuple(new_bufs.values()))
-    if not _fits(new_main, target, {str(k): v for k, v in program.env}):
+    if not kernel_fits(new_main, target, {str(k): v for k, v in program.env}):
         raise _Kept("main with D's tiles would not fit the target's on-chip levels")
     kernels = [new_main if n == m else k for n, k in enumerate(program.kernels) if n not in (z, r)]
     tensors = tuple(t for t in program.tensors if t.name not in (ws, d))
     return dataclasses.replace(program, kernels=tuple(kernels), tensors=tensors).with_attrs(dq_direct=True)
 
 
-DQ_TILES = ("same", "transposed")  # the separate strategy's dq kernel: main's Br x Bc, or Bc x Br
+def _direct_dq_pass(program: Program, ctx: Context) -> Program:
+    out, why = direct_dq_or_why(program, ctx.target, ctx.spec.sinks)
+    if why and ctx.which == "bwd":  # the backward records why not (inspect prints it)
+        out = program.with_attrs(dq_direct_kept=why)
+    if ctx.log.schedule is not None:  # the tile table describes the kernels that are emitted
+        ctx.log.schedule = rescheduled(ctx.log.schedule, out, ctx.target)
+    return out
 
 
-def transpose_dq_tiles(program: Program) -> Program:
-    """The separate strategy's ``dq`` kernel on transposed tiles: its Q tiles Bc rows and its K/V tiles
-    Br columns (``Br`` and ``Bc`` exchanged in its statements, loop bounds and buffers), while ``main``
-    keeps Br x Bc. ``main`` holds two accumulators of its K/V tile (dK, dV) and streams Q tiles, ``dq``
-    one of its Q tile (dQ) and streams K/V tiles: each wants its held tile tall and its streamed tile short, so
-    one pair of sizes serves both (FlexAttention's backward: BLOCK_M2 = BLOCK_N1, BLOCK_N2 = BLOCK_M1,
-    torch/_inductor/kernel/flex). The values are unchanged: ``dq`` computes each dQ row from every K/V
-    column it sees whatever the tiling (only the accumulation order of dQ changes). The program records
-    attr ``dq_tiles``.
-
-    Raises:
-        ValueError: ``program`` has no ``dq`` kernel (not the separate strategy), or a tensor that
-            kernel reads or writes has a shape that depends on the tile sizes (a block table), which
-            the kernel would index with the other tiling.
-    """
-    dq = next((k for k in program.kernels if k.phase == "dq"), None)
-    if dq is None or program.attr("dq_strategy") != "separate":
-        raise ValueError(f"transpose_dq_tiles: program {program.name} has no dq kernel of the separate strategy")
-    touched = {n for st, _ in walk(dq.body) for n in tensors_read(st) + tensors_written(st)}
-    tiled = sorted(t.name for t in program.tensors if t.name in touched and any(sympy.sympify(d).free_symbols & {Br, Bc} for d in t.shape))
-    if tiled:
-        raise ValueError(f"transpose_dq_tiles: kernel dq reads or writes {', '.join(tiled)}, whose shapes depend on the tile sizes")
-    if any(lp.blocks for st, _ in walk(dq.body) for lp in ([st] if isinstance(st, Loop) else [])):
-        raise ValueError("transpose_dq_tiles: kernel dq skips tiles by a block table of Br x Bc tiles")
-    swap = {Br: Bc, Bc: Br}
-    body = tuple(substitute(st, swap, simultaneous=True) for st in dq.body)
-    buffers = tuple(dataclasses.replace(b, shape=tuple(sympy.sympify(d).subs(swap, simultaneous=True) for d in b.shape)) for b in dq.buffers)
-    new = dataclasses.replace(dq, body=body, buffers=buffers)
-    kernels = tuple(new if k is dq else k for k in program.kernels)
-    return dataclasses.replace(program, kernels=kernels).with_attrs(dq_tiles="transposed")
-
+DIRECT_DQ = Pass("direct-dq", _direct_dq_pass, "one K/V tile covers the keys: D computed and dQ stored by main, no pre and post launches "
+                 "(attr dq_direct; else the backward's attr dq_direct_kept says why not)")
