@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import sympy
 
+from helpers import make_spec
 from tilegen import builtin_spec
 from tilegen.backends import compile_backward, compile_forward
 from tilegen.backends.interp import interpret
@@ -145,6 +146,33 @@ def test_every_annotation_is_printed_and_reads_back(which):
         assert printed in text
         assert _read(printed, type(a)) == a
     assert sorted(_tags(text)) == sorted(fmt_annotation(a) for a in anns)  # nothing dropped, nothing more
+
+
+def test_every_gpu_annotation_is_printed_and_reads_back():
+    """The same on the GPU (h200) programs of tiny and of a causal spec with tails: the annotations the
+    GPU passes put there (each beside its pass in tilegen/passes/gpu/) print as ``@key(...)`` like the
+    Ascend knobs and read back equal."""
+    from tilegen.passes.gpu.fold_log2 import Log2Scaled
+    from tilegen.passes.gpu.fuse_accumulation import AccumulateInto
+    from tilegen.passes.gpu.heavy_last import HeavyLast
+    from tilegen.passes.gpu.mask_segments import MaskSegments
+    from tilegen.passes.gpu.pipelined_loads import PipelinedLoads
+    from tilegen.passes.gpu.rows import LaunchKnobs
+    from tilegen.passes.gpu.transposed_tiles import TransposedTiles
+
+    seen = set()
+    for spec in (builtin_spec("tiny"), make_spec(seq_q=72, seq_k=100, window=(-1, 0))):
+        for compile_ in (compile_forward, compile_backward):
+            program = compile_(spec, target="h200")
+            text = format_program(program)
+            anns = [a for node in _every_annotated_node(program) for a in node.ann]
+            for a in anns:
+                printed = fmt_annotation(a)
+                assert printed in text
+                assert _read(printed, type(a)) == a
+            assert sorted(_tags(text)) == sorted(fmt_annotation(a) for a in anns)
+            seen |= {type(a) for a in anns}
+    assert seen >= {PipelinedLoads, TransposedTiles, Log2Scaled, HeavyLast, AccumulateInto, MaskSegments, LaunchKnobs}
 
 
 @pytest.mark.parametrize("spec_name", ["tiny", "llama2-7b"])
