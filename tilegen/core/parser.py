@@ -74,7 +74,7 @@ class ParseError(TilegenError, ValueError):
 
 
 class _Fail(Exception):
-    """What a line's reader expected; :class:`_Lines` turns it into a :class:`ParseError` with the line."""
+    """What a line's reader expected; :func:`_guard` turns it into a :class:`ParseError` naming the line."""
 
     def __init__(self, expected: str):
         super().__init__(expected)
@@ -425,8 +425,8 @@ def _loop_head(text: str, ann) -> dict:
     bounds = split_top(m.group(3))
     if len(bounds) != 2:
         raise _Fail(f"loop bounds `[start, stop)`, not `[{m.group(3)})`")
-    fields = dict(var=index_symbol(m.group(2)), start=_expr(bounds[0]), stop=_expr(bounds[1]),
-                  kind=_LOOP_KINDS.get(m.group(1), m.group(1)))
+    fields = {"var": index_symbol(m.group(2)), "start": _expr(bounds[0]), "stop": _expr(bounds[1]),
+              "kind": _LOOP_KINDS.get(m.group(1), m.group(1))}
     for part in split_top(m.group(4) or ""):
         dom = re.fullmatch(r"domain (\S+)", part)
         blk = re.fullmatch(r"skipping tiles (\S+) marks empty", part)
@@ -552,7 +552,7 @@ def _mods(lines: _Lines):
         lineno, line = lines.next()
         text = line.strip()
 
-        def read():
+        def read(text: str):
             nonlocal score, mask
             p = re.fullmatch(r"param ([A-Za-z_]\w*)  (\[.*?\])  (\w+)(?:  values=(.*))?", text)
             if p:
@@ -571,7 +571,7 @@ def _mods(lines: _Lines):
             except ModError as exc:
                 raise _Fail(f"an expression of the mod language ({exc})") from None
 
-        _guard(lineno, line, read)
+        _guard(lineno, line, read, text)
     return ModSet(score=score, mask=mask, params=tuple(params))
 
 
