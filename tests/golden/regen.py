@@ -21,3 +21,10 @@ from tilegen.core.spec import builtin_spec  # noqa: E402
     )
 )
 (here / "fwd-ascend-tiny.txt").write_text(format_program(compile_forward(builtin_spec("tiny"), target="ascend910b2")))
+
+# The Before/Expected golden of every pass (tests/golden/passes/, tests/test_pass_goldens.py).
+from pass_goldens import regenerate  # noqa: E402
+
+left = regenerate()
+if left:
+    raise SystemExit(f"no case of tests/pass_goldens.py CASES changes the passes {left}: add one")
