@@ -320,7 +320,7 @@ def test_select_row_and_launch_knobs_record_the_schedule_in_the_program(tmp_path
 
     from tilegen.backends import backend_for
     from tilegen.backends.compiler import compile_program
-    from tilegen.passes.gpu.rows import LaunchKnobs
+    from tilegen.passes.gpu.rows import LaunchKnobs, recorded_row
     from tilegen.core.targets import load_target
     from tilegen.passes.driver import Options, PassLog
 
@@ -346,9 +346,10 @@ def test_select_row_and_launch_knobs_record_the_schedule_in_the_program(tmp_path
     candidates = [n for n, row in enumerate(data["schedule"]) if applies(row)]
     planted_at, used_at = candidates[0], candidates[1]
     assert data["schedule"][planted_at]["source"] == "planted: too large"
-    skipped = program.attr("rows_skipped")
-    assert [sk.row.index for sk in skipped] == [planted_at] and "SMEM" in skipped[0].reason
-    row = program.attr("schedule_row")
+    skipped = program.attr("rows_skipped")  # (row index, reason) pairs
+    assert [index for index, _ in skipped] == [planted_at] and "SMEM" in skipped[0][1]
+    assert program.attr("schedule_row") == used_at  # the row's index in the target file
+    row = recorded_row(program, load_target(str(path)))
     assert row.index == used_at and row.source == data["schedule"][used_at]["source"]
     assert program.attr("tiles_source").startswith(f"the target's triton.schedule[{used_at}]")
     used = data["schedule"][used_at]
@@ -405,7 +406,7 @@ def test_print_after_all_shows_the_emitted_program_on_a_gpu(capsys):
     steps = [line for line in out.splitlines() if line.startswith("# --- fwd:")]
     assert steps[-1] == "# --- fwd: after launch-knobs"
     row = tb.generate(builtin_spec("llama2-7b"), "h200").manifest["schedule"]["forward"]["tiles_source"]
-    assert row.startswith("the target's triton.schedule[") and f"tiles_source={row}" in out
+    assert row.startswith("the target's triton.schedule[") and f"tiles_source={row!r}" in out
 
 
 # --- pipelined-loads: the footprints read it through Annotation.pipelined_loads ---------------------

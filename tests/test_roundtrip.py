@@ -23,7 +23,7 @@ from tilegen.core.printer import format_program
 from tilegen.core.spec import builtin_spec, builtin_specs
 from tilegen.passes.driver import PassLog
 
-TARGETS = (None, "ascend910b2", "h200")
+TARGETS = (None, "ascend910b2", "h200", "h200 rows")  # "h200 rows": as generate emits it (select-row)
 
 
 def _first_difference(a, b, path: str = "program") -> str:
@@ -45,7 +45,12 @@ def _first_difference(a, b, path: str = "program") -> str:
 def _steps(name: str, target, which: str):
     log = PassLog()
     spec = builtin_spec(name)
-    if which == "fwd":
+    if target == "h200 rows":  # the target's measured rows, select-row's choice: the program the module renders
+        from tilegen.backends.triton import emitted
+        from tilegen.core.targets import load_target
+
+        emitted(spec, which, load_target("h200"), log=log)
+    elif which == "fwd":
         compile_forward(spec, target=target, log=log)
     else:
         compile_backward(spec, target=target, log=log)

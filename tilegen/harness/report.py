@@ -205,12 +205,12 @@ def _schedule_entries(entry: dict, program, which: str, target: Target) -> None:
     """The schedule a GPU program records (:mod:`tilegen.passes.gpu.rows`), added to its report entry:
     the rows used and skipped, the emitted choice (the manifest's), direct-dq's outcome, the origin of
     each value, and the GPU model's prediction."""
-    from tilegen.passes.gpu.rows import schedule_choice
+    from tilegen.passes.gpu.rows import recorded_row, recorded_skipped, schedule_choice
 
-    row = program.attr("schedule_row")
+    row = recorded_row(program, target)
     entry["triton_rows"] = {
         "used": f"{row.describe()}: {row.source}" if row else None,
-        "skipped": [sk.line() for sk in program.attr("rows_skipped", ())],
+        "skipped": [sk.line() for sk in recorded_skipped(program, target)],
     }
     choice = schedule_choice(program)
     entry["emitted"] = choice  # what `tilegen generate` writes in its manifest

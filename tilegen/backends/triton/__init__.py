@@ -123,6 +123,8 @@ from tilegen.passes.gpu.rows import (  # noqa: F401  (re-exported: the [triton] 
     LaunchKnobs,
     launch_knobs,
     program_kind,
+    recorded_row,
+    recorded_skipped,
     schedule_choice,
     ScheduleRow,
     Skipped,
@@ -170,6 +172,7 @@ class Scheduled:
 
     program: Program
     log: PassLog
+    target: Target
 
     @property
     def kind(self) -> str:
@@ -181,11 +184,11 @@ class Scheduled:
 
     @property
     def row(self) -> ScheduleRow | None:
-        return self.program.attr("schedule_row")
+        return recorded_row(self.program, self.target)
 
     @property
     def skipped(self) -> tuple[Skipped, ...]:
-        return tuple(self.program.attr("rows_skipped", ()))
+        return recorded_skipped(self.program, self.target)
 
     @property
     def given(self) -> bool:
@@ -247,7 +250,7 @@ def emitted(spec: AttentionSpec, which: str, target: Target, dq_strategy: str | 
         options = Options(tile_sizes=tile_sizes, schedule_rows=True, launch=launch)
     else:
         options = Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, schedule_rows=True, launch=launch, dq_tiles=dq_tiles)
-    return Scheduled(compile_program(spec, which, BACKEND, target, options, log), log)
+    return Scheduled(compile_program(spec, which, BACKEND, target, options, log), log, target)
 
 
 def schedule(

@@ -14,8 +14,8 @@ transposed dq tiles do not apply) is skipped, with the reason. Forced tile sizes
 (the first row that applies still gives the knobs) and, when they do not fit, are the caller's error.
 
 launch-knobs: each kernel's ``num_warps`` and ``num_stages`` and where they come from
-(:class:`LaunchKnobs`, ``@launch_knobs``), and the program's attrs ``schedule_row`` (the row used),
-``rows_skipped`` (:class:`Skipped`), ``tiles_source`` and ``group_split_source`` (backward) or
+(:class:`LaunchKnobs`, ``@launch_knobs``), and the program's attrs ``schedule_row`` (the index of the row used: :func:`recorded_row`),
+``rows_skipped`` ((index, reason) pairs: :func:`recorded_skipped`), ``tiles_source`` and ``group_split_source`` (backward) or
 ``heavy_first_source`` (forward). The manifest and ``tilegen inspect`` read them from the program.
 """
 
@@ -351,9 +351,9 @@ def _launch_knobs(program: Program, ctx: Context) -> Program:
     attrs: dict[str, object] = {"tiles_source": tiles_source}
     if choice is not None:  # the rows were consulted
         if row is not None:
-            attrs["schedule_row"] = row
+            attrs["schedule_row"] = row.index
         if choice.skipped:
-            attrs["rows_skipped"] = choice.skipped
+            attrs["rows_skipped"] = tuple((sk.row.index, sk.reason) for sk in choice.skipped)
         if ctx.which == "fwd":
             attrs["heavy_first_source"] = forward_knobs(row)[1]
         else:
@@ -374,6 +374,20 @@ LAUNCH_KNOBS = Pass(
 
 
 # --- the schedule as the program records it (what the manifest and inspect print) -----------------
+
+
+def recorded_row(program: Program, target: Target) -> ScheduleRow | None:
+    """The ``[[triton.schedule]]`` row of ``target`` that ``program`` records it used (attrs
+    ``schedule_row``: the row's index), or None."""
+    index = program.attr("schedule_row")
+    return None if index is None else next(r for r in triton_config(target).rows if r.index == index)
+
+
+def recorded_skipped(program: Program, target: Target) -> tuple[Skipped, ...]:
+    """The rows of ``target`` that ``program`` records were skipped, and why (attrs ``rows_skipped``:
+    (row index, reason) pairs)."""
+    rows = {r.index: r for r in triton_config(target).rows}
+    return tuple(Skipped(rows[index], reason) for index, reason in program.attr("rows_skipped", ()))
 
 
 def program_kind(program: Program) -> str:
