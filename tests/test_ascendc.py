@@ -296,8 +296,8 @@ def test_the_syncall_launch_protocol_is_the_lowerings(monkeypatch):
     assert src.count("SyncAll<false>();") == 2 and src.count("extern \"C\" __schedmode__(1)") == 1
     decided = ascendc.launch_protocol
 
-    def apart(name, kernels):  # the same kernels, told to run with no barrier
-        launch = decided(name, kernels)
+    def apart(name, kernels, names):  # the same kernels, told to run with no barrier
+        launch = decided(name, kernels, names)
         return dict(launch, batch_mode=False, steps=[dict(s, sync_all=False) for s in launch["steps"]])
 
     monkeypatch.setattr(ascendc, "launch_protocol", apart)
