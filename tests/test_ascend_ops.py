@@ -101,17 +101,19 @@ def test_template_renders_the_expansion():
     assert steady.index("Duplicate(A,") < steady.index("const int64_t j = j_;") < steady.index("Duplicate(C,")
 
 
-def test_every_op_class_has_its_macro():
-    """One macro per op class, named like it, in the dispatch table the ``ops`` macro reads; the template
-    decides nothing by an op's kind."""
+@pytest.mark.parametrize("classes, args, table", [(O.OP_CLASSES, "op, unit", "OPS"), (O.LINE_CLASSES, "t, op", "LINES")], ids=["ops", "mod lines"])
+def test_every_op_class_has_its_macro(classes, args, table):
+    """One macro per op class (and per line class of a mod op), named like it, in the dispatch table
+    the template reads; the template decides nothing by an op's kind."""
     text = TEMPLATE.read_text()
-    macros = set(re.findall(r"\{% macro (\w+)\(op, unit\) %\}", text))
-    table = dict(re.findall(r'"(\w+)": (\w+)', text[text.index("{% set OPS = {"):]))
-    names = {cls.__name__ for cls in O.OP_CLASSES}
-    assert names <= macros, sorted(names - macros)
-    assert {k for k, v in table.items() if k == v} >= names, sorted(names - set(table))
-    assert "kind ==" not in text.replace('t.kind == "input"', "")
-    assert all(cls.macro == cls.__name__ for cls in O.OP_CLASSES)
+    macros = set(re.findall(r"\{% macro (\w+)\(" + re.escape(args) + r"\) %\}", text)) - {"modline"}  # modline dispatches
+    start = text.index("{% set " + table + " = {")
+    entries = dict(re.findall(r'"(\w+)": (\w+)', text[start:text.index("} %}", start)]))
+    names = {cls.__name__ for cls in classes}
+    assert len(classes) > 20 and names == macros, sorted(names ^ macros)
+    assert entries == {n: n for n in names}, sorted(set(entries) ^ names)
+    assert all(cls.macro == cls.__name__ for cls in classes)
+    assert not re.search(r"\.(kind|i) ==", text.replace('t.kind == "input"', ""))
 
 
 def _tiny_model() -> float:
@@ -129,7 +131,12 @@ def test_the_model_prices_each_op_by_its_cycles(monkeypatch):
             assert _tiny_model() > base, cls.__name__
     with monkeypatch.context() as m:
         original = O.Matmul.steps
-        m.setattr(O.Matmul, "steps", lambda self, *a, **k: (lambda s: (s[0], [(x, y + 1e4) for x, y in s[1]]))(original(self, *a, **k)))
+
+        def slower(self, *a, **k):  # 10^4 more cycles on M per k-step
+            issue, steps = original(self, *a, **k)
+            return issue, [(mte1, mmad + 1e4) for mte1, mmad in steps]
+
+        m.setattr(O.Matmul, "steps", slower)
         assert _tiny_model() > base
     assert _tiny_model() == base
 

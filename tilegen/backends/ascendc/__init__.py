@@ -14,8 +14,9 @@ program into a MIX_AIC_1_2 kernel: one loop nest, emitted twice, once per unit:
 
 Program instances of the launch grid are spread over the AI Cores round robin; every AIV runs the same
 instances as its AIC. Decisions come from the IR (tile sizes, placement, loop bounds, masks, pads);
-the lowering here computes offsets, counts and flags, and the Jinja templates in
-``templates/ascendc/`` render them through one macro per operation, calling the fixed helpers of
+the lowering here (:meth:`AscendC.lower`) computes offsets, counts and flags into typed ops
+(:mod:`tilegen.backends.ascendc.ops`), and the Jinja templates in ``templates/ascendc/``
+(:meth:`AscendC.render`) render them through one macro per op class, calling the fixed helpers of
 ``tilegen_runtime.h``.
 """
 
@@ -1150,7 +1151,7 @@ class _ModReads:
             self.names[read] = name
             t = self.lo.tensors[str(read.base.label)]
             off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), self.lo.consts)
-            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
+            line = O.LineRead(name=name, ctype=ctype, gm=f"g_{t.name}", off=off)
             (self.body if M.Q_IDX in sympy.sympify(read).free_symbols else self.tile).append(line)
         return self.names[read]
 
@@ -1166,12 +1167,12 @@ class _ModReads:
             kdim = list(key.indices).index(M.KV_IDX)
             index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
             self.lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
-            self.tile.append({
-                "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
-                "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
-                "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-                "cpad": cpad,
-            })
+            self.tile.append(O.LineKeys(
+                dst=f"sm_k{n}", gm=f"g_{p.name}",
+                off=cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
+                valid=f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
+                cpad=cpad,
+            ))
             self.names[("key", key)] = f"sm_k{n}"
 
 
@@ -1188,16 +1189,16 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
     lo.need("VectorOp_count", cpad, what)
     for size in (ir.Sq, ir.Sk):
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
-    tile: list[dict] = []
-    body: list[dict] = []
-    post: list[dict] = []
+    tile: list[O.ModLine] = []
+    body: list[O.ModLine] = []
+    post: list[O.ModLine] = []
     reads = _ModReads(lo, tile, body)
     scalar, cint = reads.scalar, reads.cint
     nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
 
     def columns():
-        if not any(t["i"] == "cols" for t in tile):
-            tile.insert(0, {"i": "cols", "cpad": cpad})
+        if not any(isinstance(t, O.LineColumns) for t in tile):
+            tile.insert(0, O.LineColumns(cpad=cpad))
 
     def term_scale(t) -> str:
         k = cfloat(t.k)
@@ -1223,37 +1224,37 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
 
     if stmt.op == "score":
         if plan.cap is not None:
-            body.append({"i": "softcap", "cap": cfloat(plan.cap), "cpad": cpad})
+            body.append(O.LineSoftcap(cap=cfloat(plan.cap), cpad=cpad))
         for t in plan.terms:
             if t.kind == "distance":
                 columns()
-                body.append({"i": "distance", "center": cint(M.Q_IDX + t.K), "scale": term_scale(t), "cpad": cpad})
+                body.append(O.LineDistance(center=cint(M.Q_IDX + t.K), scale=term_scale(t), cpad=cpad))
             else:
-                body.append({"i": "table", "scale": cfloat(t.k), "n": nvalid, **table(t)})
+                body.append(O.LineTable(scale=cfloat(t.k), n=nvalid, **table(t)))
         if plan.mask is not None:
             AM.check_cpad(cpad, what)
             columns()
             reads.keys(plan, cpad, what)
             if stmt.blocks:
-                tile.append({"i": "full", "cond": f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"})
-                body.append({"i": "open", "cond": "!mfull"})
+                tile.append(O.LineFull(cond=f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"))
+                body.append(O.LineOpen(cond="!mfull"))
             body.extend(_mask_instrs(plan.mask, 0, reads.names, cint, cpad))
-            body.append({"i": "hide", "cpad": cpad})
+            body.append(O.LineHide(cpad=cpad))
             if stmt.blocks:
-                body.append({"i": "close"})
+                body.append(O.LineClose())
     elif stmt.op == "dscore":
         if plan.cap is None or len(stmt.args) < 2:
             raise TargetError(f"dscore of {mods.describe().get('score_mod')}: only a softcap has a derivative other than 1")
-        body.append({"i": "dsoftcap", "raw": stmt.args[1], "cap": cfloat(plan.cap), "cpad": cpad})
+        body.append(O.LineSoftcapGrad(raw=stmt.args[1], cap=cfloat(plan.cap), cpad=cpad))
     elif stmt.op == "pgrad":
         t = AM.grad_term(plan, mods, stmt.term)
         width = lo.grad_width(stmt.term)
         if t.kind == "distance":
             columns()
             lo.need("VectorOp_count", cols, what)
-            tile.append({"i": "acc"})
-            body.append({"i": "distance_dot", "center": cint(M.Q_IDX + t.K), "cols": cols, "cpad": cpad})
-            post.append({"i": "acc_out", "scale": cfloat(t.k)})
+            tile.append(O.LineAcc())
+            body.append(O.LineDistanceDot(center=cint(M.Q_IDX + t.K), cols=cols, cpad=cpad))
+            post.append(O.LineAccOut(scale=cfloat(t.k)))
         else:
             from tilegen.core.mods import grad_window
 
@@ -1262,10 +1263,9 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
             origin = origins[t.dim].xreplace({M.Q_IDX: ir.i * ir.Br, M.KV_IDX: ir.j * ir.Bc}) if t.dim >= 0 else 0
             e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K - origin if t.dim >= 0 else sympy.Integer(0)
             lo.need("VectorOp_count", width, what)
-            tile.append({"i": "zero", "n": width})
-            body.append({"i": "table_grad", "t0": cexpr(AM.to_c(e0), lo.consts), "step": t.d, "scale": cfloat(t.k),
-                         "n": nvalid, "width": width})
-            post.append({"i": "to_store"})
+            tile.append(O.LineZero(n=width))
+            body.append(O.LineTableGrad(t0=cexpr(AM.to_c(e0), lo.consts), step=t.d, scale=cfloat(t.k), n=nvalid, width=width))
+            post.append(O.LineToStore())
     else:
         raise TargetError(f"no Ascend C lowering for mod op {stmt.op}")
     return O.Mod(note=f"{stmt.op} mod of {buf.name}", buf=buf.name, rows=rows, cpad=cpad, row0=f"({cexpr(stmt.row0, lo.consts)} + {rows}LL * sub)",
@@ -1292,8 +1292,8 @@ def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
     """tile / body lists of a mask evaluation (see :func:`_mod_op`) for ``rows`` rows from row0 (no AIV
     split: the classification runs on one AIV)."""
     plan = lo.modplan
-    tile: list[dict] = [{"i": "cols", "cpad": cpad}]
-    body: list[dict] = []
+    tile: list[O.ModLine] = [O.LineColumns(cpad=cpad)]
+    body: list[O.ModLine] = []
     reads = _ModReads(lo, tile, body)
     reads.keys(plan, cpad, "the block classification")
     body.extend(_mask_instrs(plan.mask, 0, reads.names, reads.cint, cpad))
@@ -1310,19 +1310,19 @@ def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
     }
 
 
-def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[dict]:
+def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[O.ModLine]:
     """Instructions leaving the 0/1 visibility of ``node`` in row sm_v{depth} (a register stack)."""
     kind = node[0]
     if kind == "cmp":
         _, mode, vec, x = node
         src = reads[("key", vec)] if vec is not None else "sc_col"
-        return [{"i": "cmp", "dst": f"sm_v{depth}", "src": src, "x": cint(x), "mode": mode, "cpad": cpad}]
+        return [O.LineCompare(dst=f"sm_v{depth}", src=src, x=cint(x), mode=mode, cpad=cpad)]
     if kind == "not":
-        return _mask_instrs(node[1], depth, reads, cint, cpad) + [{"i": "not", "dst": f"sm_v{depth}", "cpad": cpad}]
+        return _mask_instrs(node[1], depth, reads, cint, cpad) + [O.LineNot(dst=f"sm_v{depth}", cpad=cpad)]
     out = _mask_instrs(node[1][0], depth, reads, cint, cpad)
     for child in node[1][1:]:
         out += _mask_instrs(child, depth + 1, reads, cint, cpad)
-        out.append({"i": "and" if kind == "and" else "or", "dst": f"sm_v{depth}", "src": f"sm_v{depth + 1}", "cpad": cpad})
+        out.append((O.LineAnd if kind == "and" else O.LineOr)(dst=f"sm_v{depth}", src=f"sm_v{depth + 1}", cpad=cpad))
     return out
 
 

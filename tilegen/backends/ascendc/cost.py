@@ -20,7 +20,10 @@ from tilegen.passes.ascend.stream_programs import Stream
 # The roofline above assumes every unit overlaps every other. The model below describes the kernels
 # `tilegen generate` emits for an Ascend target as they are written: each runtime helper
 # (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
-# target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
+# target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait (each
+# typed op's cost is its own method, tilegen.backends.ascendc.ops.Op.cycles, Matmul.steps for a product's
+# k-steps; the per-instruction figures are timeline.Costs', those the timeline prices traced instructions
+# with); the
 # helpers of one core run one after another (each begins by waiting for the pipe before it), except the
 # cube's products (their k-steps' LoadData on MTE1 beside the Mmads on M, one L0A/L0B half each; a
 # chunked product's Mmads into an L0C half after that half's last Fixpipe, its Fixpipes on FIX beside
@@ -30,16 +33,18 @@ from tilegen.passes.ascend.stream_programs import Stream
 # them, their pipe runs them in order (a hand-off's flag is set on that pipe after its copy), and the next
 # compute helper starts when they are done (a copy with the knob @wait_at_read: when its WaitLoaded
 # is reached, so the helpers in between overlap it; a store with @wait_at_rewrite: at the
-# WaitMte3ToV before its tile's next writer, op wait_stored); the AIC
+# WaitMte3ToV before its tile's next writer, op WaitStored); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
-# reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
-# @pipelined) is unrolled as each unit issues it: its earlier stage of the first d pairs (d =
-# @pipelined lookahead), then per pair k its earlier stage of pair k + d before its later stage of pair k (a
-# hoisted receive of pair k between the earlier stage's first receive and its rest), so the model
-# overlaps the cube and the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
+# reuses one, and each ready flag id is its own queue). A software-pipelined loop (ops.PipelinedLoop,
+# @pipelined) is unrolled as each unit issues it, in the order of its one expansion (ops.expand, which
+# the template renders too): its earlier stage of the first d pairs (d = @pipelined lookahead), then per
+# pair k its earlier stage of pair k + d before its later stage of pair k (a hoisted receive of pair k
+# between the earlier stage's first receive and its rest), so the model overlaps the cube and the
+# vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
 # instance, and the instances are dealt over the cores as the kernels deal them.
+
 
 def _chunks(n: int, width: int) -> list[int]:
     """The column widths of a product of n columns computed in chunks of ``width`` (@n_chunk)."""

@@ -926,7 +926,7 @@ class ModWindow:
 class Mod(Op):
     """A score or mask mod on this AIV's rows of ``buf`` (:mod:`tilegen.backends.ascendc.mods`): the
     per-tile lines ``tile``, per row the lines ``body``, then ``post`` (each one runtime call:
-    ``tilegen::Mod*``, ``Duplicate``, ``Mul``, ``Max``; see the template's ``modline``)."""
+    ``tilegen::Mod*``, ``Duplicate``, ``Mul``, ``Max``: :class:`ModLine`)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "mod"
@@ -936,9 +936,9 @@ class Mod(Op):
     cpad: int
     row0: str
     col0: str
-    tile: tuple[dict, ...]
-    body: tuple[dict, ...]
-    post: tuple[dict, ...]
+    tile: tuple[ModLine, ...]
+    body: tuple[ModLine, ...]
+    post: tuple[ModLine, ...]
 
 
 @dataclass(frozen=True)
@@ -954,13 +954,207 @@ class Classify(Op):
     cpad: int
     row0: str
     col0: str
-    tile: tuple[dict, ...]
-    body: tuple[dict, ...]
-    post: tuple[dict, ...]
+    tile: tuple[ModLine, ...]
+    body: tuple[ModLine, ...]
+    post: tuple[ModLine, ...]
     blocks: str
     window: ModWindow
     cols: int
     full: int
+
+
+# --- the lines of a mod op -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModLine:
+    """One line of a :class:`Mod` or :class:`Classify` op's C++ (a runtime call or a scalar statement, on
+    this AIV's row ``row`` or the tile's scratch rows); ``macro``: the kernels.asc.jinja macro that renders
+    it (the class name)."""
+
+    macro: ClassVar[str] = "ModLine"
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.macro = cls.__name__
+
+
+@dataclass(frozen=True)
+class LineColumns(ModLine):
+    """The tile's key indices mcol0 + c as floats in ``sc_col``: ``tilegen::ModColumns`` (``CreateVecIndex``)."""
+
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineRead(ModLine):
+    """A scalar parameter read ``name`` of C type ``ctype``: ``GlobalTensor::GetValue`` of ``gm`` at ``off``."""
+
+    name: str
+    ctype: str
+    gm: str
+    off: str
+
+
+@dataclass(frozen=True)
+class LineKeys(ModLine):
+    """An int32 parameter row at the tile's keys into ``dst`` as floats: ``tilegen::ModLoadKeys``
+    (``DataCopyPad``, ``Duplicate``, ``Cast``); ``valid`` keys (C++)."""
+
+    dst: str
+    gm: str
+    off: str
+    valid: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineFull(ModLine):
+    """``mfull``: the tile is all visible (C++ ``cond``, the block table), the mask mod not evaluated."""
+
+    cond: str
+
+
+@dataclass(frozen=True)
+class LineOpen(ModLine):
+    """``if (cond) {``."""
+
+    cond: str
+
+
+@dataclass(frozen=True)
+class LineClose(ModLine):
+    """``}``."""
+
+
+@dataclass(frozen=True)
+class LineSoftcap(ModLine):
+    """``cap·tanh(x/cap)`` on the row: ``tilegen::ModSoftcap`` (``Muls``, ``Exp``, ``Adds``, ``Reciprocal``)."""
+
+    cap: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineSoftcapGrad(ModLine):
+    """The row times ``1 - tanh²(raw/cap)`` at the raw scores ``raw``: ``tilegen::ModSoftcapGrad``."""
+
+    raw: str
+    cap: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineDistance(ModLine):
+    """``scale·|center - kv_idx|`` added to the row: ``tilegen::ModDistanceAdd`` (``Adds``, ``Abs``, ``Muls``, ``Add``)."""
+
+    center: str
+    scale: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineTable(ModLine):
+    """``scale·P[base + (e0 + step·c)·stride]`` added to the row's ``n`` valid entries, read from ``gm`` of
+    ``len`` entries along the index: ``tilegen::ModTableAdd`` (``GetValue``/``SetValue``)."""
+
+    scale: str
+    n: str
+    gm: str
+    base: str
+    stride: str
+    e0: str
+    step: int
+    len: str
+
+
+@dataclass(frozen=True)
+class LineCompare(ModLine):
+    """``dst = (src mode x)`` as 0/1: ``tilegen::ModCompare`` (``Compares``, ``Select``)."""
+
+    dst: str
+    src: str
+    x: str
+    mode: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineNot(ModLine):
+    """``dst = 1 - dst``: ``tilegen::ModNot`` (``Muls``, ``Adds``)."""
+
+    dst: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineAnd(ModLine):
+    """``dst = dst·src`` of 0/1 rows: ``Mul``."""
+
+    dst: str
+    src: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineOr(ModLine):
+    """``dst = max(dst, src)`` of 0/1 rows: ``Max``."""
+
+    dst: str
+    src: str
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineHide(ModLine):
+    """-inf where the mask row ``sm_v0`` is 0: ``tilegen::ModHide`` (``Compares``, ``Select``)."""
+
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineAcc(ModLine):
+    """``float macc = 0.0f;``: a distance term's gradient accumulated on the scalar unit."""
+
+
+@dataclass(frozen=True)
+class LineDistanceDot(ModLine):
+    """``macc += Σ row·|center - kv_idx|`` over ``cols`` keys: ``tilegen::ModDistanceDot`` (``Mul``, ``ReduceSum``)."""
+
+    center: str
+    cols: int
+    cpad: int
+
+
+@dataclass(frozen=True)
+class LineAccOut(ModLine):
+    """``scale·macc`` into the gradient window ``sm_g``: ``Duplicate``."""
+
+    scale: str
+
+
+@dataclass(frozen=True)
+class LineZero(ModLine):
+    """The gradient window ``sm_g`` of ``n`` entries zeroed: ``Duplicate``."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class LineTableGrad(ModLine):
+    """The row's ``n`` valid entries times ``scale`` added into the window ``sm_g`` of ``width`` entries
+    from ``t0`` in steps of ``step``: ``tilegen::ModTableGrad`` (``GetValue``/``SetValue``)."""
+
+    t0: str
+    step: int
+    scale: str
+    n: str
+    width: int
+
+
+@dataclass(frozen=True)
+class LineToStore(ModLine):
+    """The window's scalar writes ordered before its store: ``tilegen::ModWindowToStore`` (``S -> MTE3``)."""
 
 
 # --- walking -------------------------------------------------------------------------------------------
@@ -992,4 +1186,7 @@ def walk(ops) -> Iterator[Op]:
 OP_CLASSES: tuple[type[Op], ...] = tuple(
     cls for cls in list(globals().values())
     if isinstance(cls, type) and issubclass(cls, Op) and cls not in (Op, Elementwise)
+)
+LINE_CLASSES: tuple[type[ModLine], ...] = tuple(
+    cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, ModLine) and cls is not ModLine
 )
