@@ -13,6 +13,7 @@ import pytest
 from helpers import assert_backward_ok, assert_forward_ok, inputs, make_spec, subnormal_p_case
 from tilegen.backends import ascendc
 from tilegen.backends.ascendc import twin
+from tilegen.backends.ascendc.ops import L1Load, walk
 from tilegen.backends.output import write
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError, TargetError
@@ -122,19 +123,9 @@ def test_bsnd_row_pitch_past_16_bits_runs_on_the_twin(tmp_path, monkeypatch):
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
     assert_fields_within_proof(tmp_path / "fields.txt", spec)
     plans = ascendc.plan_programs(spec, "ascend910b2")[1]
-    loads = [op for p in plans for k in p.kernels for op in _ops(k.aic.ops) if op["kind"] == "l1_load"]
+    loads = [op for p in plans for k in p.kernels for op in walk(k.aic.ops) if isinstance(op, L1Load)]
     strided = {"g_Q", "g_K", "g_V", "g_O", "g_dO"}  # BSND tensors: row pitch 520 * 128
-    assert loads and all(op["rowwise"] == (op["gm"] in strided) for op in loads), [(op["gm"], op["rowwise"]) for op in loads]
-
-
-def _ops(ops):
-    """Every plan op, those inside loops, pipelined loops and streams (@stream) included."""
-    for op in ops:
-        yield op
-        for key in ("body", "stage0", "stage1", "hoisted", "open_a", "open_b", "close"):
-            yield from _ops(op.get(key, []))
-        if op["kind"] == "stream":
-            yield from _ops([op["ploop"]])
+    assert loads and all(op.rowwise == (op.gm in strided) for op in loads), [(op.gm, op.rowwise) for op in loads]
 
 
 def test_kernels_refuse_run_time_sizes_past_their_proof(tmp_path):

@@ -59,6 +59,24 @@ class Backend:
         """The passes that compile ``ctx``'s program for this target, in order."""
         raise NotImplementedError
 
+    def lower(self, program: Program, target, spec, label: str):
+        """``program`` (``"fwd"`` or ``"bwd"`` by ``label``, compiled by :func:`compile_program` for the
+        loaded ``target``) in this backend's own typed form (for Ascend C, a
+        :class:`tilegen.backends.ascendc.ProgramPlan` of typed ops, :mod:`tilegen.backends.ascendc.ops`).
+
+        Raises:
+            NotImplementedError: the backend emits no code through a typed form (the interpreter)."""
+        raise NotImplementedError(f"the {self.name} backend has no typed lowering")
+
+    def render(self, plan):
+        """The files of a kernel set (a :class:`tilegen.backends.output.Generated`: name -> text, and its
+        manifest) from what :meth:`lower` produced; the backend says what ``plan`` bundles (for Ascend C a
+        :class:`tilegen.backends.ascendc.KernelSet`: both programs' plans, the spec and the target).
+
+        Raises:
+            NotImplementedError: as :meth:`lower`."""
+        raise NotImplementedError(f"the {self.name} backend renders no files from a typed plan")
+
     def resolve(self, options: Options) -> Options:
         """``options`` with ``dkv_strategy`` resolved for this target (:attr:`dkv_default` for None or
         ``"auto"``).

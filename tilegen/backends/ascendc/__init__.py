@@ -14,13 +14,15 @@ program into a MIX_AIC_1_2 kernel: one loop nest, emitted twice, once per unit:
 
 Program instances of the launch grid are spread over the AI Cores round robin; every AIV runs the same
 instances as its AIC. Decisions come from the IR (tile sizes, placement, loop bounds, masks, pads);
-the lowering here computes offsets, counts and flags, and the Jinja templates in
-``templates/ascendc/`` render them through one macro per operation, calling the fixed helpers of
+the lowering here (:meth:`AscendC.lower`) computes offsets, counts and flags into typed ops
+(:mod:`tilegen.backends.ascendc.ops`), and the Jinja templates in ``templates/ascendc/``
+(:meth:`AscendC.render`) render them through one macro per op class, calling the fixed helpers of
 ``tilegen_runtime.h``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -54,6 +56,7 @@ from tilegen.core.ir import (
     walk,
 )
 from tilegen.backends.ascendc import mods as AM
+from tilegen.backends.ascendc import ops as O
 from tilegen.core import mods as M
 from tilegen.backends.compiler import Backend, compile_program
 from tilegen.backends.hooks import hooks
@@ -314,7 +317,7 @@ class Side:
     counters: list[str] = field(default_factory=list)
     drains: list[tuple[str, str]] = field(default_factory=list)  # (counter, flag) waited once at the end
     frees: list[str] = field(default_factory=list)  # the V -> MTE2 events of the tiles with @free_early
-    ops: list[dict] = field(default_factory=list)
+    ops: list[O.Op] = field(default_factory=list)  # typed ops (tilegen.backends.ascendc.ops)
     chunked: bool = False  # the cube's products run through the halves of L0C (@n_chunk)
 
 
@@ -327,7 +330,7 @@ class KernelPlan:
     aiv: Side
     shape_names: list[str]
     deal: str = "cyclic"  # how the cores take the grid's programs (@deal)
-    stream: bool = False  # the programs as one stream of tile pairs (@stream): each side's ops are one "stream" op
+    stream: bool = False  # the programs as one stream of tile pairs (@stream): each side's ops are one O.Stream
 
 
 @dataclass
@@ -688,7 +691,8 @@ def lower_kernel(
         aic.ops = _lower_body(lo, inner, "cube", counters)
         aiv.ops = _lower_body(lo, inner, "vector", counters)
     else:
-        aic.ops, aiv.ops = (_stream_parts(lo, split, unit, counters) for unit in ("cube", "vector"))
+        programs = tuple((str(l.var), cexpr(l.stop, lo.consts)) for l in grid)
+        aic.ops, aiv.ops = (_stream_parts(lo, split, unit, counters, programs, deal_of(kernel)) for unit in ("cube", "vector"))
     done = [st for st, _ in walk(inner) if isinstance(st, Store) and st.has(SignalDone)]
     if done:
         if any(_unit_of_stmt(st, lo.buffers, lo.tensors) != "cube" for st in done):
@@ -703,7 +707,11 @@ def lower_kernel(
         zero = waiting[0].get(ZeroUnless)
         cond = cexpr(zero.trips, lo.consts) if zero is not None else ""
         # after the program's last stage: in a stream, the program's closing ops
-        (aic.ops[0]["close"] if split is not None else aic.ops).append({"kind": "done_signal", "flag": done_flag, "cond": cond})
+        signal = O.DoneSignal(flag=done_flag, cond=cond)
+        if split is not None:
+            aic.ops[0] = dataclasses.replace(aic.ops[0], close=aic.ops[0].close + (signal,))
+        else:
+            aic.ops.append(signal)
     for unit, side in (("cube", aic), ("vector", aiv)):
         side.counters = sorted(counters[unit])
         # a sender waits at the end for the free flags still pending: one per slot it used
@@ -728,38 +736,41 @@ def lower_kernel(
     )
 
 
-def _stream_parts(lo: _Lower, split, unit: str, counters) -> list[dict]:
+def _stream_parts(lo: _Lower, split, unit: str, counters, grid: tuple[tuple[str, str], ...], deal: str) -> list[O.Op]:
     """``unit``'s ops of a streamed kernel (@stream; :class:`tilegen.models.stages.StreamSplit`):
-    one ``stream`` op holding the pipelined loop's ``ploop`` op, the program's opening ops of each stream
-    (``open_a`` before the earlier stage of its first pair, ``open_b`` before the later stage of its
-    first pair), its closing ops (``close``: after the later stage of its last pair; the waits the loop
-    leaves for after it come first) and the buffers both streams use per program (``cross``: a copy per
-    program in flight, chosen by the program's ordinal in the stream)."""
+    one :class:`~tilegen.backends.ascendc.ops.Stream` holding the pipelined loop, the program's opening ops
+    of each stream (``open_a`` before the earlier stage of its first pair, ``open_b`` before the later
+    stage of its first pair), its closing ops (``close``: after the later stage of its last pair; the
+    waits the loop leaves for after it come first) and the buffers both streams use per program
+    (``cross``: a copy per program in flight, chosen by the program's ordinal in the stream); ``grid`` and
+    ``deal``: the kernel's grid loops (variable, extent) and how its cores take their programs."""
     (open_a, _), (open_b, _, closing) = split.early[unit], split.late[unit]
     loop_ops = _lower_body(lo, (split.loop,), unit, counters)
     open_a_ops, open_b_ops = _lower_body(lo, open_a, unit, counters), _lower_body(lo, open_b, unit, counters)
-    if loop_ops and loop_ops[0]["kind"] == "loop":  # the unit runs the loop in one stage: all of it in stream a
+    if loop_ops and isinstance(loop_ops[0], O.Loop):  # the unit runs the loop in one stage: all of it in stream a
         plain = loop_ops[0]
         stage = min(g for st, g in zip(split.loop.body, stages_of(split.loop)) if _unit_of_stmt(st, lo.buffers, lo.tensors) == unit)
-        loop_ops[0] = {"kind": "ploop", "lookahead": lookahead_of(split.loop), "head": 0, "hoisted": [], "stages": [stage, stage + 1],
-                       "var": plain["var"], "start": plain["start"], "stop": plain["stop"], "note": plain["note"], "carry": [],
-                       "skip": plain["skip"], "stage0": plain["body"], "stage1": []}
-    if not loop_ops or loop_ops[0]["kind"] != "ploop":
+        loop_ops[0] = O.PipelinedLoop(lookahead=lookahead_of(split.loop), head=0, hoisted=(), stages=(stage, stage + 1),
+                                      var=plain.var, start=plain.start, stop=plain.stop, note=plain.note, carry=(),
+                                      skip=plain.skip, stage0=plain.body, stage1=())
+    if not loop_ops or not isinstance(loop_ops[0], O.PipelinedLoop):
         raise TargetError(f"the {unit} of {lo.kernel.name} does not run the streamed loop (@stream)")
     cross = split.cross[unit]
-    for op in open_a_ops + open_b_ops:
-        if op["kind"] == "l1_load" and op["dst"] in cross:
-            op["stages"] = 1  # the program's copy is chosen by its ordinal (the stream's opening), not by the load
+
+    def own_copy(op):  # the program's copy is chosen by its ordinal (the stream's opening), not by the load
+        return dataclasses.replace(op, stages=1) if isinstance(op, O.L1Load) and op.dst in cross else op
+
     head = split.head
-    return [{
-        "kind": "stream",
-        "ploop": loop_ops[0],
-        "head": {"var": str(head.var), "start": cexpr(head.start, lo.consts), "stop": cexpr(head.stop, lo.consts)} if head else None,
-        "open_a": open_a_ops,
-        "open_b": open_b_ops,
-        "close": loop_ops[1:] + _lower_body(lo, closing, unit, counters),
-        "cross": [{"name": b, "ctype": CTYPE[lo.buffers[b].dtype], "stages": lo.buffers[b].stages} for b in sorted(split.cross[unit])],
-    }]
+    return [O.Stream(
+        ploop=loop_ops[0],
+        head=O.StreamHead(str(head.var), cexpr(head.start, lo.consts), cexpr(head.stop, lo.consts)) if head else None,
+        open_a=tuple(own_copy(op) for op in open_a_ops),
+        open_b=tuple(own_copy(op) for op in open_b_ops),
+        close=tuple(loop_ops[1:] + _lower_body(lo, closing, unit, counters)),
+        cross=tuple(O.Cross(b, CTYPE[lo.buffers[b].dtype], lo.buffers[b].stages) for b in sorted(split.cross[unit])),
+        grid=grid,
+        deal=deal,
+    )]
 
 
 def _held(lo: _Lower, body, unit: str) -> list[str]:
@@ -767,15 +778,15 @@ def _held(lo: _Lower, body, unit: str) -> list[str]:
     return sorted({s.src for s in body if isinstance(s, Store) and s.has(WaitAtRewrite) and lo.buffers[s.src].unit == unit})
 
 
-def _wait_op(lo: _Lower, buf: str) -> dict:
+def _wait_op(lo: _Lower, buf: str) -> O.Op:
     """The wait for a copy issued with @wait_at_read: an L1 tile's own MTE2 -> MTE1 event
-    (wait_loaded), a UB tile's MTE2 -> V (wait_received)."""
-    return {"kind": "wait_loaded" if lo.buffers[buf].unit == "cube" else "wait_received", "buf": buf,
-            "ctype": CTYPE[lo.buffers[buf].dtype]}
+    (WaitLoaded), a UB tile's MTE2 -> V (WaitReceived)."""
+    cls = O.WaitLoaded if lo.buffers[buf].unit == "cube" else O.WaitReceived
+    return cls(buf=buf, ctype=CTYPE[lo.buffers[buf].dtype])
 
 
-def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
-    ops: list[dict] = []
+def _lower_body(lo: _Lower, body, unit: str, counters) -> list[O.Op]:
+    ops: list[O.Op] = []
     deferred: list[str] = []  # copies of this body issued with @wait_at_read, not yet waited for
     held = set(_held(lo, body, unit))  # stores waited for before their tile's next writer (@wait_at_rewrite)
     freed = {st.dst for st in body if isinstance(st, Load) and st.has(FreeEarly)}
@@ -787,44 +798,37 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
             deferred.remove(buf)
         rewritten = sorted(held & writes_in(stmt))
         if rewritten:  # the store of this tile (this iteration's, or the last one's) has read it
-            ops.append({"kind": "wait_stored", "bufs": rewritten})
+            ops.append(O.WaitStored(bufs=tuple(rewritten)))
         if isinstance(stmt, Loop):
             op = _pipelined_loop(lo, stmt, unit, counters) if stages_of(stmt) else None
             if op is None:
                 inner = _lower_body(lo, stmt.body, unit, counters)
                 if inner:
-                    op = {
-                        "kind": "loop",
-                        "var": str(stmt.var),
-                        "start": cexpr(stmt.start, lo.consts),
-                        "stop": cexpr(stmt.stop, lo.consts),
-                        "note": stmt.note,
-                        "body": inner,
-                        "skip": "",
-                    }
-                    if stmt.blocks:  # both units skip the same empty tiles (the host's block table)
-                        op["skip"] = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f"
+                    # both units skip the same empty tiles (the host's block table)
+                    skip = f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 0.0f" if stmt.blocks else ""
+                    op = O.Loop(var=str(stmt.var), start=cexpr(stmt.start, lo.consts), stop=cexpr(stmt.stop, lo.consts),
+                                note=stmt.note, body=tuple(inner), skip=skip)
             if op is not None:
                 ops.append(op)
                 tail = _held(lo, stmt.body, unit)
                 if tail:  # the last iteration's stores, before anything after the loop
-                    ops.append({"kind": "wait_stored", "bufs": tail})
+                    ops.append(O.WaitStored(bufs=tuple(tail)))
             last_use.update({b: (stmt, start, len(ops)) for b in freed & accessed((stmt,))})
             continue
         op = _lower_stmt(lo, stmt, unit, counters)
-        if op is not None and op["kind"] == "reduce" and op["fold"]:
+        if isinstance(op, O.Reduce) and op.fold:
             # @fold: the fold (the last read of src), then the reduction of the fold alone
-            ops.append({**op, "kind": "fold"})
-            op = {k: v for k, v in op.items() if k != "src"}
+            ops.append(O.Fold(dst=op.dst, src=op.src, rows=op.rows, cols=op.cols, cpad=op.cpad, is_max=op.is_max, fold=op.fold))
+            op = dataclasses.replace(op, src="")
         if op is not None:
-            if op["kind"] in ("fix_store", "c2v_send") and ops and ops[-1]["kind"] == "matmul" and ops[-1]["n_chunk"]:
+            if isinstance(op, (O.FixStore, O.C2VSend)) and ops and isinstance(ops[-1], O.Matmul) and ops[-1].n_chunk:
                 # a chunked product and its store are one MatmulStore (the verifier: the store is next)
-                op["product"] = ops.pop()
-                lo.need("FixpipeParamsV220_nSize", min(op["product"]["n_chunk"], op["cols"]), f"the chunked store of {op['src']}")
+                op = dataclasses.replace(op, product=ops.pop())
+                lo.need("FixpipeParamsV220_nSize", min(op.product.n_chunk, op.cols), f"the chunked store of {op.src}")
             # @wait_at_read: an L1 copy (wait_at_first_read) or a UB hand-off (receive_early) waited
             # for at the tile's first reader
-            if op["kind"] in ("l1_load", "c2v_recv") and stmt.has(WaitAtRead):
-                op["defer"] = True
+            if isinstance(op, (O.L1Load, O.C2VRecv)) and stmt.has(WaitAtRead):
+                op = dataclasses.replace(op, defer=True)
                 deferred.append(stmt.dst)
             ops.append(op)
         last_use.update({b: (stmt, start, len(ops)) for b in freed & accessed((stmt,))})
@@ -832,42 +836,33 @@ def _lower_body(lo: _Lower, body, unit: str, counters) -> list[dict]:
     # @free_early: the tile's event is raised right after the ops of its last access in this body (the
     # stage); of a folded row reduction of the tile, right after the fold (its reduce step reads the fold)
     places = []
-    for op in [o for o in ops if o.get("free_event")]:
-        stmt, start, end = last_use[op["buf"]]
+    for op in [o for o in ops if isinstance(o, O.C2VRecv) and o.free_event]:
+        stmt, start, end = last_use[op.buf]
         at = end
-        if isinstance(stmt, RowReduce) and fold_of(stmt) and stmt.src == op["buf"]:
-            at = next(n for n in range(start, end) if ops[n]["kind"] == "fold") + 1
-        if any(o["kind"] == "wait_received" and o["buf"] == op["buf"] for o in ops[at:]):
+        if isinstance(stmt, RowReduce) and fold_of(stmt) and stmt.src == op.buf:
+            at = next(n for n in range(start, end) if isinstance(ops[n], O.Fold)) + 1
+        if any(isinstance(o, O.WaitReceived) and o.buf == op.buf for o in ops[at:]):
             at = len(ops)  # a copy of the tile still waited for after it: the event after that wait
-        places.append((at, {"kind": "free_mte2", "buf": op["buf"], "event": op["free_event"]}))
-        lo.frees.add(op["free_event"])
+        places.append((at, O.FreeMte2(buf=op.buf, event=op.free_event)))
+        lo.frees.add(op.free_event)
     for at, free in sorted(places, key=lambda p: -p[0]):
         ops.insert(at, free)
-    if any(o["kind"] == "matmul" and o["n_chunk"] for o in ops):
+    if any(isinstance(o, O.Matmul) and o.n_chunk for o in ops):
         raise TargetError(f"a chunked product of {lo.kernel.name} is not stored by the statement after it (@n_chunk)")
     return ops
 
 
-_BUFFER_FIELDS = ("a", "b", "c", "src", "dst", "buf", "vec")  # the fields of a plan op that name an on-chip buffer
-
-
-def _buffer_refs(op: dict):
-    """(op, field) for every field of ``op`` that names an on-chip buffer, a fused product's included."""
-    for part in (op, op.get("product") or {}):
-        for f in _BUFFER_FIELDS:
-            if f in part:
-                yield part, f
-
-
-def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
+def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> O.PipelinedLoop | None:
     """A loop with ``@pipelined`` stages whose statements on ``unit`` fall in two stages (the cube's 0 and 1,
-    the vector's 1 and 2): the op ``ploop`` (the template's prologue and steady loop; a tile the block
+    the vector's 1 and 2): a :class:`~tilegen.backends.ascendc.ops.PipelinedLoop` (expanded into its
+    prologue, steady state and epilogue by :func:`tilegen.backends.ascendc.ops.expand`; a tile the block
     table marks empty skips both its stages); None where the unit runs it plainly.
     ``carry``: the multi-buffered buffers the earlier stage writes and the later one reads; the later
     stage of iteration j reads them through a ring of lookahead + 1 views that the earlier stage of j
     fills at j mod (lookahead + 1) (a load into an L1 tile switches the view itself; any other first
-    writer gets a ``rotate`` op before it). ``hoisted``: the later stage's receives with
-    ``@hoist``, issued between the earlier stage's first receive (``head`` ops) and its rest.
+    writer gets a :class:`~tilegen.backends.ascendc.ops.Rotate` before it). ``hoisted``: the later
+    stage's receives with ``@hoist``, issued between the earlier stage's first receive (``head`` ops)
+    and its rest.
 
     Raises:
         TargetError: a carried buffer has fewer than lookahead + 1 copies, a hand-off the earlier stage
@@ -880,15 +875,11 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     parts = [tuple(s for s, g in zip(loop.body, stages) if g == stage) for stage in mine]
     carry = sorted(carried(parts[0], parts[1], {b for b, buf in lo.buffers.items() if buf.stages > 1}))
     stage0 = _lower_body(lo, parts[0], unit, counters)
-    rotated = {op["dst"] for op in stage0 if op["kind"] == "l1_load" and op["stages"] > 1}
+    rotated = {op.dst for op in stage0 if isinstance(op, O.L1Load) and op.stages > 1}
     for name in [b for b in carry if b not in rotated]:
-        first = next(n for n, op in enumerate(stage0) if any(part[f] == name for part, f in _buffer_refs(op)))
-        stage0.insert(first, {"kind": "rotate", "buf": name, "stages": lo.buffers[name].stages})
-    stage1 = _lower_body(lo, parts[1], unit, counters)
-    for op in stage1:
-        for part, f in _buffer_refs(op):
-            if part[f] in carry:
-                part[f] = f"{part[f]}_p"
+        first = next(n for n, op in enumerate(stage0) if name in op.buffers())
+        stage0.insert(first, O.Rotate(buf=name, stages=lo.buffers[name].stages))
+    stage1 = [op.renamed({b: f"{b}_p" for b in carry}) for op in _lower_body(lo, parts[1], unit, counters)]
     ahead = lookahead_of(loop)
     short = [b for b in carry if lo.buffers[b].stages < ahead + 1]
     if short:
@@ -903,31 +894,30 @@ def _pipelined_loop(lo: _Lower, loop: Loop, unit: str, counters) -> dict | None:
     # @hoist: the later stage's receive of tile j goes right after the earlier stage's first receive
     # (of tile j + lookahead), before the rest of that stage's work
     hoist = {st.dst for st in parts[1] if isinstance(st, Load) and st.has(Hoist)}
-    hoisted = [op for op in stage1 if op["kind"] == "c2v_recv" and op["buf"] in hoist]
+    hoisted = [op for op in stage1 if isinstance(op, O.C2VRecv) and op.buf in hoist]
     head = 0
     if hoisted:
-        recv = [n for n, op in enumerate(stage0) if op["kind"] == "c2v_recv"]
-        if ahead < 2 or not recv or any(op["kind"] != "rotate" for op in stage0[:recv[0]]):
-            raise TargetError(f"the hoisted receive of {hoisted[0]['buf']} in {lo.kernel.name} needs a lookahead of 2 and a receive "
+        recv = [n for n, op in enumerate(stage0) if isinstance(op, O.C2VRecv)]
+        if ahead < 2 or not recv or any(not isinstance(op, O.Rotate) for op in stage0[:recv[0]]):
+            raise TargetError(f"the hoisted receive of {hoisted[0].buf} in {lo.kernel.name} needs a lookahead of 2 and a receive "
                               "that opens the earlier stage (@hoist)")
         head = recv[0] + 1
         stage1 = [op for op in stage1 if op not in hoisted]
-    return {
-        "kind": "ploop",
-        "lookahead": ahead,
-        "head": head,
-        "hoisted": hoisted,
-        "stages": mine,
-        "var": str(loop.var),
-        "start": cexpr(loop.start, lo.consts),
-        "stop": cexpr(loop.stop, lo.consts),
-        "note": loop.note,
-        "carry": [{"name": b, "ctype": CTYPE[lo.buffers[b].dtype]} for b in carry],
+    return O.PipelinedLoop(
+        lookahead=ahead,
+        head=head,
+        hoisted=tuple(hoisted),
+        stages=(mine[0], mine[1]),
+        var=str(loop.var),
+        start=cexpr(loop.start, lo.consts),
+        stop=cexpr(loop.stop, lo.consts),
+        note=loop.note,
+        carry=tuple(O.Carry(b, CTYPE[lo.buffers[b].dtype]) for b in carry),
         # both stages of an empty tile are skipped (the block table), on both units alike
-        "skip": f"g_{loop.blocks}.GetValue({lo.block_offset(loop.blocks)}) == 0.0f" if loop.blocks else "",
-        "stage0": stage0,
-        "stage1": stage1,
-    }
+        skip=f"g_{loop.blocks}.GetValue({lo.block_offset(loop.blocks)}) == 0.0f" if loop.blocks else "",
+        stage0=tuple(stage0),
+        stage1=tuple(stage1),
+    )
 
 
 def _handoff_fields(lo: _Lower, handoff: str, counter: str, offset: str) -> dict:
@@ -938,7 +928,7 @@ def _handoff_fields(lo: _Lower, handoff: str, counter: str, offset: str) -> dict
     return {"ready": h["ready"], "free": h["free"], "slots": h["slots"], "counter": counter, "address": address}
 
 
-def _lower_stmt(lo: _Lower, stmt, unit: str, counters) -> dict | None:
+def _lower_stmt(lo: _Lower, stmt, unit: str, counters) -> O.Op | None:
     bufs, tensors = lo.buffers, lo.tensors
     handoff_tensor = None
     if isinstance(stmt, (Load, Store)):
@@ -955,7 +945,7 @@ def _lower_stmt(lo: _Lower, stmt, unit: str, counters) -> dict | None:
     return _vector_op(lo, stmt, handoff_tensor, counters)
 
 
-def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
+def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> O.Op:
     bufs = lo.buffers
     if isinstance(stmt, Load):
         buf = bufs[stmt.dst]
@@ -972,30 +962,16 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         lo.need("Nd2NzParams_dstNzC0Stride", rpad, what)
         if stmt.pad is not None or stmt.rows:
             lo.need("InitConstValueParams_blockNum", rpad * cpad16 * dtypes.itemsize(buf.dtype) // 32, f"the zero tail of {buf.name}")
-        op = {
-            "kind": "l1_load",
-            "ids": lo.row_ids(stmt, stmt.src),
-            "rowwise": rowwise,
-            "dst": buf.name,
-            "stages": buf.stages,
-            "ctype": CTYPE[buf.dtype],
-            "gm": f"g_{stmt.src.tensor}",
-            "offset": off,
-            "valid": lo.valid_rows(stmt.src, "0LL", rows),
-            "rows": rows,
-            "cols": cols,
-            "pitch": pitch,
-            "zero_tail": stmt.pad is not None,
-            "l2": lo.l2_resident(stmt),
-            "defer": False,  # @wait_at_read: set by _lower_body, which places the wait
-        }
         if handoff:
-            op["kind"] = "v2c_recv"
-            op.update(_handoff_fields(lo, handoff, f"r_{handoff}", "0"))
-            if op["slots"] > 1:
+            fields_ = _handoff_fields(lo, handoff, f"r_{handoff}", "0")
+            if fields_["slots"] > 1:
                 counters["cube"].add(f"r_{handoff}")
-            op["wait"] = waits(stmt)
-        return op
+            return O.V2CRecv(dst=buf.name, ctype=CTYPE[buf.dtype], gm=f"g_{stmt.src.tensor}", rows=rows, cols=cols, rowwise=rowwise,
+                             wait=waits(stmt), **fields_)
+        # defer (@wait_at_read) is set by _lower_body, which places the wait
+        return O.L1Load(ids=lo.row_ids(stmt, stmt.src), rowwise=rowwise, dst=buf.name, stages=buf.stages, ctype=CTYPE[buf.dtype],
+                        gm=f"g_{stmt.src.tensor}", offset=off, valid=lo.valid_rows(stmt.src, "0LL", rows), rows=rows, cols=cols,
+                        pitch=pitch, zero_tail=stmt.pad is not None, l2=lo.l2_resident(stmt))
     if isinstance(stmt, Store):
         buf = bufs[stmt.src]
         rows, cols = lo.dims(buf)
@@ -1005,31 +981,20 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         lo.need("FixpipeParamsV220_mSize", rows, what)
         lo.need("FixpipeParamsV220_srcStride", -(-rows // 16) * 16, what)
         lo.need("FixpipeParamsV220_dstStride", lo.pitch_expr(stmt.dst), f"the row pitch of {what}")
-        op = {
-            "kind": "fix_store",
-            "src": buf.name,
-            "gm": f"g_{stmt.dst.tensor}",
-            "offset": off,
-            "m": rows,
-            "valid": lo.valid_rows(stmt.dst, "0LL", rows),
-            "cols": cols,
-            "pitch": pitch,
-            "atomic": stmt.accumulate,
-            "l2": lo.l2_resident(stmt),
-        }
         if lo.tensors[stmt.dst.tensor].dtype != "fp32":
             raise TargetError(f"store of cube buffer {buf.name} into {lo.tensors[stmt.dst.tensor].dtype} tensor: Fixpipe casts are not lowered")
         if stmt.rows:
             raise TargetError(f"store of cube buffer {buf.name} into {stmt.dst.tensor} with a packed-batch row guard: not lowered (stores of guarded rows go through the AIV)")
         if handoff:
-            op["kind"] = "c2v_send"
-            op.update(_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
-            op["signal"] = signals(stmt)
             counters["cube"].add(f"n_{handoff}")
-        elif stmt.has(FirstPlain):  # the program's first store writes its tile, the later ones add (@first_plain)
+            return O.C2VSend(src=buf.name, gm=f"g_{stmt.dst.tensor}", m=rows, cols=cols, atomic=stmt.accumulate, signal=signals(stmt),
+                             **_handoff_fields(lo, handoff, f"n_{handoff}", "0"))
+        atomic: bool | str = stmt.accumulate
+        if stmt.has(FirstPlain):  # the program's first store writes its tile, the later ones add (@first_plain)
             counters["cube"].add(f"w_{stmt.dst.tensor}")
-            op["atomic"] = f"tilegen::AddAfterFirst(w_{stmt.dst.tensor}, pid)"
-        return op
+            atomic = f"tilegen::AddAfterFirst(w_{stmt.dst.tensor}, pid)"
+        return O.FixStore(src=buf.name, gm=f"g_{stmt.dst.tensor}", offset=off, m=rows, valid=lo.valid_rows(stmt.dst, "0LL", rows),
+                          cols=cols, pitch=pitch, atomic=atomic, l2=lo.l2_resident(stmt))
     if isinstance(stmt, MatMul):
         a, b, c = bufs[stmt.a], bufs[stmt.b], bufs[stmt.dst]
         m, k = (lo.dims(a)[1], lo.dims(a)[0]) if stmt.trans_a else lo.dims(a)
@@ -1039,20 +1004,8 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         if a.dtype not in ("fp16", "bf16"):
             raise TargetError(f"the cube path takes fp16 or bf16 operands, {a.name} is {a.dtype}")
         _matmul_fields(lo, m, n, k, stmt.trans_a, stmt.trans_b, f"the matmul {c.name} = {a.name} x {b.name}", chunk_of(stmt))
-        return {
-            "n_chunk": chunk_of(stmt),
-            "kind": "matmul",
-            "c": c.name,
-            "a": a.name,
-            "b": b.name,
-            "ctype": CTYPE[a.dtype],
-            "m": m,
-            "n": n,
-            "k": k,
-            "trans_a": stmt.trans_a,
-            "trans_b": stmt.trans_b,
-            "accumulate": stmt.accumulate,
-        }
+        return O.Matmul(n_chunk=chunk_of(stmt), c=c.name, a=a.name, b=b.name, ctype=CTYPE[a.dtype], m=m, n=n, k=k,
+                        trans_a=stmt.trans_a, trans_b=stmt.trans_b, accumulate=stmt.accumulate)
     if isinstance(stmt, Fill):
         buf = bufs[stmt.dst]
         if stmt.value != 0:
@@ -1062,7 +1015,7 @@ def _cube_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         lo.need("InitConstValueParams_blockNum", -(-max(m, n) // 16), what)
         lo.need("MmadParams_m", m, what)
         lo.need("MmadParams_n", n, what)
-        return {"kind": "zero_acc", "c": buf.name, "m": m, "n": n}
+        return O.ZeroAcc(c=buf.name, m=m, n=n)
     raise TargetError(f"no cube lowering for {type(stmt).__name__}")
 
 
@@ -1092,7 +1045,7 @@ def _matmul_fields(lo: _Lower, m: int, n: int, k: int, trans_a: bool, trans_b: b
     lo.need("MmadParams_k", kc_max, what)
 
 
-def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
+def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> O.Op:
     bufs = lo.buffers
     if isinstance(stmt, ModOp):
         return _mod_op(lo, stmt)
@@ -1100,11 +1053,10 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         return _pgrad_store(lo, stmt)
     if isinstance(stmt, Store) and stmt.src in lo.class_bufs:
         t = lo.tensors[stmt.dst.tensor]
-        return {"kind": "class_store", "gm": f"g_{t.name}", "offset": cexpr(AM.rowmajor(stmt.dst.index, t.shape), lo.consts)}
+        return O.ClassStore(gm=f"g_{t.name}", offset=cexpr(AM.rowmajor(stmt.dst.index, t.shape), lo.consts))
     if isinstance(stmt, Load) and not bufs[stmt.dst].shape:  # a 0-d tile (the sink logit sigma_h): one scalar read
         t = lo.tensors[stmt.src.tensor]
-        return {"kind": "scalar_load", "buf": stmt.dst, "ctype": CTYPE[t.dtype], "gm": f"g_{t.name}",
-                "offset": cexpr(AM.rowmajor(stmt.src.index, t.shape), lo.consts)}
+        return O.ScalarLoad(buf=stmt.dst, ctype=CTYPE[t.dtype], gm=f"g_{t.name}", offset=cexpr(AM.rowmajor(stmt.src.index, t.shape), lo.consts))
     if isinstance(stmt, (Load, Store)):
         name = stmt.dst if isinstance(stmt, Load) else stmt.src
         access = stmt.src if isinstance(stmt, Load) else stmt.dst
@@ -1124,51 +1076,37 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
                 lo.need("VectorOp_count", half * lo.cpad(buf), what)
         else:
             lo.need("DataCopyExtParams_blockLen", half * item, what)
-        op = {
-            "ctype": CTYPE[buf.dtype],
-            "buf": buf.name,
-            "gm": f"g_{access.tensor}",
-            "offset": off,
-            "pitch": pitch,
-            "valid": lo.valid_rows(access, shift, half),
-            "rows": half,
-            "cols": dims[-1] if len(dims) == 2 else 1,
-            "cpad": lo.cpad(buf) if len(dims) == 2 else 1,
-            "vector": len(dims) == 1,
-            "ids": "" if handoff else lo.row_ids(stmt, access, shift),
-            "l2": lo.l2_resident(stmt),
-        }
-        if op["ids"] and op["vector"] and isinstance(stmt, Store) and half > lo.scratch_cols():
+        tile = {"ctype": CTYPE[buf.dtype], "buf": buf.name, "gm": f"g_{access.tensor}", "pitch": pitch, "rows": half,
+                "cols": dims[-1] if len(dims) == 2 else 1, "cpad": lo.cpad(buf) if len(dims) == 2 else 1, "vector": len(dims) == 1}
+        ids = "" if handoff else lo.row_ids(stmt, access, shift)
+        if ids and tile["vector"] and isinstance(stmt, Store) and half > lo.scratch_cols():
             raise TargetError(f"the guarded store of {buf.name} stages {half} elements in sc_col, which holds {lo.scratch_cols()}")
         if isinstance(stmt, Load):
-            op.update(kind="ub_load", pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0))
             # zeros where the tile's writer ran no iteration (@zero_unless)
             zero = stmt.get(ZeroUnless)
-            op["zero_unless"] = cexpr(zero.trips, lo.consts) if zero is not None else ""
-            op["wait_done"] = lo.done_flag if stmt.has(WaitDone) else -1  # the other unit's done flag first
-            if (zero is not None or stmt.has(WaitDone)) and (handoff or op["ids"]):
+            if (zero is not None or stmt.has(WaitDone)) and (handoff or ids):
                 raise TargetError(f"the load of {stmt.src.tensor} into {buf.name}: zero_unless and wait_done are lowered for a plain UB load only")
             if handoff:
-                op["kind"] = "c2v_recv"
-                op.update(_handoff_fields(lo, handoff, f"r_{handoff}", off))
-                if op["slots"] > 1:
+                fields_ = _handoff_fields(lo, handoff, f"r_{handoff}", off)
+                if fields_["slots"] > 1:
                     counters["vector"].add(f"r_{handoff}")
-                op["wait"] = waits(stmt)
-                op["free_event"] = f"fr_{buf.name}" if stmt.has(FreeEarly) else ""
-        else:
-            if stmt.has(FirstPlain) or stmt.has(SignalDone):
-                raise TargetError(f"the vector store into {stmt.dst.tensor}: @first_plain and @signal_done are lowered for the cube's stores only")
-            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite))
-            if handoff:
-                op["kind"] = "v2c_send"
-                op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))
-                op["signal"] = signals(stmt)
-                counters["vector"].add(f"n_{handoff}")
-        return op
+                return O.C2VRecv(**tile, wait=waits(stmt), free_event=f"fr_{buf.name}" if stmt.has(FreeEarly) else "", **fields_)
+            return O.UbLoad(**tile, offset=off, valid=lo.valid_rows(access, shift, half), ids=ids, l2=lo.l2_resident(stmt),
+                            pad=stmt.pad is not None, pad_value=cfloat(stmt.pad or 0.0),
+                            zero_unless=cexpr(zero.trips, lo.consts) if zero is not None else "",
+                            wait_done=lo.done_flag if stmt.has(WaitDone) else -1)  # the other unit's done flag first
+        if stmt.has(FirstPlain) or stmt.has(SignalDone):
+            raise TargetError(f"the vector store into {stmt.dst.tensor}: @first_plain and @signal_done are lowered for the cube's stores only")
+        if handoff:
+            counters["vector"].add(f"n_{handoff}")
+            return O.V2CSend(**tile, atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite), signal=signals(stmt),
+                             **_handoff_fields(lo, handoff, f"n_{handoff}", off))
+        return O.UbStore(**tile, offset=off, valid=lo.valid_rows(access, shift, half), ids=ids, l2=lo.l2_resident(stmt),
+                         atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite))
     if isinstance(stmt, Fill):
         buf = bufs[stmt.dst]
         lo.need("VectorOp_count", _count(lo, buf), f"the fill of {buf.name}")
-        return {"kind": "fill", "buf": buf.name, "ctype": CTYPE[buf.dtype], "value": cfloat(stmt.value), "count": _count(lo, buf)}
+        return O.Fill(buf=buf.name, ctype=CTYPE[buf.dtype], value=cfloat(stmt.value), count=_count(lo, buf))
     if isinstance(stmt, RowReduce):
         src, dst = bufs[stmt.src], bufs[stmt.dst]
         lo.need("VectorOp_count", lo.dims(src)[1], f"the row reduction of {src.name}")
@@ -1177,16 +1115,8 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
             if lo.dims(src)[1] < 128:
                 raise TargetError(f"the folded row reduction of {src.name} needs at least 128 columns, it has {lo.dims(src)[1]}")
             lo.need("VectorOp_repStride", lo.cpad(src) // 8, f"the row pitch of {src.name} in blocks (its fold, a repeat per row)")
-        return {
-            "kind": "reduce",
-            "dst": dst.name,
-            "src": src.name,
-            "rows": lo.half(src),
-            "cols": lo.dims(src)[1],
-            "cpad": lo.cpad(src),
-            "is_max": stmt.op == "max",
-            "fold": fold_of(stmt),
-        }
+        return O.Reduce(dst=dst.name, src=src.name, rows=lo.half(src), cols=lo.dims(src)[1], cpad=lo.cpad(src), is_max=stmt.op == "max",
+                        fold=fold_of(stmt) or "")
     if isinstance(stmt, Mask):
         buf = bufs[stmt.src]
         if stmt.src != stmt.dst:
@@ -1200,18 +1130,9 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         # and at most Sq - 1 + offset above (offset <= Sk)
         for size in (ir.Sq, ir.Sk):
             lo.need("MaskTile_index", size + cpad, f"the column index of the mask of {buf.name}")
-        return {
-            "kind": "mask",
-            "buf": buf.name,
-            "rows": lo.half(buf),
-            "cpad": cpad,
-            "row0": f"({cexpr(stmt.row0, lo.consts)} + {lo.half(buf)}LL * sub)",
-            "col0": cexpr(stmt.col0, lo.consts),
-            "off": cexpr(m.offset, lo.consts),
-            "left": m.left,
-            "right": m.right,
-            "cut_only": stmt.has(CutOnly),
-        }
+        return O.MaskTile(buf=buf.name, rows=lo.half(buf), cpad=cpad, row0=f"({cexpr(stmt.row0, lo.consts)} + {lo.half(buf)}LL * sub)",
+                          col0=cexpr(stmt.col0, lo.consts), off=cexpr(m.offset, lo.consts), left=m.left, right=m.right,
+                          cut_only=stmt.has(CutOnly))
     if isinstance(stmt, Elementwise):
         return _elementwise(lo, stmt)
     raise TargetError(f"no vector lowering for {type(stmt).__name__}")
@@ -1230,7 +1151,7 @@ class _ModReads:
             self.names[read] = name
             t = self.lo.tensors[str(read.base.label)]
             off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), self.lo.consts)
-            line = {"i": "read", "name": name, "ctype": ctype, "gm": f"g_{t.name}", "off": off}
+            line = O.LineRead(name=name, ctype=ctype, gm=f"g_{t.name}", off=off)
             (self.body if M.Q_IDX in sympy.sympify(read).free_symbols else self.tile).append(line)
         return self.names[read]
 
@@ -1246,16 +1167,16 @@ class _ModReads:
             kdim = list(key.indices).index(M.KV_IDX)
             index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
             self.lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
-            self.tile.append({
-                "i": "keys", "dst": f"sm_k{n}", "gm": f"g_{p.name}",
-                "off": cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
-                "valid": f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-                "cpad": cpad,
-            })
+            self.tile.append(O.LineKeys(
+                dst=f"sm_k{n}", gm=f"g_{p.name}",
+                off=cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
+                valid=f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
+                cpad=cpad,
+            ))
             self.names[("key", key)] = f"sm_k{n}"
 
 
-def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
+def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
     """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc_mods.py): per-tile reads and
     rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
     follows the rows (``post``). Every instruction is one runtime call the template renders."""
@@ -1268,16 +1189,16 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
     lo.need("VectorOp_count", cpad, what)
     for size in (ir.Sq, ir.Sk):
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
-    tile: list[dict] = []
-    body: list[dict] = []
-    post: list[dict] = []
+    tile: list[O.ModLine] = []
+    body: list[O.ModLine] = []
+    post: list[O.ModLine] = []
     reads = _ModReads(lo, tile, body)
     scalar, cint = reads.scalar, reads.cint
     nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
 
     def columns():
-        if not any(t["i"] == "cols" for t in tile):
-            tile.insert(0, {"i": "cols", "cpad": cpad})
+        if not any(isinstance(t, O.LineColumns) for t in tile):
+            tile.insert(0, O.LineColumns(cpad=cpad))
 
     def term_scale(t) -> str:
         k = cfloat(t.k)
@@ -1303,37 +1224,37 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
 
     if stmt.op == "score":
         if plan.cap is not None:
-            body.append({"i": "softcap", "cap": cfloat(plan.cap), "cpad": cpad})
+            body.append(O.LineSoftcap(cap=cfloat(plan.cap), cpad=cpad))
         for t in plan.terms:
             if t.kind == "distance":
                 columns()
-                body.append({"i": "distance", "center": cint(M.Q_IDX + t.K), "scale": term_scale(t), "cpad": cpad})
+                body.append(O.LineDistance(center=cint(M.Q_IDX + t.K), scale=term_scale(t), cpad=cpad))
             else:
-                body.append({"i": "table", "scale": cfloat(t.k), "n": nvalid, **table(t)})
+                body.append(O.LineTable(scale=cfloat(t.k), n=nvalid, **table(t)))
         if plan.mask is not None:
             AM.check_cpad(cpad, what)
             columns()
             reads.keys(plan, cpad, what)
             if stmt.blocks:
-                tile.append({"i": "full", "cond": f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"})
-                body.append({"i": "open", "cond": "!mfull"})
+                tile.append(O.LineFull(cond=f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"))
+                body.append(O.LineOpen(cond="!mfull"))
             body.extend(_mask_instrs(plan.mask, 0, reads.names, cint, cpad))
-            body.append({"i": "hide", "cpad": cpad})
+            body.append(O.LineHide(cpad=cpad))
             if stmt.blocks:
-                body.append({"i": "close"})
+                body.append(O.LineClose())
     elif stmt.op == "dscore":
         if plan.cap is None or len(stmt.args) < 2:
             raise TargetError(f"dscore of {mods.describe().get('score_mod')}: only a softcap has a derivative other than 1")
-        body.append({"i": "dsoftcap", "raw": stmt.args[1], "cap": cfloat(plan.cap), "cpad": cpad})
+        body.append(O.LineSoftcapGrad(raw=stmt.args[1], cap=cfloat(plan.cap), cpad=cpad))
     elif stmt.op == "pgrad":
         t = AM.grad_term(plan, mods, stmt.term)
         width = lo.grad_width(stmt.term)
         if t.kind == "distance":
             columns()
             lo.need("VectorOp_count", cols, what)
-            tile.append({"i": "acc"})
-            body.append({"i": "distance_dot", "center": cint(M.Q_IDX + t.K), "cols": cols, "cpad": cpad})
-            post.append({"i": "acc_out", "scale": cfloat(t.k)})
+            tile.append(O.LineAcc())
+            body.append(O.LineDistanceDot(center=cint(M.Q_IDX + t.K), cols=cols, cpad=cpad))
+            post.append(O.LineAccOut(scale=cfloat(t.k)))
         else:
             from tilegen.core.mods import grad_window
 
@@ -1342,27 +1263,16 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> dict:
             origin = origins[t.dim].xreplace({M.Q_IDX: ir.i * ir.Br, M.KV_IDX: ir.j * ir.Bc}) if t.dim >= 0 else 0
             e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K - origin if t.dim >= 0 else sympy.Integer(0)
             lo.need("VectorOp_count", width, what)
-            tile.append({"i": "zero", "n": width})
-            body.append({"i": "table_grad", "t0": cexpr(AM.to_c(e0), lo.consts), "step": t.d, "scale": cfloat(t.k),
-                         "n": nvalid, "width": width})
-            post.append({"i": "to_store"})
+            tile.append(O.LineZero(n=width))
+            body.append(O.LineTableGrad(t0=cexpr(AM.to_c(e0), lo.consts), step=t.d, scale=cfloat(t.k), n=nvalid, width=width))
+            post.append(O.LineToStore())
     else:
         raise TargetError(f"no Ascend C lowering for mod op {stmt.op}")
-    return {
-        "kind": "mod",
-        "note": f"{stmt.op} mod of {buf.name}",
-        "buf": buf.name,
-        "rows": rows,
-        "cpad": cpad,
-        "row0": f"({cexpr(stmt.row0, lo.consts)} + {rows}LL * sub)",
-        "col0": cexpr(stmt.col0, lo.consts),
-        "tile": tile,
-        "body": body,
-        "post": post,
-    }
+    return O.Mod(note=f"{stmt.op} mod of {buf.name}", buf=buf.name, rows=rows, cpad=cpad, row0=f"({cexpr(stmt.row0, lo.consts)} + {rows}LL * sub)",
+                 col0=cexpr(stmt.col0, lo.consts), tile=tuple(tile), body=tuple(body), post=tuple(post))
 
 
-def _classify_op(lo: _Lower, stmt: ModOp) -> dict:
+def _classify_op(lo: _Lower, stmt: ModOp) -> O.Classify:
     """The block class of one (Q tile, K/V tile) pair on AIV 0 of the core: per query row of the tile a
     0/1 row of the mask mod, the window and the extents, summed with ReduceSum; the class (0 none
     visible, 2 all Br x Bc visible, else 1) goes to the block table with the kernel's Store."""
@@ -1373,21 +1283,17 @@ def _classify_op(lo: _Lower, stmt: ModOp) -> dict:
     lo.need("VectorOp_count", cpad, what)
     for size in (ir.Sq, ir.Sk):
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
-    op = _mod_op_shell(lo, stmt, br, cpad)
-    op["kind"] = "classify"
     m = lo.program.mask
-    op["window"] = {"off": cexpr(m.offset, lo.consts), "left": m.left, "right": m.right}
-    op["cols"] = bc
-    op["full"] = br * bc
-    return op
+    return O.Classify(**_mod_op_shell(lo, stmt, br, cpad), window=O.ModWindow(cexpr(m.offset, lo.consts), m.left, m.right),
+                      cols=bc, full=br * bc)
 
 
 def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
     """tile / body lists of a mask evaluation (see :func:`_mod_op`) for ``rows`` rows from row0 (no AIV
     split: the classification runs on one AIV)."""
     plan = lo.modplan
-    tile: list[dict] = [{"i": "cols", "cpad": cpad}]
-    body: list[dict] = []
+    tile: list[O.ModLine] = [O.LineColumns(cpad=cpad)]
+    body: list[O.ModLine] = []
     reads = _ModReads(lo, tile, body)
     reads.keys(plan, cpad, "the block classification")
     body.extend(_mask_instrs(plan.mask, 0, reads.names, reads.cint, cpad))
@@ -1397,37 +1303,37 @@ def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
         "cpad": cpad,
         "row0": cexpr(stmt.row0, lo.consts),
         "col0": cexpr(stmt.col0, lo.consts),
-        "tile": tile,
-        "body": body,
-        "post": [],
+        "tile": tuple(tile),
+        "body": tuple(body),
+        "post": (),
         "blocks": stmt.dst,
     }
 
 
-def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[dict]:
+def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[O.ModLine]:
     """Instructions leaving the 0/1 visibility of ``node`` in row sm_v{depth} (a register stack)."""
     kind = node[0]
     if kind == "cmp":
         _, mode, vec, x = node
         src = reads[("key", vec)] if vec is not None else "sc_col"
-        return [{"i": "cmp", "dst": f"sm_v{depth}", "src": src, "x": cint(x), "mode": mode, "cpad": cpad}]
+        return [O.LineCompare(dst=f"sm_v{depth}", src=src, x=cint(x), mode=mode, cpad=cpad)]
     if kind == "not":
-        return _mask_instrs(node[1], depth, reads, cint, cpad) + [{"i": "not", "dst": f"sm_v{depth}", "cpad": cpad}]
+        return _mask_instrs(node[1], depth, reads, cint, cpad) + [O.LineNot(dst=f"sm_v{depth}", cpad=cpad)]
     out = _mask_instrs(node[1][0], depth, reads, cint, cpad)
     for child in node[1][1:]:
         out += _mask_instrs(child, depth + 1, reads, cint, cpad)
-        out.append({"i": "and" if kind == "and" else "or", "dst": f"sm_v{depth}", "src": f"sm_v{depth + 1}", "cpad": cpad})
+        out.append((O.LineAnd if kind == "and" else O.LineOr)(dst=f"sm_v{depth}", src=f"sm_v{depth + 1}", cpad=cpad))
     return out
 
 
-def _pgrad_store(lo: _Lower, stmt: Store) -> dict:
+def _pgrad_store(lo: _Lower, stmt: Store) -> O.ModStore:
     """The store of a tile's gradient window: each AIV writes its own half ([..., 2, W] on Ascend)."""
     t = lo.tensors[stmt.dst.tensor]
     term = next(s.term for s in _stmts(lo.kernel.body) if isinstance(s, ModOp) and s.dst == stmt.src)
     width = lo.grad_width(term)
     tile = cexpr(AM.rowmajor(stmt.dst.index[:4], t.shape[:4]), lo.consts)
     lo.need("DataCopyExtParams_blockLen", width * 4, f"the store of {stmt.src}")
-    return {"kind": "mod_store", "gm": f"g_{t.name}", "offset": f"(({tile}) * 2LL + sub) * {width}LL", "n": width}
+    return O.ModStore(gm=f"g_{t.name}", offset=f"(({tile}) * 2LL + sub) * {width}LL", n=width)
 
 
 def _count(lo: _Lower, buf: Buffer) -> int:
@@ -1435,7 +1341,7 @@ def _count(lo: _Lower, buf: Buffer) -> int:
     return lo.half(buf) * lo.cpad(buf) if len(dims) == 2 else lo.half(buf)
 
 
-def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
+def _elementwise(lo: _Lower, stmt: Elementwise) -> O.Elementwise:
     bufs = lo.buffers
     dst = bufs[stmt.dst]
     args = list(stmt.args)
@@ -1447,45 +1353,44 @@ def _elementwise(lo: _Lower, stmt: Elementwise) -> dict:
         if not src.shape and dst.shape:
             if src.dtype != dst.dtype or len(dst.shape) != 1:
                 raise TargetError(f"broadcast of the 0-d {src.name} into {dst.name}: only an fp32 row vector of the same dtype is lowered")
-            return {**base, "kind": "broadcast", "src": src.name}
+            return O.Broadcast(**base, src=src.name)
         if src.dtype == dst.dtype:
-            return {**base, "kind": "adds", "src": src.name, "scalar": "0.0f"}
+            return O.Adds(**base, src=src.name, scalar="0.0f")
         mode = "RoundMode::CAST_NONE" if dtypes.itemsize(src.dtype) < dtypes.itemsize(dst.dtype) else "RoundMode::CAST_RINT"
-        return {
+        return O.Cast(
             **base,
-            "kind": "cast",
-            "src": src.name,
-            "dtype_dst": CTYPE[dst.dtype],
-            "dtype_src": CTYPE[src.dtype],
-            "mode": mode,
-            "cols": lo.dims(dst)[-1] if two_d else lo.half(dst),
-            "dpad": lo.cpad(dst) if two_d else lo.half(dst),
-            "spad": lo.cpad(src) if two_d else lo.half(src),
-            "crows": lo.half(dst) if two_d else 1,
-        }
+            src=src.name,
+            dtype_dst=CTYPE[dst.dtype],
+            dtype_src=CTYPE[src.dtype],
+            mode=mode,
+            cols=lo.dims(dst)[-1] if two_d else lo.half(dst),
+            dpad=lo.cpad(dst) if two_d else lo.half(dst),
+            spad=lo.cpad(src) if two_d else lo.half(src),
+            crows=lo.half(dst) if two_d else 1,
+        )
     if stmt.op in ("exp", "log"):
-        return {**base, "kind": "unary", "fn": "Exp" if stmt.op == "exp" else "Ln", "src": args[0]}
+        return O.Unary(**base, fn="Exp" if stmt.op == "exp" else "Ln", src=args[0])
     if stmt.op == "zero_if_neginf":
-        return {**base, "kind": "zero_if_neginf", "src": args[0]}
+        return O.ZeroIfNegInf(**base, src=args[0])
     a, b = args
     if isinstance(b, (int, float)) and stmt.op in ("mul", "add", "sub"):
         scalar = float(b) if stmt.op != "sub" else -float(b)
         fn = "Muls" if stmt.op == "mul" else "Adds"
-        return {**base, "kind": "scalar", "fn": fn, "src": a, "scalar": cfloat(scalar)}
+        return O.Scalar(**base, fn=fn, src=a, scalar=cfloat(scalar))
     if isinstance(a, str) and isinstance(b, str):
         A, Bb = bufs[a], bufs[b]
         if two_d and len(Bb.shape) == 1:
             lo.need("VectorOp_repeatTime", lo.half(dst), f"the row broadcast into {dst.name} (a repeat per row)")
             lo.need("VectorOp_repStride", lo.cpad(dst) // 8, f"the row broadcast into {dst.name} (row pitch in blocks)")
             if stmt.op in ("sub", "add"):
-                return {**base, "kind": "rows_add", "src": a, "vec": b, "sign": "-1.0f" if stmt.op == "sub" else "1.0f", "cpad": lo.cpad(dst)}
+                return O.RowsAdd(**base, src=a, vec=b, sign="-1.0f" if stmt.op == "sub" else "1.0f", cpad=lo.cpad(dst))
             if stmt.op == "mul":
-                return {**base, "kind": "rows_mul", "src": a, "vec": b, "cpad": lo.cpad(dst)}
+                return O.RowsMul(**base, src=a, vec=b, cpad=lo.cpad(dst))
             if stmt.op == "safe_div":
-                return {**base, "kind": "rows_div", "src": a, "vec": b, "cpad": lo.cpad(dst)}
+                return O.RowsDiv(**base, src=a, vec=b, cpad=lo.cpad(dst))
         fns = {"add": "Add", "sub": "Sub", "mul": "Mul", "max": "Max"}
         if stmt.op in fns and A.shape == Bb.shape == dst.shape:
-            return {**base, "kind": "binary", "fn": fns[stmt.op], "a": a, "b": b}
+            return O.Binary(**base, fn=fns[stmt.op], a=a, b=b)
     raise TargetError(f"no vector lowering for {stmt.op} of {stmt.args}")
 
 
@@ -1686,7 +1591,7 @@ def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_
     tgt = check_request(spec, target)
     fwd = compile_program(spec, "fwd", BACKEND, tgt, Options(tile_sizes=tile_sizes))
     bwd = compile_program(spec, "bwd", BACKEND, tgt, Options(dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy))
-    return tgt, [lower_program(fwd, tgt, spec, "fwd"), lower_program(bwd, tgt, spec, "bwd")]
+    return tgt, [BACKEND.lower(fwd, tgt, spec, "fwd"), BACKEND.lower(bwd, tgt, spec, "bwd")]
 
 
 def _manifest_schedule(plan_: ProgramPlan) -> dict:
@@ -1717,6 +1622,28 @@ def generate(
             descriptor field does not fit for its sizes (names the field, the value and the range).
     """
     tgt, plans = plan_programs(spec, target, dq_strategy, tile_sizes, dkv_strategy)
+    return BACKEND.render(KernelSet(spec, tgt, dq_strategy, plans))
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """What :meth:`AscendC.render` takes: the forward and backward plans (:meth:`AscendC.lower`) of
+    ``spec`` for the loaded ``target`` and the dQ strategy they were compiled with."""
+
+    spec: AttentionSpec
+    target: Target
+    dq_strategy: str
+    plans: list[ProgramPlan]
+
+
+def render_files(kset: KernelSet) -> Generated:
+    """The files of a kernel set (the kernels, host code, build files and manifest.json) from its plans:
+    the descriptor fields proven (:func:`prove_fields`), then the templates of ``templates/ascendc``.
+
+    Raises:
+        SpecError: a descriptor field does not fit for the spec's sizes (names the field, the value and
+            the range)."""
+    spec, tgt, dq_strategy, plans = kset.spec, kset.target, kset.dq_strategy, kset.plans
     guards = prove_fields([u for p in plans for u in p.uses], spec)
     env = _env()
     ident = _c_ident(spec.name)
@@ -1774,6 +1701,15 @@ class AscendC(Backend):
 
     def generate(self, spec, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
         return generate(spec, target, dq_strategy=dq_strategy or "atomic", tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+
+    def lower(self, program: Program, target: Target, spec: AttentionSpec, label: str) -> ProgramPlan:
+        """The plan of a compiled program: its kernels' typed ops (:mod:`tilegen.backends.ascendc.ops`),
+        buffers, hand-offs and descriptor-field obligations (:func:`lower_program`)."""
+        return lower_program(program, target, spec, label)
+
+    def render(self, plan: KernelSet) -> Generated:
+        """The files of the kernel set ``plan`` (:func:`render_files`)."""
+        return render_files(plan)
 
 
 BACKEND = AscendC()

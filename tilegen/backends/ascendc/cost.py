@@ -3,11 +3,12 @@ target, priced helper by helper from the target's ``[timeline]`` table (see the 
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
+from tilegen.backends.ascendc import ops as O
 from tilegen.core.errors import TilegenError
 from tilegen.models.analysis import count
 from tilegen.models.cost import hbm_floor_s, matmul_dtype, start_overhead_s
@@ -19,7 +20,10 @@ from tilegen.passes.ascend.stream_programs import Stream
 # The roofline above assumes every unit overlaps every other. The model below describes the kernels
 # `tilegen generate` emits for an Ascend target as they are written: each runtime helper
 # (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
-# target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait; the
+# target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait (each
+# typed op's cost is its own method, tilegen.backends.ascendc.ops.Op.cycles, Matmul.steps for a product's
+# k-steps; the per-instruction figures are timeline.Costs', those the timeline prices traced instructions
+# with); the
 # helpers of one core run one after another (each begins by waiting for the pipe before it), except the
 # cube's products (their k-steps' LoadData on MTE1 beside the Mmads on M, one L0A/L0B half each; a
 # chunked product's Mmads into an L0C half after that half's last Fixpipe, its Fixpipes on FIX beside
@@ -29,147 +33,17 @@ from tilegen.passes.ascend.stream_programs import Stream
 # them, their pipe runs them in order (a hand-off's flag is set on that pipe after its copy), and the next
 # compute helper starts when they are done (a copy with the knob @wait_at_read: when its WaitLoaded
 # is reached, so the helpers in between overlap it; a store with @wait_at_rewrite: at the
-# WaitMte3ToV before its tile's next writer, op wait_stored); the AIC
+# WaitMte3ToV before its tile's next writer, op WaitStored); the AIC
 # and the AIVs run concurrently and meet only at the hand-offs (a GM slot, a ready and a free flag with
 # the cross-core flag latency each; a hand-off with several slots waits for a free flag only when it
-# reuses one, and each ready flag id is its own queue). A software-pipelined loop (plan op ``ploop``,
-# @pipelined) is unrolled as each unit issues it: its earlier stage of the first d pairs (d =
-# @pipelined lookahead), then per pair k its earlier stage of pair k + d before its later stage of pair k (a
-# hoisted receive of pair k between the earlier stage's first receive and its rest), so the model
-# overlaps the cube and the vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
+# reuses one, and each ready flag id is its own queue). A software-pipelined loop (ops.PipelinedLoop,
+# @pipelined) is unrolled as each unit issues it, in the order of its one expansion (ops.expand, which
+# the template renders too): its earlier stage of the first d pairs (d = @pipelined lookahead), then per
+# pair k its earlier stage of pair k + d before its later stage of pair k (a hoisted receive of pair k
+# between the earlier stage's first receive and its rest), so the model overlaps the cube and the
+# vector exactly where the schedule does. Per kernel instance that is a two-process schedule at helper
 # granularity; its period per tile pair (cut by the mask or not) and its fixed part give every
 # instance, and the instances are dealt over the cores as the kernels deal them.
-
-_ESIZE = {"half": 2, "bfloat16_t": 2, "float": 4}
-
-
-def _helper_cycles(op: dict, c, side: str, cut: bool, k_step: int, valid: int | None = None) -> float:
-    """Cycles of one plan op (one runtime helper call) on its core (see the comment above); ``valid``:
-    the rows inside Sq of an AIV tile that also holds padding rows (None: no padding). MaskTile gives a
-    padding row one Duplicate; on such a tile the pairs are cut by the padding, and the model takes its
-    rows inside Sq as uncut (they are cut only on the band's tiles, at most two of the instance)."""
-    issue, fl = c.issue(), c["flag_cycles"]
-    vs, vr = c["vector_startup_cycles"], c["vector_repeat_cycles"]
-    rd, wr = c["scalar_ub_read_cycles"], c["scalar_ub_write_cycles"]
-
-    def vec(n, esize=4, per=vr):
-        return vs + math.ceil(n * esize / 256) * per
-
-    def dma(nbytes, l2, write):
-        lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
-        if write:
-            rate = c["mte3_bytes_per_cycle"]
-        else:
-            rate = c["mte2_l2_bytes_per_cycle"] if l2 else c["mte2_hbm_bytes_per_cycle"]
-        return lat + nbytes / rate
-
-    kind = op["kind"]
-    if kind in ("rotate", "free_mte2"):  # a scalar select of the buffer's other copy; a SetFlag
-        return issue
-    es = _ESIZE.get(op.get("ctype", "float"), 4)
-    if side == "vector":
-        rows = int(op.get("rows", 1))
-        if kind in ("ub_load", "c2v_recv", "ub_store", "v2c_send"):
-            n = rows * es if op.get("vector") else rows * int(op["cols"]) * es
-            write = kind in ("ub_store", "v2c_send")
-            extra = 2 * issue if op.get("atomic") else 0.0
-            return max(5 * issue + extra, 2 * fl + dma(n, kind in ("c2v_recv", "v2c_send") or op.get("l2", False), write))
-        if kind == "fill":
-            return max(issue, vec(int(op["count"]), es))
-        if kind in ("scalar", "adds", "binary"):
-            return max(issue, vec(int(op["count"])))
-        if kind == "unary":
-            per = c["vector_exp_repeat_cycles"] if op["fn"] in ("Exp", "Ln") else vr
-            return max(issue, vec(int(op["count"]), 4, per))
-        if kind == "cast":
-            esz = max(_ESIZE[op["dtype_dst"]], _ESIZE[op["dtype_src"]])
-            if op["dpad"] == op["spad"]:
-                return max(issue, vec(int(op["count"]), esz))
-            return int(op["crows"]) * max(issue, vec(int(op["cols"]), esz))
-        if kind == "fold":
-            # RowsFold: a Max/Add per 64 columns after the first over every row (plain repeats)
-            n = math.ceil(int(op["cols"]) / 64)
-            return max((n - 1) * issue, (n - 1) * (vs + rows * vr))
-        if kind == "reduce" and op.get("fold"):
-            # RowsReduceFolded: one ReduceRepeat over every row
-            return max(issue, vs + rows * c["vector_reduce_repeat_cycles"])
-        if kind == "reduce":
-            # a ReduceRepeat per 64 columns over every row, the later chunks combined with Max/Add
-            n = math.ceil(int(op["cols"]) / 64)
-            v_cycles = n * (vs + rows * c["vector_reduce_repeat_cycles"]) + (n - 1) * vec(rows)
-            return max((2 * n - 1) * issue, v_cycles)
-        # a Select in VSEL_TENSOR_SCALAR_MODE is preceded by a Duplicate of the scalar and a set_cmpmask
-        # (the dav-c220 VselIntrinsicsImplPre)
-        sel_pre = vec(1) + vs
-        if kind == "zero_if_neginf":
-            # copy to the 64-aligned row, Compares, Select, copy back (vector ops, issued ahead)
-            n = int(op["count"])
-            return max(4 * issue, 2 * vec(n) + 2 * vec(math.ceil(n / 64) * 64) + sel_pre)
-        if kind in ("rows_add", "rows_mul", "rows_div"):
-            # Brcb of the row factors (one group: the scratch holds every row on the built-in specs),
-            # then an Add/Sub/Mul over the rows per 64 columns
-            chunks = math.ceil(int(op["cpad"]) / 64)
-            v_cycles = vs + math.ceil(rows / 8) * c["vector_brcb_repeat_cycles"] + chunks * (vs + rows * vr)
-            n_issue = 1 + chunks
-            if kind == "rows_div":  # the factors 1 / v first: copy, Compares, Reciprocal, Select
-                v_cycles += vec(rows) + 3 * vec(math.ceil(rows / 64) * 64) + sel_pre
-                n_issue += 4
-            return max(n_issue * issue, v_cycles)
-        if kind == "mask":
-            if op.get("cut_only") and not cut:
-                return 0.0  # MaskTile returns before any instruction on a tile it does not cut
-            cpad, chunks = int(op["cpad"]), math.ceil(int(op["cpad"]) / 64)
-            add = max(2 * issue, vs + vr)
-
-            def index(n):  # CreateVecIndex: scalar writes of the first block, an S->V pair, then Adds on V
-                return 2 * fl + min(n, 8) * (issue + wr) + (math.ceil(min(n, 64) / 8) - 1 + max(math.ceil(n / 64) - 1, 0)) * add
-
-            live = rows if valid is None else min(max(valid, 0), rows)
-            pad = vec((rows - live) * cpad) if live < rows else 0.0
-            # on a cut tile: the lower bound where it is finite, and the upper one (the window's, or Sk - 1 on
-            # a tile past Sk): the model does not tell which of them cuts, it counts both
-            bounds = (int(op["left"]) >= 0) + 1
-            n = math.ceil(live / 8) * 8
-            # per bound (MaskBound): the thresholds (CreateVecIndex and Mins), then one group of rows (the
-            # scratch holds 64): Brcb, and per 64 columns a Compare and a Select over the rows
-            bound = index(n) + vec(n) + vs + math.ceil(live / 8) * c["vector_brcb_repeat_cycles"] + chunks * (2 * (vs + live * vr) + sel_pre)
-            work = (index(cpad) + bounds * bound) if live > 0 and bounds else 0.0
-            return pad + work
-        raise TilegenError(f"the emitted-code model has no cost for the vector op {kind}")
-    if kind in ("l1_load", "v2c_recv"):
-        rows, cols = int(op["rows"]), int(op["cols"])
-        l2 = kind == "v2c_recv" or op.get("l2", False)
-        if op.get("rowwise"):
-            return max((4 + rows) * issue, 2 * fl + rows * dma(cols * es, l2, False))
-        return max(5 * issue, 2 * fl + dma(rows * cols * es, l2, False))
-    if kind == "zero_acc":
-        m1, n1 = math.ceil(int(op["m"]) / 16), math.ceil(int(op["n"]) / 16)
-        fill = 2 * c["mte1_startup_cycles"] + (m1 + n1) * 512 / c["l0a_bytes_per_cycle"]
-        return max(9 * issue, 3 * fl + fill + c["mmad_startup_cycles"] + m1 * n1)
-    if kind in ("fix_store", "c2v_send"):
-        nbytes = int(op["m"]) * int(op["cols"]) * 4
-        l2 = kind == "c2v_send" or op.get("l2", False)
-        lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
-        rate = c["fix_l2_bytes_per_cycle"] if l2 else c["fix_hbm_bytes_per_cycle"]
-        extra = 2 * issue if op.get("atomic") else 0.0
-        return max(5 * issue + extra, 2 * fl + c["fix_startup_cycles"] + lat + nbytes / rate)
-    raise TilegenError(f"the emitted-code model has no cost for the cube op {kind}")
-
-
-def _matmul_steps(m: int, n: int, k: int, c, k_step: int) -> tuple[float, list[tuple[float, float]]]:
-    """(scalar issue cycles, [(MTE1, M) cycles per k-step]) of MatmulTile for an m x k by k x n product:
-    per k-step the LoadData of both operands (MTE1) into one half of L0A/L0B, then the Mmad (M)."""
-    issue, fl = c.issue(), c["flag_cycles"]
-    m1, n1 = math.ceil(m / 16), math.ceil(n / 16)
-    steps = []
-    s_cycles = 2 * issue
-    for k0 in range(0, k, k_step):
-        kc1 = math.ceil(min(k_step, k - k0) / 16)
-        load_a = m1 * (c["mte1_startup_cycles"] + kc1 * 512 / c["l0a_bytes_per_cycle"])
-        load_b = kc1 * (c["mte1_startup_cycles"] + n1 * 512 / c["l0b_bytes_per_cycle"])
-        steps.append((fl + load_a + load_b, fl + c["mmad_startup_cycles"] + m1 * n1 * kc1 / c["mmad_fractals_per_cycle"]))
-        s_cycles += (5 + m1 + kc1) * issue
-    return s_cycles, steps
 
 
 def _chunks(n: int, width: int) -> list[int]:
@@ -177,40 +51,31 @@ def _chunks(n: int, width: int) -> list[int]:
     return [min(width, n - n0) for n0 in range(0, n, width)]
 
 
-def _unrolled(ops: list[dict], pattern: list[bool]) -> list[tuple[dict, bool]]:
+def _unrolled(ops: list[O.Op], pattern: list[bool]) -> list[tuple[O.Op, bool]]:
     """The ops of one kernel instance in program order, the innermost loop's body once per entry of
-    ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once."""
-    out: list[tuple[dict, bool]] = []
+    ``pattern`` (True: a tile pair the mask cuts); outer loops' own ops once; a pipelined loop in the
+    order its expansion gives (:meth:`tilegen.backends.ascendc.ops.Expansion.order`)."""
+    out: list[tuple[O.Op, bool]] = []
     for op in ops:
-        if op["kind"] == "stream":  # @stream: one instance alone is its openings, its loop, its closing
-            out.extend((o, False) for o in op["open_a"] + op["open_b"])
-            out.extend(_unrolled([op["ploop"]], pattern))
-            out.extend((o, False) for o in op["close"])
-        elif op["kind"] == "ploop":  # software-pipelined: the earlier stage of pair k + d before the later one of pair k
-            d = op.get("lookahead", 1)
-            for k in range(min(d, len(pattern))):  # the prologue: the earlier stage of the first d pairs
-                out.extend((o, pattern[k]) for o in op["stage0"])
-            h = op.get("head", 0) if op.get("hoisted") else len(op["stage0"])
-            for k, cut in enumerate(pattern):
-                if k + d < len(pattern):
-                    out.extend((o, pattern[k + d]) for o in op["stage0"][:h])
-                out.extend((o, cut) for o in op.get("hoisted", []))  # @hoist: beside the rest of the earlier stage
-                if k + d < len(pattern):
-                    out.extend((o, pattern[k + d]) for o in op["stage0"][h:])
-                out.extend((o, cut) for o in op["stage1"])
-        elif op["kind"] != "loop":
+        if isinstance(op, O.Stream):  # @stream: one instance alone is its openings, its loop, its closing
+            out.extend((o, False) for o in op.open_a + op.open_b)
+            out.extend(_unrolled([op.ploop], pattern))
+            out.extend((o, False) for o in op.close)
+        elif isinstance(op, O.PipelinedLoop):
+            out.extend((o, pattern[k]) for o, k in op.expansion.order(len(pattern)))
+        elif not isinstance(op, O.Loop):
             out.append((op, False))
-        elif any(o["kind"] in ("loop", "ploop") for o in op["body"]):
-            out.extend(_unrolled(op["body"], pattern))
+        elif any(isinstance(o, (O.Loop, O.PipelinedLoop)) for o in op.body):
+            out.extend(_unrolled(list(op.body), pattern))
         else:
             for cut in pattern:
-                out.extend((o, cut) for o in op["body"])
+                out.extend((o, cut) for o in op.body)
     return out
 
 
 # Copies that do not stop the scalar unit (tilegen_runtime.h: their last wait is a SetFlag/WaitFlag pair
-# whose wait runs on the consuming pipe), by side and plan op, with the pipe they occupy.
-_ASYNC = {("cube", "l1_load"): "MTE2", ("cube", "fix_store"): "FIX", ("vector", "ub_load"): "MTE2", ("vector", "ub_store"): "MTE3"}
+# whose wait runs on the consuming pipe), by op class, with the pipe they occupy.
+_ASYNC = {O.L1Load: "MTE2", O.FixStore: "FIX", O.UbLoad: "MTE2", O.UbStore: "MTE3"}
 _ASYNC_ISSUE = 5  # instructions a copy helper issues (two flag pairs and the copy)
 _SEND_PIPE = {"cube": "FIX", "vector": "MTE3"}  # the pipe of a hand-off's send (FixpipeRows, StoreRows)
 
@@ -242,11 +107,11 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     ab_free = [0.0, 0.0]  # the AIC's L0A/L0B halves: free from (the end of the Mmad that last read them)
     ab_ring = [0]  # the half the next k-step takes
 
-    def matmul(s: str, op: dict, ready: float, m_ready: float = 0.0, n: int | None = None) -> float:
+    def matmul(s: str, op: O.Matmul, ready: float, m_ready: float = 0.0, n: int | None = None) -> float:
         """Schedule a MatmulTile's k-steps on the AIC: each step's loads on MTE1 after ``ready``, the
         MTE1 before and the Mmad that last read its half; its Mmad on M after them, the Mmads before and
         ``m_ready`` (an L0C half's last Fixpipe). Returns the end of its last Mmad."""
-        _, steps = _matmul_steps(int(op["m"]), int(op["n"]) if n is None else n, int(op["k"]), costs, k_step)
+        _, steps = op.steps(costs, k_step, n)
         end = 0.0
         for load, mmad in steps:
             h = ab_ring[0]
@@ -256,82 +121,80 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
             ab_ring[0] = 1 - h
         return end
 
-    def copy(s: str, pipe: str, t: float, op: dict, cut: bool) -> float:
+    def copy(s: str, pipe: str, t: float, op: O.Op, cut: bool) -> float:
         """Issue ``op``'s copy at ``t`` on ``pipe`` of side ``s`` (after the pipe's earlier copies): its end.
         A store with a chunked product (MatmulStore) computes each chunk on M when its L0C half is free
         and drains it on FIX: the end of the last Fixpipe; M stays busy until the last chunk's Mmad."""
-        product = op.get("product")
+        product = getattr(op, "product", None)
         if product is None:
             start = max(t + _ASYNC_ISSUE * issue, pipe_free[s].get(pipe, 0.0))
             if pipe == "FIX":  # FixpipeRows waits for the Mmads before it (M -> FIX)
                 start = max(start, pipe_free[s].get("M", 0.0))
-            pipe_free[s][pipe] = end = start + _helper_cycles(op, costs, s, cut, k_step, valid)
+            pipe_free[s][pipe] = end = start + op.cycles(costs, cut, valid)
             return end
         end = t
-        for nc in _chunks(int(product["n"]), int(product["n_chunk"])):
+        for nc in _chunks(product.n, product.n_chunk):
             h = ring[0]
             done = matmul(s, product, after_copies(s, t), half_free[h], nc)
             start = max(done, pipe_free[s].get(pipe, 0.0))
-            part = dict(op, cols=nc)
-            pipe_free[s][pipe] = end = half_free[h] = start + _helper_cycles(part, costs, s, cut, k_step, valid)
+            part = dataclasses.replace(op, cols=nc)
+            pipe_free[s][pipe] = end = half_free[h] = start + part.cycles(costs, cut, valid)
             ring[0] = 1 - h
         return end
 
-    def issued(op: dict) -> float:
+    def issued(op: O.Op) -> float:
         """Scalar cycles to issue ``op`` when it is a copy (a chunked product's Mmads included)."""
-        product = op.get("product")
+        product = getattr(op, "product", None)
         if product is None:
             return _ASYNC_ISSUE * issue
-        m, k = int(product["m"]), int(product["k"])
-        return sum(_ASYNC_ISSUE * issue + _matmul_steps(m, nc, k, costs, k_step)[0]
-                   for nc in _chunks(int(product["n"]), int(product["n_chunk"])))
+        return sum(_ASYNC_ISSUE * issue + product.steps(costs, k_step, nc)[0] for nc in _chunks(product.n, product.n_chunk))
+
+    done_waited: set[tuple[str, int]] = set()  # (side, position) of a @wait_done load whose done flag arrived
 
     while any(pos[s] < len(sides[s]) for s in sides):
         progressed = False
         for s in sides:
             while pos[s] < len(sides[s]):
                 op, cut = sides[s][pos[s]]
-                kind = op["kind"]
                 t = clock[s]
-                pipe = _ASYNC.get((s, kind))
-                if op.get("wait_done", -1) >= 0 and not op.get("done_waited"):  # @wait_done: the cube's done flag first
+                pipe = _ASYNC.get(type(op))
+                if isinstance(op, O.UbLoad) and op.wait_done >= 0 and (s, pos[s]) not in done_waited:  # @wait_done: the cube's done flag first
                     q = ready.get((s, "done"))
                     if not q:
                         break
                     t = clock[s] = max(t + issue, q.pop(0))
-                    op = dict(op, done_waited=True)
-                    sides[s][pos[s]] = (op, cut)
-                if kind == "done_signal":  # @signal_done: set on FIX after the program's stores
+                    done_waited.add((s, pos[s]))
+                if isinstance(op, O.DoneSignal):  # @signal_done: set on FIX after the program's stores
                     ready.setdefault((other[s], "done"), []).append(max(t, pipe_free[s].get("FIX", 0.0)) + x_lat)
                     t += issue
-                elif pipe is not None and op.get("product"):  # MatmulStore: nothing on the AIC waits for its Fixpipes
+                elif pipe is not None and getattr(op, "product", None):  # MatmulStore: nothing on the AIC waits for its Fixpipes
                     copy(s, pipe, t, op, cut)
                     t += issued(op)
                 elif pipe is not None:
                     end = copy(s, pipe, t, op, cut)
-                    if op.get("defer"):
-                        deferred[s][op["dst"]] = end
-                    elif op.get("closing", True) is False:
+                    if isinstance(op, O.L1Load) and op.defer:
+                        deferred[s][op.dst] = end
+                    elif isinstance(op, O.UbStore) and not op.closing:
                         pass  # @wait_at_rewrite: waited for at its tile's next writer (wait_stored)
                     else:
                         gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
                     t += _ASYNC_ISSUE * issue
-                elif kind == "wait_stored":  # an MTE3 -> V wait: the next vector helper after the stores before it
+                elif isinstance(op, O.WaitStored):  # an MTE3 -> V wait: the next vector helper after the stores before it
                     gate[s] = max(gate[s], pipe_free[s].get("MTE3", 0.0))
                     t += issue
-                elif kind == "wait_loaded":  # a WaitFlag on MTE1: the scalar unit issues on
-                    gate[s] = max(gate[s], deferred[s].pop(op["buf"]))
+                elif isinstance(op, O.WaitLoaded):  # a WaitFlag on MTE1: the scalar unit issues on
+                    gate[s] = max(gate[s], deferred[s].pop(op.buf))
                     t += issue
-                elif kind == "wait_received":  # an MTE2 -> V SetWait: every copy issued on MTE2 before it
-                    gate[s] = max(gate[s], deferred[s].pop(op["buf"]), pipe_free[s].get("MTE2", 0.0))
+                elif isinstance(op, O.WaitReceived):  # an MTE2 -> V SetWait: every copy issued on MTE2 before it
+                    gate[s] = max(gate[s], deferred[s].pop(op.buf), pipe_free[s].get("MTE2", 0.0))
                     t += issue
-                elif kind == "free_mte2":  # @free_early: the tile's event, raised after the vector work before it
-                    freed[op["buf"]] = t
+                elif isinstance(op, O.FreeMte2):  # @free_early: the tile's event, raised after the vector work before it
+                    freed[op.buf] = t
                     t += issue
-                elif kind in ("c2v_recv", "v2c_recv"):
-                    start = freed.get(op["buf"]) if op.get("free_event") else None
-                    if op.get("wait", True):  # a load of a group whose flag was waited for: no wait
-                        q = ready.get((s, op["ready"]))
+                elif isinstance(op, (O.C2VRecv, O.V2CRecv)):
+                    start = freed.get(op.buf) if isinstance(op, O.C2VRecv) and op.free_event else None
+                    if op.wait:  # a load of a group whose flag was waited for: no wait
+                        q = ready.get((s, op.ready))
                         if not q:
                             break
                         flag = q.pop(0)
@@ -341,36 +204,37 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     # tile's last access, not after the vector work before it); the free flag is set on
                     # MTE2 after it, and the next compute helper waits for it
                     end = copy(s, "MTE2", t if start is None else start, op, cut)
-                    if op.get("defer"):  # @wait_at_read: waited for at its tile's first reader (wait_received)
-                        deferred[s][op["buf"]] = end
+                    if isinstance(op, O.C2VRecv) and op.defer:  # @wait_at_read: waited for at its tile's first reader (wait_received)
+                        deferred[s][op.buf] = end
                     else:
                         gate[s] = max(gate[s], end)
                     t += _ASYNC_ISSUE * issue + issue
-                    free.setdefault(op["free"], []).append(end + x_lat)
-                elif kind in ("c2v_send", "v2c_send"):
-                    if sent.get(op["free"], 0) >= op["slots"]:  # a slot reused: wait for its free flag
-                        q = free.get(op["free"], [])
+                    free.setdefault(op.free, []).append(end + x_lat)
+                elif isinstance(op, (O.C2VSend, O.V2CSend)):
+                    if sent.get(op.free, 0) >= op.slots:  # a slot reused: wait for its free flag
+                        q = free.get(op.free, [])
                         if not q:
                             break
                         t = max(t + issue, q.pop(0))
-                    sent[op["free"]] = sent.get(op["free"], 0) + 1
+                    sent[op.free] = sent.get(op.free, 0) + 1
                     # the copy runs on its pipe (Fixpipe, MTE3) while the scalar unit issues on; the ready
                     # flag is set on that pipe after it, and the next compute helper waits for it (not
                     # after a chunked product: the next Mmads wait for their L0C half only)
                     end = copy(s, _SEND_PIPE[s], t, op, cut)
-                    if not op.get("product") and op.get("closing", True):  # else: at its wait_stored
+                    closing = op.closing if isinstance(op, O.V2CSend) else True
+                    if not getattr(op, "product", None) and closing:  # else: at its wait_stored
                         gate[s] = max(gate[s], end)
                     t += issued(op) + issue
-                    if op.get("signal", True):  # the last store of a group sets its one ready flag
-                        ready.setdefault((other[s], op["ready"]), []).append(end + x_lat)
-                elif s == "cube" and kind == "matmul":  # MTE1 and M as the k-steps allow; the scalar unit issues on
+                    if op.signal:  # the last store of a group sets its one ready flag
+                        ready.setdefault((other[s], op.ready), []).append(end + x_lat)
+                elif s == "cube" and isinstance(op, O.Matmul):  # MTE1 and M as the k-steps allow; the scalar unit issues on
                     matmul(s, op, after_copies(s, t))
-                    t += _matmul_steps(int(op["m"]), int(op["n"]), int(op["k"]), costs, k_step)[0]
-                elif s == "cube" and kind == "zero_acc":  # waits for every Mmad before it (M -> MTE1), and they for it
-                    t = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    t += op.steps(costs, k_step)[0]
+                elif s == "cube" and isinstance(op, O.ZeroAcc):  # waits for every Mmad before it (M -> MTE1), and they for it
+                    t = max(after_copies(s, t), pipe_free[s].get("M", 0.0)) + op.cycles(costs, cut, valid)
                     pipe_free[s]["M"] = pipe_free[s]["MTE1"] = ab_free[0] = ab_free[1] = t
                 else:
-                    t = after_copies(s, t) + _helper_cycles(op, costs, s, cut, k_step, valid)
+                    t = after_copies(s, t) + op.cycles(costs, cut, valid)
                 clock[s] = t
                 pos[s] += 1
                 progressed = True
@@ -380,8 +244,8 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
     for s in sides:
         clock[s] = max([after_copies(s, clock[s]), *pipe_free[s].values()])
         for op, _ in sides[s]:
-            if op["kind"] in ("c2v_send", "v2c_send") and free.get(op["free"]):
-                clock[s] = max(clock[s], free[op["free"]][-1])
+            if isinstance(op, (O.C2VSend, O.V2CSend)) and free.get(op.free):
+                clock[s] = max(clock[s], free[op.free][-1])
     return max(clock.values())
 
 
@@ -454,8 +318,8 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
             # busier side; the pipeline fills once per core
             p_cut = p_full + (sim(4, 4) - sim(8, 0)) / 4
             stream = {side: kplan_side.ops[0] for side, kplan_side in (("cube", kplan.aic), ("vector", kplan.aiv))}
-            p_prog = max(sum(_helper_cycles(o, costs, side, False, k_step) for o in op["open_a"] + op["open_b"] + op["close"]
-                             if o["kind"] not in ("done_signal", "wait_stored", "wait_loaded", "wait_received", "rotate", "free_mte2"))
+            p_prog = max(sum(o.cycles(costs) for o in op.open_a + op.open_b + op.close
+                             if not isinstance(o, (O.DoneSignal, O.WaitStored, O.WaitLoaded, O.WaitReceived, O.Rotate, O.FreeMte2)))
                          for side, op in stream.items())
             fill = sim(4, 0) - 4 * p_full - p_prog  # an instance alone: its fill, its pairs, its opening and closing
             per_tile = np.array([int(f) * p_full + int(c) * p_cut + p_prog for f, c in zip(pairs - cut, cut)])

@@ -147,6 +147,40 @@ class Costs:
     def issue(self) -> float:
         return self["issue_cycles"]
 
+    # The per-instruction figures, in cycles: the timeline prices the twin's traced instructions with them
+    # (:meth:`duration`) and the emitted-code model its ops (:meth:`tilegen.backends.ascendc.ops.Op.cycles`).
+
+    def vector_cycles(self, repeats: int, per: str = "vector_repeat_cycles") -> float:
+        """A vector instruction of ``repeats`` repeats (256 B each, or 8 elements of a Brcb) at ``per``
+        cycles a repeat (the table's key), after the startup."""
+        return self["vector_startup_cycles"] + repeats * self[per]
+
+    def copy_cycles(self, nbytes: float, write: bool, l2: bool) -> float:
+        """A GM copy of ``nbytes`` (DataCopy, DataCopyPad, ND -> NZ): the first-byte latency of HBM or L2
+        (``l2``), then MTE3's rate (``write``: UB -> GM) or MTE2's from HBM or L2."""
+        lat = self["gm_l2_latency_cycles"] if l2 else self["gm_hbm_latency_cycles"]
+        if write:
+            rate = self["mte3_bytes_per_cycle"]
+        else:
+            rate = self["mte2_l2_bytes_per_cycle"] if l2 else self["mte2_hbm_bytes_per_cycle"]
+        return lat + nbytes / rate
+
+    def fixpipe_cycles(self, nbytes: float, l2: bool, before: float = 0.0) -> float:
+        """A Fixpipe of ``nbytes`` from L0C into GM (HBM or L2), ``before`` cycles added first (the
+        figures summed in this order)."""
+        lat = self["gm_l2_latency_cycles"] if l2 else self["gm_hbm_latency_cycles"]
+        rate = self["fix_l2_bytes_per_cycle"] if l2 else self["fix_hbm_bytes_per_cycle"]
+        return before + self["fix_startup_cycles"] + lat + nbytes / rate
+
+    def load_data_cycles(self, fractals: int, l0b: bool) -> float:
+        """A LoadData of ``fractals`` 512 B fractals from L1 into L0A or L0B (``l0b``)."""
+        rate = self["l0b_bytes_per_cycle"] if l0b else self["l0a_bytes_per_cycle"]
+        return self["mte1_startup_cycles"] + fractals * 512 / rate
+
+    def mmad_cycles(self, blocks: int, before: float = 0.0) -> float:
+        """An Mmad of ``blocks`` 16 x 16 x 16 MAC blocks, ``before`` cycles added first."""
+        return before + self["mmad_startup_cycles"] + blocks / self["mmad_fractals_per_cycle"]
+
     def duration(self, ins: Instr) -> float:
         """Cycles ``ins`` occupies its pipe (flags and barriers: 0)."""
         k, c = ins.kind, self
@@ -158,29 +192,19 @@ class Costs:
             return c["scalar_ub_write_cycles"]
         if ins.pipe == "V":
             if k in ("Exp", "Ln"):
-                return c["vector_startup_cycles"] + ins.a * c["vector_exp_repeat_cycles"]
+                return c.vector_cycles(ins.a, "vector_exp_repeat_cycles")
             if k in ("ReduceRepeatMax", "ReduceRepeatSum", "WholeReduceMax", "WholeReduceSum"):
-                return c["vector_startup_cycles"] + ins.a * c["vector_reduce_repeat_cycles"]
+                return c.vector_cycles(ins.a, "vector_reduce_repeat_cycles")
             if k == "Brcb":
-                return c["vector_startup_cycles"] + ins.a * c["vector_brcb_repeat_cycles"]
+                return c.vector_cycles(ins.a, "vector_brcb_repeat_cycles")
             extra = c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0
-            return c["vector_startup_cycles"] + ins.a * c["vector_repeat_cycles"] + extra
+            return c.vector_cycles(ins.a) + extra
         if k in ("DataCopyPad", "DataCopy", "DataCopyNd2Nz"):
-            l2 = ins.c == 1
-            lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
-            if ins.pipe == "MTE2":
-                rate = c["mte2_l2_bytes_per_cycle"] if l2 else c["mte2_hbm_bytes_per_cycle"]
-            else:
-                rate = c["mte3_bytes_per_cycle"]
-            return lat + ins.a / rate
+            return c.copy_cycles(ins.a, ins.pipe != "MTE2", ins.c == 1)
         if k == "Fixpipe":
-            l2 = ins.c == 1
-            lat = c["gm_l2_latency_cycles"] if l2 else c["gm_hbm_latency_cycles"]
-            rate = c["fix_l2_bytes_per_cycle"] if l2 else c["fix_hbm_bytes_per_cycle"]
-            return c["fix_startup_cycles"] + lat + ins.a / rate
+            return c.fixpipe_cycles(ins.a, ins.c == 1)
         if k == "LoadData":
-            rate = c["l0b_bytes_per_cycle"] if ins.b == 1 else c["l0a_bytes_per_cycle"]
-            return c["mte1_startup_cycles"] + ins.a * 512 / rate
+            return c.load_data_cycles(ins.a, ins.b == 1)
         if k == "Fill":
             rate = c["l1_fill_bytes_per_cycle"] if ins.pipe == "MTE2" else c["l0a_bytes_per_cycle"]
             return c["mte1_startup_cycles"] + ins.a / rate
@@ -188,7 +212,7 @@ class Costs:
             blocks = math.ceil(ins.a / 16) * math.ceil(ins.b / 16) * math.ceil(ins.c / 16)
             if k == "Mmad4":
                 blocks *= 4  # fp32 cube throughput is a quarter of fp16 (peak.cube_fp32)
-            return c["mmad_startup_cycles"] + blocks / c["mmad_fractals_per_cycle"]
+            return c.mmad_cycles(blocks)
         raise TimelineError(f"no cost for the instruction {k} on pipe {ins.pipe} (add it to the [timeline] table)")
 
 
