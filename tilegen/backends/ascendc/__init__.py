@@ -71,6 +71,7 @@ from tilegen.passes.ascend.receive_free_early import FreeEarly
 from tilegen.passes.ascend.snake_deal import deal_of
 from tilegen.passes.ascend.stream_programs import Stream
 from tilegen.passes.ascend.wait_at_first_read import WaitAtRead
+from tilegen.passes.ascend.wait_at_next_store import WaitAtNextStore
 from tilegen.passes.ascend.wait_at_rewrite import WaitAtRewrite
 from tilegen.passes.ascend.write_first_plain import FirstPlain, ZeroUnless
 from tilegen.passes.driver import Options
@@ -1158,7 +1159,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> dict:
         else:
             if stmt.has(FirstPlain) or stmt.has(SignalDone):
                 raise TargetError(f"the vector store into {stmt.dst.tensor}: @first_plain and @signal_done are lowered for the cube's stores only")
-            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite))
+            op.update(kind="ub_store", atomic=stmt.accumulate, closing=not (stmt.has(WaitAtRewrite) or stmt.has(WaitAtNextStore)))
             if handoff:
                 op["kind"] = "v2c_send"
                 op.update(_handoff_fields(lo, handoff, f"n_{handoff}", off))
