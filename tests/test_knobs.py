@@ -61,6 +61,7 @@ from tilegen.passes.ascend.receive_free_early import FreeEarly
 from tilegen.passes.ascend.snake_deal import Deal
 from tilegen.passes.ascend.stream_programs import Stream
 from tilegen.passes.ascend.wait_at_first_read import WaitAtRead
+from tilegen.passes.ascend.wait_at_next_store import WaitAtNextStore
 from tilegen.passes.ascend.wait_at_rewrite import WaitAtRewrite
 from tilegen.passes.ascend.write_first_plain import FirstPlain, ZeroUnless
 from tilegen.passes.driver import PassLog
@@ -71,7 +72,7 @@ from tilegen.passes.verify import verify
 
 def test_registry_knows_every_knob_by_its_printed_key():
     for cls in (WaitAtRead, NoWait, Hoist, ZeroUnless, WaitDone, FreeEarly, NoSignal, WaitAtRewrite, FirstPlain, SignalDone,
-                NChunk, Fold, SyncAll, Stream, Deal, HandoffSlots, Pipelined):
+                NChunk, Fold, SyncAll, Stream, Deal, HandoffSlots, Pipelined, WaitAtNextStore):
         assert annotation_class(cls.KEY) is cls
     assert len(set(annotation_keys())) == len(annotation_keys())
     with pytest.raises(KeyError, match="no annotation @nonesuch; known: .*wait_at_read"):
@@ -428,3 +429,66 @@ def test_zero_unless_check():
     bad = _edit(program, lambda s: s.annotate(ZeroUnless(t)) if isinstance(s, Load) and s.dst == "x" else s)
     with pytest.raises(VerifyError, match=r"@zero_unless: zero_unless uses \['t'\], which the grid does not bind"):
         verify(bad)
+
+
+# --- the knob added after the move: @wait_at_next_store (three files: DESIGN §1, "Adding a knob") --------
+
+
+def test_wait_at_next_store_marks_the_store_a_later_store_of_its_rows_waits_for():
+    """The forward's O store (L follows, the same rows of the same Q tile) and the backward epilogue's
+    first store (dK or dV; the other follows) carry the knob; the last store of a body never does; the
+    emitted O store leaves its closing wait to L's (StoreRows' closing argument false)."""
+    from tilegen.backends import ascendc
+
+    spec = builtin_spec("tiny")
+    fwd = compile_forward(spec, target="ascend910b2")
+    marked = [s.dst.tensor for s, _ in walk(fwd.kernels[0].body) if isinstance(s, Store) and s.has(WaitAtNextStore)]
+    assert marked == ["O"]
+    bwd = compile_backward(spec, target="ascend910b2", dkv_strategy="atomic")
+    assert [s.dst.tensor for k in bwd.kernels for s, _ in walk(k.body) if isinstance(s, Store) and s.has(WaitAtNextStore)] in (["dK"], ["dV"])
+    text = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    o_store = [ln for ln in text.splitlines() if "tilegen::StoreRows<half>(g_O[" in ln]
+    assert o_store and all(ln.rstrip().endswith(", false, false);") for ln in o_store)
+    gpu = compile_forward(spec, target="h200")  # a GPU target: not on its list
+    assert not any(s.has(WaitAtNextStore) for k in gpu.kernels for s, _ in walk(k.body))
+
+
+def test_wait_at_next_store_check():
+    """The verifier refuses the knob on a store no later store of its rows covers (the forward's L: the
+    body's last store, a 1-d tile), and where a statement between writes the store's tile."""
+    fwd = compile_forward(builtin_spec("tiny"), target="ascend910b2")
+    l_store = _first(fwd, lambda s: isinstance(s, Store) and s.dst.tensor == "L")
+    with pytest.raises(VerifyError, match="wait_at_next_store needs a plain store of a 2-d vector tile followed"):
+        verify(_edit(fwd, lambda s: s.annotate(WaitAtNextStore()) if s is l_store else s))
+    o_store = _first(fwd, lambda s: isinstance(s, Store) and s.has(WaitAtNextStore))
+    rewrite = Elementwise(o_store.src, "copy", (o_store.src,))
+    with pytest.raises(VerifyError, match="wait_at_next_store needs"):
+        verify(_edit(fwd, lambda s: (s, rewrite) if s is o_store else s))
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None and __import__("shutil").which("clang++") is None,
+                    reason="the timeline traces the hand twin, which needs a C++ compiler")
+def test_wait_at_next_store_needs_its_tile_held(monkeypatch):
+    """Traced on the hand twin and scheduled by the timeline (its race check), tiny's forward with the
+    knob is race-free and faster than without it; with the tile not held live until the later store's
+    wait (the hook Annotation.held taken away) the planner gives O's tile bytes to lse, which the vector
+    writes while MTE3 still reads O: the hand twin fails the run (its pipe-ordering check), and the
+    timeline, on the trace taken with that check off, reports the race."""
+    from tilegen.backends.ascendc.timeline import TimelineError, simulate_program
+    from tilegen.backends.ascendc.twin import TwinError
+    from tilegen.passes.ascend import wait_at_next_store as knob
+
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    spec = builtin_spec("tiny")
+    with_knob = simulate_program(spec, "ascend910b2", "fwd", exact=True)
+    monkeypatch.setattr(knob, "wait_at_next_store", lambda program, target: program)
+    without = simulate_program(spec, "ascend910b2", "fwd", exact=True)
+    assert with_knob.time_s < without.time_s
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    monkeypatch.setattr(knob.WaitAtNextStore, "held", lambda self, stmt: ())
+    with pytest.raises(TwinError, match=r"PIPE_V overwrites UB bytes .* on PIPE_MTE3 reads, with no SetFlag/WaitFlag \(HardEvent::MTE3_V"):
+        simulate_program(spec, "ascend910b2", "fwd", exact=True)
+    monkeypatch.setenv("TWIN_ORDER_CHECK", "0")
+    with pytest.raises(TimelineError, match="race"):
+        simulate_program(spec, "ascend910b2", "fwd", exact=True)

@@ -74,6 +74,7 @@ from tilegen.passes.ascend.receive_free_early import FreeEarly
 from tilegen.passes.ascend.snake_deal import deal_of
 from tilegen.passes.ascend.stream_programs import Stream
 from tilegen.passes.ascend.wait_at_first_read import WaitAtRead
+from tilegen.passes.ascend.wait_at_next_store import WaitAtNextStore
 from tilegen.passes.ascend.wait_at_rewrite import WaitAtRewrite
 from tilegen.passes.ascend.write_first_plain import FirstPlain, ZeroUnless
 from tilegen.passes.driver import Options
@@ -1102,7 +1103,7 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> O.Op:
             return O.V2CSend(**tile, atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite), signal=signals(stmt),
                              **_handoff_fields(lo, handoff, f"n_{handoff}", off))
         return O.UbStore(**tile, offset=off, valid=lo.valid_rows(access, shift, half), ids=ids, l2=lo.l2_resident(stmt),
-                         atomic=stmt.accumulate, closing=not stmt.has(WaitAtRewrite))
+                         atomic=stmt.accumulate, closing=not (stmt.has(WaitAtRewrite) or stmt.has(WaitAtNextStore)))
     if isinstance(stmt, Fill):
         buf = bufs[stmt.dst]
         lo.need("VectorOp_count", _count(lo, buf), f"the fill of {buf.name}")

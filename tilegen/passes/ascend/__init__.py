@@ -34,6 +34,7 @@ from tilegen.passes.ascend import (
     stream_programs,
     unit_phases,
     wait_at_first_read,
+    wait_at_next_store,
     wait_at_rewrite,
     write_first_plain,
 )
@@ -113,6 +114,8 @@ def passes(ctx: Context) -> tuple[Pass, ...]:
         receive_free_early.PASS,
         # the stage's work that does not touch that tile after its last access: beside the next copy
         receive_free_early.SINK_PASS,
+        # a UB tile's store waited for by the next store of the same rows (the vector computes between)
+        wait_at_next_store.PASS,
         # the program's kernels in one launch, an all-core barrier (SyncAll) between two of them
         one_launch.PASS,
     )
