@@ -83,3 +83,22 @@ def test_the_kind_test_finder_finds_one():
     planted = ('def f(t, r, kind):\n    a = t.kind == "gpu"\n    b = r["target"]["kind"] != "ascend"\n    c = r.get("kind") in ("gpu",)\n'
                '    d = {"gpu": 1}[t.kind]\n    e = kind != "gpu"\n    f = t.kind == "tiles"\n')
     assert _kind_tests(planted) == [2, 3, 4, 6]
+
+
+def test_every_emitting_backend_lowers_then_renders():
+    """The Backend protocol: for the Ascend C and Triton backends, the files of ``render`` over what
+    ``lower`` makes of the compiled programs are the files ``generate`` writes (the same bytes)."""
+    from tilegen.backends import ascendc, backend_for, triton
+    from tilegen.backends.compiler import compile_program
+    from tilegen.core.spec import builtin_spec
+    from tilegen.core.targets import load_target
+    from tilegen.passes.driver import Options
+
+    spec = builtin_spec("tiny")
+    asc, tgt = backend_for("ascend910b2"), load_target("ascend910b2")
+    options = {"fwd": Options(), "bwd": Options(dq_strategy="atomic")}
+    plans = [asc.lower(compile_program(spec, which, asc, tgt, options[which]), tgt, spec, which) for which in ("fwd", "bwd")]
+    assert asc.render(ascendc.KernelSet(spec, tgt, "atomic", plans)).files == ascendc.generate(spec, "ascend910b2").files
+    gpu, h200 = backend_for("h200"), load_target("h200")
+    fwd, bwd = (gpu.lower(s.program, h200, spec, s.kind) for s in triton.schedule(spec, h200))
+    assert gpu.render(triton.ModulePlan(spec, h200, fwd, bwd)).files == triton.generate(spec, "h200").files

@@ -145,6 +145,7 @@ from tilegen.core.resources import data_dir, runtime_text, section
 from tilegen.core.hoststeps import carried_source
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target, target_key
+from tilegen.models.cost import predict
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): x = (x * LOG2E) * LN2
@@ -1121,13 +1122,13 @@ def _program_context(sched: Scheduled) -> dict:
     for name, (rows, value) in guarded.items():
         fills.setdefault((rows, value), []).append(name)
     fill_lines = [{"rows": rows, "what": f"{' and '.join(names)} hold {value!r} there"} for (rows, value), names in fills.items()]
-    prediction = sched.log.schedule.prediction if sched.log.schedule is not None else None
+    prediction = predict(program, sched.target)  # the emitted program's roofline (what the tile table shows for it)
     workspaces = shared_workspaces(tensors)
     return {
         "kind": sched.kind,
         "name": program.name,
         "tiles": {"Br": env["Br"], "Bc": env["Bc"]},
-        "forced": bool(sched.log.schedule.forced) if sched.log.schedule else False,
+        "forced": sched.row is not None and sched.row.tiles is not None and not sched.given,  # the tiles are the row's
         "given": sched.given,
         "row_source": sched.row.source if sched.row else None,
         "skipped": [sk.line() for sk in sched.skipped],
@@ -1194,7 +1195,24 @@ def render(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strate
     """The Python source of the Triton module for ``spec`` on ``target`` (deterministic); see
     :func:`schedule` for ``dq_strategy``, ``tile_sizes``, ``knobs`` and ``dq_tiles``."""
     fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes, knobs, dq_tiles)
-    tgt = load_target(target)
+    return render_module(ModulePlan(spec, load_target(target), fwd, bwd))
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """What one Triton module renders: the spec, the loaded target and its two programs as scheduled
+    (:class:`Scheduled`: the compiled program and the schedule it records)."""
+
+    spec: AttentionSpec
+    target: Target
+    fwd: Scheduled
+    bwd: Scheduled
+
+
+def render_module(plan: ModulePlan) -> str:
+    """The Python source of the Triton module of ``plan`` (deterministic): every kernel lowered from its
+    program (:class:`KernelLowering`) and rendered through templates/triton/module.py.jinja."""
+    spec, tgt, fwd, bwd = plan.spec, plan.target, plan.fwd, plan.bwd
     env_values = {str(k): v for k, v in fwd.program.env}
     consts = {
         "G": env_values["G"],
@@ -1333,11 +1351,18 @@ def module_name(spec: AttentionSpec) -> str:
 def generate(spec: AttentionSpec, target: str | Target = DEFAULT_TARGET, dq_strategy: str | None = None, tile_sizes=None) -> Generated:
     """The generated file set for ``spec`` on a GPU target: the Triton module and a manifest."""
     fwd, bwd = schedule(spec, target, dq_strategy, tile_sizes)
-    source = render(spec, target, dq_strategy, tile_sizes)
+    return BACKEND.render(ModulePlan(spec, load_target(target), fwd, bwd))
+
+
+def files_of(plan: ModulePlan) -> Generated:
+    """The file set of ``plan``: the module (:func:`render_module`) and its manifest (the schedule each
+    program records)."""
+    spec, fwd, bwd = plan.spec, plan.fwd, plan.bwd
+    source = render_module(plan)
     manifest = {
         "backend": "triton",
         "spec": spec.to_dict(),
-        "target": load_target(target).name,
+        "target": plan.target.name,
         "dq_strategy": bwd.program.attr("dq_strategy"),
         "schedule": {
             "forward": fwd.choice(),
@@ -1441,6 +1466,15 @@ class Triton(Backend):
     def generate(self, spec, target, dq_strategy=None, tile_sizes=None, dkv_strategy=None):
         self.check_dkv(dkv_strategy)
         return generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+
+    def lower(self, program: Program, target: Target, spec: AttentionSpec, label: str) -> Scheduled:
+        """The compiled program with the schedule it records (select-row's row, each kernel's launch
+        knobs, the rendering annotations): what :func:`render_module` lowers kernel by kernel."""
+        return Scheduled(program, PassLog(), target)
+
+    def render(self, plan: ModulePlan) -> Generated:
+        """The files of ``plan`` (:func:`files_of`): the module and its manifest."""
+        return files_of(plan)
 
 
 BACKEND = Triton()
