@@ -20,20 +20,37 @@ def test_import_contracts_are_kept():
     assert "BROKEN" not in done.stdout and done.stdout.count("KEPT") == 3, done.stdout[-4000:]
 
 
-def test_the_contract_sees_function_local_imports(tmp_path):
-    """A planted upward import inside a function breaks the layers contract (so the check can fail)."""
+def _lint_planted(tmp_path, path: str, text: str) -> str:
+    """``lint-imports`` on a copy of the package with ``text`` appended to ``path``: its output."""
     import shutil
 
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "tilegen", copy / "tilegen", ignore=shutil.ignore_patterns("__pycache__", "twin", "specs"))
     shutil.copytree(ROOT / "tools", copy / "tools", ignore=shutil.ignore_patterns("__pycache__", "ascend-headercheck"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    ir = copy / "tilegen" / "core" / "ir.py"
-    ir.write_text(ir.read_text() + "\n\ndef _planted():\n    from tilegen.api import attention  # noqa: F401\n")
+    planted = copy / path
+    planted.write_text(planted.read_text() + text)
     env = dict(os.environ, PYTHONPATH=str(copy))
     done = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())", "--no-cache"],
                           cwd=copy, env=env, capture_output=True, text=True)
-    assert done.returncode != 0 and "tilegen.core.ir -> tilegen.api" in done.stdout, done.stdout[-3000:]
+    assert done.returncode != 0, done.stdout[-3000:]
+    return done.stdout
+
+
+def test_the_contract_sees_function_local_imports(tmp_path):
+    """A planted upward import inside a function breaks the layers contract (so the check can fail)."""
+    out = _lint_planted(tmp_path, "tilegen/core/ir.py", "\n\ndef _planted():\n    from tilegen.api import attention  # noqa: F401\n")
+    assert "tilegen.core.ir -> tilegen.api" in out, out[-3000:]
+
+
+def test_the_contract_sees_a_private_name_read_through_a_module(tmp_path):
+    """``from m import _x`` and ``m._x`` (m imported as a module, inside a function) both break the
+    private-names contract."""
+    out = _lint_planted(tmp_path, "tilegen/distributed.py",
+                        "\n\ndef _planted():\n    from tilegen import api as a\n    from tilegen.core.validate import _planted_name  # noqa: F401\n"
+                        "    return a._internal\n")
+    out = " ".join(out.split())  # the report wraps its lines
+    assert "imports the private name _internal of tilegen.api" in out and "private name _planted_name of tilegen.core.validate" in out, out[-3000:]
 
 
 def _kind_tests(source: str) -> list[int]:

@@ -51,6 +51,9 @@ import torch.distributed as dist
 
 from tilegen.core.errors import MissingFieldError, SpecError
 from tilegen import torch as tt
+from tilegen.core import validate
+from tilegen.torch.call import check_tensors
+from tilegen.torch.device import check_gpu_target
 
 __all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "ring_plan", "BALANCES", "LAYOUTS"]
 
@@ -288,7 +291,7 @@ def _check_choice(field: str, value: Any, accepted: tuple[str, ...], where: str 
 def _shape_check(q, k, v, layout: str, balance: str, softmax_scale) -> tuple[int, int]:
     """The shapes of one rank under ``layout`` (tilegen.torch's checks, and zigzag's even halves);
     return the local lengths (n_q, n_k)."""
-    tt._check(q, k, v, layout=layout, scale=softmax_scale, name="flash_attn_func")
+    check_tensors(q, k, v, layout=layout, scale=softmax_scale, scale_name="softmax_scale")
     seq_dim = _LAYOUT_SEQ_DIM[layout]
     n_q, n_k = q.shape[seq_dim], k.shape[seq_dim]
     if balance == "zigzag" and (n_q % 2 or n_k % 2):
@@ -307,7 +310,7 @@ def _local_check(q, k, v, *, causal, window_size, softmax_scale, layout, balance
     _check_choice("balance", balance, BALANCES)
     if not isinstance(deterministic, bool):
         raise SpecError("deterministic", deterministic, "True or False")
-    window = tt._window(causal, window_size, "causal")
+    window = validate.window(causal, window_size, causal_name="causal", window_name="window_size")
     try:
         n_q, n_k = _shape_check(q, k, v, layout, balance, softmax_scale)
     except SpecError as exc:
@@ -317,7 +320,7 @@ def _local_check(q, k, v, *, causal, window_size, softmax_scale, layout, balance
         except SpecError:
             raise exc from None
         raise SpecError(exc.field, exc.value, f"{exc.accepted}; these shapes fit layout={other!r}: are q, k, v {other}?") from None
-    tt._check_gpu_target(target)
+    check_gpu_target(target)
     return window, _LAYOUT_SEQ_DIM[layout], n_q, n_k
 
 

@@ -14,9 +14,10 @@ from importlinter import Contract, ContractCheck, fields, output
 
 
 class PrivateNamesContract(Contract):
-    """``from a.b import _c`` is broken when ``a.b`` is a module of ``packages`` other than the importer
-    (a module may use its own private names; a package's ``__init__`` those of its submodules is no
-    exception). Options: ``packages``: the root packages to check."""
+    """``from a.b import _c``, and ``m._c`` where ``m`` is bound by an import to a module ``a.b``, are
+    broken when ``a.b`` is a module of ``packages`` other than the importer (a module may use its own
+    private names; a package's ``__init__`` those of its submodules is no exception). Options:
+    ``packages``: the root packages to check."""
 
     type_name = "private_names"
 
@@ -35,7 +36,13 @@ class PrivateNamesContract(Contract):
             with open(spec.origin, encoding="utf-8") as f:
                 tree = ast.parse(f.read(), spec.origin)
             base = module.split(".") if is_package else module.split(".")[:-1]
+            modules: dict[str, str] = {}  # local name -> the package module it is bound to
             for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name.startswith(roots) and alias.asname:
+                            modules[alias.asname] = alias.name
+                    continue
                 if not isinstance(node, ast.ImportFrom):
                     continue
                 if node.level:
@@ -46,10 +53,22 @@ class PrivateNamesContract(Contract):
                 if source == module or not source.startswith(roots):
                     continue
                 for alias in node.names:
-                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    if _private(alias.name):
                         broken.append((module, node.lineno, source, alias.name))
+                    elif f"{source}.{alias.name}" in graph.modules:
+                        modules[alias.asname or alias.name] = f"{source}.{alias.name}"
+            # a private name read through a module bound here (``import tilegen.x as m; m._y``)
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                        and modules.get(node.value.id, module) != module):
+                    broken.append((module, node.lineno, modules[node.value.id], node.attr))
         return ContractCheck(kept=not broken, metadata={"broken": broken})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
         for module, line, source, name in check.metadata["broken"]:
             output.print_error(f"{module}:{line} imports the private name {name} of {source}", bold=False)
+
+
+def _private(name: str) -> bool:
+    """``_name``, not ``__dunder__``."""
+    return name.startswith("_") and not name.startswith("__")

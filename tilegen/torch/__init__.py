@@ -70,10 +70,7 @@ The modules, by concern (every path builds one :class:`tilegen.torch.call.Call` 
 
 from __future__ import annotations
 
-from tilegen.core import validate as _validate
 from tilegen.core.errors import UnsupportedArgument
-from tilegen.torch.call import check_tensors as _check_tensors
-from tilegen.torch.device import check_gpu_target as _check_gpu_target  # noqa: F401  (tilegen.distributed)
 from tilegen.torch.entry import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 from tilegen.torch.ops import NO_SECOND_DERIVATIVE, attention_bwd, attention_fwd  # noqa: F401  (public, as before)
 from tilegen.torch.plans import PLAN_STATS  # noqa: F401  (the plan table's counters, read by tests and benchmarks)
@@ -102,15 +99,3 @@ __all__ = [
     "sdpa_ring_forward_op",
     "sdpa_ring_backward_op",
 ]
-
-
-# tilegen.distributed's checks of one rank's arguments read these three names (``tt._window``,
-# ``tt._check``, ``tt._check_gpu_target``); they are the shared checks under their former names.
-
-
-def _window(causal, window_size, causal_name: str) -> tuple[int, int]:
-    return _validate.window(causal, window_size, causal_name=causal_name, window_name="window_size")
-
-
-def _check(q, k, v, *, layout: str, scale, name: str) -> tuple:
-    return _check_tensors(q, k, v, layout=layout, scale=scale, scale_name="scale" if name == "scaled_dot_product_attention" else "softmax_scale")
