@@ -95,7 +95,7 @@ GRID = [
                                          layout="BSND"), ("atomic", "separate")),
     ("bf16-window-mqa-d128-dv64", dict(heads_q=2, heads_kv=1, seq_q=300, seq_k=257, head_dim_qk=128, head_dim_v=64, window=(100, 20),
                                        alignment="top_left", dtype="bf16"), ("atomic", "separate")),
-    # score and mask mods (tilegen/backends/ascendc_mods.py): softcap, a distance and a table bias with their
+    # score and mask mods (tilegen/backends/ascendc/mods.py): softcap, a distance and a table bias with their
     # gradients, a per-batch document mask and a per-batch prefix, GQA, BSND
     ("bf16-mods-gqa-d64-bsnd", dict(batch=2, heads_q=4, heads_kv=2, seq_q=96, seq_k=160, head_dim_qk=64, head_dim_v=64, dtype="bf16",
                                     layout="BSND", window=(-1, 0),

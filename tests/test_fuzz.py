@@ -57,7 +57,7 @@ def _fields(sq, sk, d, dtype="fp32", window=(-1, -1), hq=1, hkv=1):
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 # Shrunk failures found by this test, kept as regular examples (each once failed the accuracy rule's
-# floor in fp32, where results sit at fp32's own noise: see tilegen/check.py).
+# floor in fp32, where results sit at fp32's own noise: see tilegen/harness/check.py).
 @example(case=(_fields(1, 1, 8), None, "atomic"))
 @example(case=(_fields(44, 44, 65, window=(-1, 0), hq=2), None, "atomic"))
 @example(case=(_fields(101, 31, 109, hq=2), None, "atomic"))

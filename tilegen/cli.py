@@ -223,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.twin_schedule is not None:
         for label, s in report.twin_schedule.items():
             print(f"{label} on the {twin} twin (Ascend C): kernels {', '.join(s['kernels'])}; Br={s['Br']}, Bc={s['Bc']}")
-    print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/check.py):")
+    print("accuracy vs the float64 reference (rule: max-abs <= 2 x plain same-precision + a floor, see tilegen/harness/check.py):")
     for comp in report.comparisons:
         print("  " + comp.line())
     if report.outside:

@@ -52,7 +52,7 @@ def compile_backward(
 ) -> Program:
     """The backward program of ``spec``: built, fused (unless ``fused=False``), tile sizes bound, through
     the target's passes; ``num_stages`` as :func:`compile_forward`; ``dkv_strategy`` as
-    :func:`resolve_dkv_strategy` (the program's attribute ``dkv_strategy`` names the one built).
+    :meth:`~tilegen.backends.compiler.Backend.resolve` (the program's attribute ``dkv_strategy`` names the one built).
     ``group_split`` (programs sharing the query heads of one KV head, a divisor of G) and
     ``heavy_first`` (K/V-tile grid axis outermost) are the fused ``main`` kernel's schedule knobs
     (:func:`tilegen.passes.group.split_group`); ``dq_tiles`` (``same`` or ``transposed``) the separate
@@ -102,19 +102,6 @@ def pass_lists(spec, target=None, dq_strategy: str | None = None, dkv_strategy: 
     return out
 
 
-def resolve_dkv_strategy(dkv_strategy: str | None, target=None) -> str:
-    """The dK/dV strategy a request names, on ``target``: ``None`` or ``"auto"`` is ``"on-chip"``
-    without a target or on a GPU (cube and vector share on-chip memory), and stays ``"auto"`` on Ascend
-    (hand-offs through GM), whose pass list takes ``"atomic"`` when the larger tiles it allows make the
-    schedule faster (:data:`tilegen.passes.ascend.CHOOSE_DKV`).
-
-    Raises:
-        SpecError: an unknown strategy."""
-    from tilegen.passes.driver import Options
-
-    return backend_for(target).resolve(Options(dkv_strategy=dkv_strategy)).dkv_strategy
-
-
 def dq_strategy_for(spec, target, dq_strategy: str | None = None, tile_sizes=None) -> str:
     """The backward's dQ strategy for ``spec`` on ``target``: ``dq_strategy`` when given, else the
     backend's (:meth:`~tilegen.backends.compiler.Backend.dq_strategy`: on a GPU target the one its
@@ -133,7 +120,7 @@ def generate(spec, target, dq_strategy: str | None = None, tile_sizes=None, dkv_
     """The file set of ``spec`` for ``target`` from its backend (Triton for a GPU target, Ascend C for an
     Ascend one: :func:`tilegen.backends.triton.generate`, :func:`tilegen.backends.ascendc.generate`).
     ``dq_strategy`` None: the target's choice (:func:`dq_strategy_for`). ``dkv_strategy`` as
-    :func:`resolve_dkv_strategy` (the Triton backward keeps dK, dV on chip).
+    :meth:`~tilegen.backends.compiler.Backend.resolve` (the Triton backward keeps dK, dV on chip).
 
     Raises:
         SpecError: ``dkv_strategy="atomic"`` for a GPU target, or an unknown strategy.

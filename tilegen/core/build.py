@@ -174,11 +174,6 @@ def _block_tensor(mods) -> Tensor:
     return Tensor(BLOCKS, (B if dep_b else sympy.Integer(1), Hq if dep_h else sympy.Integer(1), q_tiles(), kv_tiles()), "fp32", "tiles")
 
 
-def _block_index(mods) -> tuple[sympy.Expr, sympy.Expr]:
-    dep_b, dep_h = mods.mask_depends()
-    return (b if dep_b else sympy.Integer(0), hq if dep_h else sympy.Integer(0))
-
-
 def classify_kernel(spec: AttentionSpec, mods) -> Kernel:
     """The block-classification pre-kernel: one program per (Bm, Hm, Q tile, K/V tile) writes the tile's
     class to :data:`BLOCKS` (Flex's BlockMask, computed from the mask expression and the parameters at

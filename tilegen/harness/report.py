@@ -153,7 +153,7 @@ def inspect_report(
     """Everything ``tilegen inspect`` shows, as plain data (see the module docstring): the programs the
     target's backend emits (:meth:`~tilegen.backends.compiler.Backend.emitted`). ``dq_strategy`` None:
     the target's choice (on a GPU target the schedule rows', whose skipped ones the report names);
-    ``dkv_strategy`` as :func:`tilegen.backends.resolve_dkv_strategy` (one the backend takes: not
+    ``dkv_strategy`` as :meth:`tilegen.backends.compiler.Backend.resolve` (one the backend takes: not
     ``atomic`` for a GPU target, whose Triton backward keeps dK, dV on chip). Where the program records
     its schedule (a GPU target's: the row used, the rows skipped, the launch knobs), the entry adds it."""
     from tilegen.backends import backend_for
@@ -590,7 +590,7 @@ def timeline_report(
     hand-offs) and ``simulated`` (:func:`tilegen.backends.ascendc.timeline.simulate_program`: the twin's instruction trace
     scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
-    :func:`tilegen.backends.resolve_dkv_strategy`. Raises as the three functions do."""
+    :meth:`tilegen.backends.compiler.Backend.resolve`. Raises as the three functions do."""
     from tilegen.backends.ascendc.cost import predict_emitted
     from tilegen.models.cost import predict
     from tilegen.backends.ascendc.timeline import simulate_program

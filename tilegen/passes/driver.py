@@ -29,7 +29,7 @@ class Options:
 
     Attributes:
         dq_strategy: ``atomic`` | ``separate`` (the fused backward's dQ reduction), None: the target's.
-        dkv_strategy: ``atomic`` | ``on-chip`` | ``auto`` | None (:func:`tilegen.backends.resolve_dkv_strategy`).
+        dkv_strategy: ``atomic`` | ``on-chip`` | ``auto`` | None (:meth:`tilegen.backends.compiler.Backend.resolve`).
         fused: False keeps the backward's three phases apart.
         tile_sizes: (Br, Bc) forced, or None (the tile search, or the defaults without a target).
         num_stages: ((kernel phase, copies), ...) a serial loop's loaded tiles get, or None (2).

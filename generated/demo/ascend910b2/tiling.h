@@ -14,7 +14,7 @@ struct TilegenTiling {
 };
 
 // The run-time sizes the kernels were proven for: tilegen checked every descriptor field of the kernels
-// at generate time (FIELDS in tilegen/backends/ascendc.py); these are the fields whose value depends on
+// at generate time (FIELDS in tilegen/backends/ascendc/__init__.py); these are the fields whose value depends on
 // a size read here at run time. nullptr when the sizes are accepted, else the first field they break.
 // Host code only (the torch binding and the twin harness call it before a launch).
 inline const char* TilegenRefusal(const TilegenTiling& t)

@@ -113,7 +113,7 @@ __aicore__ inline void SetWait()
 // (type on arch 2201 from asc-devkit@0da921b9 include/basic_api/kernel_struct_{data_copy,mm,fixpipe}.h,
 // range from impl/basic_api/kernel_operator_{data_copy,mm}_check.h, impl/basic_api/dav_c220/
 // kernel_operator_mm_impl.h, impl/basic_api/kernel_npu_debug.h or the API page; the table with each
-// source is FIELDS in tilegen/backends/ascendc.py). tilegen proved every value in range for the spec when
+// source is FIELDS in tilegen/backends/ascendc/__init__.py). tilegen proved every value in range for the spec when
 // it generated these files, and the host refuses run-time sizes past that proof (TilegenRefusal in
 // tiling.h); on the NPU the narrowing is a plain cast, on the CPU twin (TILEGEN_TWIN) a value out of range
 // fails with one line instead of wrapping.
@@ -740,7 +740,7 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Score and mask mods (tilegen/backends/ascendc_mods.py), applied row by row to a UB tile on the AIV.
+// Score and mask mods (tilegen/backends/ascendc/mods.py), applied row by row to a UB tile on the AIV.
 // Vector calls: Adds, Muls (I/kernel_operator_vec_binary_scalar_intf.h:113-119, 202-208), Add, Mul, Max
 // (I/kernel_operator_vec_binary_intf.h:82, 166, 310), Exp, Abs, Reciprocal (count forms,
 // I/kernel_operator_vec_unary_intf.h:128, 213, 276; the basic API has no Tanh, only

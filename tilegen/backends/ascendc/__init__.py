@@ -1178,7 +1178,7 @@ class _ModReads:
 
 
 def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
-    """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc_mods.py): per-tile reads and
+    """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc/mods.py): per-tile reads and
     rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
     follows the rows (``post``). Every instruction is one runtime call the template renders."""
     mods, plan = lo.program.mods, lo.modplan
@@ -1587,7 +1587,7 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
 def plan_programs(spec: AttentionSpec, target: str | Target = "ascend910b2", dq_strategy: str = "atomic", tile_sizes=None, dkv_strategy: str | None = None):
     """The loaded target and the plans of the forward and backward programs (each with its
     descriptor-field obligations in ``uses``), not yet proven; ``dkv_strategy`` as
-    :func:`tilegen.backends.resolve_dkv_strategy` (None: atomic on the 910B). Raises as
+    :meth:`tilegen.backends.compiler.Backend.resolve` (None: atomic on the 910B). Raises as
     :func:`check_request`, and SpecError for an unknown strategy."""
     tgt = check_request(spec, target)
     fwd = compile_program(spec, "fwd", BACKEND, tgt, Options(tile_sizes=tile_sizes))

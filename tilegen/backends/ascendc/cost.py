@@ -17,7 +17,7 @@ from tilegen.passes.ascend.stream_programs import Stream
 
 # --- the emitted code's model (Ascend C) -------------------------------------------------------------
 #
-# The roofline above assumes every unit overlaps every other. The model below describes the kernels
+# The roofline (tilegen.models.cost) assumes every unit overlaps every other. The model below describes the kernels
 # `tilegen generate` emits for an Ascend target as they are written: each runtime helper
 # (tilegen_runtime.h) costs what its instructions cost on their pipes (the [timeline] table of the
 # target), its scalar issue overlapping its pipe work unless a helper makes the scalar unit wait (each
@@ -175,7 +175,7 @@ def _instance_cycles(kplan, costs, pattern: list[bool], k_step: int, valid: int 
                     if isinstance(op, O.L1Load) and op.defer:
                         deferred[s][op.dst] = end
                     elif isinstance(op, O.UbStore) and not op.closing:
-                        pass  # @wait_at_rewrite: waited for at its tile's next writer (wait_stored)
+                        pass  # @wait_at_rewrite or @wait_at_next_store: waited for later (wait_stored, or the next store's wait)
                     else:
                         gate[s] = max(gate[s], *pipe_free[s].values())  # its flag orders after the pipe's earlier copies
                     t += _ASYNC_ISSUE * issue

@@ -1107,8 +1107,11 @@ def _program_context(sched: Scheduled) -> dict:
     program = sched.program
     env = {str(k): v for k, v in program.env}
     kernels = [KernelLowering(program, k).lower() for k in program.kernels]
-    for k in kernels:  # both programs have one; the forward's and the backward's tile sizes may differ
-        if k["phase"] == "classify":
+    for k in kernels:
+        # a mask mod's classify kernel launches through _classified (it fills the block table the other
+        # kernels' tile lists come from); both programs have one, on their own tile sizes
+        k["launch"] = "classified" if k["phase"] == "classify" else "plain"
+        if k["launch"] == "classified":
             k["name"] = f"{sched.kind.split('-')[0]}_classify"
     guarded = guarded_outputs(program)
     tensors = [

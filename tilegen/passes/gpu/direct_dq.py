@@ -5,7 +5,7 @@ program) folds its pre and post kernels into main: D = rowsum(dO∘O) is compute
 added dQp into dQ_ws. Two launches, the dQ_ws and D workspaces and the fp32 round trip go; a short
 sequence's backward is one launch, as its forward (the per-call cost of a small problem is its
 launches). Not with sinks (the host's sink gradient reads D), mods, a packed batch's row ids or a group
-split; only where main still fits (:func:`direct_dq_kept` names the condition). The program records
+split; only where main still fits (:func:`direct_dq_or_why` names the condition). The program records
 attr ``dq_direct``, or, a backward left as it is, ``dq_direct_kept``: why.
 """
 
@@ -49,17 +49,9 @@ def direct_dq_or_why(program: Program, target, sinks: bool = False) -> tuple[Pro
 def direct_dq(program: Program, target, sinks: bool = False) -> Program:
     """The atomic backward of a program whose K/V tiles are one per program and cover Sk (Sk <= Bc):
     its pre and post kernels folded into main (see the module docstring); anything else is returned as
-    it is (:func:`direct_dq_kept` says why). ``sinks``: the spec has sinks, whose gradient the host
+    it is (:func:`direct_dq_or_why` says why). ``sinks``: the spec has sinks, whose gradient the host
     computes from D (a read the IR does not show), so D stays."""
     return direct_dq_or_why(program, target, sinks)[0]
-
-
-def direct_dq_kept(program: Program, target, sinks: bool = False) -> str:
-    """Why :func:`direct_dq` leaves ``program`` as it is, in words; "" where it folds it (or did:
-    attr ``dq_direct``)."""
-    if program.attr("dq_direct"):
-        return ""
-    return direct_dq_or_why(program, target, sinks)[1]
 
 
 NOT_THE_FORM = "pre and post are not in the form the fold takes"

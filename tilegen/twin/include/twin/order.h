@@ -29,7 +29,7 @@
 // flags still carry ordering in a chain.
 // An instruction's ranges are the ones it records for the timeline (trace.h: the first to the last byte
 // it writes and reads). The same rule is the real-API twin's (cce/core.h) and the timeline's
-// (tilegen/timeline.py, happens-before race check).
+// (tilegen/backends/ascendc/timeline.py, happens-before race check).
 //
 // TWIN_ORDER_CHECK=0 turns the check off (the kernel then runs as before it existed; tests use it to give
 // the timeline's own race check the trace of a kernel with a flag taken out).

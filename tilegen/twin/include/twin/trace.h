@@ -1,10 +1,10 @@
-// tilegen CPU twin: instruction trace for the timeline (tilegen/timeline.py).
+// tilegen CPU twin: instruction trace for the timeline (tilegen/backends/ascendc/timeline.py).
 //
 // With TWIN_TRACE=<file>, every core records each hardware instruction the kernel issues, in program
 // order: the pipe it runs on (S, V, M, MTE1, MTE2, MTE3, FIX), its kind, the sizes its duration depends
 // on and the byte ranges it writes and reads; and every synchronisation (SetFlag/WaitFlag, PipeBarrier,
 // CrossCoreSetFlag/CrossCoreWaitFlag). Nothing is timed here: the trace is the input of a discrete-event
-// schedule computed from a cost table (tilegen/timeline.py). A core's records are appended to <file> when
+// schedule computed from a cost table (tilegen/backends/ascendc/timeline.py). A core's records are appended to <file> when
 // the core finishes, as one block:
 //
 //   core <launch> <block> <AIC|AIV> <sub>
