@@ -5,7 +5,7 @@ tensors: ``torch.func.vmap`` over b, h, q_idx, kv_idx (as FlexAttention applies 
 the [B, H, Sq, Sk] score and mask, so neither the tracer nor its sympy forms nor their NumPy evaluation
 is shared with the truth. Judged: the forward output and lse of :func:`tilegen.attention` (the NumPy
 interpreter) against the float64 reference (its fp32 run the "plain" baseline of DESIGN §3's rule) and,
-for two score mods with learnable captured tables, dq/dk/dv and the tables' gradients through
+for three score mods with learnable captured tensors, dq/dk/dv and those tensors' gradients through
 ``tilegen.torch.scaled_dot_product_attention(...).backward()`` against torch autograd in float64.
 
 attention-gym's mask and score-mod generators (``attn_gym.masks``, ``attn_gym.mods``), each run
@@ -33,28 +33,23 @@ generate_sliding_window                     runs (and_masks: new_ones)
 generate_sta_mask_mod_2d / _3d              runs
 generate_spatial_head_mask_mod              runs
 generate_temporal_head_mask_mod             runs
-generate_vsa_mask_mod                       refused (1)
-generate_tanh_softcap                       runs (torch.tanh); ``approx=True`` refused (3)
+generate_vsa_mask_mod                       runs (a row of captured top-k tile ids == the key's tile
+                                            .unsqueeze(-1), .any(dim=-1); with variable_block_sizes)
+generate_tanh_softcap                       runs (torch.tanh); ``approx=True`` refused (1)
 generate_alibi_bias                         runs (torch.exp2)
 generate_activation_score_mod               runs with F.gelu (exact and tanh), torch.sigmoid, F.relu
 generate_graphormer_spatial_bias            runs, gradient of the learnable table
 generate_graphormer_edge_bias               runs, gradient of the learnable table (through its slices)
-generate_mla_rope_score_mod                 refused (2)
+generate_mla_rope_score_mod                 runs (torch.dot of two captured rows), gradients of both
 generate_sandwich_bias                      runs (captured float tables)
 ==========================================  =======================================================
 
 The other exports are helpers, not mods (``build_tree_ancestor_matrix``, ``shortest_path_distances``,
 ``shortest_path_edge_types``, ``undo_softmax``, the VSA block-mask builders and tiling functions,
-``create_causal_block_mask_fast``). The refusals, one line each (``REFUSED`` checks their parts):
+``create_causal_block_mask_fast``). The one refusal, one line (``REFUSED`` checks its parts with those
+of constructs outside attention-gym):
 
-(1) ``mask_mod = 'vsa_topk_t4_k2' is invalid; accepted: torch operations tilegen expresses or
-    tilegen.mods helpers: arithmetic, comparisons, where, abs, clamp, minimum/maximum, exp, exp2, log,
-    log2, tanh, sigmoid, gelu, sqrt, floor, // % & | ^ ~ << >> on integers,
-    new_ones/new_zeros/ones_like, captured tensors read at index expressions (at Tensor.unsqueeze)``
-    -- the mask compares a row of top-k tile ids with the key's tile and reduces it with ``.any``.
-(2) ``score_mod = 'mla_rope_score_mod_scale_1.0' is invalid; accepted: a read at one element (index
-    every dimension) (at torch.dot of a row of a captured tensor)`` -- a dot product of two rows.
-(3) ``score_mod = 'tanh_softcap_approx_2' is invalid; accepted: torch operations tilegen expresses or
+(1) ``score_mod = 'tanh_softcap_approx_2' is invalid; accepted: torch operations tilegen expresses or
     tilegen.mods helpers; a custom op is opaque to tracing (at the custom op approx.tanh)``.
 
 Also here: torch functions beyond attention-gym's in one score and one mask mod; the Triton backend
@@ -128,7 +123,15 @@ MASKS = [
     ("sta_3d", lambda: AM.generate_sta_mask_mod_3d((2, 4, 4), (2, 2, 4), (1, 2, 2), text_seq_len=2), 1, 1, 34, 34),
     ("svg_spatial", lambda: AM.generate_spatial_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=1, round_width=2), 1, 2, 15, 15),
     ("svg_temporal", lambda: AM.generate_temporal_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=2), 1, 2, 15, 15),
+    ("vsa", lambda: AM.generate_vsa_mask_mod(_topk(), 4), 1, 2, 16, 16),
+    ("vsa_variable_blocks", lambda: AM.generate_vsa_mask_mod(_topk(), 4, torch.tensor([4, 3, 4, 2])), 1, 2, 16, 16),
 ]
+
+
+def _topk():
+    """Top-2 of 4 KV tiles for each of 4 query tiles and each of 2 heads: [1, 2, 4, 2]."""
+    gen = torch.Generator().manual_seed(2)
+    return torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(8)]).view(1, 2, 4, 2)
 
 
 def _graphormer_inputs(b, n):
@@ -165,6 +168,7 @@ SCORES = [
     ("graphormer_spatial", lambda: _spatial(_table(2, 5)), 2, 2, 10, 10),
     ("graphormer_edge", lambda: _edge(_table(2, 2, 3)), 2, 2, 10, 10),
     ("sandwich", lambda: AS.generate_sandwich_bias(2, 12, d_bar=8), 1, 2, 10, 12),
+    ("mla_rope", lambda: AS.generate_mla_rope_score_mod(_table(1, 2, 10, 4), _table(1, 1, 10, 4, seed=13), 2, scale=0.5), 1, 2, 10, 10),
 ]
 
 
@@ -223,33 +227,40 @@ def test_attention_gym_score_forward(make, b, h, sq, sk):
     _run_forward(b, h, sq, sk, score_mod=make(), mask_mod=AM.causal_mask if sq == sk else None)
 
 
-@pytest.mark.parametrize(
-    "gen,shape,b,n",
-    [(_spatial, (2, 5), 2, 10), (_edge, (2, 2, 3), 2, 10)],
-    ids=["graphormer_spatial", "graphormer_edge"],
-)
-def test_attention_gym_score_gradients(gen, shape, b, n):
-    """dq, dk, dv and the learnable table's gradient (a captured float tensor with requires_grad) through
-    backward() of the torch entry point, against torch autograd in float64 on the same generator."""
-    h = shape[0]
+GRADIENT_CASES = [
+    # (id, generator of the learnable tensors, their shapes, B, H, N)
+    ("graphormer_spatial", lambda t: _spatial(t["table"]), {"table": (2, 5)}, 2, 2, 10),
+    ("graphormer_edge", lambda t: _edge(t["table"]), {"table": (2, 2, 3)}, 2, 2, 10),
+    ("mla_rope", lambda t: AS.generate_mla_rope_score_mod(t["q_rope"], t["k_rope"], 2, scale=0.5), {"q_rope": (1, 2, 10, 4), "k_rope": (1, 1, 10, 4)}, 1, 2, 10),
+]
+
+
+@pytest.mark.parametrize("gen,shapes,b,h,n", [c[1:] for c in GRADIENT_CASES], ids=[c[0] for c in GRADIENT_CASES])
+def test_attention_gym_score_gradients(gen, shapes, b, h, n):
+    """dq, dk, dv and the learnable tensors' gradients (captured float tensors with requires_grad: a
+    Graphormer table, read at a captured distance or through per-position slices; MLA's two RoPE
+    tensors, read as rows in a dot product) through backward() of the torch entry point, against torch
+    autograd in float64 on the same generator."""
     q, k, v, do = _qkv(b, h, n, n, seed=3)
-    table = _table(*shape).float().requires_grad_(True)
+    tables = {name: _table(*shape, seed=20 + i).float().requires_grad_(True) for i, (name, shape) in enumerate(shapes.items())}
     leaves = [x.float().requires_grad_(True) for x in (q, k, v)]
-    out = tt.scaled_dot_product_attention(*leaves, score_mod=gen(table), mask_mod=AM.causal_mask)
+    out = tt.scaled_dot_product_attention(*leaves, score_mod=gen(tables), mask_mod=AM.causal_mask)
     out.backward(do.float())
 
-    def score_fn(s, bi, hi, i, j, table):
-        return _materialise_score(gen(table))(s, bi, hi, i, j)
+    def score_fn(s, bi, hi, i, j, **t):
+        return _materialise_score(gen(t))(s, bi, hi, i, j)
 
-    kw = {"scale": D**-0.5, "score_fn": score_fn, "mask_fn": lambda bi, hi, i, j, table: i >= j, "params": {"table": table.detach().double().numpy()}}
+    kw = {"scale": D**-0.5, "score_fn": score_fn, "mask_fn": lambda bi, hi, i, j, **_: i >= j,
+          "params": {name: t.detach().double().numpy() for name, t in tables.items()}}
     o_ref, _, g_ref = dense(q.numpy(), k.numpy(), v.numpy(), do.numpy(), **kw)
     o_pl, _, g_pl = dense(q.numpy(), k.numpy(), v.numpy(), do.numpy(), dtype="fp32", **kw)
     terms = n * n
     _judge("O", out.detach().numpy(), o_ref, o_pl, terms)
     for name, x in zip(("dQ", "dK", "dV"), leaves):
         _judge(name, x.grad.numpy(), g_ref[name], g_pl[name], terms)
-    assert table.grad is not None and table.grad.shape == table.shape
-    _judge("dtable", table.grad.numpy(), g_ref["dtable"], g_pl["dtable"], terms * b * h)
+    for name, t in tables.items():
+        assert t.grad is not None and t.grad.shape == t.shape, name
+        _judge("d" + name, t.grad.numpy(), g_ref["d" + name], g_pl["d" + name], terms * b * h)
 
 
 # --- plain-torch constructs beyond attention-gym's ------------------------------------------------
@@ -297,14 +308,9 @@ def test_torch_forms(fn):
 # --- refusals --------------------------------------------------------------------------------------
 
 
-def _topk():
-    gen = torch.Generator().manual_seed(2)
-    return torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(4)]).view(1, 1, 4, 2)
-
-
 REFUSED = [
-    ("vsa", "mask", lambda: AM.generate_vsa_mask_mod(_topk(), 4), ("mask_mod", "vsa_topk_t4_k2", "unsqueeze")),
-    ("mla_rope", "score", lambda: AS.generate_mla_rope_score_mod(_table(1, 2, 8, 4), _table(1, 1, 8, 4), 2), ("score_mod", "mla_rope_score_mod", "dot")),
+    ("row_unsqueezed", "mask", lambda: (lambda b, h, q_idx, kv_idx: (_TAB[q_idx % 2].unsqueeze(-1) > 0).any()), ("mask_mod", "Tensor.unsqueeze of a vector")),
+    ("row_as_a_mask", "mask", lambda: (lambda b, h, q_idx, kv_idx: _TAB[q_idx % 2] > 0), ("mask_mod = '<lambda>'", "reduce a row of a captured tensor", "at a vector result")),
     ("tanh_softcap_approx", "score", lambda: AS.generate_tanh_softcap(2, approx=True), ("score_mod", "tanh_softcap_approx_2", "approx.tanh")),
     ("sinh", "score", lambda: (lambda score, b, h, q_idx, kv_idx: torch.sinh(score)), ("score_mod", "sinh")),
     ("float_bit_and", "mask", lambda: (lambda b, h, q_idx, kv_idx: ((q_idx / 2).to(torch.float32) & kv_idx) > 0), ("mask_mod", "&", "integer")),

@@ -196,6 +196,8 @@ def _sym(x: Any, where: str) -> sympy.Basic:
         return x.expr
     if type(x).__module__.startswith("torch") and hasattr(x, "detach"):  # a tensor: a 0-d constant or refused
         return _tsym(x, where)
+    if isinstance(x, _VecOps):
+        raise ModError("mod", f"a vector (a row of a captured tensor) as {where}", "one value per (b, h, q_idx, kv_idx): reduce the row with any(), all() or sum(), or read one element")
     if isinstance(x, (bool, np.bool_)):
         return sympy.true if x else sympy.false
     if isinstance(x, (int, np.integer)):
@@ -234,9 +236,13 @@ class Traced:
         self.expr = expr
 
     def _op(self, other, fn, sign: str):
+        if isinstance(other, _VecOps):  # a row of a captured tensor: its reflected operator broadcasts
+            return NotImplemented
         return Traced(_apply(fn, self.expr, _sym(other, "an operand"), sign))
 
     def _rop(self, other, fn, sign: str):
+        if isinstance(other, _VecOps):
+            return NotImplemented
         return Traced(_apply(fn, _sym(other, "an operand"), self.expr, sign))
 
     def __add__(self, o): return self._op(o, lambda a, b: a + b, "+")
@@ -520,8 +526,9 @@ def logical_not(a) -> Traced:
 # and ``approximate="tanh"``: x·(1+tanh(√(2/π)(x+0.044715x³)))/2, torch's own forms), ``sqrt``,
 # ``rsqrt``, ``square``, ``reciprocal``, ``floor``, ``ceil``, ``//``, ``%``, ``& | ^ ~ << >>`` on
 # integers, ``new_ones``/``new_zeros``/``new_full``/``ones_like``/``zeros_like``/``full_like`` of a
-# scalar, dtype conversions, and reads of captured tensors of any dtype and rank (a partial read gives a
-# row, indexed further). Anything else is a :class:`ModError` naming the torch
+# scalar, dtype conversions, and reads of captured tensors of any dtype and rank (a read of all but the
+# last index gives a row: indexed further, or a short vector for elementwise operators, any/all/sum and
+# torch.dot, unrolled). Anything else is a :class:`ModError` naming the torch
 # operation; :func:`trace` adds the mod's name.
 
 
@@ -612,9 +619,43 @@ class _Capture:
 _CAPTURE: _Capture | None = None  # set by trace() while a function is traced
 
 
-class _Row:
+class _VecOps:
+    """Elementwise operators of a short vector along a captured tensor's last dimension (:class:`_Row`,
+    :class:`_Vec`): the result is a :class:`_Vec`; ``any``/``all``/``sum`` over it and ``torch.dot`` of
+    two give a traced value (attention-gym's VSA compares a row of top-k tile ids with the key's tile;
+    MLA-RoPE takes a dot product of two rows)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fn = getattr(_torch().Tensor, name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: torch_dispatch(fn, (self,) + args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return torch_dispatch(func, args, kwargs or {})
+
+    def __bool__(self):
+        raise _trefuse("a Python branch on a row of a captured tensor", "where(), any(), all() on traced values")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _vec_dunder(name):
+    def f(self, other):
+        return _vec_op(_BINARY[name], name, self, other)
+
+    f.__name__ = name
+    return f
+
+
+class _Row(_VecOps):
     """A read of a captured tensor at its leading indices (``intervals[image_idx]``); indexing it
-    further gives the element (``interval[0]``). Any other use is refused."""
+    further gives the element (``interval[0]``); with one dimension left it is also a vector."""
 
     __slots__ = ("index", "param")
 
@@ -624,14 +665,59 @@ class _Row:
     def __getitem__(self, idx):
         return _tread(self.param, self.index + _index_tuple(idx, self.param))
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise _trefuse(f"Tensor.{name} of a row of the captured tensor {self.param.name}", "a read at one element (index every dimension)")
+    def items(self, what: str) -> list:
+        shape = self.param.decl.shape
+        if len(self.index) != len(shape) - 1:
+            raise _trefuse(f"{what} of {self.param.name} read with {len(self.index)} of its {len(shape)} indices", "a row: every index but the last")
+        return [_tread(self.param, self.index + (sympy.Integer(i),)) for i in range(int(shape[-1]))]
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        raise _trefuse(f"{torch_op_name(func)} of a row of a captured tensor", "a read at one element (index every dimension)")
+
+class _Vec(_VecOps):
+    """A short vector of traced values (the result of an elementwise operation on a row)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list):
+        self.values = list(values)
+
+    def items(self, what: str) -> list:
+        return self.values
+
+    def __getitem__(self, idx):
+        e = _tsym(idx, "an index of a vector")
+        if not e.is_Integer or not -len(self.values) <= int(e) < len(self.values):
+            raise _trefuse(f"Tensor.__getitem__ of a vector at {e}", f"a constant index in -{len(self.values)}..{len(self.values) - 1}")
+        return self.values[int(e)]
+
+
+def _vec_items(x, what: str):
+    """The elements of a vector operand (a row or a vector), or None for a scalar."""
+    return x.items(what) if isinstance(x, _VecOps) else None
+
+
+def _vec_op(fn, name: str, a, b):
+    va, vb = _vec_items(a, name), _vec_items(b, name)
+    if va is not None and vb is not None and len(va) != len(vb) and 1 not in (len(va), len(vb)):
+        raise _trefuse(f"{name} of vectors of {len(va)} and {len(vb)} elements", "vectors of one length (or one element)")
+    n = max(len(va) if va is not None else 1, len(vb) if vb is not None else 1)
+
+    def at(v, x, i):
+        if v is None:
+            return _ttraced(x, name)
+        return v[i if len(v) > 1 else 0]
+
+    return _Vec([fn(at(va, a, i), at(vb, b, i)) for i in range(n)])
+
+
+def _vec_reduce(name: str, x, kwargs: dict, args: tuple):
+    dim = kwargs.get("dim", args[0] if args else None)
+    if dim not in (None, -1, 0) and not (isinstance(dim, (tuple, list)) and list(dim) in ([-1], [0])):
+        raise _trefuse(f"Tensor.{name} over dim={dim}", "a reduction over the vector's one dimension (dim=-1)")
+    items = x.items(name)
+    if name == "sum":
+        return functools.reduce(operator.add, items)
+    fn = operator.or_ if name == "any" else operator.and_
+    return functools.reduce(fn, [Traced(_as_bool(t.expr)) for t in items])
 
 
 def _index_tuple(idx, param) -> tuple:
@@ -715,6 +801,10 @@ _BINARY.update({
     "logical_and": _logical(sympy.And), "logical_or": _logical(sympy.Or),
     "logical_xor": _logical(lambda a, b: _ne(a, b)),
 })
+
+for _name in _BINARY:
+    if _name.startswith("__"):
+        setattr(_VecOps, _name, _vec_dunder(_name))
 
 _GELU_TANH_C = math.sqrt(2.0 / math.pi)
 
@@ -809,7 +899,23 @@ def torch_dispatch(func, args: tuple, kwargs: dict):
     if name == "__get__":  # a property (Tensor.dtype, .shape...) of a traced value
         raise _trefuse(f"a tensor attribute of a traced value ({full})", "traced values as numbers: no .shape, .dtype or .device")
     if name == "__getitem__":
+        if isinstance(args[0], _VecOps):
+            return args[0][args[1]]
         return _tgetitem(args[0], args[1])
+    if name == "unsqueeze" and isinstance(args[0], Traced):  # a scalar as a vector of one, to broadcast
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dim not in (-1, 0):
+            raise _trefuse(f"{full} with dim={dim}", "dim=-1 (a traced value is one element)")
+        return _Vec([args[0]])
+    if any(isinstance(a, _VecOps) for a in args):
+        if name in _BINARY and len(args) == 2 and not kwargs:
+            return _vec_op(_BINARY[name], full, args[0], args[1])
+        if name in ("any", "all", "sum") and isinstance(args[0], _VecOps):
+            return _vec_reduce(name, args[0], kwargs, args[1:])
+        if name in ("dot", "inner", "vdot") and len(args) == 2 and all(isinstance(a, _VecOps) for a in args):
+            prod = _vec_op(operator.mul, full, args[0], args[1])
+            return functools.reduce(operator.add, prod.values)
+        raise _trefuse(f"{full} of a vector (a row of a captured tensor)", "elementwise operators, any/all/sum over it, torch.dot of two rows, or a read at one element")
     if name in _BINARY and len(args) >= 2:
         extra = {k: v for k, v in kwargs.items() if k != "out"}
         if name in ("add", "sub", "subtract") and "alpha" in extra:
@@ -1021,6 +1127,8 @@ def trace(fn: Any, kind: str) -> Mod:
     finally:
         _TRACING = None
         _CAPTURE = outer
+    if isinstance(out, _VecOps):
+        raise ModError(field, name, "one value per (b, h, q_idx, kv_idx): reduce a row of a captured tensor with any(), all() or sum(), or read one element (at a vector result)")
     for p in read + closure_params(fn):
         if p.name in params and params[p.name] is not p:
             raise ModError("param", p.name, "distinct names for distinct parameter arrays")
