@@ -18,7 +18,8 @@ kv_idx + Sk - 1]``, ``doc[q_idx]``). Operators: ``+ - * / // % **``, comparisons
 ``tanh``, ``abs``, ``min``, ``max``, ``floor``, ``sqrt``. Booleans are not numbers: ``==`` / ``!=`` of
 two booleans and ``where`` with two boolean branches become ``& | ~`` of them; a boolean compared with
 a number, in arithmetic or under ``< <= > >=`` is a :class:`ModError` naming the operation, as are a
-division by zero and a tensor method called on a traced value. Expressions are sympy expressions (the IR's
+division by zero and a torch operation tilegen cannot express. On integers, ``& | ^`` are the functions
+``bitwise_and/or/xor`` (:class:`_BitOp`), ``~a`` is −a−1, ``a << n`` a·2ⁿ and ``a >> n`` ⌊a/2ⁿ⌋. Expressions are sympy expressions (the IR's
 sizes already are), so the compiler differentiates them itself: :class:`ModSet` carries
 ``∂score′/∂score`` and, for every read of a floating-point parameter, ``∂score′/∂param[index]``.
 
@@ -27,8 +28,10 @@ Two ways in:
 - **Text** (spec files, the CLI): :func:`parse` reads the language with Python's ``ast`` through a
   whitelist; an unknown name or function is an error naming it.
 - **Python functions** (the NumPy and torch APIs): ``score_mod(score, b, h, q_idx, kv_idx)`` and
-  ``mask_mod(b, h, q_idx, kv_idx)`` written with this module's helpers are traced: they are called once
-  with symbolic values (:class:`Traced`), whose operators build the expression. A Python ``if``, ``and``,
+  ``mask_mod(b, h, q_idx, kv_idx)`` written with this module's helpers, or in plain torch as for
+  FlexAttention, are traced: they are called once with symbolic values (:class:`Traced`), whose
+  operators and ``__torch_function__`` (:func:`torch_dispatch`: torch's functions, tensor methods,
+  captured tensors read at index expressions) build the expression. A Python ``if``, ``and``,
   ``or`` or ``not`` on a traced value cannot be traced and raises :class:`ModError` saying so. Arrays a
   function reads are wrapped with :func:`param` (``bias = mods.param("bias", array)``).
 
@@ -44,6 +47,7 @@ import ast
 import dataclasses
 import functools
 import math
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
@@ -85,6 +89,7 @@ FUNCTIONS: dict[str, Callable] = {
     "And": sympy.And,
     "Or": sympy.Or,
     "Not": sympy.Not,
+    "erf": sympy.erf,
 }
 
 
@@ -189,6 +194,10 @@ def param(name: str, array: Any) -> Param:
 def _sym(x: Any, where: str) -> sympy.Basic:
     if isinstance(x, Traced):
         return x.expr
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):  # a tensor: a 0-d constant or refused
+        return _tsym(x, where)
+    if isinstance(x, _VecOps):
+        raise ModError("mod", f"a vector (a row of a captured tensor) as {where}", "one value per (b, h, q_idx, kv_idx): reduce the row with any(), all() or sum(), or read one element")
     if isinstance(x, (bool, np.bool_)):
         return sympy.true if x else sympy.false
     if isinstance(x, (int, np.integer)):
@@ -200,6 +209,15 @@ def _sym(x: Any, where: str) -> sympy.Basic:
     if isinstance(x, sympy.Basic):
         return x
     raise ModError("mod", type(x).__name__, f"numbers, traced values and parameter reads ({where}); wrap arrays with tilegen.mods.param(name, array)")
+
+
+def _exact(d):
+    """A divisor as sympy takes it exactly: an integral float constant (``x / 3.0``) as the integer,
+    so that the quotient stays a rational multiple (⌊(q_idx − kv_idx)/3.0⌋ floors exactly) rather than
+    a product with a rounded reciprocal."""
+    if isinstance(d, sympy.Float) and float(d).is_integer():
+        return sympy.Integer(int(d))
+    return d
 
 
 def _is_bool(e) -> bool:
@@ -218,9 +236,13 @@ class Traced:
         self.expr = expr
 
     def _op(self, other, fn, sign: str):
+        if isinstance(other, _VecOps):  # a row of a captured tensor: its reflected operator broadcasts
+            return NotImplemented
         return Traced(_apply(fn, self.expr, _sym(other, "an operand"), sign))
 
     def _rop(self, other, fn, sign: str):
+        if isinstance(other, _VecOps):
+            return NotImplemented
         return Traced(_apply(fn, _sym(other, "an operand"), self.expr, sign))
 
     def __add__(self, o): return self._op(o, lambda a, b: a + b, "+")
@@ -229,8 +251,8 @@ class Traced:
     def __rsub__(self, o): return self._rop(o, lambda a, b: a - b, "-")
     def __mul__(self, o): return self._op(o, lambda a, b: a * b, "*")
     def __rmul__(self, o): return self._rop(o, lambda a, b: a * b, "*")
-    def __truediv__(self, o): return self._op(o, lambda a, b: a / b, "/")
-    def __rtruediv__(self, o): return self._rop(o, lambda a, b: a / b, "/")
+    def __truediv__(self, o): return self._op(o, lambda a, b: a / _exact(b), "/")
+    def __rtruediv__(self, o): return self._rop(o, lambda a, b: a / _exact(b), "/")
     def __floordiv__(self, o): return self._op(o, lambda a, b: sympy.floor(a / b), "//")
     def __rfloordiv__(self, o): return self._rop(o, lambda a, b: sympy.floor(a / b), "//")
     def __mod__(self, o): return self._op(o, sympy.Mod, "%")
@@ -250,7 +272,26 @@ class Traced:
     def __rand__(self, o): return self._rop(o, _and, "&")
     def __or__(self, o): return self._op(o, _or, "|")
     def __ror__(self, o): return self._rop(o, _or, "|")
+    def __xor__(self, o): return self._op(o, _xor, "^")
+    def __rxor__(self, o): return self._rop(o, _xor, "^")
+    def __lshift__(self, o): return self._op(o, _lshift, "<<")
+    def __rlshift__(self, o): return self._rop(o, _lshift, "<<")
+    def __rshift__(self, o): return self._op(o, _rshift, ">>")
+    def __rrshift__(self, o): return self._rop(o, _rshift, ">>")
     def __invert__(self): return Traced(_not(self.expr))
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """torch's dispatch for a traced value (torch.where, torch.abs, F.gelu, a captured tensor indexed
+        by traced indices, ...): :func:`torch_dispatch` builds the expression."""
+        return torch_dispatch(func, args, kwargs or {})
+
+    def __getattr__(self, name):
+        """A tensor method (``.clamp``, ``.abs()``, ``.to()``, ``.new_ones``...) routed through the same
+        dispatch as torch's functions."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return torch_method(self, name)
 
     def __bool__(self):
         raise ModError(
@@ -276,7 +317,9 @@ def _apply(fn, a, b, sign: str):
         out = fn(a, b)
     except ZeroDivisionError:
         raise ModError("mod", f"({a}) {sign} ({b})", f"a non-zero divisor of {sign}") from None
-    except TypeError:
+    except ModError:
+        raise
+    except (TypeError, ValueError):  # sympy's Min/Max of a boolean: ValueError (not comparable)
         what = f"{sign}({a})" if b is None else f"({a}) {sign} ({b})"
         raise ModError("mod", what, f"numbers as operands of {sign} (a comparison is a boolean, not 0/1: where(cond, 1, 0) for a number)") from None
     if isinstance(out, sympy.Basic) and out.has(sympy.zoo, sympy.nan):
@@ -284,24 +327,108 @@ def _apply(fn, a, b, sign: str):
     return out
 
 
+class _BitOp(sympy.Function):
+    """An integer bit operation of two integer expressions (two's complement, as torch's and NumPy's
+    on int32/int64). Constant arguments fold; the NumPy evaluation is :data:`NUMPY_FUNCTIONS`, the
+    Triton printer spells it with Triton's operator, the Ascend C lowering refuses it by name."""
+
+    nargs = 2
+    is_integer = True
+    _fn: Callable = None  # type: ignore[assignment]
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(cls._fn(int(a), int(b)))
+        return None
+
+
+class bitwise_and(_BitOp):  # the mod language spells it so
+    _fn = staticmethod(lambda a, b: a & b)
+
+
+class bitwise_or(_BitOp):
+    _fn = staticmethod(lambda a, b: a | b)
+
+
+class bitwise_xor(_BitOp):
+    _fn = staticmethod(lambda a, b: a ^ b)
+
+
+BIT_FUNCTIONS = {"bitwise_and": bitwise_and, "bitwise_or": bitwise_or, "bitwise_xor": bitwise_xor}
+FUNCTIONS.update(BIT_FUNCTIONS)
+
+
+def _int_arrays(*xs):
+    return [np.floor(x).astype(np.int64) if np.asarray(x).dtype.kind == "f" else np.asarray(x).astype(np.int64) for x in xs]
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy is optional
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    return erf(x)
+
+
+NUMPY_FUNCTIONS: dict[str, Callable] = {
+    "bitwise_and": lambda a, b: np.bitwise_and(*_int_arrays(a, b)),
+    "bitwise_or": lambda a, b: np.bitwise_or(*_int_arrays(a, b)),
+    "bitwise_xor": lambda a, b: np.bitwise_xor(*_int_arrays(a, b)),
+    "erf": _erf,
+}
+
+
+def _is_int(e) -> bool:
+    return not _is_bool(e) and bool(getattr(e, "is_integer", False))
+
+
+def _bits(a, b, sign: str, fn):
+    if _is_int(a) and _is_int(b):
+        return fn(a, b)
+    raise ModError("mod", f"({a}) {sign} ({b})", f"booleans (comparisons) on both sides of {sign}, or integers on both sides (a bit operation)")
+
+
 def _and(a, b):
-    for x in (a, b):
-        if not _is_bool(x):
-            raise ModError("mod", str(x), "booleans (comparisons) on both sides of &")
-    return sympy.And(a, b)
+    if _is_bool(a) and _is_bool(b):
+        return sympy.And(a, b)
+    return _bits(a, b, "&", bitwise_and)
 
 
 def _or(a, b):
-    for x in (a, b):
-        if not _is_bool(x):
-            raise ModError("mod", str(x), "booleans (comparisons) on both sides of |")
-    return sympy.Or(a, b)
+    if _is_bool(a) and _is_bool(b):
+        return sympy.Or(a, b)
+    return _bits(a, b, "|", bitwise_or)
+
+
+def _xor(a, b):
+    if _is_bool(a) and _is_bool(b):
+        return _ne(a, b)
+    return _bits(a, b, "^", bitwise_xor)
+
+
+def _shift_amount(a, n, sign: str) -> int:
+    if not (_is_int(a) and getattr(n, "is_Integer", False) and int(n) >= 0):
+        raise ModError("mod", f"({a}) {sign} ({n})", f"an integer shifted by a constant integer >= 0 ({sign})")
+    return int(n)
+
+
+def _lshift(a, n):
+    """``a << n``: a·2ⁿ (exact on integers)."""
+    return a * 2 ** _shift_amount(a, n, "<<")
+
+
+def _rshift(a, n):
+    """``a >> n``: ⌊a / 2ⁿ⌋ (an arithmetic shift, exact on integers of either sign)."""
+    return sympy.floor(a / 2 ** _shift_amount(a, n, ">>"))
 
 
 def _not(a):
-    if not _is_bool(a):
-        raise ModError("mod", str(a), "a boolean (a comparison) after ~")
-    return sympy.Not(a)
+    if _is_bool(a):
+        return sympy.Not(a)
+    if _is_int(a):
+        return -a - 1  # two's complement: ~a == -a - 1
+    raise ModError("mod", str(a), "a boolean (a comparison) or an integer after ~")
 
 
 def _both(a, b, op: str) -> bool:
@@ -359,11 +486,13 @@ floor = _fn(sympy.floor)
 
 
 def minimum(a, b) -> Traced:
-    return Traced(sympy.Min(_sym(a, "minimum"), _sym(b, "minimum")))
+    """The smaller of two numbers (elementwise; traced); a boolean operand is a ModError."""
+    return Traced(_apply(sympy.Min, _sym(a, "minimum"), _sym(b, "minimum"), "minimum"))
 
 
 def maximum(a, b) -> Traced:
-    return Traced(sympy.Max(_sym(a, "maximum"), _sym(b, "maximum")))
+    """The larger of two numbers (elementwise; traced); a boolean operand is a ModError."""
+    return Traced(_apply(sympy.Max, _sym(a, "maximum"), _sym(b, "maximum"), "maximum"))
 
 
 def logical_and(a, b) -> Traced:
@@ -376,6 +505,512 @@ def logical_or(a, b) -> Traced:
 
 def logical_not(a) -> Traced:
     return Traced(_not(_sym(a, "logical_not")))
+
+
+# --- torch dispatch: FlexAttention mods written in plain torch ---------------------------------------
+#
+# torch's dispatch for traced mods: a FlexAttention ``score_mod``/``mask_mod`` written in plain torch.
+#
+# A :class:`Traced` value carries ``__torch_function__``, so torch's functions and
+# tensor methods called on it (``torch.where``, ``torch.abs``, ``torch.exp2``, ``F.gelu``, ``.clamp``,
+# ``.to()``, ``b.new_ones(())``...) and a captured tensor indexed by traced values (``bias[q_idx -
+# kv_idx]``, ``doc_ids[b, q_idx] == doc_ids[b, kv_idx]``) reach :func:`torch_dispatch`, which builds the sympy
+# expression. A captured tensor read this way becomes a parameter of the mod (:class:`Param`
+# named ``<kind>_t<k>``, one per tensor object, in order of first read; a float tensor that requires grad
+# gets its gradient through the torch entry points). Elementwise semantics are FlexAttention's: every
+# traced value is one element (torch vmaps the mods over b, h, q_idx, kv_idx).
+#
+# Accepted: arithmetic, comparisons, logic, ``where``, ``abs``, ``clamp``/``clip``/``clamp_min``/
+# ``clamp_max``, ``minimum``/``maximum``, ``exp``, ``exp2`` (2**x), ``expm1``, ``log``, ``log2``,
+# ``log10``, ``log1p``, ``tanh``, ``sigmoid`` (1/(1+e⁻ˣ)), ``relu``, ``gelu`` (exact x·(1+erf(x/√2))/2
+# and ``approximate="tanh"``: x·(1+tanh(√(2/π)(x+0.044715x³)))/2, torch's own forms), ``sqrt``,
+# ``rsqrt``, ``square``, ``reciprocal``, ``floor``, ``ceil``, ``//``, ``%``, ``& | ^ ~ << >>`` on
+# integers, ``new_ones``/``new_zeros``/``new_full``/``ones_like``/``zeros_like``/``full_like`` of a
+# scalar, dtype conversions, and reads of captured tensors of any dtype and rank (a read of all but the
+# last index gives a row: indexed further, or a short vector for elementwise operators, any/all/sum and
+# torch.dot, unrolled). Anything else is a :class:`ModError` naming the torch
+# operation; :func:`trace` adds the mod's name.
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def torch_op_name(func) -> str:
+    """A readable name of a torch callable (``torch.abs``, ``torch.nn.functional.gelu``,
+    ``Tensor.clamp``, ``approx.tanh`` for a custom op)."""
+    qualified = getattr(func, "_qualified_op_name", None)
+    if qualified:
+        return str(qualified).replace("::", ".")
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = str(getattr(func, "__qualname__", name))
+    module = getattr(func, "__module__", None) or ""
+    if qual.startswith(("TensorBase.", "_TensorBase.", "Tensor.")):
+        return "Tensor." + name
+    if qual.startswith("_VariableFunctionsClass.") or module == "torch":
+        return "torch." + name
+    for private, public in (("torch._C._nn", "torch.nn.functional"), ("torch._C._special", "torch.special"), ("torch._C._linalg", "torch.linalg")):
+        if module == private:
+            return f"{public}.{name}"
+    return f"{module}.{qual}" if module else qual
+
+
+def _trefuse(what: str, accepted: str) -> ModError:
+    return ModError("mod", what, accepted)
+
+
+# --- values -------------------------------------------------------------------------------------------
+
+
+def _tsym(x: Any, func: str) -> Any:
+    """A sympy expression for an operand of ``func``: a traced value, a Python number or bool, or a
+    0-d tensor without grad (its value). A whole tensor is refused: a mod reads tensors element-wise,
+    at index expressions."""
+    if isinstance(x, Traced):
+        return x.expr
+    if isinstance(x, _Row):
+        raise _trefuse(f"{func} of a row of the captured tensor {x.param.name}", "a read at one element (index every dimension)")
+    torch = _torch()
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and not x.requires_grad:
+            v = x.item()
+            return _sym(v, func)
+        raise _trefuse(f"{func} of a whole tensor of shape {list(x.shape)}", "tensors read at index expressions of b, h, q_idx, kv_idx (t[q_idx - kv_idx]); a 0-d tensor without grad as a constant")
+    if isinstance(x, (int, float, bool, sympy.Basic)):
+        return _sym(x, func)
+    try:
+        import numpy as np
+
+        if isinstance(x, np.generic):
+            return _sym(x, func)
+    except ImportError:  # pragma: no cover
+        pass
+    raise _trefuse(f"{func} of a {type(x).__name__}", "traced values, numbers and captured tensors read at index expressions")
+
+
+def _ttraced(x: Any, func: str) -> Traced:
+    return x if isinstance(x, Traced) else Traced(_tsym(x, func))
+
+
+# --- captured tensors ----------------------------------------------------------------------------------
+
+
+class _Capture:
+    """The captured tensors of one trace: tensor object → :class:`~tilegen.core.mods.Param`."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.params: dict[int, Param] = {}
+        self.keep: list = []  # the tensors, so that ids stay unique while tracing
+
+    def param(self, tensor) -> Param:
+        p = self.params.get(id(tensor))
+        if p is None:
+            name = f"{self.kind}_t{len(self.params)}"
+            p = Param(name, tensor)
+            p.boolean = tensor.dtype == _torch().bool  # its reads are booleans (stored as int32 0/1)
+            self.params[id(tensor)] = p
+            self.keep.append(tensor)
+        return p
+
+
+_CAPTURE: _Capture | None = None  # set by trace() while a function is traced
+
+
+class _VecOps:
+    """Elementwise operators of a short vector along a captured tensor's last dimension (:class:`_Row`,
+    :class:`_Vec`): the result is a :class:`_Vec`; ``any``/``all``/``sum`` over it and ``torch.dot`` of
+    two give a traced value (attention-gym's VSA compares a row of top-k tile ids with the key's tile;
+    MLA-RoPE takes a dot product of two rows)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fn = getattr(_torch().Tensor, name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: torch_dispatch(fn, (self,) + args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return torch_dispatch(func, args, kwargs or {})
+
+    def __bool__(self):
+        raise _trefuse("a Python branch on a row of a captured tensor", "where(), any(), all() on traced values")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _vec_dunder(name):
+    def f(self, other):
+        return _vec_op(_BINARY[name], name, self, other)
+
+    f.__name__ = name
+    return f
+
+
+class _Row(_VecOps):
+    """A read of a captured tensor at its leading indices (``intervals[image_idx]``); indexing it
+    further gives the element (``interval[0]``); with one dimension left it is also a vector."""
+
+    __slots__ = ("index", "param")
+
+    def __init__(self, param: Param, index: tuple):
+        self.param, self.index = param, index
+
+    def __getitem__(self, idx):
+        return _tread(self.param, self.index + _index_tuple(idx, self.param))
+
+    def items(self, what: str) -> list:
+        shape = self.param.decl.shape
+        if len(self.index) != len(shape) - 1:
+            raise _trefuse(f"{what} of {self.param.name} read with {len(self.index)} of its {len(shape)} indices", "a row: every index but the last")
+        return [_tread(self.param, self.index + (sympy.Integer(i),)) for i in range(int(shape[-1]))]
+
+
+class _Vec(_VecOps):
+    """A short vector of traced values (the result of an elementwise operation on a row)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list):
+        self.values = list(values)
+
+    def items(self, what: str) -> list:
+        return self.values
+
+    def __getitem__(self, idx):
+        e = _tsym(idx, "an index of a vector")
+        if not e.is_Integer or not -len(self.values) <= int(e) < len(self.values):
+            raise _trefuse(f"Tensor.__getitem__ of a vector at {e}", f"a constant index in -{len(self.values)}..{len(self.values) - 1}")
+        return self.values[int(e)]
+
+
+def _vec_items(x, what: str):
+    """The elements of a vector operand (a row or a vector), or None for a scalar."""
+    return x.items(what) if isinstance(x, _VecOps) else None
+
+
+def _vec_op(fn, name: str, a, b):
+    va, vb = _vec_items(a, name), _vec_items(b, name)
+    if va is not None and vb is not None and len(va) != len(vb) and 1 not in (len(va), len(vb)):
+        raise _trefuse(f"{name} of vectors of {len(va)} and {len(vb)} elements", "vectors of one length (or one element)")
+    n = max(len(va) if va is not None else 1, len(vb) if vb is not None else 1)
+
+    def at(v, x, i):
+        if v is None:
+            return _ttraced(x, name)
+        return v[i if len(v) > 1 else 0]
+
+    return _Vec([fn(at(va, a, i), at(vb, b, i)) for i in range(n)])
+
+
+def _vec_reduce(name: str, x, kwargs: dict, args: tuple):
+    dim = kwargs.get("dim", args[0] if args else None)
+    if dim not in (None, -1, 0) and not (isinstance(dim, (tuple, list)) and list(dim) in ([-1], [0])):
+        raise _trefuse(f"Tensor.{name} over dim={dim}", "a reduction over the vector's one dimension (dim=-1)")
+    items = x.items(name)
+    if name == "sum":
+        return functools.reduce(operator.add, items)
+    fn = operator.or_ if name == "any" else operator.and_
+    return functools.reduce(fn, [Traced(_as_bool(t.expr)) for t in items])
+
+
+def _index_tuple(idx, param) -> tuple:
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    out = []
+    for x in idx:
+        if x is None or x is Ellipsis or isinstance(x, slice):
+            raise _trefuse(f"Tensor.__getitem__ of {param.name} with {x!r}", "indices that are integers or integer expressions of b, h, q_idx, kv_idx (no slice, None or ...)")
+        out.append(_tsym(x, f"an index of {param.name}"))
+    return tuple(out)
+
+
+def _tread(param: Param, index: tuple):
+    """``param[index]``: the element (a Traced) when every dimension is indexed, else a :class:`_Row`.
+    A negative constant index counts from the end, as torch's."""
+    shape = param.decl.shape
+    if len(index) > len(shape):
+        raise _trefuse(f"Tensor.__getitem__ of {param.name} with {len(index)} indices", f"at most {len(shape)} indices (its shape is {list(shape)})")
+    fixed = []
+    for d, e in enumerate(index):
+        if _is_bool(e) or not (e.is_integer or e.is_Integer):
+            raise _trefuse(f"Tensor.__getitem__ of {param.name} at {e}", "integer index expressions (// for division, .long() of an integer)")
+        if e.is_Integer and int(e) < 0:
+            e = sympy.Integer(int(e) + int(shape[d]))
+        fixed.append(e)
+    if len(fixed) < len(shape):
+        return _Row(param, tuple(fixed))
+    if _TRACING is not None:
+        _TRACING.append(param)
+    e = param.base[tuple(fixed)] if len(fixed) > 1 else param.base[fixed[0]]
+    return Traced(sympy.Ne(e, 0) if getattr(param, "boolean", False) else e)
+
+
+def _tgetitem(tensor, idx):
+    torch = _torch()
+    if isinstance(tensor, Traced):
+        raise _trefuse(f"Tensor.__getitem__ of the traced value {tensor.expr}", "indexing captured tensors, not traced values")
+    if not isinstance(tensor, torch.Tensor):
+        raise _trefuse(f"Tensor.__getitem__ of a {type(tensor).__name__}", "captured tensors read at index expressions")
+    if _CAPTURE is None:
+        raise _trefuse("Tensor.__getitem__ outside a trace", "tilegen.mods.trace")
+    p = _CAPTURE.param(tensor)
+    return _tread(p, _index_tuple(idx, p))
+
+
+# --- the operations -----------------------------------------------------------------------------------
+
+_BINARY = {
+    "add": operator.add, "__add__": operator.add, "__radd__": lambda a, b: b + a, "__iadd__": operator.add,
+    "sub": operator.sub, "subtract": operator.sub, "__sub__": operator.sub, "__rsub__": lambda a, b: b - a, "__isub__": operator.sub,
+    "mul": operator.mul, "multiply": operator.mul, "__mul__": operator.mul, "__rmul__": lambda a, b: b * a, "__imul__": operator.mul,
+    "true_divide": operator.truediv, "__truediv__": operator.truediv, "__rtruediv__": lambda a, b: b / a, "__itruediv__": operator.truediv, "__div__": operator.truediv, "__rdiv__": lambda a, b: b / a,
+    "floor_divide": operator.floordiv, "__floordiv__": operator.floordiv, "__rfloordiv__": lambda a, b: b // a, "__ifloordiv__": operator.floordiv,
+    "remainder": operator.mod, "__mod__": operator.mod, "__rmod__": lambda a, b: b % a, "__imod__": operator.mod,
+    "pow": operator.pow, "__pow__": operator.pow, "__rpow__": lambda a, b: b ** a, "float_power": operator.pow,
+    "eq": operator.eq, "__eq__": operator.eq, "ne": operator.ne, "__ne__": operator.ne, "not_equal": operator.ne,
+    "lt": operator.lt, "__lt__": operator.lt, "less": operator.lt, "le": operator.le, "__le__": operator.le, "less_equal": operator.le,
+    "gt": operator.gt, "__gt__": operator.gt, "greater": operator.gt, "ge": operator.ge, "__ge__": operator.ge, "greater_equal": operator.ge,
+    "bitwise_and": operator.and_, "__and__": operator.and_, "__rand__": lambda a, b: b & a, "__iand__": operator.and_,
+    "bitwise_or": operator.or_, "__or__": operator.or_, "__ror__": lambda a, b: b | a, "__ior__": operator.or_,
+    "bitwise_xor": operator.xor, "__xor__": operator.xor, "__rxor__": lambda a, b: b ^ a, "__ixor__": operator.xor,
+    "bitwise_left_shift": operator.lshift, "__lshift__": operator.lshift, "__rlshift__": lambda a, b: b << a,
+    "bitwise_right_shift": operator.rshift, "__rshift__": operator.rshift, "__rrshift__": lambda a, b: b >> a,
+    "minimum": lambda a, b: minimum(a, b), "fmin": lambda a, b: minimum(a, b),
+    "maximum": lambda a, b: maximum(a, b), "fmax": lambda a, b: maximum(a, b),
+}
+
+
+def _logical(fn):
+    def f(a, b):
+        return Traced(fn(_as_bool(a.expr), _as_bool(b.expr)))
+
+    return f
+
+
+def _as_bool(e):
+    return e if _is_bool(e) else _apply(lambda x, _: sympy.Ne(x, 0), e, None, "bool()")
+
+
+_BINARY.update({
+    "logical_and": _logical(sympy.And), "logical_or": _logical(sympy.Or),
+    "logical_xor": _logical(lambda a, b: _ne(a, b)),
+})
+
+for _name in _BINARY:
+    if _name.startswith("__"):
+        setattr(_VecOps, _name, _vec_dunder(_name))
+
+_GELU_TANH_C = math.sqrt(2.0 / math.pi)
+
+
+def _real(e):
+    """``e`` as a real number: a boolean is refused (torch would make it 0/1; say so)."""
+    if _is_bool(e):
+        raise _trefuse(str(e), "a number, not a boolean (torch.where(cond, 1.0, 0.0) for 0/1)")
+    return e
+
+
+def _unary_fns():
+    f = sympy.Float
+    return {
+        "abs": sympy.Abs, "absolute": sympy.Abs, "__abs__": sympy.Abs,
+        "neg": lambda x: -x, "negative": lambda x: -x, "__neg__": lambda x: -x,
+        "exp": sympy.exp, "exp2": lambda x: sympy.Integer(2) ** x, "expm1": lambda x: sympy.exp(x) - 1,
+        "log": sympy.log, "log2": lambda x: sympy.log(x) / f(math.log(2.0)), "log10": lambda x: sympy.log(x) / f(math.log(10.0)),
+        "log1p": lambda x: sympy.log(1 + x),
+        "tanh": sympy.tanh, "sigmoid": lambda x: 1 / (1 + sympy.exp(-x)), "expit": lambda x: 1 / (1 + sympy.exp(-x)),
+        "special_expit": lambda x: 1 / (1 + sympy.exp(-x)),
+        "relu": lambda x: sympy.Max(x, 0),
+        "sqrt": sympy.sqrt, "rsqrt": lambda x: 1 / sympy.sqrt(x), "square": lambda x: x**2, "reciprocal": lambda x: 1 / x,
+        "floor": sympy.floor, "ceil": lambda x: -sympy.floor(-x),
+        "gelu": lambda x: x * (1 + sympy.erf(x * f(1 / math.sqrt(2.0)))) / 2,
+        "gelu_tanh": lambda x: x * (1 + sympy.tanh(f(_GELU_TANH_C) * (x + f(0.044715) * x**3))) / 2,
+    }
+
+
+_UNARY = _unary_fns()
+_IDENTITY = {"contiguous", "clone", "detach", "requires_grad_", "float", "double", "half", "bfloat16", "positive", "__pos__"}
+_INT_CASTS = {"int", "long", "short", "char", "byte"}
+
+
+def _cast(x: Traced, dtype, name: str) -> Traced:
+    torch = _torch()
+    e = x.expr
+    if dtype is None:
+        return x
+    if dtype == torch.bool:
+        return Traced(_as_bool(e))
+    if dtype.is_floating_point:
+        return Traced(sympy.Piecewise((sympy.Float(1.0), e), (sympy.Float(0.0), True)) if _is_bool(e) else e)
+    # an integer dtype
+    if _is_bool(e):
+        return Traced(sympy.Piecewise((sympy.Integer(1), e), (sympy.Integer(0), True)))
+    if e.is_integer:
+        return x
+    raise _trefuse(f"{name} to {dtype} of {e}", "an integer conversion of an integer-valued expression (torch truncates towards zero: use torch.floor or // first)")
+
+
+def _dtype_of(args, kwargs):
+    torch = _torch()
+    dtype = kwargs.get("dtype")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, torch.Tensor):
+            dtype = a.dtype
+        elif isinstance(a, Traced):
+            dtype = None  # type_as a traced value: its kind is already the expression's
+    return dtype
+
+
+def _scalar(value, dtype) -> Traced:
+    torch = _torch()
+    if dtype == torch.bool:
+        return Traced(sympy.true if value else sympy.false)
+    return Traced(_sym(value, "a constant"))
+
+
+def _size_ok(size, name):
+    if size in ((), [], None) or (isinstance(size, (tuple, list)) and all(int(s) == 1 for s in size)):
+        return
+    if isinstance(size, int) and size == 1:
+        return
+    raise _trefuse(f"{name} of size {size}", "a scalar (size ()): a mod computes one element")
+
+
+def torch_dispatch(func, args: tuple, kwargs: dict):
+    """The traced result of the torch callable ``func`` on ``args``/``kwargs`` (some of them traced).
+
+    Raises:
+        ModError: an operation tilegen cannot express, naming it (``torch.sinh``, ``Tensor.unsqueeze``,
+            the custom op ``approx.tanh``...).
+    """
+    torch = _torch()
+    full = torch_op_name(func)
+    if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        raise _trefuse(f"the custom op {full}", "torch operations tilegen expresses or tilegen.mods helpers; a custom op is opaque to tracing")
+    name = getattr(func, "__name__", "")
+    if name == "__get__":  # a property (Tensor.dtype, .shape...) of a traced value
+        raise _trefuse(f"a tensor attribute of a traced value ({full})", "traced values as numbers: no .shape, .dtype or .device")
+    if name == "__getitem__":
+        if isinstance(args[0], _VecOps):
+            return args[0][args[1]]
+        return _tgetitem(args[0], args[1])
+    if name == "unsqueeze" and isinstance(args[0], Traced):  # a scalar as a vector of one, to broadcast
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        if dim not in (-1, 0):
+            raise _trefuse(f"{full} with dim={dim}", "dim=-1 (a traced value is one element)")
+        return _Vec([args[0]])
+    if any(isinstance(a, _VecOps) for a in args):
+        if name in _BINARY and len(args) == 2 and not kwargs:
+            return _vec_op(_BINARY[name], full, args[0], args[1])
+        if name in ("any", "all", "sum") and isinstance(args[0], _VecOps):
+            return _vec_reduce(name, args[0], kwargs, args[1:])
+        if name in ("dot", "inner", "vdot") and len(args) == 2 and all(isinstance(a, _VecOps) for a in args):
+            prod = _vec_op(operator.mul, full, args[0], args[1])
+            return functools.reduce(operator.add, prod.values)
+        raise _trefuse(f"{full} of a vector (a row of a captured tensor)", "elementwise operators, any/all/sum over it, torch.dot of two rows, or a read at one element")
+    if name in _BINARY and len(args) >= 2:
+        extra = {k: v for k, v in kwargs.items() if k != "out"}
+        if name in ("add", "sub", "subtract") and "alpha" in extra:
+            alpha = extra.pop("alpha")
+            args = (args[0], _ttraced(args[1], full) * alpha)
+        if extra:
+            raise _trefuse(f"{full} with {', '.join(sorted(extra))}", f"{full} of two operands")
+        a, b = _ttraced(args[0], full), _ttraced(args[1], full)
+        return _BINARY[name](a, b)
+    if name in ("div", "divide", "__div__") and len(args) >= 2:
+        mode = kwargs.get("rounding_mode")
+        a, b = _ttraced(args[0], full), _ttraced(args[1], full)
+        if mode is None:
+            return a / b
+        if mode == "floor":
+            return a // b
+        raise _trefuse(f"{full} with rounding_mode={mode!r}", "rounding_mode None or 'floor' (trunc rounds towards zero: use // on non-negative values)")
+    if name in ("min", "max") and len(args) == 2 and not isinstance(args[1], int) and not kwargs:
+        a, b = _ttraced(args[0], full), _ttraced(args[1], full)
+        return minimum(a, b) if name == "min" else maximum(a, b)
+    if name in ("where",) and len(args) + len(kwargs) >= 3:
+        vals = list(args) + [kwargs[k] for k in ("input", "other") if k in kwargs]
+        if kwargs.get("condition") is not None:
+            vals = [kwargs["condition"]] + vals
+        cond, a, b = vals[0], vals[1], vals[2]
+        if isinstance(func, type(torch.Tensor.where)) and full.startswith("Tensor."):  # x.where(cond, y)
+            a, cond, b = vals[0], vals[1], vals[2]
+        return where(_ttraced(cond, full), _ttraced(a, full), _ttraced(b, full))
+    if name in ("clamp", "clip", "clamp_", "clip_"):
+        x = _ttraced(args[0], full)
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+        if lo is not None:
+            x = maximum(x, _ttraced(lo, full))
+        if hi is not None:
+            x = minimum(x, _ttraced(hi, full))
+        return x
+    if name in ("clamp_min", "clamp_max"):
+        x, bound = _ttraced(args[0], full), _ttraced(args[1] if len(args) > 1 else kwargs.get("min", kwargs.get("max")), full)
+        return maximum(x, bound) if name == "clamp_min" else minimum(x, bound)
+    if name == "gelu":
+        approx = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+        if approx not in ("none", "tanh"):
+            raise _trefuse(f"{full} with approximate={approx!r}", "approximate='none' or 'tanh'")
+        x = _tsym(args[0], full)
+        return Traced(_apply(lambda e, _: _UNARY["gelu" if approx == "none" else "gelu_tanh"](_real(e)), x, None, full))
+    if name in ("logical_not", "bitwise_not", "__invert__"):
+        e = _tsym(args[0], full)
+        return Traced(_not(_as_bool(e) if name == "logical_not" else e))
+    if name in _UNARY and len(args) == 1 and not {k for k, v in kwargs.items() if k not in ("out", "inplace") or (k == "inplace" and v)}:
+        x = _tsym(args[0], full)
+        if name in ("abs", "absolute", "__abs__", "neg", "negative", "__neg__"):
+            return Traced(_apply(lambda e, _: _UNARY[name](_real(e)), x, None, full))
+        return Traced(_apply(lambda e, _: _UNARY[name](_real(e)), x, None, full))
+    if name in _IDENTITY:
+        x = _ttraced(args[0], full)
+        return _cast(x, torch.float32, full) if name in ("float", "double", "half", "bfloat16") else x
+    if name in _INT_CASTS:
+        return _cast(_ttraced(args[0], full), torch.int64, full)
+    if name == "bool":
+        return _cast(_ttraced(args[0], full), torch.bool, full)
+    if name in ("to", "type", "type_as"):
+        x = _ttraced(args[0], full)
+        dtype = _dtype_of(args[1:], kwargs)
+        if isinstance(dtype, str) or (dtype is not None and not isinstance(dtype, torch.dtype)):
+            raise _trefuse(f"{full} to {dtype!r}", "a torch dtype")
+        return _cast(x, dtype, full)
+    if name in ("new_ones", "new_zeros", "new_full", "new_empty"):
+        size = args[1] if len(args) > 1 else kwargs.get("size", ())
+        _size_ok(size, full)
+        if name == "new_full":
+            value = args[2] if len(args) > 2 else kwargs.get("fill_value")
+        elif name == "new_empty":
+            raise _trefuse(full, "new_ones, new_zeros or new_full (an empty tensor has no value)")
+        else:
+            value = 1 if name == "new_ones" else 0
+        return _scalar(value, kwargs.get("dtype"))
+    if name in ("ones_like", "zeros_like", "full_like"):
+        value = {"ones_like": 1, "zeros_like": 0}.get(name, args[1] if len(args) > 1 else kwargs.get("fill_value"))
+        return _scalar(value, kwargs.get("dtype"))
+    raise _trefuse(full, "torch operations tilegen expresses or tilegen.mods helpers: arithmetic, comparisons, where, abs, clamp, minimum/maximum, exp, exp2, log, log2, tanh, "
+                 "sigmoid, gelu, sqrt, floor, // % & | ^ ~ << >> on integers, new_ones/new_zeros/ones_like, captured tensors read at index expressions")
+
+
+def torch_method(x: Traced, name: str):
+    """``x.name`` for a tensor method ``name``, as a callable routed through :func:`torch_dispatch`."""
+    torch = _torch()
+    fn = getattr(torch.Tensor, name, None)
+    if fn is None or not callable(fn):
+        raise AttributeError(f"'Traced' object has no attribute {name!r} (a traced value stands for one element of a tensor)")
+
+    def call(*args, **kwargs):
+        return torch_dispatch(fn, (x,) + args, kwargs)
+
+    return call
 
 
 # --- the Mod object ----------------------------------------------------------------------------------
@@ -472,23 +1107,28 @@ def trace(fn: Any, kind: str) -> Mod:
     if not callable(fn):
         raise ModError(field, type(fn).__name__, f"a function {_SIGNATURE[kind]} or a tilegen.mods built-in")
     args = ((Traced(SCORE),) if kind == "score" else ()) + tuple(Traced(s) for s in INDEX_SYMBOLS)
-    global _TRACING
+    global _TRACING, _CAPTURE
     params: dict[str, Param] = {}
     read: list = []
     _TRACING = read
+    outer = _CAPTURE
+    _CAPTURE = _Capture(kind)
     name = getattr(fn, "__name__", "function")
     try:
         out = fn(*args)
     except ModError as exc:
         raise ModError(field, name, f"{exc.accepted} (at {exc.value})") from None
     except (IndexError, KeyError) as exc:
-        raise ModError(field, name, f"parameter reads through tilegen.mods.param(name, array)[...], not NumPy/torch indexing with a traced value ({exc})") from None
-    except AttributeError as exc:  # a tensor method (.clamp, .long) called on a traced value
-        raise ModError(field, name, f"operators and tilegen.mods helpers (where, minimum, maximum, floor, ...) on traced values, not tensor methods ({exc})") from None
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise ModError(field, name, f"a function {_SIGNATURE[kind]} built from tilegen.mods helpers ({exc})") from None
+        raise ModError(field, name, f"reads of arrays at index expressions (a captured tensor, or tilegen.mods.param(name, array)) ({_first_line(exc)})") from None
+    except AttributeError as exc:  # an attribute that is no tensor method
+        raise ModError(field, name, f"torch operations and tilegen.mods helpers on traced values ({_first_line(exc)})") from None
+    except (TypeError, ValueError, ArithmeticError, RuntimeError) as exc:
+        raise ModError(field, name, f"a function {_SIGNATURE[kind]} of torch operations tilegen expresses, or of tilegen.mods helpers ({_first_line(exc)})") from None
     finally:
         _TRACING = None
+        _CAPTURE = outer
+    if isinstance(out, _VecOps):
+        raise ModError(field, name, "one value per (b, h, q_idx, kv_idx): reduce a row of a captured tensor with any(), all() or sum(), or read one element (at a vector result)")
     for p in read + closure_params(fn):
         if p.name in params and params[p.name] is not p:
             raise ModError("param", p.name, "distinct names for distinct parameter arrays")
@@ -503,7 +1143,28 @@ def trace(fn: Any, kind: str) -> Mod:
     for ix in expr.atoms(sympy.Indexed):
         if str(ix.base.label) not in params:
             raise ModError(field, str(ix.base.label), "parameters created with tilegen.mods.param(name, array) and read inside the function")
-    return Mod(kind, expr, _collect_params(expr, params))
+    mod = Mod(kind, expr, _collect_params(expr, params))
+    if len(TRACED) >= 256:
+        TRACED.clear()
+    TRACED[id(fn)] = (fn, mod)
+    return mod
+
+
+TRACED: dict[int, tuple] = {}  # id(function) -> (function, its latest traced Mod): the captured tensors' arrays
+
+
+def traced_params(fn, kind: str) -> tuple:
+    """The :class:`Param` objects of ``fn``'s latest trace as a ``kind`` mod (captured tensors
+    included), tracing it again when that trace is no longer held."""
+    if isinstance(fn, Mod):
+        return fn.params
+    hit = TRACED.get(id(fn))
+    return hit[1].params if hit is not None and hit[0] is fn else trace(fn, kind).params
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
 
 
 def closure_params(fn) -> list[Param]:
@@ -978,6 +1639,16 @@ class _ElementwisePrinter(NumPyPrinter):
     def _print_Xor(self, expr):
         return self._binary(expr, "logical_xor")
 
+    def _print_floor(self, expr):
+        """⌊n/d⌋ of an integer n and a positive integer d as ``floor_divide(n, d)``: exact, where the
+        float quotient of an expanded sum (q_idx/3 − kv_idx/3 for (q_idx − kv_idx)//3) can round
+        below an integer and floor one too low."""
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if den != 1 and num.is_integer and den.is_integer and den.is_positive:
+            f = self._module_format("numpy.floor_divide")
+            return f"{f}({self._print(sympy.expand(num))}, {self._print(den)})"
+        return f"{self._module_format('numpy.floor')}({self._print(expr.args[0])})"
+
 
 @lru_cache(maxsize=None)
 def _lambdified(expr):
@@ -992,8 +1663,8 @@ def _lambdified(expr):
     arg_names = ["score", "b", "h", "q_idx", "kv_idx", *SIZE_SYMBOLS]
     gathers = {f"_g_{n}": (lambda *a, _n=n: _CURRENT[_n](*a)) for n in reads}
     # lambdify's own printer settings (it builds them only when given no printer)
-    printer = _ElementwisePrinter({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True, "user_functions": {k: k for k in gathers}})
-    return reads, sympy.lambdify(args, replaced, modules=[gathers, "numpy"], printer=printer), arg_names
+    printer = _ElementwisePrinter({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True, "user_functions": {k: k for k in [*gathers, *NUMPY_FUNCTIONS]}})
+    return reads, sympy.lambdify(args, replaced, modules=[gathers, NUMPY_FUNCTIONS, "numpy"], printer=printer), arg_names
 
 
 _CURRENT: dict[str, Callable] = {}

@@ -2,7 +2,8 @@
 the kernels (DESIGN §3).
 
 ``score_mod=`` and ``mask_mod=`` take a :mod:`tilegen.mods` built-in or a Python function written with
-its helpers. They reach the ops as text (the mod language), a JSON of the parameter declarations and a
+its helpers or in plain torch (FlexAttention's mods: :func:`tilegen.core.mods.torch_dispatch`; the tensors it
+captures are its parameters, found from its latest trace). They reach the ops as text (the mod language), a JSON of the parameter declarations and a
 ``Tensor[]`` of the parameter arrays (``tilegen.mods.param(name, tensor)`` or a built-in's array;
 NumPy arrays are moved to q's device). A function is traced once per function object (its Python
 closure is read then, its parameter tensors at every call); under ``torch.compile`` the tracing runs at
@@ -83,6 +84,11 @@ def _mod_tensors(score_mod, mask_mod, names: tuple, device, bound: dict) -> list
                 found[p.name] = p
     out = []
     for n in names:
+        if n not in bound and n not in found:  # a tensor the function captured (read while it was traced)
+            from tilegen.core.mods import traced_params
+
+            for fn, kind in ((score_mod, "score"), (mask_mod, "mask")):
+                found.update({p.name: p for p in traced_params(fn, kind)} if fn is not None else {})
         a = bound[n] if n in bound else found[n].array
         out.append(a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a), device=device))
     return out

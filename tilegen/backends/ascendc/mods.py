@@ -82,6 +82,19 @@ def _refuse_mask(expr, why: str = "") -> SpecError:
     return SpecError("mask_mod", M.to_text(expr) + (f" ({why})" if why else ""), _ACCEPTED_MASK)
 
 
+# functions of the mod language this lowering has no vector form for: named in the refusal
+_UNLOWERED = {**{name: f"the integer bit operation {name}" for name in M.BIT_FUNCTIONS}, "erf": "erf (the exact gelu's)"}
+
+
+def _refuse_unlowered(field: str, expr) -> None:
+    """A :class:`SpecError` naming the first function of ``expr`` in :data:`_UNLOWERED`."""
+    for f in sorted(expr.atoms(sympy.Function), key=sympy.default_sort_key):
+        name = type(f).__name__
+        if name in _UNLOWERED:
+            raise SpecError(field, f"{M.to_text(expr)} ({_UNLOWERED[name]}: no lowering to the AIV's vector instructions)",
+                            _ACCEPTED_SCORE if field == "score_mod" else _ACCEPTED_MASK)
+
+
 def _index_ok(e) -> bool:
     """An index of b, h and integers only (no query or key index)."""
     return not ({M.Q_IDX, M.KV_IDX} & sympy.sympify(e).free_symbols) and not sympy.sympify(e).atoms(sympy.Indexed)
@@ -97,6 +110,9 @@ def recognise(mods) -> Plan:
     Raises:
         SpecError: a construct the Ascend C lowering does not emit (names it and lists what is accepted).
     """
+    for field, expr in (("score_mod", mods.score), ("mask_mod", mods.mask)):
+        if expr is not None:
+            _refuse_unlowered(field, expr)
     cap, terms = None, ()
     if mods.score is not None:
         cap, terms = _score(mods)

@@ -402,6 +402,9 @@ TRITON_EXPR = ExprPrinter("triton")
 PYTHON_EXPR = ExprPrinter("python")
 
 
+_BITS = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}  # tilegen.core.mods' integer bit operations
+
+
 class ModPrinter:
     """Triton code for an expression of the mod language (:mod:`tilegen.mods`) inside a kernel.
 
@@ -416,7 +419,7 @@ class ModPrinter:
         ScheduleError: a construct with no Triton spelling (named in the message).
     """
 
-    FUNCS = {sympy.exp: "tl.exp", sympy.log: "tl.log", sympy.tanh: "_tanh", sympy.Abs: "tl.abs"}
+    FUNCS = {sympy.exp: "tl.exp", sympy.log: "tl.log", sympy.tanh: "_tanh", sympy.Abs: "tl.abs", sympy.erf: "tl.math.erf"}
 
     def __init__(self, names: dict, params: dict):
         self.names = names
@@ -458,6 +461,8 @@ class ModPrinter:
             return str(int(e))
         if isinstance(e, (sympy.Rational, sympy.Float)) or e.is_Number:
             return repr(float(e))
+        if isinstance(e, sympy.Expr) and e.is_number and e.is_real:  # a constant such as sqrt(pi) or log(2) (a derivative's)
+            return repr(float(e))
         if isinstance(e, sympy.Symbol):
             return self.names.get(e, e.name)
         if isinstance(e, sympy.Indexed):
@@ -469,6 +474,8 @@ class ModPrinter:
             if a.is_integer and m.is_integer and m.is_positive:
                 return f"(({self.p(a)}) - ({self.p(m)}) * {self._int_floor(a / m)})"
             return f"(({self.p(a)}) - ({self.p(m)}) * tl.floor(({self.p(a)}) / ({self.p(m)})))"
+        if type(e).__name__ in _BITS and len(e.args) == 2:
+            return f"(({self.p(e.args[0])}) {_BITS[type(e).__name__]} ({self.p(e.args[1])}))"
         for fn, text in self.FUNCS.items():
             if isinstance(e, fn):
                 return f"{text}({self._real(e.args[0]) if fn is not sympy.Abs else self.p(e.args[0])})"
