@@ -86,3 +86,34 @@ def test_zero_heads_name_the_tensor_that_has_none(which):
     a, t = _errors(lambda: tilegen.attention(q, k, v, layout="BSND"),
                    lambda: tt.flash_attn_func(*(torch.from_numpy(x) for x in (q, k, v))))
     assert a.field == t.field == ("k.shape" if which == "k" else "v.shape")
+
+
+@pytest.mark.parametrize("fault,field,accepted", [
+    ("o_dtype", "o.dtype", "float32, the dtype of q"),
+    ("do_shape", "do.shape", "(1, 8, 2, 16) (layout BSND)"),
+    ("lse_dtype", "lse.dtype", "a float32 array of shape (1, 2, 8) (the forward's logsumexp)"),
+    ("lse_list", "lse", "a float32 array of shape (1, 2, 8)"),
+])
+def test_backward_inputs_one_line_each_entry(fault, field, accepted):
+    """The padded and the packed backward check o, do and lse alike (core.validate.backward_inputs): one
+    line naming the argument, on both entries (the packed one with its own shapes)."""
+    q, k, v = _np_qkv()
+    o, do = np.zeros_like(q), np.zeros_like(q)
+    lse = np.zeros((1, 2, 8), np.float32)
+    bad = {"o_dtype": dict(o=o.astype(np.float16)), "do_shape": dict(do=do[:, :4]), "lse_dtype": dict(lse=lse.astype(np.float64)),
+           "lse_list": dict(lse=lse.tolist())}[fault]
+    args = {**dict(o=o, do=do, lse=lse), **bad}
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_backward(q, k, v, args["o"], args["lse"], args["do"], layout="BSND")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{field} = ") and accepted in msg, msg
+    # the packed entry: the same batch as one sequence of 8 tokens, TND
+    t = lambda x: x[0]  # noqa: E731
+    cu = np.array([0, 8], np.int32)
+    lse_t = {"lse_dtype": np.zeros((2, 8), np.float64), "lse_list": np.zeros((2, 8), np.float32).tolist()}.get(fault, np.zeros((2, 8), np.float32))
+    o_t = t(args["o"]) if fault != "do_shape" else t(o)
+    do_t = t(args["do"]) if fault != "do_shape" else t(do)[:4]
+    with pytest.raises(SpecError) as e:
+        tilegen.attention_varlen_backward(t(q), t(k), t(v), o_t, lse_t, do_t, cu, cu)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{field} = "), msg

@@ -211,19 +211,8 @@ def attention_backward(
     )
     sk = validate.sinks(sinks, spec.heads_q)
     expect_o = spec.logical_shapes["O"]
-    for name, x in (("o", o), ("do", do)):
-        validate.array(name, x, kind=validate.NUMPY, layout=layout)
-        if x.dtype != q.dtype:
-            raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
-        if _logical(x, layout).shape != expect_o:
-            raise SpecError(f"{name}.shape", x.shape, f"{_physical_shape(expect_o, layout)} (layout {layout})")
-    accepted_lse = f"a float32 array of shape {expect_o[:3]} (the forward's logsumexp)"
-    if not isinstance(lse, np.ndarray):
-        raise SpecError("lse", type(lse).__name__, accepted_lse)
-    if lse.dtype != np.float32:
-        raise SpecError("lse.dtype", str(lse.dtype), accepted_lse)
-    if lse.shape != expect_o[:3]:
-        raise SpecError("lse.shape", lse.shape, accepted_lse)
+    validate.backward_inputs(o, do, lse, dtype=q.dtype, shape=_physical_shape(expect_o, layout), shape_note=f"layout {layout}",
+                             lse_shape=expect_o[:3], kind=validate.NUMPY, layout=layout)
     program = compile_backward(spec, dq_strategy=dq_strategy, target=target, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
     feeds = {
         "Q": _logical(q, layout),
@@ -510,15 +499,8 @@ def attention_varlen_backward(
     """
     spec, params, lay, sk = _varlen_setup(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window, softcap, alibi_slopes, sinks)
     total_q, hq, dv_ = q.shape[0], q.shape[1], v.shape[2]
-    for name, x in (("o", o), ("do", do)):
-        validate.array(name, x, kind=validate.NUMPY, layout=validate.TND)
-        if x.dtype != q.dtype:
-            raise SpecError(f"{name}.dtype", str(x.dtype), f"{q.dtype}, the dtype of q")
-        if x.shape != (total_q, hq, dv_):
-            raise SpecError(f"{name}.shape", x.shape, f"{(total_q, hq, dv_)} (q's tokens and heads, v's head dim)")
-    accepted_lse = f"a float32 array of shape {(hq, total_q)} (the forward's logsumexp)"
-    if not isinstance(lse, np.ndarray) or lse.dtype != np.float32 or lse.shape != (hq, total_q):
-        raise SpecError("lse", getattr(lse, "shape", type(lse).__name__), accepted_lse)
+    validate.backward_inputs(o, do, lse, dtype=q.dtype, shape=(total_q, hq, dv_), shape_note="q's tokens and heads, v's head dim",
+                             lse_shape=(hq, total_q), kind=validate.NUMPY, layout=validate.TND)
     extras = []
     if spec is None:
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)

@@ -208,6 +208,30 @@ def qkv(q: Any, k: Any, v: Any, *, kind: ArrayKind, layout: str) -> tuple[tuple,
     return lq, lk, lv
 
 
+def backward_inputs(o: Any, do: Any, lse: Any, *, dtype: Any, shape: tuple, shape_note: str, lse_shape: tuple, kind: ArrayKind,
+                    layout: str) -> None:
+    """The forward's output ``o``, its gradient ``do`` and the logsumexp ``lse`` a backward call takes:
+    ``o`` and ``do`` arrays of ``kind`` in ``layout``, of the dtype of q (``dtype``) and the physical
+    ``shape`` (``shape_note`` says what it is made of); ``lse`` float32 of ``lse_shape``.
+
+    Raises:
+        SpecError: the first argument that is not so (names it, its value and what is accepted).
+    """
+    for name, x in (("o", o), ("do", do)):
+        array(name, x, kind=kind, layout=layout)
+        if x.dtype != dtype:
+            raise SpecError(f"{name}.dtype", str(x.dtype), f"{dtype}, the dtype of q")
+        if tuple(x.shape) != tuple(shape):
+            raise SpecError(f"{name}.shape", tuple(x.shape), f"{tuple(shape)} ({shape_note})")
+    accepted = f"a float32 array of shape {tuple(lse_shape)} (the forward's logsumexp)"
+    if not isinstance(lse, np.ndarray):
+        raise SpecError("lse", type(lse).__name__, accepted)
+    if lse.dtype != np.float32:
+        raise SpecError("lse.dtype", str(lse.dtype), accepted)
+    if lse.shape != tuple(lse_shape):
+        raise SpecError("lse.shape", lse.shape, accepted)
+
+
 def score_mod_alone(score_mod: Any, cap: float | None, slopes: Any, *, error: type = SpecError) -> None:
     """FlashAttention's softcap (``cap``, as :func:`softcap` returns it) and ALiBi ``slopes`` are score
     mods of their own: not together with ``score_mod`` (write them in it: :func:`tilegen.mods.softcap`,
