@@ -69,7 +69,7 @@ def test_pipeline_expansion_is_the_order_written_by_hand(lookahead, n):
 
 
 def test_hoisted_receive_goes_between_the_first_receive_and_the_rest():
-    """Load.hoist at lookahead 2: the later stage's receive H of iteration k right after the earlier
+    """@hoist at lookahead 2: the later stage's receive H of iteration k right after the earlier
     stage's first receive R of iteration k + 2, before the rest W of that stage (written out by hand)."""
     loop = _ploop([_recv("R"), _fill("W")], [_fill("C")], 2, hoisted=[_recv("H")], head=1)
     assert _names(loop.expansion.order(3)) == [

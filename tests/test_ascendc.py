@@ -255,7 +255,7 @@ def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
     files = ascendc.generate(spec, "ascend910b2", dkv_strategy="atomic").files
     src = files["bwd_kernels.asc"]
     assert "bwd_pre_kv" not in src and "bwd_post_kv" not in src and src.count("tilegen::AddAfterFirst(") == 2
-    assert src.count("(Store.signal_done)") == 1 and src.count("(Load.wait_done)") == 1  # post_kv: main's epilogue
+    assert src.count("(@signal_done)") == 1 and src.count("(@wait_done)") == 1  # post_kv: main's epilogue
     data = inputs(spec, seed=7)
     fwd, bwd = twin.run_attention(twin.build(files), spec, data, blocks=3)
     assert_backward_ok(spec, (bwd["dQ"], bwd["dK"], bwd["dV"]), data, lse=fwd["L"])
@@ -435,7 +435,7 @@ def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(tmp_path, blocks):
     spec = make_spec(seq_q=130, seq_k=700, head_dim_qk=64, head_dim_v=64, dtype="fp16")
     gen = ascendc.generate(spec, "ascend910b2")
     src = gen.files["fwd_kernels.asc"]
-    assert "Kernel.stream" in src
+    assert "@stream" in src
     copies = [r"(m|l) = \((a|z)_prog % 3 == 0\) \? \1_s0 : \((a|z)_prog % 3 == 1\) \? \1_s1 : \1_s2;"]
     assert len(re.findall(copies[0], src)) >= 4  # stream a's opening, stream z's opening, stages and closing
     broken = re.sub(copies[0], lambda m: f"{m.group(1)} = {m.group(1)}_s0;", src)

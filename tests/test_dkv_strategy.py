@@ -111,8 +111,8 @@ def test_s_and_dp_in_one_cube_step_one_flag_per_direction(dkv_strategy):
     main = text[text.index("bwd_main\n"):]  # the main kernel's block in the program's one launch
 
     def q_loop(side: str) -> str:  # the loop over visible Q tiles, or the stream of tile pairs (@stream)
-        stream = "Kernel.stream" in side
-        start = side.index("Kernel.stream") if stream else side.index("visible Q tiles")
+        stream = "@stream" in side
+        start = side.index("@stream") if stream else side.index("visible Q tiles")
         line = side[side.rindex("\n", 0, start) + 1 : start]
         indent = len(line) - len(line.lstrip()) - (0 if stream else 4)  # a stream block closes at its own brace's column
         end = side.index("\n" + " " * indent + "}\n", start)

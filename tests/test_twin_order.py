@@ -8,16 +8,16 @@ after an MTE2 -> V flag, and rewrite a tile that an MTE3 copy reads only after a
 (asc-devkit docs/zh/api/SIMD-API/基础API/同步控制/核内同步/SetFlag-WaitFlag(ISASI).md, whose example takes
 MTE2_V; the static-Tensor guide's double-buffer example takes both). The faults, in tiny at Sq = Sk = 300
 (5 K/V tiles: the forward's steady loop runs its hoisted P·V receive and its deferred P stores):
-- ``mte2_v_receive``: the MTE2 -> V wait before acc += P·V reads the received PV tile (Load.wait_at_read);
+- ``mte2_v_receive``: the MTE2 -> V wait before acc += P·V reads the received PV tile (@wait_at_read);
 - ``mte3_v_rewrite_prologue``, ``mte3_v_rewrite_steady``: the MTE3 -> V wait before a cast rewrites Pc,
-  whose store to the hand-off slot the wait was left for (Store.wait_at_rewrite), in the pipeline's
+  whose store to the hand-off slot the wait was left for (@wait_at_rewrite), in the pipeline's
   prologue or in its steady loop;
 - ``mte3_v_closing``: StoreRows' own closing MTE3 -> V wait (the tile is rewritten by the next vector op, or
   loaded into by MTE2 after a V -> MTE2 flag that no longer follows the store). In the forward every store
   it closes is followed by a later MTE3 -> V wait before its tile is written again (@wait_at_next_store
   leaves O's to L's; MTE3 copies in order), so the cut shows in the backward, which the timeline traces.
 (Before the twins' ordering rule the hand twin passed all four, and the timeline, which then reported
-only accesses that overlapped in its schedule, missed both Store.wait_at_rewrite cuts.)
+only accesses that overlapped in its schedule, missed both @wait_at_rewrite cuts.)
 The hand twin names the two pipes and the event missing (tilegen/twin/include/twin/order.h); the
 timeline's race check, on the trace taken with that check off (TWIN_ORDER_CHECK=0), names the two
 instructions; the real-API twin names its intrinsic.
@@ -61,20 +61,20 @@ WRITE_BEFORE_MTE3 = (r"twin: \w+: PIPE_(V|MTE2) overwrites UB bytes \[\d+, \d+\)
 #           hand twin's failure, timeline's race, real twin's failure)
 PLANTED = {
     "mte2_v_receive": (
-        "fwd_kernels.asc", r" *tilegen::WaitMte2ToV<float>\(\);  // PV_vector received \(Load\.wait_at_read\)", None,
+        "fwd_kernels.asc", r" *tilegen::WaitMte2ToV<float>\(\);  // PV_vector received \(@wait_at_read\)", None,
         READ_AFTER_MTE2,
         r"race on AIV[01]: \w+ on V \(reads U \[\d+, \d+\)\) may start before DataCopyPad on MTE2 \(writing",
         r"twin\(real API\): \w+: PIPE_V accesses UB bytes \[\d+, \+32\) written by PIPE_MTE2 without a SetFlag/WaitFlag",
     ),
     "mte3_v_rewrite_prologue": (
-        "fwd_kernels.asc", r" *tilegen::WaitMte3ToV\(\);  // the store of Pc has read it \(Store\.wait_at_rewrite\)",
+        "fwd_kernels.asc", r" *tilegen::WaitMte3ToV\(\);  // the store of Pc has read it \(@wait_at_rewrite\)",
         ("tilegen::CastRows<half, float>(Pc, ", 0),
         REWRITE_BEFORE_MTE3,
         r"race on AIV[01]: \w+ on V \(writes U \[\d+, \d+\)\) may start before DataCopyPad on MTE3 \(reading",
         r"twin\(real API\): \w+: PIPE_V overwrites UB bytes \[\d+, \+32\) that PIPE_MTE3 reads, without a SetFlag/WaitFlag",
     ),
     "mte3_v_rewrite_steady": (
-        "fwd_kernels.asc", r" *tilegen::WaitMte3ToV\(\);  // the store of Pc has read it \(Store\.wait_at_rewrite\)",
+        "fwd_kernels.asc", r" *tilegen::WaitMte3ToV\(\);  // the store of Pc has read it \(@wait_at_rewrite\)",
         ("tilegen::CastRows<half, float>(Pc, ", 1),
         REWRITE_BEFORE_MTE3,
         r"race on AIV[01]: \w+ on V \(writes U \[\d+, \d+\)\) may start before DataCopyPad on MTE3 \(reading",
@@ -97,7 +97,7 @@ def _files() -> dict[str, str]:
 
 
 def _planted(fault: str) -> dict[str, str]:
-    """The emitted files with the fault's one line deleted. The Store.wait_at_rewrite waits before a cast
+    """The emitted files with the fault's one line deleted. The @wait_at_rewrite waits before a cast
     into Pc are two, the prologue's then the steady loop's."""
     name, line, before, *_ = PLANTED[fault]
     lines = _files()[name].split("\n")

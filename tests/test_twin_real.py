@@ -49,10 +49,10 @@ def run_real(spec, files=None, blocks=4, dkv_strategy=None):
     [
         builtin_spec("tiny"),  # MHA, causal with tails, fp16
         builtin_spec("tiny-gqa").replace(window=(-1, 0), alignment="top_left", name="gqa-causal"),  # GQA, bf16, BSND, Dv != Dqk
-        # D = 160: D = rowsum(dO∘O) folds blocks 0 and 1, then a 32-column tail under a lane mask (RowReduce.fold)
+        # D = 160: D = rowsum(dO∘O) folds blocks 0 and 1, then a 32-column tail under a lane mask (@fold)
         builtin_spec("tiny").replace(head_dim_qk=160, head_dim_v=160, name="d160-fold"),
-        # K/V tiles no query sees: atomic dK/dV read there as zeros nothing stored (Load.zero_unless), the
-        # others written by their first store (Store.first_plain, Fixpipe without SetAtomicAdd)
+        # K/V tiles no query sees: atomic dK/dV read there as zeros nothing stored (@zero_unless), the
+        # others written by their first store (@first_plain, Fixpipe without SetAtomicAdd)
         builtin_spec("tiny").replace(seq_q=40, seq_k=300, window=(8, 0), name="empty-kv-tiles"),
     ],
     ids=["tiny", "gqa-causal", "d160-fold", "empty-kv-tiles"],

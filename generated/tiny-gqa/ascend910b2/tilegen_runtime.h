@@ -62,7 +62,7 @@ using namespace AscendC;
 // Cross-core flag ids (mode 2, inside one AI Core). Without the pipeline-handoffs pass "ready" has one id
 // per direction (tiles are consumed in the order they are produced) and "free" one id per hand-off
 // (FLAG_FREE_BASE + k): hand-offs are refilled at different rates, so each waits for its own consumer.
-// A pipelined kernel numbers its flags itself (Tensor.ready: a ready id per hand-off, or per direction
+// A pipelined kernel numbers its flags itself (@handoff_slots ready: a ready id per hand-off, or per direction
 // and stage when too few ids remain; the free ids after them). Mode 2 takes ids 0-15 on A2, SyncAll uses
 // 11-14 (CrossCoreSetFlag(ISASI).md), so these stay in 0-10; a producer never runs more than its slots
 // (1 or 2) tiles per hand-off ahead, so no counter passes 15.
@@ -86,7 +86,7 @@ __aicore__ inline int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b
 __aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 __aicore__ inline int64_t Clip(int64_t x, int64_t lo, int64_t hi) { return Min64(Max64(x, lo), hi); }
-// Store.first_plain: false on a program's first store into its tile (a plain write: nothing zeroed the tile),
+// @first_plain: false on a program's first store into its tile (a plain write: nothing zeroed the tile),
 // true on the later ones (an atomic add). `mark` holds 1 + the program id of the last store, 0 at first.
 __aicore__ inline bool AddAfterFirst(int64_t& mark, int64_t pid)
 {
@@ -311,10 +311,10 @@ __aicore__ inline void WaitSToMte3()
 
 // GM rows -> UB: `valid` rows of `cols` elements from `src` (row pitch `pitch` elements) into the first
 // `valid` rows of `dst`; rows [valid, rows) get `padValue` when `pad` (the padding of a tile past the
-// tensor's extent). Without `closing` (the IR knob Load.wait_at_read on a received hand-off, no padding)
+// tensor's extent). Without `closing` (the IR knob @wait_at_read on a received hand-off, no padding)
 // the MTE2 -> V wait is left to the caller, who takes it (WaitMte2ToV) just before the tile's first
 // reader, so that the vector computes on while the copy runs.
-// `freeId` >= 0 (the IR knob Load.free_early): the copy waits for that V -> MTE2 event alone, which
+// `freeId` >= 0 (the IR knob @free_early): the copy waits for that V -> MTE2 event alone, which
 // FreeForMte2 raised right after dst's last access, instead of for all vector work issued before it.
 template <typename T>
 __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>& src, int64_t valid, int64_t rows,
@@ -339,7 +339,7 @@ __aicore__ inline void LoadRows(const LocalTensor<T>& dst, const GlobalTensor<T>
     }
 }
 
-// The V -> MTE2 event of a UB tile that MTE2 refills every tile pair (the IR knob Load.free_early): an
+// The V -> MTE2 event of a UB tile that MTE2 refills every tile pair (the IR knob @free_early): an
 // ID allocated for it (TPipe::AllocEventID, include/basic_api/kernel_tpipe.h:469) and raised once, so that
 // the first copy may start; FreeForMte2 raises it after each tile's last access on V, the copy of the
 // next tile (LoadRows' freeId) waits for it, and FreeDrain takes the last one and releases the ID (:471).
@@ -380,7 +380,7 @@ __aicore__ inline void LoadVector(const LocalTensor<T>& dst, const GlobalTensor<
 }
 
 // UB rows -> GM: `valid` rows of `cols` elements to `dst` (row pitch `pitch` elements); `atomic`
-// adds into fp32 GM instead of writing. Without `closing` (the IR knob Store.wait_at_rewrite) the
+// adds into fp32 GM instead of writing. Without `closing` (the IR knob @wait_at_rewrite) the
 // MTE3 -> V wait that frees `src` is left to the caller, who takes it (WaitMte3ToV) just before `src`
 // is next written, so that the vector computes on while the copy runs.
 template <typename T>
@@ -504,14 +504,14 @@ __aicore__ inline void RowsReduce(const LocalTensor<float>& vec, const LocalTens
     }
     ResetMask();
 }
-// RowsReduce through a fold (the IR knob RowReduce.fold; cols >= 128), in two calls: RowsFold sets fold
+// RowsReduce through a fold (the IR knob @fold; cols >= 128), in two calls: RowsFold sets fold
 // row r to the elementwise Max/Add of row r's 64-column blocks (blocks 0 and 1 in one instruction, then
 // each later block into fold, a partial last block under a lane mask; a repeat per row: src repeat
 // stride cpad / 8 blocks, fold's 8), then RowsReduceFolded runs one ReduceRepeat per row over fold's 64
 // columns. The in-repeat reduction runs once per row instead of once per 64 columns; asc-devkit's
 // SoftmaxFlashV2 reduces its rows the same way on 2201 (impl/adv_api/detail/activation/softmax/membase/
 // v220/softmax_common_impl/softmax_common_nd_reduce.h, NewReduceMaxLastNDImpl). Between the two, src is
-// no longer read (a Load.free_early event may go there).
+// no longer read (a @free_early event may go there).
 __aicore__ inline void RowsFold(const LocalTensor<float>& fold, const LocalTensor<float>& src, int64_t rows, int64_t cols,
                                 int64_t cpad, bool isMax)
 {
@@ -711,7 +711,7 @@ __aicore__ inline void LoadNz(const LocalTensor<T>& dst, const GlobalTensor<T>& 
     LoadNzCopy(dst, src, valid, rows, cols, pitch, zeroTail, rowwise);
     WaitMte2ToMte1();
 }
-// LoadNz without its closing wait (the IR knob Load.wait_at_read): the MTE2 -> MTE1 flag is set right
+// LoadNz without its closing wait (the IR knob @wait_at_read): the MTE2 -> MTE1 flag is set right
 // after the copy, on an event ID allocated for it (TPipe::AllocEventID, include/basic_api/kernel_tpipe.h:469),
 // so that it orders after this copy alone; WaitLoaded waits on it just before the tile's first reader
 // and releases the ID (:471). Between the two, MTE2 runs the next copies and MTE1/M the matmuls of tiles
@@ -734,7 +734,7 @@ __aicore__ inline void WaitLoaded(TEventID id)
 // The cube's L0 buffers and their ping-pong state. L0A and L0B are used in halves: the k-steps of the
 // matmuls take them in turn, and the LoadData into a half waits (its M_MTE1 event) only for the Mmad that
 // last read that half, so MTE1 fills one half while M works on the other. In a kernel whose products are
-// chunked (the IR knob MatMul.n_chunk: Init got an L0C tensor), L0C is used in halves the same way: the
+// chunked (the IR knob @n_chunk: Init got an L0C tensor), L0C is used in halves the same way: the
 // Mmads into a half wait (its FIX_M event) only for the Fixpipe that last drained it, so FIX drains one
 // chunk while M computes the next. Event IDs come from TPipe::AllocEventID (include/basic_api/
 // kernel_tpipe.h:469; the AIC's TPipe::Init holds M_MTE1 0-2 itself, impl/basic_api/kernel_tpipe_impl.h:101),
@@ -876,7 +876,7 @@ __aicore__ inline void FixpipeRows(const GlobalTensor<float>& dst, const LocalTe
 }
 
 // dst (+)= op(a) @ op(b) (m x n fp32, `valid` rows of row pitch `pitch`; `atomic` adds) for a product
-// that nothing reads on the cube: computed in column chunks of nChunk (the IR knob MatMul.n_chunk), each
+// that nothing reads on the cube: computed in column chunks of nChunk (the IR knob @n_chunk), each
 // in one half of L0C in turn and drained by Fixpipe while the next chunk is computed in the other half
 // (see Cube). Each chunk's Fixpipe waits for its Mmads (M -> FIX); the next Mmads into its half wait for
 // it (the half's FIX_M event).

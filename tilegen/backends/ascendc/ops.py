@@ -139,9 +139,9 @@ class Carry:
 class StageRun:
     """Ops of one stage of a pipelined loop, run within a step of the loop for iteration step + ``ahead``.
 
-    ``stage``: the stage's number (Loop.stages); ``part``: ``"its first receive"`` / ``"the rest"`` when the
+    ``stage``: the stage's number (@pipelined stages); ``part``: ``"its first receive"`` / ``"the rest"`` when the
     earlier stage is cut around a hoisted receive, else ""; ``hoisted``: the later stage's receives issued
-    beside the earlier stage's rest (Load.hoist); ``carry_out``: the carried buffers' current views are
+    beside the earlier stage's rest (@hoist); ``carry_out``: the carried buffers' current views are
     stored into their rings after the ops; ``carry_in``: the iteration's copies are read from the rings
     before them."""
 
@@ -183,10 +183,10 @@ class Expansion:
 
 @dataclass(frozen=True)
 class PipelinedLoop(Op):
-    """A software-pipelined loop (Loop.stages, Loop.lookahead): the unit's earlier stage ``stages[0]`` of
+    """A software-pipelined loop (@pipelined stages, @pipelined lookahead): the unit's earlier stage ``stages[0]`` of
     iteration j + lookahead issued before its later stage ``stages[1]`` of iteration j (C++: a prologue
     loop and a steady loop, see :func:`expand`). ``carry``: the buffers read through rings of views;
-    ``hoisted``: the later stage's receives with Load.hoist, issued between the earlier stage's first
+    ``hoisted``: the later stage's receives with @hoist, issued between the earlier stage's first
     ``head`` ops and its rest; ``skip``: as :class:`Loop` (both stages of an empty tile)."""
 
     kind: ClassVar[str] = "ploop"
@@ -247,11 +247,11 @@ class Cross:
 
 @dataclass(frozen=True)
 class Stream(Op):
-    """A unit's part of a streamed kernel (Kernel.stream): the programs a core runs as one stream of tile
+    """A unit's part of a streamed kernel (@stream): the programs a core runs as one stream of tile
     pairs; ``ploop`` the pipelined loop, ``open_a`` / ``open_b`` the program's opening ops before the earlier
     / later stage of its first pair, ``close`` its closing ops after the later stage of its last pair;
     ``grid``: the kernel's grid loops (variable, C++ extent) whose programs it streams, dealt over the
-    cores as ``deal`` says (Kernel.deal: ``cyclic`` or ``snake``)."""
+    cores as ``deal`` says (@deal: ``cyclic`` or ``snake``)."""
 
     kind: ClassVar[str] = "stream"
     ploop: PipelinedLoop
@@ -269,7 +269,7 @@ class Stream(Op):
 
 @dataclass(frozen=True)
 class L1Load(Op):
-    """GM -> L1 as NZ: ``tilegen::LoadNz`` / ``LoadNzAsync`` (``defer``: Load.wait_at_read, waited for by
+    """GM -> L1 as NZ: ``tilegen::LoadNz`` / ``LoadNzAsync`` (``defer``: @wait_at_read, waited for by
     :class:`WaitLoaded`) / ``LoadNzIn`` (``ids``: a packed batch's row guard), i.e. ``DataCopy`` with
     ``Nd2NzParams`` (one burst per row when ``rowwise``: the row pitch does not fit srcDValue), the tail
     zeroed with ``InitConstValue`` when ``zero_tail``; ``stages`` > 1: the view of the next copy first."""
@@ -423,7 +423,7 @@ class C2VSend(Op):
 
 @dataclass(frozen=True)
 class DoneSignal(Op):
-    """``CrossCoreSetFlag<2, PIPE_FIX>(flag)`` after a program's owned-tile stores (Store.signal_done), under
+    """``CrossCoreSetFlag<2, PIPE_FIX>(flag)`` after a program's owned-tile stores (@signal_done), under
     the C++ condition ``cond`` > 0 when it is not ""."""
 
     unit: ClassVar[str] = "cube"
@@ -435,7 +435,7 @@ class DoneSignal(Op):
 @dataclass(frozen=True)
 class WaitLoaded(Op):
     """``tilegen::WaitLoaded`` (``WaitFlag<MTE2_MTE1>`` of the event :class:`L1Load` ``defer`` returned)
-    before ``buf``'s first reader (Load.wait_at_read)."""
+    before ``buf``'s first reader (@wait_at_read)."""
 
     unit: ClassVar[str] = "cube"
     kind: ClassVar[str] = "wait_loaded"
@@ -463,7 +463,7 @@ class UbLoad(Op):
     """GM -> UB of this AIV's rows: ``tilegen::LoadRows`` / ``LoadVector`` (a row vector: ``vector``) or
     their packed-batch forms ``LoadRowsIn`` / ``LoadVectorIn`` (``ids``), i.e. ``DataCopyPad`` with
     ``DataCopyExtParams`` (padding ``pad_value`` when ``pad``); zeros by ``Duplicate`` when the C++
-    ``zero_unless`` <= 0 (Load.zero_unless); after ``CrossCoreWaitFlag(wait_done)`` when it is >= 0."""
+    ``zero_unless`` <= 0 (@zero_unless); after ``CrossCoreWaitFlag(wait_done)`` when it is >= 0."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "ub_load"
@@ -492,8 +492,8 @@ class UbLoad(Op):
 class C2VRecv(Op):
     """A hand-off tile received on the AIV: ``CrossCoreWaitFlag(ready)`` (when ``wait``),
     ``tilegen::LoadRows`` (DataCopyPad) from the GM slot at ``address``, ``CrossCoreSetFlag<2, PIPE_MTE2>(free)``;
-    ``defer``: its MTE2 -> V wait left to :class:`WaitReceived` (Load.wait_at_read); ``free_event``: the
-    copy first waits for the V -> MTE2 event of the tile's last access (Load.free_early), or ""."""
+    ``defer``: its MTE2 -> V wait left to :class:`WaitReceived` (@wait_at_read); ``free_event``: the
+    copy first waits for the V -> MTE2 event of the tile's last access (@free_early), or ""."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "c2v_recv"
@@ -522,7 +522,7 @@ class C2VRecv(Op):
 class UbStore(Op):
     """UB -> GM of this AIV's rows: ``tilegen::StoreRows`` / ``StoreVector`` (or ``StoreRowsIn`` /
     ``StoreVectorIn`` with ``ids``), i.e. ``DataCopyPad`` (``SetAtomicAdd`` when ``atomic``); ``closing``
-    False: its MTE3 -> V wait is left to :class:`WaitStored` (Store.wait_at_rewrite)."""
+    False: its MTE3 -> V wait is left to :class:`WaitStored` (@wait_at_rewrite)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "ub_store"
@@ -610,7 +610,7 @@ class ModStore(Op):
 @dataclass(frozen=True)
 class WaitStored(Op):
     """``tilegen::WaitMte3ToV`` (``SetFlag``/``WaitFlag<MTE3_V>``) before the next writer of ``bufs``, whose
-    stores left their wait (Store.wait_at_rewrite)."""
+    stores left their wait (@wait_at_rewrite)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "wait_stored"
@@ -620,7 +620,7 @@ class WaitStored(Op):
 @dataclass(frozen=True)
 class WaitReceived(Op):
     """``tilegen::WaitMte2ToV`` (``SetFlag``/``WaitFlag<MTE2_V>``) before ``buf``'s first reader
-    (Load.wait_at_read of a :class:`C2VRecv`)."""
+    (@wait_at_read of a :class:`C2VRecv`)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "wait_received"
@@ -630,7 +630,7 @@ class WaitReceived(Op):
 
 @dataclass(frozen=True)
 class FreeMte2(Op):
-    """``tilegen::FreeForMte2`` (``SetFlag<V_MTE2>(event)``) after ``buf``'s last access (Load.free_early)."""
+    """``tilegen::FreeForMte2`` (``SetFlag<V_MTE2>(event)``) after ``buf``'s last access (@free_early)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "free_mte2"
@@ -706,7 +706,7 @@ class Fold(Op):
 class MaskTile(Op):
     """The causal / window mask of this AIV's rows of a score tile: ``tilegen::MaskTile`` (``CreateVecIndex``,
     ``Brcb``, ``Compare``, ``Select`` with -inf; a padding row one ``Duplicate``); ``cut_only``: it returns
-    at once on a tile the mask does not cut (Mask.cut_only)."""
+    at once on a tile the mask does not cut (@cut_only)."""
 
     unit: ClassVar[str] = "vector"
     kind: ClassVar[str] = "mask"
