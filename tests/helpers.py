@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilegen.core import dtypes, reference
+from tilegen.core.ir import index_symbol
 from tilegen.harness.check import compare, longest_sum, lse_rel_floor
 from tilegen.core.spec import AttentionSpec
 
@@ -139,3 +140,51 @@ def replace_ascend_pass(monkeypatch, name: str, fn) -> None:
         return tuple(dataclasses.replace(p, run=lambda prog, c, fn=fn: fn(prog, c.target)) if p.name == name else p for p in real(ctx))
 
     monkeypatch.setattr(ascend, "passes", patched)
+
+
+P = index_symbol("p")  # owned_tile_program's grid index
+
+
+# --- small programs for the annotation hooks (tests/test_annotations.py with annotation classes of its own,
+# tests/test_knobs.py with the Ascend knobs)
+
+def loop_kernel(store_ann=(), load_ann=()):
+    """for t in [0, 4): [X = load; Y[t] = X (store, ``store_ann``); Z = fill; W = Z + Z]; then V = fill.
+    The load carries ``load_ann``."""
+    import sympy
+
+    from tilegen.core.ir import Access, Buffer, Elementwise, Fill, Kernel, Load, Loop, Store
+
+    t = index_symbol("t")
+    four = sympy.Integer(4)
+    body = (
+        Loop(t, sympy.Integer(0), four, (
+            Load("X", Access("In", (t, sympy.Integer(0)), (four,)), ann=load_ann),
+            Store(Access("Y", (t, sympy.Integer(0)), (four,)), "X", ann=store_ann),
+            Fill("Z", 1.0),
+            Elementwise("W", "add", ("Z", "Z")),
+        )),
+        Fill("V", 0.0),
+    )
+    return Kernel("k", "main", tuple(Buffer(n, (four,), "fp32", "UB") for n in "XZWV"), body)
+
+
+def owned_tile_program(store_ann=(), load_ann=()):
+    """Kernel w: programs p in [0, 3), each adds X[p] into ws[p] p times (program 0: never), the store
+    carrying ``store_ann``; kernel r copies ws[p] to Y[p], its load carrying ``load_ann`` (an expression
+    of the grid index :data:`P`). Without annotations nothing zeroes ws (the interpreter poisons it)."""
+    import sympy
+
+    from tilegen.core.ir import Access, Buffer, Kernel, Load, Loop, MaskInfo, Program, Store, Tensor
+
+    p, t = P, index_symbol("t")
+    four, three = sympy.Integer(4), sympy.Integer(3)
+    row = lambda name: Access(name, (p, sympy.Integer(0)), (four,))  # noqa: E731
+    tensors = (Tensor("X", (three, four), "fp32", "input"), Tensor("ws", (three, four), "fp32", "workspace"),
+               Tensor("Y", (three, four), "fp32", "output"))
+    add = Store(row("ws"), "x", accumulate=True, ann=store_ann)
+    w = Kernel("w", "main", (Buffer("x", (four,), "fp32"),), (
+        Loop(p, sympy.Integer(0), three, (Loop(t, sympy.Integer(0), p, (Load("x", row("X")), add)),), kind="parallel"),))
+    r = Kernel("r", "post", (Buffer("y", (four,), "fp32"),), (
+        Loop(p, sympy.Integer(0), three, (Load("y", row("ws"), ann=load_ann), Store(row("Y"), "y")), kind="parallel"),))
+    return Program("owned", tensors, (w, r), MaskInfo(), 1.0)

@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 import sympy
 
+from helpers import P, loop_kernel, owned_tile_program
 from tilegen.backends.interp import interpret
 from tilegen.core.annotations import Annotation, Site, annotation_class, annotation_keys
 from tilegen.core.errors import VerifyError
 from tilegen.core.ir import (
     Access,
     Buffer,
-    Elementwise,
-    Fill,
     Kernel,
     Load,
     Loop,
@@ -179,59 +178,28 @@ def test_annotation_expressions_are_indexed_and_substituted_with_the_statement()
         verify(bad)
 
 
-def _loop_kernel(store_ann=(), load_ann=()):
-    """for t in [0, 4): [X = load; Y[t] = X (store); Z = fill; W = Z + Z]; then V = fill."""
-    t = index_symbol("t")
-    four = sympy.Integer(4)
-    body = (
-        Loop(t, sympy.Integer(0), four, (
-            Load("X", Access("In", (t, sympy.Integer(0)), (four,)), ann=load_ann),
-            Store(Access("Y", (t, sympy.Integer(0)), (four,)), "X", ann=store_ann),
-            Fill("Z", 1.0),
-            Elementwise("W", "add", ("Z", "Z")),
-        )),
-        Fill("V", 0.0),
-    )
-    return Kernel("k", "main", tuple(Buffer(n, (four,), "fp32", "UB") for n in "XZWV"), body)
-
 
 def test_held_buffers_live_over_their_loop():
     """Annotation.held: the buffers a statement holds are live over its loop (statements numbered 0..4:
     the loop is 0..3)."""
-    plain = live_intervals(_loop_kernel())
+    plain = live_intervals(loop_kernel())
     assert plain["X"] == (0, 1)
-    assert live_intervals(_loop_kernel(store_ann=(Held(),)))["X"] == (0, 3)
-    assert live_intervals(_loop_kernel(load_ann=(Held(),)))["X"] == (0, 3)
-    assert live_intervals(_loop_kernel(load_ann=(Mark(),)))["X"] == (0, 1)
-    assert live_intervals(_loop_kernel(store_ann=(Held(),)))["Z"] == plain["Z"]
+    assert live_intervals(loop_kernel(store_ann=(Held(),)))["X"] == (0, 3)
+    assert live_intervals(loop_kernel(load_ann=(Held(),)))["X"] == (0, 3)
+    assert live_intervals(loop_kernel(load_ann=(Mark(),)))["X"] == (0, 1)
+    assert live_intervals(loop_kernel(store_ann=(Held(),)))["Z"] == plain["Z"]
 
 
 def test_a_kernel_that_joins_the_previous_launch_starts_after_a_barrier():
     """Annotation.joins_launch: the start cost is the all-core barrier's three flag hops, not a launch
     (the figures from the target file)."""
     tgt = load_target("ascend910b2")
-    kernel = _loop_kernel()
+    kernel = loop_kernel()
     launch = tgt.overhead["launch_us"].value * 1e-6
     barrier = 3 * tgt.timeline["cross_core_flag_cycles"].value / (tgt.cores["clock_ghz"].value * 1e9)
     assert start_overhead_s(kernel, tgt) == launch
     assert start_overhead_s(kernel.annotate(Joins()), tgt) == pytest.approx(barrier)
 
-
-def _owned_tile_program(first_writes: bool, guard: bool):
-    """Kernel w: programs p in [0, 3), each adds X[p] into ws[p] p times (program 0: never); kernel r
-    copies ws[p] to Y[p]. Without the annotations nothing zeroes ws (the interpreter poisons it)."""
-    p, t = index_symbol("p"), index_symbol("t")
-    four, three = sympy.Integer(4), sympy.Integer(3)
-    row = lambda name: Access(name, (p, sympy.Integer(0)), (four,))  # noqa: E731
-    tensors = (Tensor("X", (three, four), "fp32", "input"), Tensor("ws", (three, four), "fp32", "workspace"),
-               Tensor("Y", (three, four), "fp32", "output"))
-    add = Store(row("ws"), "x", accumulate=True, ann=(FirstWrites(),) if first_writes else ())
-    w = Kernel("w", "main", (Buffer("x", (four,), "fp32"),), (
-        Loop(p, sympy.Integer(0), three, (Loop(t, sympy.Integer(0), p, (Load("x", row("X")), add)),), kind="parallel"),))
-    r = Kernel("r", "post", (Buffer("y", (four,), "fp32"),), (
-        Loop(p, sympy.Integer(0), three, (Load("y", row("ws"), ann=(Guard(p),) if guard else ()), Store(row("Y"), "y")),
-             kind="parallel"),))
-    return Program("owned", tensors, (w, r), MaskInfo(), 1.0)
 
 
 def test_value_rules_first_writes_and_zeros_unless():
@@ -240,11 +208,11 @@ def test_value_rules_first_writes_and_zeros_unless():
     without the second the row whose writer ran no iteration."""
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     want = np.arange(3, dtype=np.float32)[:, None] * x
-    got, _ = interpret(verify(_owned_tile_program(True, True)), {"X": x})
+    got, _ = interpret(verify(owned_tile_program((FirstWrites(),), (Guard(P),))), {"X": x})
     np.testing.assert_array_equal(got["Y"], want)
-    got, _ = interpret(_owned_tile_program(True, False), {"X": x})
+    got, _ = interpret(owned_tile_program((FirstWrites(),), ()), {"X": x})
     assert np.isnan(got["Y"][0]).all() and np.array_equal(got["Y"][1:], want[1:])
-    got, _ = interpret(_owned_tile_program(False, True), {"X": x})
+    got, _ = interpret(owned_tile_program((), (Guard(P),)), {"X": x})
     assert np.array_equal(got["Y"][0], want[0]) and np.isnan(got["Y"][1:]).all()
 
 

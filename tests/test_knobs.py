@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import sympy
 
-from helpers import make_spec
+from helpers import make_spec, P, loop_kernel, owned_tile_program
 from tilegen import builtin_spec
 from tilegen.backends import compile_backward, compile_forward
 from tilegen.backends.interp import interpret
@@ -23,19 +23,14 @@ from tilegen.core.annotations import Annotation, annotation_class, annotation_ke
 from tilegen.core.errors import VerifyError
 from tilegen.core.ir import (
     Access,
-    Buffer,
     Elementwise,
     Fill,
-    Kernel,
     Load,
     Loop,
-    MaskInfo,
     MatMul,
     Pipelined,
-    Program,
     RowReduce,
     Store,
-    Tensor,
     index_symbol,
     lookahead_of,
     map_body,
@@ -225,32 +220,17 @@ def test_zero_unless_trips_are_indexed_and_substituted_with_the_load():
     assert moved.get(ZeroUnless).trips == sympy.Min(p + 1, ir.Sq)
 
 
-def _loop_kernel(store_ann=(), load_ann=()):
-    """for t in [0, 4): [X = fill; Y[t] = X (store); Z = fill; W = Z + Z]; then one more statement."""
-    t = index_symbol("t")
-    four = sympy.Integer(4)
-    body = (
-        Loop(t, sympy.Integer(0), four, (
-            Load("X", Access("In", (t, sympy.Integer(0)), (four,)), ann=load_ann),
-            Store(Access("Y", (t, sympy.Integer(0)), (four,)), "X", ann=store_ann),
-            Fill("Z", 1.0),
-            Elementwise("W", "add", ("Z", "Z")),
-        )),
-        Fill("V", 0.0),
-    )
-    return Kernel("k", "main", tuple(Buffer(n, (four,), "fp32", "UB") for n in "XZWV"), body)
-
 
 def test_the_knobs_that_hold_a_tile_over_its_loop():
     """Annotation.held: a store waited for at its tile's rewrite, a receive issued ahead or freed early
     keeps its tile live over the loop (statements numbered 0..4: the loop is 0..3)."""
-    plain = live_intervals(_loop_kernel())
+    plain = live_intervals(loop_kernel())
     assert plain["X"] == (0, 1)
-    assert live_intervals(_loop_kernel(store_ann=(WaitAtRewrite(),)))["X"] == (0, 3)
+    assert live_intervals(loop_kernel(store_ann=(WaitAtRewrite(),)))["X"] == (0, 3)
     for ann in (Hoist(), FreeEarly()):
-        assert live_intervals(_loop_kernel(load_ann=(ann,)))["X"] == (0, 3)
-    assert live_intervals(_loop_kernel(load_ann=(WaitAtRead(),)))["X"] == (0, 1)  # not a held buffer
-    assert live_intervals(_loop_kernel(store_ann=(WaitAtRewrite(),)))["Z"] == plain["Z"]
+        assert live_intervals(loop_kernel(load_ann=(ann,)))["X"] == (0, 3)
+    assert live_intervals(loop_kernel(load_ann=(WaitAtRead(),)))["X"] == (0, 1)  # not a held buffer
+    assert live_intervals(loop_kernel(store_ann=(WaitAtRewrite(),)))["Z"] == plain["Z"]
 
 
 def test_a_streamed_kernel_keeps_its_per_program_buffers_live_over_the_body():
@@ -270,28 +250,12 @@ def test_sync_all_starts_after_a_barrier():
     """Annotation.joins_launch (@sync_all): the start cost is SyncAll's three flag hops, not a launch
     (the figures from the target file)."""
     tgt = load_target("ascend910b2")
-    kernel = _loop_kernel()
+    kernel = loop_kernel()
     launch = tgt.overhead["launch_us"].value * 1e-6
     barrier = 3 * tgt.timeline["cross_core_flag_cycles"].value / (tgt.cores["clock_ghz"].value * 1e9)
     assert start_overhead_s(kernel, tgt) == launch
     assert start_overhead_s(kernel.annotate(SyncAll()), tgt) == pytest.approx(barrier)
 
-
-def _owned_tile_program(first_plain: bool, zero_unless: bool):
-    """Kernel w: programs p in [0, 3), each adds X[p] into ws[p] p times (program 0: never); kernel r
-    copies ws[p] to Y[p]. Without the annotations nothing zeroes ws (the interpreter poisons it)."""
-    p, t = index_symbol("p"), index_symbol("t")
-    four, three = sympy.Integer(4), sympy.Integer(3)
-    row = lambda name: Access(name, (p, sympy.Integer(0)), (four,))  # noqa: E731
-    tensors = (Tensor("X", (three, four), "fp32", "input"), Tensor("ws", (three, four), "fp32", "workspace"),
-               Tensor("Y", (three, four), "fp32", "output"))
-    add = Store(row("ws"), "x", accumulate=True, ann=(FirstPlain(),) if first_plain else ())
-    w = Kernel("w", "main", (Buffer("x", (four,), "fp32"),), (
-        Loop(p, sympy.Integer(0), three, (Loop(t, sympy.Integer(0), p, (Load("x", row("X")), add)),), kind="parallel"),))
-    r = Kernel("r", "post", (Buffer("y", (four,), "fp32"),), (
-        Loop(p, sympy.Integer(0), three, (Load("y", row("ws"), ann=(ZeroUnless(p),) if zero_unless else ()), Store(row("Y"), "y")),
-             kind="parallel"),))
-    return Program("owned", tensors, (w, r), MaskInfo(), 1.0)
 
 
 def test_first_plain_and_zero_unless_value_rules():
@@ -300,12 +264,12 @@ def test_first_plain_and_zero_unless_value_rules():
     poisons every row, without the second the row whose writer ran no iteration."""
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     want = np.arange(3, dtype=np.float32)[:, None] * x
-    program = verify(_owned_tile_program(True, True))
+    program = verify(owned_tile_program((FirstPlain(),), (ZeroUnless(P),)))
     got, _ = interpret(program, {"X": x})
     np.testing.assert_array_equal(got["Y"], want)
-    got, _ = interpret(_owned_tile_program(True, False), {"X": x})
+    got, _ = interpret(owned_tile_program((FirstPlain(),), ()), {"X": x})
     assert np.isnan(got["Y"][0]).all() and np.array_equal(got["Y"][1:], want[1:])
-    got, _ = interpret(_owned_tile_program(False, True), {"X": x})
+    got, _ = interpret(owned_tile_program((), (ZeroUnless(P),)), {"X": x})
     assert np.array_equal(got["Y"][0], want[0]) and np.isnan(got["Y"][1:]).all()
 
 
@@ -424,7 +388,7 @@ def test_owned_tile_checks(backward):
 def test_zero_unless_check():
     """@zero_unless reads the grid alone: a loop variable inside the program (bound, so the indices
     check passes) is refused by the knob's own check."""
-    program = _owned_tile_program(True, True)
+    program = owned_tile_program((FirstPlain(),), (ZeroUnless(P),))
     t = index_symbol("t")
     bad = _edit(program, lambda s: s.annotate(ZeroUnless(t)) if isinstance(s, Load) and s.dst == "x" else s)
     with pytest.raises(VerifyError, match=r"@zero_unless: zero_unless uses \['t'\], which the grid does not bind"):
