@@ -10,7 +10,7 @@ Python API (NumPy in, NumPy out, interpreter-backed):
 - :func:`inspect` (spec, target) -> InspectResult (tiles, candidates, footprints, prediction; ``.to_json()``)
 - :class:`AttentionSpec`, :func:`load_spec`, :func:`builtin_spec`
 
-See README.md for the CLI and DESIGN.md for the conventions.
+See docs/ for the user guide and the CLI, spec and API references, and DESIGN.md for the conventions.
 """
 
 from tilegen.core.errors import ScheduleError, SpecError, TargetError, TilegenError, VerifyError
