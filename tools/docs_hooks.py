@@ -9,6 +9,7 @@
   function that reads the spec module; a field reference kept by the spec module itself can replace it.
 - ``<!-- tilegen:cli -->`` becomes the reference of every ``tilegen`` command, read from the argument
   parser (:func:`tilegen.cli.build_parser`): usage, help and one row per option.
+- The docstrings' Sphinx roles (``:func:`x```) are shown as the plain code they wrap.
 
 The hook imports tilegen from this checkout (the folder above ``tools/``), not from another install.
 """
@@ -254,3 +255,11 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # the MkDocs h
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_markdown())
     return markdown
+
+
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):(<code>)~?")
+
+
+def on_page_content(html: str, page, config, files) -> str:  # the MkDocs hook signature
+    """The docstrings' Sphinx roles (``:func:`name```) rendered as plain code: drop the role."""
+    return _ROLE.sub(r"\1", html)
