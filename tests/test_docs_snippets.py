@@ -188,8 +188,12 @@ def _run_command(argv: list[str], block: Block, env: dict, line: str) -> str:
 def _run_block(block: Block, env: dict) -> str:
     if block.lang == "python":
         out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block.text, block.where, "exec"), {"__name__": "__main__"})  # noqa: S102 (the snippet under test)
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(block.text, block.where, "exec"), {"__name__": "__main__"})  # noqa: S102 (the snippet under test)
+        finally:
+            if "torch._dynamo" in sys.modules:  # a snippet's torch.compile leaves nothing to the next test
+                sys.modules["torch._dynamo"].reset()
         return out.getvalue()
     printed = []
     for line in block.text.replace("\\\n", " ").splitlines():
