@@ -261,3 +261,22 @@ def test_check_reports_a_planted_misuse(tmp_path, pch, name):
     key, unit = _unit(files, "bwd_kernels.asc")
     errors = check_all({key: ("bwd_kernels.asc", unit)}, tmp_path, pch)
     assert any(fragment in e for e in errors[(key, mode)]), f"{name}: not reported on the {mode} pass: {errors}"
+
+
+def test_attention_gym_mod_kernels_type_check_on_both_passes(tmp_path, pch):
+    """Every kernel file of tests/test_mods_ascend_gym.py's groups (attention-gym's mask and score
+    generators through the general mod lowering: every vector instruction it emits) on both passes."""
+    pytest.importorskip("attn_gym")
+    import test_mods_ascend_gym as gym
+
+    units: dict[str, tuple[str, dict[str, str]]] = {}
+    users: dict[str, list[str]] = {}
+    for name in gym.GROUPS:
+        spec = gym._group(name)[0]
+        files = ascendc.generate(spec, "ascend910b2").files
+        for kernel in KERNEL_FILES:
+            key, unit = _unit(files, kernel)
+            units.setdefault(key, (kernel, unit))
+            users.setdefault(key, []).append(f"{name}/{kernel}")
+    errors = check_all(units, tmp_path, pch)
+    assert not any(errors.values()), f"{len(units)} distinct kernel files checked:\n" + _report(errors, users)

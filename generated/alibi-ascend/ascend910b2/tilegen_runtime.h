@@ -630,14 +630,26 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Score and mask mods (tilegen/backends/ascendc/mods.py), applied row by row to a UB tile on the AIV.
-// Vector calls: Adds, Muls (I/kernel_operator_vec_binary_scalar_intf.h:113-119, 202-208), Add, Mul, Max
-// (I/kernel_operator_vec_binary_intf.h:82, 166, 310), Exp, Abs, Reciprocal (count forms,
-// I/kernel_operator_vec_unary_intf.h:128, 213, 276; the basic API has no Tanh, only
-// include/adv_api/math/tanh.h), Compares, Select (I/kernel_operator_vec_cmpsel_intf.h:155, 277), Duplicate
-// (I/kernel_operator_vec_duplicate_intf.h:71), Cast int32 -> float (I/kernel_operator_vec_vconv_intf.h:81),
-// ReduceSum (I/kernel_operator_vec_reduce_intf.h:183); scalar reads of GM through GlobalTensor::GetValue
+// Score and mask mods (tilegen/backends/ascendc/mods.py): each mod is compiled into a straight-line list of
+// count-form vector calls over UB rows (LineVec in the kernels: Adds, Muls, Maxs, Mins
+// (I/kernel_operator_vec_binary_scalar_intf.h), Add, Sub, Mul, Div, Max, Min (I/kernel_operator_vec_binary_intf.h),
+// Exp, Ln, Abs, Sqrt, Reciprocal (I/kernel_operator_vec_unary_intf.h), Cast float -> float with
+// RoundMode::CAST_FLOOR (I/kernel_operator_vec_vconv_intf.h; Cast.md, the A2 table: float -> float takes
+// CAST_RINT/FLOOR/CEIL/ROUND/TRUNC), Compares, Compare, Select (I/kernel_operator_vec_cmpsel_intf.h),
+// Duplicate (I/kernel_operator_vec_duplicate_intf.h)) and scalar C++ on the scalar unit; the helpers below
+// are its pieces that are not one API call. Scalar reads of GM through GlobalTensor::GetValue
 // (I/kernel_tensor.h:270), of UB through LocalTensor::GetValue/SetValue (I/kernel_tensor.h:176, 181).
+
+// a mod's integer a mod b for b > 0, in [0, b) (Python's and sympy's Mod of integers).
+__aicore__ inline int64_t FloorMod(int64_t a, int64_t b) { return a - b * FloorDiv(a, b); }
+// floor of a float on the scalar unit (|x| < 2^62), without a math library.
+__aicore__ inline float ModFloorF(float x)
+{
+    const int64_t t = static_cast<int64_t>(x);  // toward zero
+    return static_cast<float>(static_cast<float>(t) > x ? t - 1 : t);
+}
+__aicore__ inline float ModMinF(float a, float b) { return a < b ? a : b; }
+__aicore__ inline float ModMaxF(float a, float b) { return a > b ? a : b; }
 
 // col[c] = col0 + c as floats (the key index of column c; exact while col0 + c <= 2^24).
 __aicore__ inline void ModColumns(const LocalTensor<float>& col, int64_t col0, int64_t cpad)
@@ -646,90 +658,29 @@ __aicore__ inline void ModColumns(const LocalTensor<float>& col, int64_t col0, i
     CreateVecIndex(col, static_cast<float>(col0), static_cast<uint32_t>(cpad));
     ResetMask();
 }
-// keys[c] = (float) src[c] for c < valid (an integer parameter read at the key index), 0 past it.
-__aicore__ inline void ModLoadKeys(const LocalTensor<float>& keys, const LocalTensor<int32_t>& stage, const GlobalTensor<int32_t>& src,
-                                   int64_t valid, int64_t cpad)
-{
-    Duplicate(stage, static_cast<int32_t>(0), TILEGEN_NARROW(VectorOp_count, cpad));
-    LoadVector<int32_t>(stage, src, valid, cpad, false, static_cast<int32_t>(0));
-    Cast(keys, stage, RoundMode::CAST_RINT, TILEGEN_NARROW(VectorOp_count, cpad));
-}
-// x = cap * tanh(x / cap) on n elements, as cap - 2 cap / (exp(2 x / cap) + 1) (exp overflowing to
-// +inf gives cap, underflowing to 0 gives -cap); t is scratch.
-__aicore__ inline void ModSoftcap(const LocalTensor<float>& x, const LocalTensor<float>& t, float cap, int64_t n)
-{
-    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
-    Muls(t, x, 2.0f / cap, cnt);
-    Exp(t, t, cnt);
-    Adds(t, t, 1.0f, cnt);
-    Reciprocal(t, t, cnt);
-    Muls(t, t, -2.0f * cap, cnt);
-    Adds(x, t, cap, cnt);
-}
-// g *= d(cap tanh(s / cap))/ds = 1 - tanh^2(s / cap) at the raw scores s; t is scratch.
-__aicore__ inline void ModSoftcapGrad(const LocalTensor<float>& g, const LocalTensor<float>& s, const LocalTensor<float>& t, float cap,
-                                      int64_t n)
-{
-    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
-    Muls(t, s, 2.0f / cap, cnt);
-    Exp(t, t, cnt);
-    Adds(t, t, 1.0f, cnt);
-    Reciprocal(t, t, cnt);
-    Muls(t, t, -2.0f, cnt);
-    Adds(t, t, 1.0f, cnt);  // tanh(s / cap)
-    Mul(t, t, t, cnt);
-    Muls(t, t, -1.0f, cnt);
-    Adds(t, t, 1.0f, cnt);
-    Mul(g, g, t, cnt);
-}
-// row += scale * |col - center| (a distance bias such as ALiBi's slope * |q - kv + K|); t is scratch.
-__aicore__ inline void ModDistanceAdd(const LocalTensor<float>& row, const LocalTensor<float>& col, const LocalTensor<float>& t,
-                                      float center, float scale, int64_t n)
-{
-    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
-    Adds(t, col, -center, cnt);
-    Abs(t, t, cnt);
-    Muls(t, t, scale, cnt);
-    Add(row, row, t, cnt);
-}
-// sum over the first `cols` columns of g * |col - center| (a distance term's gradient coefficient).
-__aicore__ inline float ModDistanceDot(const LocalTensor<float>& g, const LocalTensor<float>& col, const LocalTensor<float>& t,
-                                       const LocalTensor<float>& out, const LocalTensor<float>& tmp, float center, int64_t cols, int64_t n)
-{
-    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
-    Adds(t, col, -center, cnt);
-    Abs(t, t, cnt);
-    Mul(t, t, g, cnt);
-    ReduceSum(out, t, tmp, TILEGEN_NARROW(VectorOp_count, cols));
-    WaitVToS();
-    const float v = out.GetValue(0);
-    WaitSToV();
-    return v;
-}
-// row[c] += scale * p[base + stride * e] for c < n, e = clip(e0 + step * c, 0, len - 1) (a table bias:
-// the index runs backwards along the row for a relative bias, so the read is scalar).
-__aicore__ inline void ModTableAdd(const LocalTensor<float>& row, const GlobalTensor<float>& p, int64_t base, int64_t stride, int64_t e0,
-                                   int64_t step, int64_t len, float scale, int64_t n)
+// dst[c] = (float) p[off[c]] for c < n: a parameter read whose index varies along the row, a scalar loop
+// (the offsets are whole floats, already clipped into the array).
+template <typename T>
+__aicore__ inline void ModGather(const LocalTensor<float>& dst, const GlobalTensor<T>& p, const LocalTensor<float>& off, int64_t n)
 {
     WaitVToS();
     for (int64_t c = 0; c < n; ++c) {
-        const int64_t e = Clip(e0 + step * c, 0, len - 1);
-        const float v = row.GetValue(static_cast<uint32_t>(c)) + scale * p.GetValue(static_cast<uint64_t>(base + stride * e));
-        row.SetValue(static_cast<uint32_t>(c), v);
+        const int64_t e = static_cast<int64_t>(off.GetValue(static_cast<uint32_t>(c)));
+        dst.SetValue(static_cast<uint32_t>(c), static_cast<float>(p.GetValue(static_cast<uint64_t>(e))));
     }
     WaitSToV();
 }
-// w[t] += scale * g[c] for c < n, t = t0 + step * c in [0, width) (a table term's gradient window,
+// w[clip(bins[c], 0, width - 1)] += g[c] for c < n, zeros skipped (a parameter-gradient window,
 // accumulated in column order: deterministic).
-__aicore__ inline void ModTableGrad(const LocalTensor<float>& w, const LocalTensor<float>& g, int64_t t0, int64_t step, float scale,
-                                    int64_t n, int64_t width)
+__aicore__ inline void ModScatterAdd(const LocalTensor<float>& w, const LocalTensor<float>& g, const LocalTensor<float>& bins,
+                                     int64_t n, int64_t width)
 {
     WaitVToS();
     for (int64_t c = 0; c < n; ++c) {
         const float v = g.GetValue(static_cast<uint32_t>(c));
         if (v == 0.0f) continue;
-        const uint32_t t = static_cast<uint32_t>(Clip(t0 + step * c, 0, width - 1));
-        w.SetValue(t, w.GetValue(t) + scale * v);
+        const uint32_t t = static_cast<uint32_t>(Clip(static_cast<int64_t>(bins.GetValue(static_cast<uint32_t>(c))), 0, width - 1));
+        w.SetValue(t, w.GetValue(t) + v);
     }
     WaitSToV();
 }
@@ -738,7 +689,7 @@ __aicore__ inline void ModWindowToStore()
 {
     SetWait<HardEvent::S_MTE3>();
 }
-// v = 1 where (vec op x), else 0 (one comparison of a mask mod); bits is scratch.
+// v = 1 where (vec op x), else 0 (one comparison); bits is scratch.
 __aicore__ inline void ModCompare(const LocalTensor<float>& v, const LocalTensor<float>& vec, const LocalTensor<uint8_t>& bits, float x,
                                   CMPMODE mode, int64_t n)
 {
@@ -746,13 +697,6 @@ __aicore__ inline void ModCompare(const LocalTensor<float>& v, const LocalTensor
     Compares(bits, vec, x, mode, cnt);
     Duplicate(v, 1.0f, cnt);
     Select(v, bits, v, 0.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, cnt);
-}
-// v = 1 - v (not).
-__aicore__ inline void ModNot(const LocalTensor<float>& v, int64_t n)
-{
-    const int32_t cnt = TILEGEN_NARROW(VectorOp_count, n);
-    Muls(v, v, -1.0f, cnt);
-    Adds(v, v, 1.0f, cnt);
 }
 // row = -inf where v is 0 (the mask mod hides the key).
 __aicore__ inline void ModHide(const LocalTensor<float>& row, const LocalTensor<float>& v, const LocalTensor<uint8_t>& bits, int64_t n)

@@ -410,7 +410,7 @@ class _Lower:
         self.frees: set[str] = set()  # the V -> MTE2 events of @free_early (the vector's)
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
-        self.modplan = AM.recognise(program.mods) if program.mods is not None else None
+        self._mod_programs: dict = {}
         self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
         self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
         # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
@@ -546,22 +546,46 @@ class _Lower:
         return [-(-bc * 4 // 32) * 32 // 4]
 
     def mod_scratch(self, cols: int) -> list[tuple[str, str, int]]:
-        """The AIV scratch rows of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 rows,
-        a float row per key-side parameter read with its int32 staging row, the gradient window."""
+        """The AIV scratch rows of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 row,
+        the compiled programs' rows ``sm_r<k>`` (as many as any op keeps live at once), the gradient
+        window."""
         ops = [s for s in _stmts(self.kernel.body) if isinstance(s, ModOp)]
         if not ops:
             return []
-        plan = self.modplan
-        out = [("sm_a", "float", cols)]
-        out += [(f"sm_v{n}", "float", cols) for n in range(AM.mask_depth(plan.mask))]
-        keys = AM.key_reads(plan)
-        out += [(f"sm_k{n}", "float", cols) for n in range(len(keys))]
-        if keys:
-            out.append(("sm_ki", "int32_t", cols))
+        regs = max(self.mod_program(s).regs for s in ops)
+        out = [("sm_a", "float", cols), ("sm_v0", "float", cols)]
+        out += [(f"sm_r{n}", "float", cols) for n in range(regs)]
         widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"] + [8 for s in ops if s.op == "classify"]
         if widths:
             out.append(("sm_g", "float", max(widths + [8])))
         return out
+
+    def mod_params(self) -> dict:
+        return AM.params_of(self.program.mods, self.tensors, lambda d: cexpr(d, self.consts))
+
+    def mod_program(self, stmt: ModOp) -> AM.Compiled:
+        """The compiled lines of mod op ``stmt`` (:mod:`tilegen.backends.ascendc.mods`), once per op."""
+        key = id(stmt)
+        if key not in self._mod_programs:
+            mods, params = self.program.mods, self.mod_params()
+            if stmt.op == "classify":
+                bc = int(evaluate(ir.Bc, self.env))
+                prog = AM.compile_mask_row(mods, params, -(-bc * 4 // 32) * 32 // 4)
+            else:
+                buf = self.buffers[stmt.args[0]]
+                cpad = self.cpad(buf)
+                if stmt.op == "score":
+                    cond = f"g_{stmt.blocks}.GetValue({self.block_offset(stmt.blocks)}) == 2.0f" if stmt.blocks else ""
+                    prog = AM.compile_score_mask(mods, params, cpad, True, True, cond)
+                elif stmt.op == "dscore":
+                    prog = AM.compile_dscore(mods, params, cpad)
+                elif stmt.op == "pgrad":
+                    br, bc = (int(evaluate(x, self.env)) for x in (ir.Br, ir.Bc))
+                    prog = AM.compile_pgrad(mods, params, cpad, stmt.term, br, bc, self.grad_width(stmt.term))
+                else:
+                    raise TargetError(f"no Ascend C lowering for mod op {stmt.op}")
+            self._mod_programs[key] = prog
+        return self._mod_programs[key]
 
     def grad_width(self, term: int) -> int:
         """Entries of parameter-gradient term ``term``'s per-tile window (tilegen.mods.grad_window)."""
@@ -1139,136 +1163,31 @@ def _vector_op(lo: _Lower, stmt, handoff: str | None, counters) -> O.Op:
     raise TargetError(f"no vector lowering for {type(stmt).__name__}")
 
 
-class _ModReads:
-    """The parameter reads of one mod op's C++: scalar reads declared once (per tile in ``tile``, per row
-    in ``body`` when they read q_idx) and key-side rows loaded per tile (DataCopyPad, cast to float)."""
-
-    def __init__(self, lo: _Lower, tile: list, body: list):
-        self.lo, self.tile, self.body, self.names = lo, tile, body, {}
-
-    def scalar(self, read, ctype: str) -> str:
-        if read not in self.names:
-            name = f"mp{len(self.names)}"
-            self.names[read] = name
-            t = self.lo.tensors[str(read.base.label)]
-            off = cexpr(AM.to_c(AM.rowmajor(read.indices, t.shape)), self.lo.consts)
-            line = O.LineRead(name=name, ctype=ctype, gm=f"g_{t.name}", off=off)
-            (self.body if M.Q_IDX in sympy.sympify(read).free_symbols else self.tile).append(line)
-        return self.names[read]
-
-    def cint(self, expr) -> str:
-        """An integer expression of q_idx, b, h, the sizes and integer reads as a C++ float."""
-        expr = sympy.sympify(expr)
-        subs = {ix: sympy.Symbol(self.scalar(ix, "int64_t"), integer=True) for ix in expr.atoms(sympy.Indexed)}
-        return f"static_cast<float>({cexpr(AM.to_c(expr.xreplace(subs)), self.lo.consts)})"
-
-    def keys(self, plan, cpad: int, what: str) -> None:
-        for n, key in enumerate(AM.key_reads(plan)):
-            p = self.lo.tensors[str(key.base.label)]
-            kdim = list(key.indices).index(M.KV_IDX)
-            index = [sympy.Symbol("mcol0", integer=True) if d == kdim else e for d, e in enumerate(key.indices)]
-            self.lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the load of {p.name} for {what}")
-            self.tile.append(O.LineKeys(
-                dst=f"sm_k{n}", gm=f"g_{p.name}",
-                off=cexpr(AM.to_c(AM.rowmajor(index, p.shape)), self.lo.consts),
-                valid=f"tilegen::Clip(tilegen::Min64({cexpr(p.shape[kdim], self.lo.consts)}, Sk) - mcol0, 0LL, {cpad}LL)",
-                cpad=cpad,
-            ))
-            self.names[("key", key)] = f"sm_k{n}"
-
-
 def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
-    """A ModOp on this AIV's rows of a UB tile (tilegen/backends/ascendc/mods.py): per-tile reads and
-    rows (``tile``), per-row instructions (``body``, rows past Sq are left to the window mask), and what
-    follows the rows (``post``). Every instruction is one runtime call the template renders."""
-    mods, plan = lo.program.mods, lo.modplan
+    """A ModOp on this AIV's rows of a UB tile: the compiled lines of :mod:`tilegen.backends.ascendc.mods`
+    (per tile ``tile``, per row ``body``, rows past Sq left to the window mask, then ``post``)."""
     if stmt.op == "classify":
         return _classify_op(lo, stmt)
     buf = lo.buffers[stmt.args[0]]
-    rows, cols, cpad = lo.half(buf), lo.dims(buf)[1], lo.cpad(buf)
+    rows, cpad = lo.half(buf), lo.cpad(buf)
     what = f"the {stmt.op} mod of {buf.name}"
     lo.need("VectorOp_count", cpad, what)
     for size in (ir.Sq, ir.Sk):
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
-    tile: list[O.ModLine] = []
-    body: list[O.ModLine] = []
-    post: list[O.ModLine] = []
-    reads = _ModReads(lo, tile, body)
-    scalar, cint = reads.scalar, reads.cint
-    nvalid = f"tilegen::Clip(Sk - mcol0, 0LL, {cpad}LL)"
-
-    def columns():
-        if not any(isinstance(t, O.LineColumns) for t in tile):
-            tile.insert(0, O.LineColumns(cpad=cpad))
-
-    def term_scale(t) -> str:
-        k = cfloat(t.k)
-        return f"({k} * {scalar(t.read, 'float')})" if t.read is not None and t.kind == "distance" else k
-
-    def table(t):
-        p = lo.tensors[str(t.read.base.label)]
-        shape = p.shape
-        dim = t.dim if t.dim >= 0 else len(shape) - 1
-        index = list(t.read.indices)
-        stride = sympy.Mul(*[sympy.sympify(d) for d in shape[dim + 1:]]) if t.dim >= 0 else sympy.Integer(0)
-        if t.dim >= 0:
-            index[t.dim] = 0
-        e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K if t.dim >= 0 else sympy.Integer(0)
-        return {
-            "gm": f"g_{p.name}",
-            "base": cexpr(AM.to_c(AM.rowmajor(index, shape)), lo.consts),
-            "stride": cexpr(stride, lo.consts),
-            "e0": cexpr(AM.to_c(e0), lo.consts),
-            "step": t.d,
-            "len": cexpr(shape[dim], lo.consts),
-        }
-
-    if stmt.op == "score":
-        if plan.cap is not None:
-            body.append(O.LineSoftcap(cap=cfloat(plan.cap), cpad=cpad))
-        for t in plan.terms:
-            if t.kind == "distance":
-                columns()
-                body.append(O.LineDistance(center=cint(M.Q_IDX + t.K), scale=term_scale(t), cpad=cpad))
-            else:
-                body.append(O.LineTable(scale=cfloat(t.k), n=nvalid, **table(t)))
-        if plan.mask is not None:
-            AM.check_cpad(cpad, what)
-            columns()
-            reads.keys(plan, cpad, what)
-            if stmt.blocks:
-                tile.append(O.LineFull(cond=f"g_{stmt.blocks}.GetValue({lo.block_offset(stmt.blocks)}) == 2.0f"))
-                body.append(O.LineOpen(cond="!mfull"))
-            body.extend(_mask_instrs(plan.mask, 0, reads.names, cint, cpad))
-            body.append(O.LineHide(cpad=cpad))
-            if stmt.blocks:
-                body.append(O.LineClose())
-    elif stmt.op == "dscore":
-        if plan.cap is None or len(stmt.args) < 2:
-            raise TargetError(f"dscore of {mods.describe().get('score_mod')}: only a softcap has a derivative other than 1")
-        body.append(O.LineSoftcapGrad(raw=stmt.args[1], cap=cfloat(plan.cap), cpad=cpad))
-    elif stmt.op == "pgrad":
-        t = AM.grad_term(plan, mods, stmt.term)
+    prog = lo.mod_program(stmt)
+    if prog.compares:
+        AM.check_cpad(cpad, what)
+    tile, body, post = list(prog.tile), list(prog.body), []
+    if stmt.op in ("dscore", "pgrad") and len(stmt.args) > 1:
+        body.insert(0, O.LineRaw(buf=stmt.args[1]))
+    elif stmt.op in ("dscore", "pgrad"):
+        body.insert(0, O.LineRaw(buf=stmt.args[0]))  # the derivative reads no score: mraw is never read
+    if stmt.op == "pgrad":
         width = lo.grad_width(stmt.term)
-        if t.kind == "distance":
-            columns()
-            lo.need("VectorOp_count", cols, what)
-            tile.append(O.LineAcc())
-            body.append(O.LineDistanceDot(center=cint(M.Q_IDX + t.K), cols=cols, cpad=cpad))
-            post.append(O.LineAccOut(scale=cfloat(t.k)))
-        else:
-            from tilegen.core.mods import grad_window
-
-            g = mods.grads[stmt.term]
-            _, origins = grad_window(g, mods.param(g.param), ir.Br, ir.Bc)
-            origin = origins[t.dim].xreplace({M.Q_IDX: ir.i * ir.Br, M.KV_IDX: ir.j * ir.Bc}) if t.dim >= 0 else 0
-            e0 = t.a * M.Q_IDX + t.d * sympy.Symbol("mcol0", integer=True) + t.K - origin if t.dim >= 0 else sympy.Integer(0)
-            lo.need("VectorOp_count", width, what)
-            tile.append(O.LineZero(n=width))
-            body.append(O.LineTableGrad(t0=cexpr(AM.to_c(e0), lo.consts), step=t.d, scale=cfloat(t.k), n=nvalid, width=width))
-            post.append(O.LineToStore())
-    else:
-        raise TargetError(f"no Ascend C lowering for mod op {stmt.op}")
+        lo.need("VectorOp_count", width, what)
+        tile = [O.LineDecl(name="mtq", ctype="int64_t", value=cexpr(stmt.row0, lo.consts)),
+                O.LineDecl(name="mtk", ctype="int64_t", value=cexpr(stmt.col0, lo.consts)), O.LineZero(n=width)] + tile
+        post.append(O.LineToStore())
     return O.Mod(note=f"{stmt.op} mod of {buf.name}", buf=buf.name, rows=rows, cpad=cpad, row0=f"({cexpr(stmt.row0, lo.consts)} + {rows}LL * sub)",
                  col0=cexpr(stmt.col0, lo.consts), tile=tuple(tile), body=tuple(body), post=tuple(post))
 
@@ -1285,46 +1204,10 @@ def _classify_op(lo: _Lower, stmt: ModOp) -> O.Classify:
     for size in (ir.Sq, ir.Sk):
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
     m = lo.program.mask
-    return O.Classify(**_mod_op_shell(lo, stmt, br, cpad), window=O.ModWindow(cexpr(m.offset, lo.consts), m.left, m.right),
-                      cols=bc, full=br * bc)
-
-
-def _mod_op_shell(lo: _Lower, stmt: ModOp, rows: int, cpad: int) -> dict:
-    """tile / body lists of a mask evaluation (see :func:`_mod_op`) for ``rows`` rows from row0 (no AIV
-    split: the classification runs on one AIV)."""
-    plan = lo.modplan
-    tile: list[O.ModLine] = [O.LineColumns(cpad=cpad)]
-    body: list[O.ModLine] = []
-    reads = _ModReads(lo, tile, body)
-    reads.keys(plan, cpad, "the block classification")
-    body.extend(_mask_instrs(plan.mask, 0, reads.names, reads.cint, cpad))
-    return {
-        "note": f"{stmt.op} mod",
-        "rows": rows,
-        "cpad": cpad,
-        "row0": cexpr(stmt.row0, lo.consts),
-        "col0": cexpr(stmt.col0, lo.consts),
-        "tile": tuple(tile),
-        "body": tuple(body),
-        "post": (),
-        "blocks": stmt.dst,
-    }
-
-
-def _mask_instrs(node, depth: int, reads: dict, cint, cpad: int) -> list[O.ModLine]:
-    """Instructions leaving the 0/1 visibility of ``node`` in row sm_v{depth} (a register stack)."""
-    kind = node[0]
-    if kind == "cmp":
-        _, mode, vec, x = node
-        src = reads[("key", vec)] if vec is not None else "sc_col"
-        return [O.LineCompare(dst=f"sm_v{depth}", src=src, x=cint(x), mode=mode, cpad=cpad)]
-    if kind == "not":
-        return _mask_instrs(node[1], depth, reads, cint, cpad) + [O.LineNot(dst=f"sm_v{depth}", cpad=cpad)]
-    out = _mask_instrs(node[1][0], depth, reads, cint, cpad)
-    for child in node[1][1:]:
-        out += _mask_instrs(child, depth + 1, reads, cint, cpad)
-        out.append((O.LineAnd if kind == "and" else O.LineOr)(dst=f"sm_v{depth}", src=f"sm_v{depth + 1}", cpad=cpad))
-    return out
+    prog = lo.mod_program(stmt)
+    return O.Classify(note=f"{stmt.op} mod", rows=br, cpad=cpad, row0=cexpr(stmt.row0, lo.consts), col0=cexpr(stmt.col0, lo.consts),
+                      tile=tuple(prog.tile), body=tuple(prog.body), post=(), blocks=stmt.dst,
+                      window=O.ModWindow(cexpr(m.offset, lo.consts), m.left, m.right), cols=bc, full=br * bc)
 
 
 def _pgrad_store(lo: _Lower, stmt: Store) -> O.ModStore:
@@ -1580,7 +1463,7 @@ def check_request(spec: AttentionSpec, target: str | Target) -> Target:
     if spec.dtype not in ("fp16", "bf16"):
         raise SpecError("dtype", spec.dtype, "'fp16' or 'bf16' for the Ascend C backend (its cube path takes 16-bit operands)")
     if spec.mods is not None:
-        AM.recognise(spec.mods)  # a construct the AIV lowering does not emit is refused here, before compiling
+        AM.check(spec.mods)  # a construct the AIV lowering does not emit is refused here, before compiling
     return tgt
 
 

@@ -1,239 +1,762 @@
-"""Ascend C lowering of score and mask mods (``ModOp``, DESIGN §3) for the vector (AIV) side.
+"""Ascend C lowering of score and mask mods (``ModOp``, DESIGN §3) for the vector (AIV) side: a compiler
+of any mod expression to a straight-line list of vector instructions over UB rows.
 
 The AIV applies the mods to its half of the UB score tile after the tile arrives from the cube, row by
-row (count-form vector calls of ``cpad`` elements on one row at a time, so the scratch is a few rows):
+row: each op is a count-form vector call of ``cpad`` elements on one row (the tile's row ``r``, the key
+indices ``sc_col``, or a scratch row ``sm_r<k>`` of ``cpad`` floats). :class:`Compiler` walks the
+expression DAG (sympy shares common subexpressions; each distinct node is compiled once) and sorts every
+node into one of three homes:
 
-- the score mod must have the form score′ = F(score) + Σ terms, where F is the identity or a softcap
-  ``c·tanh(score/c)`` (built from Exp, Adds, Reciprocal, Muls: the basic API has no Tanh, only the
-  advanced API's ``include/adv_api/math/tanh.h``) and each term is
-  - a distance term ``k·slope·|q_idx − kv_idx + K|`` (ALiBi; ``slope`` an optional parameter read
-    indexed by b, h and integers, K an expression of the sizes): Adds, Abs, Muls, Add on the row, the
-    key indices ``col0 + c`` held as floats in UB;
-  - a table term ``k·P[…, a·q_idx + d·kv_idx + K, …]`` (a relative bias; a, d ∈ {−1, 0, 1}, the other
-    indices b, h or integers): a scalar loop over the row reads P from GM (the index reverses along the
-    row for a relative bias, which count-form vector moves cannot do);
-- the mask mod must be and/or/not of comparisons ``V op X`` where V is ``kv_idx`` or an integer
-  parameter read at ``kv_idx`` (a document id row, loaded per tile with DataCopyPad and cast to float)
-  and X an integer expression of q_idx, b, h, the sizes and integer parameter reads at q_idx, b, h
-  (read per row from GM): Compares and Select give a 0/1 row per comparison, Mul (and), Max (or),
-  Muls/Adds (not) combine them, and a final Compares/Select writes −inf where the row is 0.
-- ``dscore`` (softcap only: 1 − tanh²(score/c) at the raw score), ``pgrad`` per term: a distance term's
-  partial Σ dS′·k·|…| per tile (Mul and ReduceSum per row, summed in row order on the scalar unit),
-  a table term's window of Br + Bc − 1 entries accumulated by a scalar loop in (row, column) order.
-  Each AIV writes its own partial (``gpart`` on Ascend has an extra axis of 2 for the two AIVs); the
-  host adds the two halves and reduces the tiles in fixed order (:func:`tilegen.mods.param_grads`):
-  deterministic, no atomics.
+- **per-tile scalars**: nodes of b, h, the sizes and parameter reads at such indices, computed once per
+  tile on the scalar unit as C++ (``int64_t`` for integer nodes, exact: floor division and ``%`` through
+  ``tilegen::FloorDiv``/``FloorMod``, bit operations as C++'s on two's-complement int64; ``float``
+  otherwise); a parameter read is ``GlobalTensor::GetValue`` at the row-major offset of its indices,
+  each clipped into its dimension (the reference reads clipped indices where no visible pair reads
+  them; a visible pair never reads outside, DESIGN §3);
+- **per-row scalars**: the same for nodes that also read ``q_idx`` (declared inside the row loop);
+- **vector rows**: nodes that read ``kv_idx`` or ``score``, and nodes the scalar unit has no instruction
+  for (exp, log, tanh, erf, sqrt, a power with a non-integer or symbolic exponent: their scalar operand
+  is broadcast with ``Duplicate``). Rows that read neither ``q_idx`` nor ``score`` are computed once per
+  tile and kept for the rows (pinned scratch rows); the others per row. Scratch rows are reused after
+  their last use (linear scan): the op needs as many ``sm_r`` rows as are live at once.
 
-Anything else is refused at generate time with a :class:`~tilegen.core.errors.SpecError` naming the
-construct. Values are exact where they are integers: indices pass through float32 compares, exact up to
-2^24 (the ``MaskTile_index`` field obligation).
+The vector instructions (each one Ascend C API call of the count form, ``cpad`` elements; cpad a
+multiple of 64 so the 64-lane compares and selects cover whole repeats):
+
+=========================================  ===================================================================
+mod language                               instructions
+=========================================  ===================================================================
+``+ - *`` with a scalar                    ``Adds``, ``Muls``
+``+ - * /`` of two rows                    ``Add``, ``Sub``, ``Mul``, ``Div``
+``exp``, ``log``, ``abs``, ``sqrt``, 1/x   ``Exp``, ``Ln``, ``Abs``, ``Sqrt``, ``Reciprocal``
+``min``, ``max``                           ``Min``, ``Max``, ``Mins``, ``Maxs``
+``x**n`` (integer n)                       ``Mul`` by squaring, ``Reciprocal`` for n < 0; ``x**y`` = ``Exp(y·Ln x)``
+``tanh``                                   1 − 2/(e^{2x} + 1): ``Muls``, ``Exp``, ``Adds``, ``Reciprocal``
+``erf``                                    Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7) on |x|, the sign by a select
+``floor`` of a float                       ``Cast`` float → float, ``RoundMode::CAST_FLOOR``
+``n // d``, ``n % d`` (integer n, d > 0)   ⌊(n + ½)·(1/d)⌋: exact while |n| < 2^22 (the fraction of (n + ½)/d
+                                           lies in [½/d, 1 − ½/d], farther from an integer than the two
+                                           roundings move it); ``n % d`` = n − d·⌊n/d⌋
+comparisons                                ``Compares`` (with a scalar) or ``Compare`` into the bit row
+                                           ``sc_bits``, then ``Duplicate`` 1 and ``Select`` 0: a 0/1 row
+``&``, ``|``, ``~`` of booleans            ``Mul``/``Muls``, ``Max``/``Maxs``, 1 − x
+``where(c, a, b)``                         ``Compares`` c > ½, ``Select`` (the tensor-scalar mode; two rows:
+                                           each side selected against 0 and added, exact)
+``P[i, ...]`` varying along the row        the row-major offset row (each index clipped by ``Maxs``/``Mins``),
+                                           then ``tilegen::ModGather``: a scalar loop of ``GetValue`` from GM
+                                           into the row (after a V → S wait; S → V after)
+=========================================  ===================================================================
+
+Integers on the vector side are exact floats: indices, integer parameter values and their arithmetic
+stay below 2^22 in magnitude (the ``MaskTile_index`` field obligation covers the indices). Refused at
+generate time, one line naming the operation: a bit operation (``&``, ``|``, ``^``) of a value that
+varies along the key row (the A2 vector ISA has ``And``/``Or`` only on 16-bit integers and no float
+bit operations; scalar bit operations run on the scalar unit), floor division or ``%`` by a divisor that
+varies along the row.
+
+Uses of the compiled programs (``ModOp``):
+
+- ``score``: score′ into the row (SCORE = the row), then the mask's 0/1 row and -inf where it is 0
+  (``tilegen::ModHide``); a full tile of the block table skips the mask;
+- ``dscore``: the row (dS′) times ∂score′/∂score at the raw scores ``args[1]``, 0 where dS′ is 0;
+- ``pgrad``: the contribution dS′·∂score′/∂P[index] and the bin row (the parameter index relative to
+  the tile's window, :func:`tilegen.core.mods.grad_window`, row-major), accumulated into the window
+  ``sm_g`` by ``tilegen::ModScatterAdd`` (a scalar loop in row, column order: deterministic). Each AIV
+  writes its own partial (``gpart`` on Ascend has an extra axis of 2 for the two AIVs); the host adds the
+  two halves and reduces the tiles in fixed order (:func:`tilegen.core.mods.param_grads`): no atomics.
+  Every read of a floating-point parameter has such a term, so every such parameter gets a gradient.
+- ``classify``: the mask's 0/1 row of each query row of the tile (see the Ascend lowering).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import sympy
 
+from tilegen.backends.ascendc import ops as O
 from tilegen.core import mods as M
 from tilegen.core.errors import SpecError, TargetError
 
 # names the emitted C++ gives the mod language's indices (grid variables b, hq; the row's query index q)
 _B, _H, _Q = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("b", "hq", "q"))
 _TO_C = {M.B_IDX: _B, M.H_IDX: _H, M.Q_IDX: _Q}
+_CNAMES = {M.B_IDX: "b", M.H_IDX: "hq", M.Q_IDX: "q", **{v: k for k, v in M.SIZE_SYMBOLS.items()}}
 
-_ACCEPTED_SCORE = (
-    "for the Ascend C backend, score or a softcap c*tanh(score/c), plus terms k*slope*abs(q_idx - kv_idx + K) "
-    "(slope a parameter read at b, h) and k*table[..., ±q_idx ± kv_idx + K, ...] (the other indices b, h or integers)"
-)
-_ACCEPTED_MASK = (
-    "for the Ascend C backend, and/or/not of comparisons of kv_idx or an integer parameter read at kv_idx "
-    "with an integer expression of q_idx, b, h, the sizes and integer parameter reads at q_idx, b, h"
-)
+_ACCEPTED = ("for the Ascend C backend, expressions of the mod language; on values that vary along the key row no "
+             "bit operation and no floor division or % by a divisor that varies along the row")
 
-
-@dataclass(frozen=True)
-class Term:
-    """One additive term of score′ (see the module docstring). ``read`` is the parameter read or None;
-    for a table term ``dim`` is the index that varies over the tile, ``a``/``d`` its q_idx/kv_idx
-    coefficients and ``K`` the rest; for a distance term ``K`` is the offset inside |q_idx − kv_idx + K|."""
-
-    kind: str  # "distance" | "table"
-    k: float
-    read: object
-    K: object
-    dim: int = -1
-    a: int = 0
-    d: int = 0
-
-
-@dataclass(frozen=True)
-class Plan:
-    cap: float | None
-    terms: tuple
-    mask: object  # nested tuples: ("and"|"or", children) | ("not", child) | ("cmp", mode, vec_read | None, X)
-
-
-def _refuse_score(expr, why: str = "") -> SpecError:
-    return SpecError("score_mod", M.to_text(expr) + (f" ({why})" if why else ""), _ACCEPTED_SCORE)
-
-
-def _refuse_mask(expr, why: str = "") -> SpecError:
-    return SpecError("mask_mod", M.to_text(expr) + (f" ({why})" if why else ""), _ACCEPTED_MASK)
-
-
-# functions of the mod language this lowering has no vector form for: named in the refusal
-_UNLOWERED = {**{name: f"the integer bit operation {name}" for name in M.BIT_FUNCTIONS}, "erf": "erf (the exact gelu's)"}
-
-
-def _refuse_unlowered(field: str, expr) -> None:
-    """A :class:`SpecError` naming the first function of ``expr`` in :data:`_UNLOWERED`."""
-    for f in sorted(expr.atoms(sympy.Function), key=sympy.default_sort_key):
-        name = type(f).__name__
-        if name in _UNLOWERED:
-            raise SpecError(field, f"{M.to_text(expr)} ({_UNLOWERED[name]}: no lowering to the AIV's vector instructions)",
-                            _ACCEPTED_SCORE if field == "score_mod" else _ACCEPTED_MASK)
-
-
-def _index_ok(e) -> bool:
-    """An index of b, h and integers only (no query or key index)."""
-    return not ({M.Q_IDX, M.KV_IDX} & sympy.sympify(e).free_symbols) and not sympy.sympify(e).atoms(sympy.Indexed)
-
-
-def _sizes_only(e) -> bool:
-    return sympy.sympify(e).free_symbols <= set(M.SIZE_SYMBOLS.values()) and not sympy.sympify(e).atoms(sympy.Indexed)
-
-
-def recognise(mods) -> Plan:
-    """The :class:`Plan` of ``mods`` (a :class:`tilegen.mods.ModSet`).
-
-    Raises:
-        SpecError: a construct the Ascend C lowering does not emit (names it and lists what is accepted).
-    """
-    for field, expr in (("score_mod", mods.score), ("mask_mod", mods.mask)):
-        if expr is not None:
-            _refuse_unlowered(field, expr)
-    cap, terms = None, ()
-    if mods.score is not None:
-        cap, terms = _score(mods)
-    mask = _mask(mods.mask, mods) if mods.mask is not None else None
-    plan = Plan(cap, terms, mask)
-    _check_grads(mods, plan)
-    return plan
-
-
-def _score(mods):
-    expr = mods.score
-    parts = sympy.Add.make_args(expr)
-    f = sympy.Add(*[t for t in parts if t.has(M.SCORE)])
-    cap = None
-    if f != M.SCORE:
-        tanhs = list(f.atoms(sympy.tanh))
-        ok = len(tanhs) == 1
-        if ok:
-            ratio = sympy.simplify(tanhs[0].args[0] / M.SCORE)
-            ok = ratio.is_number and bool(ratio > 0)
-            if ok:
-                c = 1 / ratio
-                ok = sympy.simplify(f - c * sympy.tanh(M.SCORE / c)) == 0
-                cap = float(c)
-        if not ok:
-            raise _refuse_score(f)
-    return cap, tuple(_term(t, mods) for t in parts if not t.has(M.SCORE))
-
-
-def _term(t, mods) -> Term:
-    k, rest = t.as_coeff_Mul()
-    factors = sympy.Mul.make_args(rest)
-    reads = [f for f in factors if isinstance(f, sympy.Indexed)]
-    absf = [f for f in factors if isinstance(f, sympy.Abs)]
-    if len(reads) + len(absf) != len([f for f in factors if f != 1]) or len(reads) > 1 or len(absf) > 1:
-        raise _refuse_score(t)
-    read = reads[0] if reads else None
-    if absf:
-        inner = sympy.expand(absf[0].args[0])
-        a, d = sympy.diff(inner, M.Q_IDX), sympy.diff(inner, M.KV_IDX)
-        if {a, d} != {1, -1}:
-            raise _refuse_score(t, "the distance must be ±(q_idx - kv_idx) + K")
-        if a == -1:
-            inner = -inner
-        K = sympy.expand(inner - M.Q_IDX + M.KV_IDX)
-        if not _sizes_only(K) or (read is not None and not all(_index_ok(e) for e in read.indices)):
-            raise _refuse_score(t, "K must be a size expression and the slope read at b, h")
-        return Term("distance", float(k), read, K)
-    if read is None:
-        raise _refuse_score(t)
-    varying = [n for n, e in enumerate(read.indices) if not _index_ok(e)]
-    if len(varying) > 1:
-        raise _refuse_score(t, "one index of the table may depend on q_idx, kv_idx")
-    if not varying:
-        return Term("table", float(k), read, sympy.Integer(0), -1, 0, 0)
-    e = sympy.expand(read.indices[varying[0]])
-    a, d = sympy.diff(e, M.Q_IDX), sympy.diff(e, M.KV_IDX)
-    K = sympy.expand(e - a * M.Q_IDX - d * M.KV_IDX)
-    if a not in (-1, 0, 1) or d not in (-1, 0, 1) or not _sizes_only(K):
-        raise _refuse_score(t, "the varying index must be ±q_idx ± kv_idx + K")
-    return Term("table", float(k), read, K, varying[0], int(a), int(d))
-
-
+# Abramowitz & Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) e^{-x^2}, t = 1 / (1 + p x), x >= 0
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_TRANSCENDENTAL = (sympy.exp, sympy.log, sympy.tanh, sympy.erf)
 _MODES = {sympy.StrictLessThan: "LT", sympy.LessThan: "LE", sympy.StrictGreaterThan: "GT", sympy.GreaterThan: "GE",
           sympy.Equality: "EQ", sympy.Unequality: "NE"}
 _FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_C_REL = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!="}
 
 
-def _mask(e, mods):
-    if isinstance(e, sympy.And):
-        return ("and", tuple(_mask(a, mods) for a in e.args))
-    if isinstance(e, sympy.Or):
-        return ("or", tuple(_mask(a, mods) for a in e.args))
-    if isinstance(e, sympy.Not):
-        return ("not", _mask(e.args[0], mods))
-    mode = _MODES.get(type(e))
-    if mode is None:
-        raise _refuse_mask(e)
-    diff = sympy.expand(e.lhs - e.rhs)
-    kv_reads = [ix for ix in diff.atoms(sympy.Indexed) if any(M.KV_IDX in sympy.sympify(i).free_symbols for i in ix.indices)]
-    if len(kv_reads) > 1:
-        raise _refuse_mask(e, "one key-side parameter read per comparison")
-    if kv_reads:
-        vec = kv_reads[0]
-        if mods.param(str(vec.base.label)).dtype != "int32":
-            raise _refuse_mask(e, f"{vec.base.label} must be an integer parameter")
-        kv_dims = [n for n, i in enumerate(vec.indices) if not _index_ok(i)]
-        if len(kv_dims) != 1 or vec.indices[kv_dims[0]] != M.KV_IDX:
-            raise _refuse_mask(e, "the key-side read is P[..., kv_idx] with its other indices b, h or integers")
-        dummy = sympy.Dummy("v")
-        rep = diff.xreplace({vec: dummy})
-        coef = sympy.diff(rep, dummy)
-        rest = sympy.expand(rep - coef * dummy)
+def refuse(field_name: str, expr, what: str) -> SpecError:
+    """The one-line refusal of ``expr`` (the mod of ``field_name``) naming the operation ``what``."""
+    return SpecError(field_name, f"{M.to_text(expr)} ({what}: no lowering to the AIV's vector instructions)", _ACCEPTED)
+
+
+def cfloat(x: float) -> str:
+    if x == float("-inf"):
+        return "tilegen::NEG_INF"
+    if x == float("inf"):
+        return "tilegen::POS_INF"
+    return repr(float(x)) + "f"
+
+
+@dataclass(frozen=True)
+class Val:
+    """A compiled node: a scalar C++ expression (``vec`` False; ``code`` C++, ``integer`` int64_t else
+    float or bool) or a row (``vec`` True; ``code`` the row's name). ``row``: it depends on the query row
+    (q_idx or score), so it lives inside the row loop."""
+
+    vec: bool
+    code: str
+    integer: bool = False
+    boolean: bool = False
+    row: bool = False
+
+
+@dataclass
+class ParamInfo:
+    """A parameter tensor as the kernel sees it: its GM name, its dimensions as C++ and its dtype."""
+
+    gm: str
+    dims: tuple[str, ...]
+    dtype: str
+
+
+@dataclass
+class Compiled:
+    """The lines of one or more compiled expressions: ``tile`` (before the row loop), ``body`` (per row),
+    and the number of scratch rows ``regs`` they use at once."""
+
+    tile: list = field(default_factory=list)
+    body: list = field(default_factory=list)
+    regs: int = 0
+    compares: bool = False
+
+
+def _deps(e) -> set:
+    """The index symbols and ``score`` an expression reads, through parameter reads' indices too."""
+    e = sympy.sympify(e)
+    out = set(e.free_symbols) & {M.SCORE, *M.INDEX_SYMBOLS}
+    for ix in e.atoms(sympy.Indexed):
+        for i in ix.indices:
+            out |= _deps(i)
+    return out
+
+
+def _scalar_safe(e) -> bool:
+    """Whether the scalar unit computes ``e`` (no transcendental function, no non-integer power)."""
+    if e.has(*_TRANSCENDENTAL):
+        return False
+    for p in e.atoms(sympy.Pow):
+        if not p.exp.is_Integer:
+            return False
+    return not e.has(sympy.sqrt)
+
+
+class Compiler:
+    """Compiles mod expressions into :class:`~tilegen.backends.ascendc.ops.ModLine` lists (see the module
+    docstring). ``params``: name -> :class:`ParamInfo`; ``field_name``: the mod named in refusals;
+    ``score``: the row that holds the score (``row`` or the raw scores' row)."""
+
+    def __init__(self, params: dict, cpad: int, field_name: str, expr_for_errors, score: str = "row", counter=None, names=None):
+        self.params, self.cpad, self.field, self.expr = params, cpad, field_name, expr_for_errors
+        self.score = score
+        self.names = {**_CNAMES, **(names or {})}
+        self.memo: dict = {}
+        self.tile: list = []  # LineDecl / LineColumns / LineVec (per tile)
+        self.body: list = []
+        self.counter = counter if counter is not None else [0]
+        self.compares = False
+        self.columns = False
+
+    # --- names -----------------------------------------------------------------------------------
+    def _name(self, prefix: str) -> str:
+        self.counter[0] += 1
+        return f"{prefix}{self.counter[0]}"
+
+    def _emit(self, line, row: bool) -> None:
+        (self.body if row else self.tile).append(line)
+
+    def _vop(self, op: str, row: bool, a: str = "", b: str = "", x: str = "", mode: str = "", gm: str = "", dst: str | None = None) -> str:
+        dst = dst or self._name("%")
+        self._emit(O.LineVec(op=op, dst=dst, a=a, b=b, x=x, mode=mode, gm=gm, cpad=self.cpad), row)
+        if op in ("cmps", "cmp", "sel"):
+            self.compares = True
+        return dst
+
+    # --- entry -----------------------------------------------------------------------------------
+    def ev(self, e) -> Val:
+        e = sympy.sympify(e)
+        if e in self.memo:
+            return self.memo[e]
+        v = self._ev(e)
+        self.memo[e] = v
+        return v
+
+    def _ev(self, e) -> Val:
+        deps = _deps(e)
+        row = bool(deps & {M.Q_IDX, M.SCORE})
+        if not deps & {M.KV_IDX, M.SCORE} and _scalar_safe(e):
+            return self._scalar(e, row)
+        return self._vector(e, row)
+
+    # --- scalars ---------------------------------------------------------------------------------
+    def _scalar(self, e, row: bool) -> Val:
+        if e is sympy.true or e is sympy.false:
+            return Val(False, "true" if e is sympy.true else "false", boolean=True)
+        if isinstance(e, sympy.Expr) and e.is_number and not e.is_Number:  # pi, sqrt(2/pi): a derivative's constants
+            return Val(False, cfloat(float(e)))
+        if e.is_Number:
+            if e.is_Integer:
+                return Val(False, f"{int(e)}LL" if int(e) >= 0 else f"({int(e)}LL)", integer=True)
+            return Val(False, cfloat(float(e)))
+        if isinstance(e, sympy.Symbol):
+            return Val(False, self.names[e], integer=True, row=row)
+        code = self._c(e)
+        boolean = isinstance(e, (sympy.logic.boolalg.Boolean,)) and not isinstance(e, sympy.Expr)
+        integer = bool(e.is_integer) and not boolean
+        name = self._name("ms")
+        ctype = "bool" if boolean else ("int64_t" if integer else "float")
+        self._emit(O.LineDecl(name=name, ctype=ctype, value=code), row)
+        return Val(False, name, integer=integer, boolean=boolean, row=row)
+
+    def _sc(self, e) -> str:
+        """C++ of a scalar sub-node (declared once through :meth:`ev`)."""
+        v = self.ev(e)
+        assert not v.vec
+        return v.code
+
+    def _c(self, e) -> str:
+        """C++ of scalar node ``e`` whose operands are compiled nodes."""
+        if isinstance(e, sympy.Indexed):
+            return self._read(e)
+        if isinstance(e, sympy.Add):
+            if e.is_integer:
+                return "(" + " + ".join(self._sc(a) for a in e.args) + ")"
+            return "(" + " + ".join(self._f(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            if e.is_integer:
+                return "(" + " * ".join(self._sc(a) for a in e.args) + ")"
+            return "(" + " * ".join(self._f(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Pow):
+            n = int(e.exp)
+            base = self._f(e.base) if not (e.is_integer and n > 0) else self._sc(e.base)
+            prod = " * ".join([base] * abs(n))
+            return f"({prod})" if n > 0 else f"(1.0f / ({prod}))"
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            num = sympy.expand(num)
+            fn = "tilegen::FloorDiv" if isinstance(e, sympy.floor) else "tilegen::CeilDiv"
+            if num.is_integer and den.is_integer and den.is_positive:
+                return f"{fn}({self._sc(num)}, {self._sc(den)})"
+            arg = self._f(e.args[0])
+            return f"tilegen::ModFloorF({arg})" if isinstance(e, sympy.floor) else f"(-tilegen::ModFloorF(-({arg})))"
+        if isinstance(e, sympy.Mod):
+            a, m = e.args
+            if a.is_integer and m.is_integer:
+                return f"tilegen::FloorMod({self._sc(a)}, {self._sc(m)})"
+            fa, fm = self._f(a), self._f(m)
+            return f"({fa} - {fm} * tilegen::ModFloorF({fa} / {fm}))"
+        if isinstance(e, sympy.Abs):
+            x = self._sc(e.args[0])
+            return f"({x} < 0 ? -{x} : {x})"
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            integer = bool(e.is_integer)
+            args = [self._sc(a) if integer else self._f(a) for a in sorted(e.args, key=sympy.default_sort_key)]
+            fn = ("tilegen::Min64" if integer else "tilegen::ModMinF") if isinstance(e, sympy.Min) else ("tilegen::Max64" if integer else "tilegen::ModMaxF")
+            out = args[0]
+            for a in args[1:]:
+                out = f"{fn}({out}, {a})"
+            return out
+        if isinstance(e, sympy.Piecewise):
+            (val, cond), rest = e.args[0], e.args[1:]
+            if cond is sympy.true or not rest:
+                return self._f(val) if not e.is_integer else self._sc(val)
+            other = sympy.Piecewise(*rest)
+            pick = self._sc if e.is_integer else self._f
+            return f"({self._sc(cond)} ? {pick(val)} : {pick(other)})"
+        if isinstance(e, sympy.Not):
+            return f"(!{self._sc(e.args[0])})"
+        if isinstance(e, (sympy.And, sympy.Or)):
+            op = " && " if isinstance(e, sympy.And) else " || "
+            return "(" + op.join(self._sc(a) for a in sorted(e.args, key=sympy.default_sort_key)) + ")"
+        if type(e) in _MODES:
+            return f"({self._f(e.lhs)} {_C_REL[_MODES[type(e)]]} {self._f(e.rhs)})" if not (e.lhs.is_integer and e.rhs.is_integer) \
+                else f"({self._sc(e.lhs)} {_C_REL[_MODES[type(e)]]} {self._sc(e.rhs)})"
+        if isinstance(e, tuple(M.BIT_FUNCTIONS.values())):
+            op = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[type(e).__name__]
+            return f"({self._sc(e.args[0])} {op} {self._sc(e.args[1])})"
+        raise refuse(self.field, self.expr, f"{type(e).__name__} on the scalar unit")
+
+    def _f(self, e) -> str:
+        """C++ float of a scalar sub-node."""
+        v = self.ev(e)
+        return f"static_cast<float>({v.code})" if v.integer or v.boolean else v.code
+
+    def _read(self, e: sympy.Indexed) -> str:
+        p = self._param(e)
+        off = self._offset_c(e, p)
+        ctype = "int64_t" if p.dtype == "int32" else "float"
+        return f"static_cast<{ctype}>({p.gm}.GetValue(static_cast<uint64_t>({off})))"
+
+    def _param(self, e: sympy.Indexed) -> ParamInfo:
+        name = str(e.base.label)
+        if name not in self.params:
+            raise SpecError(self.field, name, "a declared parameter")
+        return self.params[name]
+
+    def _offset_c(self, e: sympy.Indexed, p: ParamInfo) -> str:
+        parts = []
+        for i, n in zip(e.indices, p.dims):
+            parts.append((f"tilegen::Clip({self._sc(i)}, 0LL, {n} - 1LL)", n))
+        off = "0LL"
+        for idx, n in parts:
+            off = f"({off} * {n} + {idx})"
+        return off
+
+    # --- rows ------------------------------------------------------------------------------------
+    def vec(self, v: Val, row: bool | None = None) -> str:
+        """The row of ``v`` (a scalar broadcast by Duplicate)."""
+        if v.vec:
+            return v.code
+        return self._vop("dup", v.row if row is None else (row or v.row), x=self._fx(v))
+
+    def _fx(self, v: Val) -> str:
+        return f"static_cast<float>({v.code})" if (v.integer or v.boolean) else v.code
+
+    def _vector(self, e, row: bool) -> Val:
+        integer = bool(e.is_integer)
+        if e == M.KV_IDX:
+            self.columns = True
+            return Val(True, "sc_col", integer=True)
+        if e == M.SCORE:
+            return Val(True, self.score, row=True)
+        if isinstance(e, sympy.Add):
+            return self._add(e, row, integer)
+        if isinstance(e, sympy.Mul):
+            return self._mul(e, row, integer)
+        if isinstance(e, sympy.Pow):
+            return self._pow(e, row)
+        if isinstance(e, sympy.exp):
+            return self._un("exp", e.args[0], row)
+        if isinstance(e, sympy.log):
+            return self._un("ln", e.args[0], row)
+        if isinstance(e, sympy.Abs):
+            return self._un("abs", e.args[0], row, integer)
+        if isinstance(e, sympy.tanh):
+            return self._tanh(e.args[0], row)
+        if isinstance(e, sympy.erf):
+            return self._erf(e.args[0], row)
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            return self._floor(e, row)
+        if isinstance(e, sympy.Mod):
+            return self._mod(e, row)
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            return self._minmax(e, row, integer)
+        if isinstance(e, sympy.Piecewise):
+            return self._piecewise(e, row)
+        if type(e) in _MODES:
+            return self._compare(e, row)
+        if isinstance(e, (sympy.And, sympy.Or)):
+            return self._logic(e, row)
+        if isinstance(e, sympy.Not):
+            x = self.vec(self.ev(e.args[0]), row)
+            t = self._vop("muls", row, a=x, x="-1.0f")
+            return Val(True, self._vop("adds", row, a=t, x="1.0f"), boolean=True, row=row)
+        if isinstance(e, sympy.Indexed):
+            return self._gather(e, row)
+        if isinstance(e, sympy.Heaviside):  # a derivative's step (of Max, a relu): 1 above 0, H(0) at 0
+            h0 = e.args[1] if len(e.args) > 1 else sympy.Rational(1, 2)
+            return self.ev(sympy.Piecewise((1, e.args[0] > 0), (h0, sympy.Eq(e.args[0], 0)), (0, True)))
+        if isinstance(e, sympy.sign):  # a derivative's sign (of Abs)
+            return self.ev(sympy.Piecewise((1, e.args[0] > 0), (-1, e.args[0] < 0), (0, True)))
+        if isinstance(e, tuple(M.BIT_FUNCTIONS.values())):
+            raise refuse(self.field, self.expr, f"the integer bit operation {type(e).__name__} of a value that varies along the key row")
+        if e.is_number:  # a constant the scalar unit cannot fold (exp(1), sqrt(2)): broadcast its value
+            return Val(False, cfloat(float(e)))
+        raise refuse(self.field, self.expr, type(e).__name__)
+
+    def _split(self, args):
+        """(scalar-safe args without kv_idx/score, the other args)."""
+        sc = [a for a in args if not _deps(a) & {M.KV_IDX, M.SCORE} and _scalar_safe(a)]
+        return sc, [a for a in args if a not in sc]
+
+    def _add(self, e, row, integer) -> Val:
+        sc, vs = self._split(e.args)
+        acc = None
+        for t in sorted(vs, key=sympy.default_sort_key):
+            coeff, rest = t.as_coeff_Mul()
+            x = self.vec(self.ev(rest), row)
+            if acc is None:
+                acc = x if coeff == 1 else self._vop("muls", row, a=x, x=cfloat(float(coeff)))
+            elif coeff == 1:
+                acc = self._vop("add", row, a=acc, b=x)
+            elif coeff == -1:
+                acc = self._vop("sub", row, a=acc, b=x)
+            else:
+                acc = self._vop("add", row, a=acc, b=self._vop("muls", row, a=x, x=cfloat(float(coeff))))
+        if sc:
+            s = self.ev(sympy.Add(*sc))
+            acc = self._vop("adds", row, a=acc, x=self._fx(s))
+        return Val(True, acc, integer=integer, row=row)
+
+    def _mul(self, e, row, integer) -> Val:
+        sc, vs = self._split(e.args)
+        num = [f for f in vs if not (isinstance(f, sympy.Pow) and f.exp.is_Number and f.exp < 0)]
+        den = [f.base ** (-f.exp) for f in vs if f not in num]
+        acc = None
+        for f in num:
+            x = self.vec(self.ev(f), row)
+            acc = x if acc is None else self._vop("mul", row, a=acc, b=x)
+        if den:
+            d = self.vec(self.ev(sympy.Mul(*den)), row)
+            acc = self._vop("rec", row, a=d) if acc is None else self._vop("div", row, a=acc, b=d)
+        if sc:
+            s = self.ev(sympy.Mul(*sc))
+            acc = self._vop("muls", row, a=acc, x=self._fx(s))
+        return Val(True, acc, integer=integer, row=row)
+
+    def _pow(self, e, row) -> Val:
+        base, ex = e.args
+        if ex.is_Integer:
+            n = int(ex)
+            x = self.vec(self.ev(base), row)
+            acc, sq, k = None, x, abs(n)
+            while k:
+                if k & 1:
+                    acc = sq if acc is None else self._vop("mul", row, a=acc, b=sq)
+                k >>= 1
+                if k:
+                    sq = self._vop("mul", row, a=sq, b=sq)
+            if n < 0:
+                acc = self._vop("rec", row, a=acc)
+            return Val(True, acc, integer=bool(e.is_integer), row=row)
+        if ex == sympy.Rational(1, 2):
+            return self._un("sqrt", base, row)
+        if ex == sympy.Rational(-1, 2):
+            return Val(True, self._vop("rec", row, a=self._un("sqrt", base, row).code), row=row)
+        if base.is_Number and base > 0:
+            y = self.vec(self.ev(ex), row)
+            t = self._vop("muls", row, a=y, x=cfloat(math.log(float(base))))
+            return Val(True, self._vop("exp", row, a=t), row=row)
+        lx = self._un("ln", base, row).code
+        t = self._vop("mul", row, a=self.vec(self.ev(ex), row), b=lx)
+        return Val(True, self._vop("exp", row, a=t), row=row)
+
+    def _un(self, op, arg, row, integer=False) -> Val:
+        x = self.vec(self.ev(arg), row)
+        return Val(True, self._vop(op, row, a=x), integer=integer, row=row)
+
+    def _tanh(self, arg, row) -> Val:
+        x = self.vec(self.ev(arg), row)
+        t = self._vop("muls", row, a=x, x="2.0f")
+        t = self._vop("exp", row, a=t)
+        t = self._vop("adds", row, a=t, x="1.0f")
+        t = self._vop("rec", row, a=t)
+        t = self._vop("muls", row, a=t, x="-2.0f")
+        return Val(True, self._vop("adds", row, a=t, x="1.0f"), row=row)
+
+    def _erf(self, arg, row) -> Val:
+        x = self.vec(self.ev(arg), row)
+        ax = self._vop("abs", row, a=x)
+        t = self._vop("muls", row, a=ax, x=cfloat(_ERF_P))
+        t = self._vop("adds", row, a=t, x="1.0f")
+        t = self._vop("rec", row, a=t)
+        poly = self._vop("muls", row, a=t, x=cfloat(_ERF_A[4]))
+        for a in reversed(_ERF_A[:4]):
+            poly = self._vop("adds", row, a=poly, x=cfloat(a))
+            poly = self._vop("mul", row, a=poly, b=t)
+        sq = self._vop("mul", row, a=ax, b=ax)
+        sq = self._vop("muls", row, a=sq, x="-1.0f")
+        sq = self._vop("exp", row, a=sq)
+        poly = self._vop("mul", row, a=poly, b=sq)
+        poly = self._vop("muls", row, a=poly, x="-1.0f")
+        pos = self._vop("adds", row, a=poly, x="1.0f")  # erf(|x|)
+        neg = self._vop("muls", row, a=pos, x="-1.0f")
+        return Val(True, self._select2(x, "GE", "LT", pos, neg, row), row=row)
+
+    def _floor(self, e, row) -> Val:
+        arg = e.args[0]
+        num, den = sympy.fraction(sympy.together(arg))
+        num = sympy.expand(num)
+        ceil = isinstance(e, sympy.ceiling)
+        if num.is_integer and den.is_integer and den.is_positive:
+            if _deps(den) & {M.KV_IDX, M.SCORE}:
+                raise refuse(self.field, self.expr, f"floor division by {den}, which varies along the key row")
+            if den == 1:
+                return self.ev(num)
+            d = self.ev(den)
+            n = self.vec(self.ev(-num if ceil else num), row)
+            t = self._vop("adds", row, a=n, x="0.5f")
+            inv = cfloat(1.0 / float(den)) if den.is_Integer else f"(1.0f / {self._fx(d)})"
+            t = self._vop("muls", row, a=t, x=inv)
+            t = self._vop("floor", row, a=t)
+            if ceil:
+                t = self._vop("muls", row, a=t, x="-1.0f")
+            return Val(True, t, integer=True, row=row)
+        x = self.vec(self.ev(-arg if ceil else arg), row)
+        t = self._vop("floor", row, a=x)
+        if ceil:
+            t = self._vop("muls", row, a=t, x="-1.0f")
+        return Val(True, t, integer=True, row=row)
+
+    def _mod(self, e, row) -> Val:
+        a, m = e.args
+        if _deps(m) & {M.KV_IDX, M.SCORE}:
+            raise refuse(self.field, self.expr, f"% by {m}, which varies along the key row")
+        q = self.ev(sympy.floor(a / m)) if (a.is_integer and m.is_integer) else None
+        if q is None:
+            q = self.ev(sympy.floor(sympy.Mul(a, sympy.Pow(m, -1), evaluate=False)))
+        mv = self.ev(m)
+        t = self._vop("muls", row, a=self.vec(q, row), x=self._fx(mv))
+        return Val(True, self._vop("sub", row, a=self.vec(self.ev(a), row), b=t), integer=bool(e.is_integer), row=row)
+
+    def _minmax(self, e, row, integer) -> Val:
+        sc, vs = self._split(e.args)
+        mx = isinstance(e, sympy.Max)
+        acc = None
+        for f in sorted(vs, key=sympy.default_sort_key):
+            x = self.vec(self.ev(f), row)
+            acc = x if acc is None else self._vop("max" if mx else "min", row, a=acc, b=x)
+        if sc:
+            s = self.ev(type(e)(*sc))
+            acc = self._vop("maxs" if mx else "mins", row, a=acc, x=self._fx(s))
+        return Val(True, acc, integer=integer, row=row)
+
+    def _bits_of(self, cond: Val, row) -> None:
+        """sc_bits = (cond row > 1/2)."""
+        self._vop("cmps", row, a=self.vec(cond, row), x="0.5f", mode="GT", dst="sc_bits")
+
+    def _where(self, c: Val, a: Val, b: Val, row) -> str:
+        if not a.vec and not b.vec:
+            a = Val(True, self.vec(a, row), row=row)
+        if a.vec and not b.vec:
+            self._bits_of(c, row)
+            return self._vop("sel", row, a=a.code, x=self._fx(b))
+        if b.vec and not a.vec:
+            inv = self._vop("adds", row, a=self._vop("muls", row, a=self.vec(c, row), x="-1.0f"), x="1.0f")
+            self._vop("cmps", row, a=inv, x="0.5f", mode="GT", dst="sc_bits")
+            return self._vop("sel", row, a=b.code, x=self._fx(a))
+        return self._select2(self.vec(c, row), "GT", "LE", a.code, b.code, row, x="0.5f")
+
+    def _select2(self, src: str, mode: str, inverse: str, a: str, b: str, row, x: str = "0.0f") -> str:
+        """a where (src mode x) else b, two rows: each side selected against 0 where it is taken, then
+        added (exact: y + 0 = y, and an infinity or NaN of the side not taken never reaches the sum)."""
+        self._vop("cmps", row, a=src, x=x, mode=mode, dst="sc_bits")
+        t = self._vop("sel", row, a=a, x="0.0f")
+        self._vop("cmps", row, a=src, x=x, mode=inverse, dst="sc_bits")
+        u = self._vop("sel", row, a=b, x="0.0f")
+        return self._vop("add", row, a=t, b=u)
+
+    def _piecewise(self, e, row) -> Val:
+        pieces = list(e.args)
+        val = pieces[-1][0]  # the last piece is the otherwise (True)
+        acc = self.ev(val)
+        for v, c in reversed(pieces[:-1]):
+            acc = Val(True, self._where(self.ev(c), self.ev(v), acc, row), row=row, integer=bool(e.is_integer))
+        return acc
+
+    def _compare(self, e, row) -> Val:
+        mode = _MODES[type(e)]
+        lhs, rhs = self.ev(e.lhs), self.ev(e.rhs)
+        if not lhs.vec:
+            lhs, rhs, mode = rhs, lhs, _FLIP[mode]
+        if rhs.vec:
+            self._vop("cmp", row, a=lhs.code, b=rhs.code, mode=mode, dst="sc_bits")
+        else:
+            self._vop("cmps", row, a=lhs.code, x=self._fx(rhs), mode=mode, dst="sc_bits")
+        one = self._vop("dup", row, x="1.0f")
+        return Val(True, self._vop("sel", row, a=one, x="0.0f"), boolean=True, row=row)
+
+    def _logic(self, e, row) -> Val:
+        sc, vs = self._split(e.args)
+        andl = isinstance(e, sympy.And)
+        acc = None
+        for f in sorted(vs, key=sympy.default_sort_key):
+            x = self.vec(self.ev(f), row)
+            acc = x if acc is None else self._vop("mul" if andl else "max", row, a=acc, b=x)
+        if sc:
+            s = self.ev(type(e)(*sc))
+            acc = self._vop("muls" if andl else "maxs", row, a=acc, x=self._fx(s))
+        return Val(True, acc, boolean=True, row=row)
+
+    def _gather(self, e: sympy.Indexed, row) -> Val:
+        p = self._param(e)
+        off_vec, off_sc = None, "0LL"
+        stride = "1LL"
+        for i, n in reversed(list(zip(e.indices, p.dims))):
+            v = self.ev(i)
+            if v.vec:
+                t = self._vop("maxs", row, a=v.code, x="0.0f")
+                t = self._vop("mins", row, a=t, x=f"static_cast<float>({n} - 1LL)")
+                if stride != "1LL":
+                    t = self._vop("muls", row, a=t, x=f"static_cast<float>({stride})")
+                off_vec = t if off_vec is None else self._vop("add", row, a=off_vec, b=t)
+            else:
+                off_sc = f"({off_sc} + tilegen::Clip({v.code}, 0LL, {n} - 1LL) * {stride})"
+            stride = f"({stride} * {n})"
+        if off_sc != "0LL":
+            off_vec = self._vop("adds", row, a=off_vec, x=f"static_cast<float>({off_sc})")
+        return Val(True, self._vop("gather", row, a=off_vec, gm=p.gm), integer=p.dtype == "int32", row=row)
+
+    # --- results -----------------------------------------------------------------------------------
+    def into(self, v: Val, dst: str) -> None:
+        """The value ``v`` written into row ``dst`` in the body (the last op renamed when it made ``v``)."""
+        if not v.vec:
+            self.body.append(O.LineVec(op="dup", dst=dst, x=self._fx(v), cpad=self.cpad))
+            return
+        if v.code == dst:
+            return
+        last = self.body[-1] if self.body else None
+        if isinstance(last, O.LineVec) and last.dst == v.code:
+            self.body[-1] = dataclasses.replace(last, dst=dst)
+            self.memo = {k: m for k, m in self.memo.items() if m.code != v.code}  # that row is gone
+            return
+        self.body.append(O.LineVec(op="muls", dst=dst, a=v.code, x="1.0f", cpad=self.cpad))
+
+    def finish(self) -> Compiled:
+        """The tile and body lines with the virtual rows (``%n``) mapped to scratch rows ``sm_r<k>``
+        (linear scan: a row computed per tile and read in the body stays for the whole loop)."""
+        seq = [(0, n, ln) for n, ln in enumerate(self.tile)] + [(1, n, ln) for n, ln in enumerate(self.body)]
+        last: dict[str, tuple[int, int]] = {}
+        defined_in: dict[str, int] = {}
+        for part, n, ln in seq:
+            for r in _reads(ln):
+                last[r] = (part, n)
+            d = getattr(ln, "dst", "")
+            if d.startswith("%"):
+                defined_in.setdefault(d, part)
+                last.setdefault(d, (part, n))
+        pinned = {r for r, part in defined_in.items() if part == 0 and last[r][0] == 1}
+        mapping: dict[str, str] = {}
+        free: list[str] = []
+        nregs = 0
+        out_tile, out_body = [], []
+        for part, n, ln in seq:
+            changes = {f: mapping.get(getattr(ln, f), getattr(ln, f)) for f in _READ_FIELDS if hasattr(ln, f)}
+            for r in _reads(ln):  # free after the last read (the dst may take the row: one elementwise instruction)
+                if last[r] == (part, n) and r not in pinned and mapping[r] not in free:
+                    free.append(mapping[r])
+            d = getattr(ln, "dst", "")
+            if d.startswith("%"):
+                if d not in mapping:
+                    if free:
+                        mapping[d] = free.pop(0)
+                    else:
+                        mapping[d] = f"sm_r{nregs}"
+                        nregs += 1
+                changes["dst"] = mapping[d]
+                if last[d] == (part, n) and d not in pinned:  # never read
+                    free.append(mapping[d])
+            ln = dataclasses.replace(ln, **changes) if changes else ln
+            (out_tile if part == 0 else out_body).append(ln)
+        cols = [O.LineColumns(cpad=self.cpad)] if self.columns else []
+        return Compiled(cols + out_tile, out_body, nregs, self.compares)
+
+
+_READ_FIELDS = ("a", "b")
+
+
+def _reads(line) -> list[str]:
+    return [getattr(line, f) for f in _READ_FIELDS if getattr(line, f, "").startswith("%")]
+
+
+def params_of(mods, tensors: dict, size_c: Callable) -> dict:
+    """name -> :class:`ParamInfo` of every parameter of ``mods`` (``tensors``: the program's tensors by
+    name; ``size_c``: a size expression as C++)."""
+    out = {}
+    for p in mods.params:
+        t = tensors.get(p.name)
+        shape = t.shape if t is not None else p.shape
+        out[p.name] = ParamInfo(f"g_{p.name}", tuple(size_c(d) for d in shape), p.dtype)
+    return out
+
+
+def compile_score_mask(mods, params: dict, cpad: int, score: bool, mask: bool, blocks_cond: str = "") -> Compiled:
+    """The lines of the ``score`` op: score′ into ``row``, then (with ``mask``) the mask's 0/1 row in
+    ``sm_v0`` and -inf where it is 0; ``blocks_cond``: the C++ condition of a full tile (mask skipped).
+    One compiler for both, so their rows share one allocation (and their per-tile nodes)."""
+    c = Compiler(params, cpad, "score_mod", mods.score, score="row")
+    if score and mods.score is not None:
+        c.into(c.ev(mods.score), "row")
+    if mask and mods.mask is not None:
+        c.field, c.expr = "mask_mod", mods.mask
+        if blocks_cond:
+            c.tile.append(O.LineFull(cond=blocks_cond))
+            c.body.append(O.LineOpen(cond="!mfull"))
+        c.into(c.ev(mods.mask), "sm_v0")
+        c.body.append(O.LineHide(cpad=cpad))
+        if blocks_cond:
+            c.body.append(O.LineClose())
+        c.compares = True
+    return c.finish()
+
+
+def compile_mask_row(mods, params: dict, cpad: int) -> Compiled:
+    """The mask's 0/1 row in ``sm_v0`` (the block classification)."""
+    c = Compiler(params, cpad, "mask_mod", mods.mask)
+    c.into(c.ev(mods.mask), "sm_v0")
+    out = c.finish()
+    if not any(isinstance(t, O.LineColumns) for t in out.tile):
+        out.tile.insert(0, O.LineColumns(cpad=cpad))
+    out.compares = True
+    return out
+
+
+def compile_dscore(mods, params: dict, cpad: int) -> Compiled:
+    """row ← row · ∂score′/∂score at the raw scores ``mraw`` (0 where the row is 0)."""
+    c = Compiler(params, cpad, "score_mod", mods.score, score="mraw")
+    d = c.ev(mods.dscore)
+    if d.vec:
+        t = c._vop("mul", True, a="row", b=d.code)
     else:
-        vec = None
-        coef = sympy.diff(diff, M.KV_IDX)
-        rest = sympy.expand(diff - coef * M.KV_IDX)
-    if coef not in (1, -1) or M.KV_IDX in rest.free_symbols or rest.has(sympy.Dummy):
-        raise _refuse_mask(e, "kv_idx (or its parameter read) must appear once with coefficient ±1")
-    for ix in rest.atoms(sympy.Indexed):
-        if mods.param(str(ix.base.label)).dtype != "int32" or any(not (_index_ok(i) or i == M.Q_IDX) for i in ix.indices):
-            raise _refuse_mask(e, f"{ix} must be an integer parameter read at q_idx, b, h")
-    if not all(n.is_Integer for n in (rest / coef).atoms(sympy.Number)):
-        raise _refuse_mask(e, "the compared value must be an integer expression")
-    # coef·V + rest op 0  →  V op' −rest/coef
-    x = sympy.expand(-rest / coef)
-    return ("cmp", mode if coef == 1 else _FLIP[mode], vec, x)
+        t = c._vop("muls", True, a="row", x=c._fx(d))
+    c._vop("cmps", True, a="row", x="0.0f", mode="NE", dst="sc_bits")
+    c._vop("sel", True, a=t, x="0.0f", dst="row")
+    return c.finish()
 
 
-def _check_grads(mods, plan: Plan) -> None:
-    """Every parameter-gradient term of ``mods`` is exactly one term of ``plan`` (so its coefficient is
-    that term's k·|…| or k)."""
-    for g in mods.grads:
-        mine = [t for t in plan.terms if t.read is not None and str(t.read.base.label) == g.param and tuple(t.read.indices) == tuple(g.index)]
-        if len(mine) != 1:
-            raise _refuse_score(mods.score, f"{g.param} is read in {len(mine)} terms; one term per parameter read")
+def compile_pgrad(mods, params: dict, cpad: int, term: int, br: int, bc: int, width: int = 1) -> Compiled:
+    """Rows ``a`` = dS′·coef (0 where dS′ is 0) and ``b`` = the window slot of each key for gradient
+    term ``term`` (:func:`tilegen.core.mods.grad_window` of a ``br`` x ``bc`` tile whose first query and
+    key are the C++ ``mtq``, ``mtk``), accumulated into ``sm_g`` by ``tilegen::ModScatterAdd``."""
+    g = mods.grads[term]
+    decl = mods.param(g.param)
+    widths, origins = M.grad_window(g, decl, br, bc)
+    mtq, mtk = sympy.Symbol("mtq", integer=True), sympy.Symbol("mtk", integer=True)
+    c = Compiler(params, cpad, "score_mod", mods.score, score="mraw", names={mtq: "mtq", mtk: "mtk"})
+    coef = c.ev(g.coef)
+    t = c._vop("mul", True, a="row", b=coef.code) if coef.vec else c._vop("muls", True, a="row", x=c._fx(coef))
+    c._vop("cmps", True, a="row", x="0.0f", mode="NE", dst="sc_bits")
+    contrib = c._vop("sel", True, a=t, x="0.0f")
+    flat = sympy.Integer(0)
+    for e, o, w in zip(g.index, origins, widths):
+        flat = flat * w + (sympy.sympify(e) - sympy.sympify(o).xreplace({M.Q_IDX: mtq, M.KV_IDX: mtk}))
+    bins = c.vec(c.ev(sympy.expand(flat)), True)
+    c.body.append(O.LineScatter(a=contrib, b=bins, cpad=cpad, width=width))
+    return c.finish()
 
 
-def grad_term(plan: Plan, mods, k: int) -> Term:
-    g = mods.grads[k]
-    return next(t for t in plan.terms if t.read is not None and str(t.read.base.label) == g.param and tuple(t.read.indices) == tuple(g.index))
+def check(mods) -> None:
+    """Refuse at generate time what the compiler cannot lower (a :class:`SpecError` naming the operation)."""
+    params = {p.name: ParamInfo(f"g_{p.name}", tuple("1LL" for _ in p.shape), p.dtype) for p in mods.params}
+    compile_score_mask(mods, params, 64, True, True)
+    if mods.score is not None:
+        compile_dscore(mods, params, 64)
+        for k in range(len(mods.grads)):
+            compile_pgrad(mods, params, 64, k, 16, 64)
 
 
 # --- C++ pieces --------------------------------------------------------------------------------------
@@ -249,37 +772,6 @@ def rowmajor(index, shape) -> sympy.Expr:
     for i, n in zip(index, shape):
         off = off * sympy.sympify(n) + sympy.sympify(i)
     return off
-
-
-def mask_depth(node) -> int:
-    """Rows of 0/1 scratch the mask tree needs (a register stack)."""
-    if node is None:
-        return 0
-    if node[0] == "cmp":
-        return 1
-    if node[0] == "not":
-        return mask_depth(node[1])
-    return max(mask_depth(c) + n for n, c in enumerate(node[1]))
-
-
-def key_reads(plan: Plan) -> list:
-    """The distinct key-side parameter reads of the mask (one float row each per tile), in a stable order."""
-    out: list = []
-
-    def walk(n):
-        if n is None:
-            return
-        if n[0] == "cmp":
-            if n[2] is not None and n[2] not in out:
-                out.append(n[2])
-        elif n[0] == "not":
-            walk(n[1])
-        else:
-            for c in n[1]:
-                walk(c)
-
-    walk(plan.mask)
-    return sorted(out, key=sympy.default_sort_key)
 
 
 def check_cpad(cpad: int, what: str) -> None:

@@ -940,6 +940,10 @@ class Mod(Op):
     body: tuple[ModLine, ...]
     post: tuple[ModLine, ...]
 
+    def cycles(self, c, cut=False, valid=None):
+        """Its lines, the body once per row (``valid`` rows when the tile holds padding rows)."""
+        return _lines_cycles(c, self.tile + self.post, self.body, self.rows if valid is None else valid)
+
 
 @dataclass(frozen=True)
 class Classify(Op):
@@ -962,6 +966,12 @@ class Classify(Op):
     cols: int
     full: int
 
+    def cycles(self, c, cut=False, valid=None):
+        """Its lines per row, ModWindow (two compares, selects and products) and ModRowCount (ReduceSum)."""
+        vec = max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256)))
+        row = 8 * vec + c.vector_cycles(1) + c["vector_reduce_cycles"] + c["scalar_ub_read_cycles"]
+        return _lines_cycles(c, self.tile + self.post, self.body, self.rows) + self.rows * row
+
 
 # --- the lines of a mod op -----------------------------------------------------------------------------
 
@@ -978,6 +988,10 @@ class ModLine:
         super().__init_subclass__(**kw)
         cls.macro = cls.__name__
 
+    def cycles(self, c) -> float:
+        """Cycles of this line (its vector instruction, or its scalar work) on the AIV."""
+        return c.issue()
+
 
 @dataclass(frozen=True)
 class LineColumns(ModLine):
@@ -985,27 +999,65 @@ class LineColumns(ModLine):
 
     cpad: int
 
+    def cycles(self, c):
+        return max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256)))
+
 
 @dataclass(frozen=True)
-class LineRead(ModLine):
-    """A scalar parameter read ``name`` of C type ``ctype``: ``GlobalTensor::GetValue`` of ``gm`` at ``off``."""
+class LineDecl(ModLine):
+    """``const ctype name = value;``: a scalar of the mod (C++ ``value``: integer arithmetic, floor
+    division, bit operations, parameter reads through ``GlobalTensor::GetValue``) on the scalar unit."""
 
     name: str
     ctype: str
-    gm: str
-    off: str
+    value: str
+
+    def cycles(self, c):
+        return c.issue() + self.value.count("GetValue(") * c["scalar_ub_read_cycles"]
+
+
+# vector ops of LineVec: the API call each renders (count form, ``cpad`` elements) and its repeat rate key
+VEC_OPS = {
+    "dup": ("Duplicate", "vector_repeat_cycles"), "adds": ("Adds", "vector_repeat_cycles"), "muls": ("Muls", "vector_repeat_cycles"),
+    "maxs": ("Maxs", "vector_repeat_cycles"), "mins": ("Mins", "vector_repeat_cycles"), "add": ("Add", "vector_repeat_cycles"),
+    "sub": ("Sub", "vector_repeat_cycles"), "mul": ("Mul", "vector_repeat_cycles"), "div": ("Div", "vector_exp_repeat_cycles"),
+    "max": ("Max", "vector_repeat_cycles"), "min": ("Min", "vector_repeat_cycles"), "exp": ("Exp", "vector_exp_repeat_cycles"),
+    "ln": ("Ln", "vector_exp_repeat_cycles"), "abs": ("Abs", "vector_repeat_cycles"), "sqrt": ("Sqrt", "vector_exp_repeat_cycles"),
+    "rec": ("Reciprocal", "vector_exp_repeat_cycles"), "floor": ("Cast", "vector_repeat_cycles"),
+    "cmps": ("Compares", "vector_repeat_cycles"), "cmp": ("Compare", "vector_repeat_cycles"), "sel": ("Select", "vector_repeat_cycles"),
+    "gather": ("tilegen::ModGather", ""),
+}
 
 
 @dataclass(frozen=True)
-class LineKeys(ModLine):
-    """An int32 parameter row at the tile's keys into ``dst`` as floats: ``tilegen::ModLoadKeys``
-    (``DataCopyPad``, ``Duplicate``, ``Cast``); ``valid`` keys (C++)."""
+class LineVec(ModLine):
+    """One vector instruction of a compiled mod (:mod:`tilegen.backends.ascendc.mods`), count form over
+    ``cpad`` floats: ``op`` (a key of :data:`VEC_OPS`) writing row ``dst`` from rows ``a``, ``b`` and the
+    C++ scalar ``x`` (``mode``: a CMPMODE; ``gm``: the parameter a ``gather`` reads, a scalar loop of
+    ``GetValue`` from GM at the offsets in row ``a``). ``cmps``/``cmp`` write the bit row ``sc_bits``,
+    which ``sel`` (Select, VSEL_TENSOR_SCALAR_MODE) reads."""
 
+    op: str
     dst: str
-    gm: str
-    off: str
-    valid: str
-    cpad: int
+    a: str = ""
+    b: str = ""
+    x: str = ""
+    mode: str = ""
+    gm: str = ""
+    cpad: int = 0
+
+    def cycles(self, c):
+        if self.op == "gather":  # per element: a UB read of the offset, a GM read, a UB write
+            return 2 * c["flag_cycles"] + self.cpad * (c["scalar_ub_read_cycles"] + c["gm_l2_latency_cycles"] / 8 + c["scalar_ub_write_cycles"])
+        per = VEC_OPS[self.op][1]
+        return max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256), per))
+
+
+@dataclass(frozen=True)
+class LineRaw(ModLine):
+    """``mraw``: this row of the raw-score tile ``buf`` (the unmodified scores a derivative reads)."""
+
+    buf: str
 
 
 @dataclass(frozen=True)
@@ -1028,109 +1080,13 @@ class LineClose(ModLine):
 
 
 @dataclass(frozen=True)
-class LineSoftcap(ModLine):
-    """``cap·tanh(x/cap)`` on the row: ``tilegen::ModSoftcap`` (``Muls``, ``Exp``, ``Adds``, ``Reciprocal``)."""
-
-    cap: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineSoftcapGrad(ModLine):
-    """The row times ``1 - tanh²(raw/cap)`` at the raw scores ``raw``: ``tilegen::ModSoftcapGrad``."""
-
-    raw: str
-    cap: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineDistance(ModLine):
-    """``scale·|center - kv_idx|`` added to the row: ``tilegen::ModDistanceAdd`` (``Adds``, ``Abs``, ``Muls``, ``Add``)."""
-
-    center: str
-    scale: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineTable(ModLine):
-    """``scale·P[base + (e0 + step·c)·stride]`` added to the row's ``n`` valid entries, read from ``gm`` of
-    ``len`` entries along the index: ``tilegen::ModTableAdd`` (``GetValue``/``SetValue``)."""
-
-    scale: str
-    n: str
-    gm: str
-    base: str
-    stride: str
-    e0: str
-    step: int
-    len: str
-
-
-@dataclass(frozen=True)
-class LineCompare(ModLine):
-    """``dst = (src mode x)`` as 0/1: ``tilegen::ModCompare`` (``Compares``, ``Select``)."""
-
-    dst: str
-    src: str
-    x: str
-    mode: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineNot(ModLine):
-    """``dst = 1 - dst``: ``tilegen::ModNot`` (``Muls``, ``Adds``)."""
-
-    dst: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineAnd(ModLine):
-    """``dst = dst·src`` of 0/1 rows: ``Mul``."""
-
-    dst: str
-    src: str
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineOr(ModLine):
-    """``dst = max(dst, src)`` of 0/1 rows: ``Max``."""
-
-    dst: str
-    src: str
-    cpad: int
-
-
-@dataclass(frozen=True)
 class LineHide(ModLine):
     """-inf where the mask row ``sm_v0`` is 0: ``tilegen::ModHide`` (``Compares``, ``Select``)."""
 
     cpad: int
 
-
-@dataclass(frozen=True)
-class LineAcc(ModLine):
-    """``float macc = 0.0f;``: a distance term's gradient accumulated on the scalar unit."""
-
-
-@dataclass(frozen=True)
-class LineDistanceDot(ModLine):
-    """``macc += Σ row·|center - kv_idx|`` over ``cols`` keys: ``tilegen::ModDistanceDot`` (``Mul``, ``ReduceSum``)."""
-
-    center: str
-    cols: int
-    cpad: int
-
-
-@dataclass(frozen=True)
-class LineAccOut(ModLine):
-    """``scale·macc`` into the gradient window ``sm_g``: ``Duplicate``."""
-
-    scale: str
+    def cycles(self, c):
+        return 2 * max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256)))
 
 
 @dataclass(frozen=True)
@@ -1141,20 +1097,26 @@ class LineZero(ModLine):
 
 
 @dataclass(frozen=True)
-class LineTableGrad(ModLine):
-    """The row's ``n`` valid entries times ``scale`` added into the window ``sm_g`` of ``width`` entries
-    from ``t0`` in steps of ``step``: ``tilegen::ModTableGrad`` (``GetValue``/``SetValue``)."""
+class LineScatter(ModLine):
+    """The row ``a`` (contributions) added into the gradient window ``sm_g`` of ``width`` entries at the
+    slots in row ``b`` (clipped into it), for the row's valid keys, in column order: ``tilegen::ModScatterAdd`` (``GetValue``/``SetValue``)."""
 
-    t0: str
-    step: int
-    scale: str
-    n: str
-    width: int
+    a: str
+    b: str
+    cpad: int = 0
+    width: int = 1
+
+    def cycles(self, c):
+        return 2 * c["flag_cycles"] + self.cpad * (3 * c["scalar_ub_read_cycles"] + c["scalar_ub_write_cycles"])
 
 
 @dataclass(frozen=True)
 class LineToStore(ModLine):
     """The window's scalar writes ordered before its store: ``tilegen::ModWindowToStore`` (``S -> MTE3``)."""
+
+
+def _lines_cycles(c, tile, body, rows: int) -> float:
+    return sum(t.cycles(c) for t in tile) + rows * sum(t.cycles(c) for t in body)
 
 
 # --- walking -------------------------------------------------------------------------------------------

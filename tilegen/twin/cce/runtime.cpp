@@ -358,7 +358,7 @@ void* Symbol(const std::string& label, const char* pass, const char* name)
     return f;
 }
 
-constexpr int kMaxArgs = 24;
+constexpr int kMaxArgs = 48;  // a mod's parameters and gradient partials add kernel arguments
 
 template <size_t... I>
 void CallN(void* fn, void* const* args, std::index_sequence<I...>)

@@ -127,11 +127,6 @@ template <typename... A> inline void vconv_f162u8c(A&&...) { cce_rt::Fail("vconv
 template <typename... A> inline void vconv_f162u8f(A&&...) { cce_rt::Fail("vconv_f162u8f", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f162u8r(A&&...) { cce_rt::Fail("vconv_f162u8r", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f162u8z(A&&...) { cce_rt::Fail("vconv_f162u8z", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322f32a(A&&...) { cce_rt::Fail("vconv_f322f32a", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322f32c(A&&...) { cce_rt::Fail("vconv_f322f32c", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322f32f(A&&...) { cce_rt::Fail("vconv_f322f32f", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322f32r(A&&...) { cce_rt::Fail("vconv_f322f32r", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322f32z(A&&...) { cce_rt::Fail("vconv_f322f32z", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s16a(A&&...) { cce_rt::Fail("vconv_f322s16a", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s16c(A&&...) { cce_rt::Fail("vconv_f322s16c", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s16f(A&&...) { cce_rt::Fail("vconv_f322s16f", "CCE intrinsic not modelled by the tilegen twin"); }

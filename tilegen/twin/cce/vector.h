@@ -276,6 +276,13 @@ TILEGEN_CCE_CONV(vconv_f322f16o, half, float, return cce_rt::RoundTo<half>(x, 'o
 // int32 -> float, CAST_NONE and CAST_RINT: round to nearest even (exact up to 2^24; the host's default mode)
 TILEGEN_CCE_CONV(vconv_s322f32, float, int32_t, return static_cast<float>(x))
 TILEGEN_CCE_CONV(vconv_s322f32r, float, int32_t, return static_cast<float>(x))
+// float -> float rounded to an integral value (Cast.md, A2 table: float -> float with CAST_RINT/FLOOR/CEIL/
+// ROUND/TRUNC; call site CastIntrinsicsImpl(float*, float*)); infinities and NaN pass through.
+TILEGEN_CCE_CONV(vconv_f322f32r, float, float, return std::isfinite(x) ? std::nearbyint(x) : x)
+TILEGEN_CCE_CONV(vconv_f322f32f, float, float, return std::isfinite(x) ? std::floor(x) : x)
+TILEGEN_CCE_CONV(vconv_f322f32c, float, float, return std::isfinite(x) ? std::ceil(x) : x)
+TILEGEN_CCE_CONV(vconv_f322f32a, float, float, return std::isfinite(x) ? std::round(x) : x)
+TILEGEN_CCE_CONV(vconv_f322f32z, float, float, return std::isfinite(x) ? std::trunc(x) : x)
 #undef TILEGEN_CCE_CONV
 
 // float -> bf16 in a rounding mode (bits: the top half of the float).

@@ -1,0 +1,257 @@
+"""attention-gym's mask and score-mod generators through the Ascend C backend's general mod lowering
+(tilegen/backends/ascendc/mods.py), run on the hand twin (g++) and, where ASC_DEVKIT is set, the
+real-API twin, forward (O, L) and backward (dQ, dK, dV, captured float tensors' gradients) against
+the dense float64 reference of tests/mod_reference.py fed the SAME Python mods evaluated by torch
+(``torch.func.vmap`` over b, h, q_idx, kv_idx, as FlexAttention applies them: neither the tracer, nor
+the sympy forms, nor the lowering is shared with the truth).
+
+To keep one twin build per group (a build is ~10 s on the hand twin, ~60 s on the real-API twin),
+each group runs its generators side by side, one per query head: head h of the group's spec applies
+generator h (called with h = 0, so each runs as written for a single-head problem); the reference is
+the same head-multiplexed function, and a failure names the generators of the heads that miss.
+
+=========================  ==================================================================  ========
+group (B, H, Sq, Sk)       generators                                                          status
+=========================  ==================================================================  ========
+arith (1, 13, 34, 34)      causal, batchify, block_diffusion, dilated_sliding_window,          runs
+                           jetspec_training, natten, tiled_natten, prefix_lm, sliding_window,
+                           sta_2d, sta_3d, svg_spatial, svg_temporal
+tables (1, 6, 16, 16)      doc_mask, packed_causal_doc, shared_prefix, global_sliding_window,  runs
+                           vsa, vsa_variable_blocks
+odd (1, 2, 6, 8)           vision_cross_attention, jetspec_tree_causal                         runs
+scores (2, 10, 10, 10)     tanh_softcap, alibi, activation gelu (exact, tanh), sigmoid, relu,  runs
+                           graphormer_spatial, graphormer_edge, sandwich, mla_rope
+                           (+ the gradients of the spatial Graphormer table and both RoPE tensors)
+morton_natten              refused at generate time: bitwise_and of a value that varies along
+                           the key row (the A2 vector ISA has no 32-bit And/Or)
+=========================  ==================================================================  ========
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+attn_gym = pytest.importorskip("attn_gym")
+
+import torch.nn.functional as F
+from attn_gym import masks as AM
+from attn_gym import mods as AS
+from attn_gym.masks.document_mask import length_to_offsets
+from helpers import inputs, make_spec
+from mod_reference import dense
+
+from tilegen.backends import ascendc
+from tilegen.backends.ascendc import twin
+from tilegen.core import mods as M
+from tilegen.core.errors import SpecError
+from tilegen.harness.check import compare, longest_sum
+
+pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no g++ for the CPU twin")
+
+
+def _offsets():
+    return length_to_offsets([3, 6, 2, 5], "cpu")  # 16 tokens in 4 documents
+
+
+def _topk():
+    gen = torch.Generator().manual_seed(2)
+    return torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(8)]).view(1, 2, 4, 2)
+
+
+def _table(*shape, seed=12):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+def _graph(b, n):
+    gen = torch.Generator().manual_seed(11)
+    adj = torch.rand(b, n, n, generator=gen) < 0.3
+    adj = adj | adj.transpose(1, 2)
+    return adj, torch.randint(0, 3, (b, n, n), generator=gen)
+
+
+# name -> generator call; each group's generators share its sizes
+ARITH = {
+    "causal": lambda: AM.causal_mask,
+    "batchify": lambda: AM.batchify_mask_mod(AM.causal_mask, 8),
+    "block_diffusion": lambda: AM.generate_block_diffusion_mask(8, 2),
+    "dilated_sliding_window": lambda: AM.generate_dilated_sliding_window(4, 2),
+    "jetspec_training": lambda: AM.generate_jetspec_training_mask_mod(4, 4),
+    "natten": lambda: AM.generate_natten(4, 4, 3, 3),
+    "tiled_natten": lambda: AM.generate_tiled_natten(4, 4, 3, 3, 2, 2),
+    "prefix_lm": lambda: AM.generate_prefix_lm_mask(5),
+    "sliding_window": lambda: AM.generate_sliding_window(3),
+    "sta_2d": lambda: AM.generate_sta_mask_mod_2d((4, 6), (2, 4), (2, 2), text_seq_len=3),
+    "sta_3d": lambda: AM.generate_sta_mask_mod_3d((2, 4, 4), (2, 2, 4), (1, 2, 2), text_seq_len=2),
+    "svg_spatial": lambda: AM.generate_spatial_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=1, round_width=2),
+    "svg_temporal": lambda: AM.generate_temporal_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=2),
+}
+TABLES = {
+    "doc_mask": lambda: AM.generate_doc_mask_mod(AM.causal_mask, _offsets()),
+    "packed_causal_doc": lambda: AM.generate_packed_causal_doc_mask_mod(_offsets()),
+    "shared_prefix": lambda: AM.generate_shared_prefix_mask_mod(_offsets(), torch.tensor([0, 0, 2, 2])),
+    "global_sliding_window": lambda: AM.generate_global_sliding_window(2, torch.tensor([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], dtype=torch.bool)),
+    "vsa": lambda: AM.generate_vsa_mask_mod(_topk(), 4),
+    "vsa_variable_blocks": lambda: AM.generate_vsa_mask_mod(_topk(), 4, torch.tensor([4, 3, 4, 2])),
+}
+ODD = {
+    "vision_cross_attention": lambda: AM.generate_vision_cross_attention_mask_mod(torch.tensor([[0, 3], [2, 6]]), 4),
+    "jetspec_tree_causal": lambda: AM.generate_jetspec_tree_causal_mask_mod(4, AM.build_tree_ancestor_matrix([-1, 0, 0, 1, 1, 2], device="cpu")),
+}
+# learnable tensors of the score group (their gradients are checked)
+LEARN = {"spatial": (2, 5), "q_rope": (2, 2, 10, 4), "k_rope": (2, 1, 10, 4)}
+EDGE = _table(2, 2, 3, seed=19)  # read through per-position slices: fixed here
+
+
+def _scores(t):
+    adj, types = _graph(2, 10)
+    path_types, path_lengths = AS.shortest_path_edge_types(adj, types, 2)
+    return {
+        "tanh_softcap": AS.generate_tanh_softcap(2),
+        "alibi": AS.generate_alibi_bias(2),
+        "gelu": AS.generate_activation_score_mod(F.gelu),
+        "gelu_tanh": AS.generate_activation_score_mod(lambda x: F.gelu(x, approximate="tanh")),
+        "sigmoid": AS.generate_activation_score_mod(torch.sigmoid),
+        "relu": AS.generate_activation_score_mod(F.relu),
+        "graphormer_spatial": AS.generate_graphormer_spatial_bias(t["spatial"], AS.shortest_path_distances(adj, 3)),
+        "graphormer_edge": AS.generate_graphormer_edge_bias(EDGE, path_types, path_lengths),
+        "sandwich": AS.generate_sandwich_bias(2, 12, d_bar=8),
+        "mla_rope": AS.generate_mla_rope_score_mod(t["q_rope"], t["k_rope"], 2, scale=0.5),
+    }
+
+
+def _mux_mask(fns):
+    def mask_mod(b, h, q_idx, kv_idx):
+        out = fns[-1](b, h * 0, q_idx, kv_idx)
+        for n in range(len(fns) - 2, -1, -1):
+            out = torch.where(h == n, fns[n](b, h * 0, q_idx, kv_idx), out)
+        return out
+
+    return mask_mod
+
+
+def _mux_score(fns):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        out = fns[-1](score, b, h * 0, q_idx, kv_idx)
+        for n in range(len(fns) - 2, -1, -1):
+            out = torch.where(h == n, fns[n](score, b, h * 0, q_idx, kv_idx), out)
+        return out
+
+    return score_mod
+
+
+def _vmapped(fn, score: bool):
+    lead = (0,) if score else ()
+    g = fn
+    for d in (3, 2, 1, 0):
+        g = torch.func.vmap(g, in_dims=lead + tuple(0 if i == d else None for i in range(4)))
+    return g
+
+
+def _ref_mask(fn):
+    def mask_fn(bi, hi, i, j, **_):
+        return _vmapped(fn, False)(torch.arange(bi.shape[0]), torch.arange(hi.shape[1]), torch.arange(i.shape[2]), torch.arange(j.shape[3]))
+
+    return mask_fn
+
+
+def _ref_score(make):
+    """score_fn of the reference: the generators rebuilt from the learnable tensors it is given."""
+
+    def score_fn(s, bi, hi, i, j, **p):
+        fn = _mux_score(list(make({k: p[f"ref_{k}"] for k in LEARN}).values()))
+        b, h, sq, sk = s.shape
+        return _vmapped(fn, True)(s, torch.arange(b), torch.arange(h), torch.arange(sq), torch.arange(sk))
+
+    return score_fn
+
+
+def _group(name):
+    """(spec, arrays, reference kwargs, head names, learnable name map) of a group."""
+    if name == "scores":
+        tables = {k: _table(*shape, seed=20 + n) for n, (k, shape) in enumerate(LEARN.items())}
+        fns = _scores(tables)
+        score, _, decls, _, arrays = M.mods_from_api(_mux_score(list(fns.values())), None)
+        names = {}
+        for k, t in tables.items():  # the tracer's name of each learnable tensor
+            names[k] = next(n for n, a in arrays.items() if np.asarray(a).shape == t.shape and np.array_equal(np.asarray(a), t.numpy()))
+        spec = make_spec(name="gym-scores", batch=2, heads_q=len(fns), heads_kv=len(fns), seq_q=10, seq_k=10, score_mod=score,
+                         mask_mod="kv_idx <= q_idx", params=decls)
+        ref = {"score_fn": _ref_score(_scores), "mask_fn": lambda bi, hi, i, j, **_: j <= i,
+               "params": {f"ref_{k}": t.double().numpy() for k, t in tables.items()}}
+        return spec, arrays, ref, list(fns), names
+    gens, (b, sq, sk) = {"arith": (ARITH, (1, 34, 34)), "tables": (TABLES, (1, 16, 16)), "odd": (ODD, (1, 6, 8))}[name]
+    fns = [g() for g in gens.values()]
+    mux = _mux_mask(fns)
+    _, mask, decls, window, arrays = M.mods_from_api(None, mux)
+    spec = make_spec(name=f"gym-{name}", batch=b, heads_q=len(fns), heads_kv=len(fns), seq_q=sq, seq_k=sk, mask_mod=mask, params=decls,
+                     **({"window": window} if window != (-1, -1) else {}))
+    return spec, arrays, {"mask_fn": _ref_mask(mux)}, list(gens), {}
+
+
+GROUPS = ("arith", "tables", "odd", "scores")
+_BUILDS: dict = {}
+
+
+def _build(name: str, real: bool):
+    key = (name, real)
+    if key not in _BUILDS:
+        spec, arrays, ref, heads, names = _group(name)
+        files = ascendc.generate(spec, "ascend910b2").files
+        programs = [p.program for p in ascendc.plan_programs(spec)[1]]
+        exe = twin.build_real(files, os.environ["ASC_DEVKIT"]) if real else twin.build(files)
+        _BUILDS[key] = (exe, programs, spec, arrays, ref, heads, names, files)
+    return _BUILDS[key]
+
+
+def _check(name: str, real: bool = False) -> None:
+    exe, programs, spec, arrays, ref, heads, names = _build(name, real)[:7]
+    data = inputs(spec)
+    fwd, bwd = twin.run_attention(exe, spec, data, params=arrays, programs=programs)
+    kw = dict(scale=spec.softmax_scale, window=spec.window, **ref)
+    o, lse, grads = dense(data["Q"], data["K"], data["V"], data["dO"], **kw)
+    o_pl, lse_pl, grads_pl = dense(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
+    n = longest_sum(spec)
+    got = {"O": fwd["O"], "L": fwd["L"], **{g: bwd[g] for g in ("dQ", "dK", "dV")}}
+    bad = []
+    for g, x in got.items():
+        want, plain = (o, o_pl) if g == "O" else (lse, lse_pl) if g == "L" else (grads[g], grads_pl[g])
+        for h, head in enumerate(heads):  # per head: a miss names its generator
+            c = compare(g, np.asarray(x)[:, h], want[:, h], plain[:, h], spec.dtype if g != "L" else "fp32", terms=n)
+            if not c.ok:
+                bad.append(f"{head}: {c.line()}")
+    for k, pname in names.items():
+        c = compare("d" + k, bwd["dparams"][pname], grads[f"dref_{k}"], grads_pl[f"dref_{k}"], "fp32", terms=n * spec.batch * spec.heads_q)
+        if not c.ok:
+            bad.append(c.line())
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", GROUPS)
+def test_attention_gym_generators_on_the_hand_twin(name):
+    _check(name)
+
+
+def _real_api_missing() -> str:
+    devkit = os.environ.get("ASC_DEVKIT")
+    if not devkit or not os.path.isfile(os.path.join(devkit, "include", "kernel_operator.h")):
+        return "ASC_DEVKIT (an asc-devkit snapshot)"
+    return "" if twin.real_compiler() else "clang++-16"
+
+
+@pytest.mark.skipif(bool(_real_api_missing()), reason=f"real-API twin needs {_real_api_missing()}")
+@pytest.mark.parametrize("name", GROUPS)
+def test_attention_gym_generators_on_the_real_api_twin(name):
+    _check(name, real=True)
+
+
+def test_morton_natten_is_refused_naming_the_bit_operation():
+    _, mask, decls, _, _ = M.mods_from_api(None, AM.generate_morton_natten(4, 4, 3, 3))
+    spec = make_spec(name="morton", seq_q=16, seq_k=16, mask_mod=mask, params=decls)
+    with pytest.raises(SpecError) as info:
+        ascendc.generate(spec, "ascend910b2")
+    text = str(info.value)
+    assert "\n" not in text and "bitwise_and" in text and "varies along the key row" in text, text
