@@ -185,20 +185,29 @@ class Tilegen:
         }
 
 
+_COMPILED = []
+
+
+def compiled_flex():
+    """``torch.compile(flex_attention, dynamic=False)``, made once per process, with dynamo's recompile
+    limits raised for the many shapes and mods of one run."""
+    if not _COMPILED:
+        import torch
+        import torch._dynamo
+        from torch.nn.attention.flex_attention import flex_attention
+
+        torch._dynamo.config.recompile_limit = 256
+        torch._dynamo.config.accumulated_recompile_limit = 4096
+        _COMPILED.append(torch.compile(flex_attention, dynamic=False))
+    return _COMPILED[0]
+
+
 class Flex:
     name = "flex"
-    _compiled = None
 
     def __init__(self, row, q, k, v, do, params):
-        import torch
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import create_block_mask
 
-        if Flex._compiled is None:
-            import torch._dynamo
-
-            torch._dynamo.config.recompile_limit = 256
-            torch._dynamo.config.accumulated_recompile_limit = 4096
-            Flex._compiled = torch.compile(flex_attention, dynamic=False)
         self.tensors = {n: (p.float().clone().requires_grad_(True) if p.is_floating_point() else p) for n, p in params.items()}
         self.block_mask = create_block_mask(lambda b, h, q_, kv: row.mask_fn(self.tensors)(b, h, q_, kv), None, None, row.n, row.n, device="cuda")
         self.score_mod = row.score_fn(self.tensors)
@@ -208,7 +217,7 @@ class Flex:
         self.o = self._run()
 
     def _run(self):
-        return Flex._compiled(self.q, self.k, self.v, score_mod=self.score_mod, block_mask=self.block_mask)
+        return compiled_flex()(self.q, self.k, self.v, score_mod=self.score_mod, block_mask=self.block_mask)
 
     def fwd(self):
         return self._run()
@@ -240,11 +249,11 @@ def dense_reference(row, q, k, v, do, params):
     sl = (slice(0, 1), slice(0, 1))
     xs = [x[sl].float().detach().clone().requires_grad_(True) for x in (q, k, v)]
     tensors = {n: (p.float().clone().requires_grad_(True) if p.is_floating_point() else p) for n, p in params.items()}
-    n = row.n
-    qi = torch.arange(n, device="cuda").view(1, 1, n, 1)
-    ki = torch.arange(n, device="cuda").view(1, 1, 1, n)
-    b0 = torch.zeros(1, 1, 1, 1, dtype=torch.long, device="cuda")
-    h0 = torch.zeros(1, 1, 1, 1, dtype=torch.long, device="cuda")
+    n, dev = row.n, q.device
+    qi = torch.arange(n, device=dev).view(1, 1, n, 1)
+    ki = torch.arange(n, device=dev).view(1, 1, 1, n)
+    b0 = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=dev)
+    h0 = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=dev)
     s = (xs[0] @ xs[1].transpose(-1, -2)) * (1.0 / math.sqrt(row.d))
     fn = row.score_fn(tensors)
     if fn is not None:

@@ -101,3 +101,40 @@ def dense(q, k, v, do=None, *, scale, score_fn=None, mask_fn=None, window=(-1, -
         if t.requires_grad:
             grads["d" + name] = t.grad.numpy()
     return out[0], out[1], grads
+
+
+# --- FlexAttention's mods (functions of one element) on the full grid ---------------------------
+
+
+def vmapped(fn, score: bool):
+    """``fn`` of one element mapped over [B, H, Sq, Sk] by torch.func.vmap, as FlexAttention applies
+    its mods (innermost kv_idx): called with the score tensor (score mods) and the 1-D aranges."""
+    lead = (0,) if score else ()
+    g = fn
+    for d in (3, 2, 1, 0):  # kv_idx, q_idx, h, b
+        g = torch.func.vmap(g, in_dims=lead + tuple(0 if i == d else None for i in range(4)))
+    return g
+
+
+def score_grid(fn):
+    """``dense``'s ``score_fn`` of a FlexAttention score_mod ``fn`` (vmapped over the score's grid)."""
+
+    def score_fn(s, bi, hi, i, j, **_):
+        b, h, sq, sk = s.shape
+        return vmapped(fn, True)(s, torch.arange(b), torch.arange(h), torch.arange(sq), torch.arange(sk))
+
+    return score_fn
+
+
+def mask_grid(fn, b, h, sq, sk):
+    """bool [B, H, Sq, Sk] of a FlexAttention mask_mod ``fn``."""
+    return vmapped(fn, False)(torch.arange(b), torch.arange(h), torch.arange(sq), torch.arange(sk))
+
+
+def mask_grid_fn(fn):
+    """``dense``'s ``mask_fn`` of a FlexAttention mask_mod ``fn``."""
+
+    def mask_fn(bi, hi, i, j, **_):
+        return mask_grid(fn, bi.shape[0], hi.shape[1], i.shape[2], j.shape[3])
+
+    return mask_fn

@@ -70,7 +70,7 @@ import torch.nn.functional as F
 from attn_gym import masks as AM
 from attn_gym import mods as AS
 from attn_gym.masks.document_mask import length_to_offsets
-from mod_reference import dense
+from mod_reference import dense, mask_grid, mask_grid_fn, score_grid
 
 import tilegen
 import tilegen.torch as tt
@@ -173,41 +173,12 @@ SCORES = [
 ]
 
 
-def _vmapped(fn, score: bool):
-    """``fn`` of one element mapped over [B, H, Sq, Sk] by torch.func.vmap, as FlexAttention applies
-    its mods (innermost kv_idx): called with the score tensor (score mods) and the 1-D aranges."""
-    lead = (0,) if score else ()
-    g = fn
-    for d in (3, 2, 1, 0):  # kv_idx, q_idx, h, b
-        g = torch.func.vmap(g, in_dims=lead + tuple(0 if i == d else None for i in range(4)))
-    return g
-
-
-def _materialise_score(fn):
-    def score_fn(s, bi, hi, i, j, **_):
-        b, h, sq, sk = s.shape
-        return _vmapped(fn, True)(s, torch.arange(b), torch.arange(h), torch.arange(sq), torch.arange(sk))
-
-    return score_fn
-
-
-def _mask_grid(fn, b, h, sq, sk):
-    return _vmapped(fn, False)(torch.arange(b), torch.arange(h), torch.arange(sq), torch.arange(sk))
-
-
-def _materialise_mask(fn):
-    def mask_fn(bi, hi, i, j, **_):
-        return _mask_grid(fn, bi.shape[0], hi.shape[1], i.shape[2], j.shape[3])
-
-    return mask_fn
-
-
 def _run_forward(b, h, sq, sk, score_mod=None, mask_mod=None, seed=0):
     q, k, v, _ = _qkv(b, h, sq, sk, seed)
     o, lse = tilegen.attention(*(x.float().numpy() for x in (q, k, v)), score_mod=score_mod, mask_mod=mask_mod)
     kw = {"scale": D**-0.5,
-          "score_fn": None if score_mod is None else _materialise_score(score_mod),
-          "mask_fn": None if mask_mod is None else _materialise_mask(mask_mod)}
+          "score_fn": None if score_mod is None else score_grid(score_mod),
+          "mask_fn": None if mask_mod is None else mask_grid_fn(mask_mod)}
     o_ref, l_ref, _ = dense(q.numpy(), k.numpy(), v.numpy(), **kw)
     o_pl, l_pl, _ = dense(q.numpy(), k.numpy(), v.numpy(), dtype="fp32", **kw)
     terms = sq * sk
@@ -218,7 +189,7 @@ def _run_forward(b, h, sq, sk, score_mod=None, mask_mod=None, seed=0):
 @pytest.mark.parametrize("make,b,h,sq,sk", [m[1:] for m in MASKS], ids=[m[0] for m in MASKS])
 def test_attention_gym_mask_forward(make, b, h, sq, sk):
     mask = make()
-    ref = _mask_grid(mask, b, h, sq, sk)
+    ref = mask_grid(mask, b, h, sq, sk)
     assert ref.any() and not ref.all()  # a mask that selects: the test can tell it from none
     _run_forward(b, h, sq, sk, mask_mod=mask)
 
@@ -249,7 +220,7 @@ def test_attention_gym_score_gradients(gen, shapes, b, h, n):
     out.backward(do.float())
 
     def score_fn(s, bi, hi, i, j, **t):
-        return _materialise_score(gen(t))(s, bi, hi, i, j)
+        return score_grid(gen(t))(s, bi, hi, i, j)
 
     kw = {"scale": D**-0.5, "score_fn": score_fn, "mask_fn": lambda bi, hi, i, j, **_: i >= j,
           "params": {name: t.detach().double().numpy() for name, t in tables.items()}}
@@ -345,7 +316,7 @@ def test_triton_runs_bit_operations_and_exact_gelu():
     score, mask = AS.generate_activation_score_mod(F.gelu), AM.generate_morton_natten(8, 8, 3, 3)
     spec, arrays = T._spec(score, mask, dtype="fp32", seq_q=64, seq_k=64)
     module, data, _, o, lse, out = T._run(tb, spec, arrays, (16, 16))
-    T._check(spec, data, arrays, o, lse, out, score_fn=_materialise_score(score), mask_fn=_materialise_mask(mask))
+    T._check(spec, data, arrays, o, lse, out, score_fn=score_grid(score), mask_fn=mask_grid_fn(mask))
     with open(module.__file__, encoding="utf-8") as f:
         src = f.read()
     assert "tl.math.erf(" in src and ") & (" in src and ") | (" in src

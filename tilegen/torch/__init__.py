@@ -4,6 +4,9 @@
   ([batch, seq, heads, head_dim]), bottom-right aligned causal/window masks (FlashAttention >= 2.1).
 - :func:`scaled_dot_product_attention`: ``torch.nn.functional.scaled_dot_product_attention``'s names,
   BNSD tensors ([batch, heads, seq, head_dim]); ``is_causal`` is top-left aligned, as in torch.
+- :func:`flex_attention`: ``torch.nn.attention.flex_attention``'s signature, BNSD tensors, a
+  ``score_mod`` in plain torch and a ``BlockMask`` read with its block structure
+  (:mod:`tilegen.torch.flex`: the BlockMask as tilegen's block classes, the plan per call).
 
 Where it runs, by the tensors' device:
 
@@ -59,6 +62,7 @@ The modules, by concern (every path builds one :class:`tilegen.torch.call.Call` 
   holds the checks this package shares with :mod:`tilegen.api`);
 - :mod:`tilegen.torch.entry`: ``flash_attn_func``, ``scaled_dot_product_attention``,
   ``flash_attn_varlen_func``;
+- :mod:`tilegen.torch.flex`: ``flex_attention`` (its own autograd function and plans);
 - :mod:`tilegen.torch.ops`: the custom ops and the eager fast path's autograd function;
 - :mod:`tilegen.torch.plans`: the plan table (keys, LRU, the target file's stamp);
 - :mod:`tilegen.torch.extras`: sinks, softcap / ALiBi with sinks, packed batches;
@@ -72,6 +76,7 @@ from __future__ import annotations
 
 from tilegen.core.errors import UnsupportedArgument
 from tilegen.torch.entry import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
+from tilegen.torch.flex import flex_attention
 from tilegen.torch.ops import NO_SECOND_DERIVATIVE, attention_bwd, attention_fwd  # noqa: F401  (public, as before)
 from tilegen.torch.plans import PLAN_STATS  # noqa: F401  (the plan table's counters, read by tests and benchmarks)
 from tilegen.torch.ring import (
@@ -88,6 +93,7 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "scaled_dot_product_attention",
+    "flex_attention",
     "attention_fwd",
     "attention_bwd",
     "UnsupportedArgument",

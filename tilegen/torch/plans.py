@@ -7,12 +7,14 @@ bool is refused where an int is taken). A later call with the same key (a hit) s
 well as the re-reading of the target file (its size and modification time are compared instead: an
 edited file misses) and, in eager mode, the dispatcher of the custom ops: the kernels run through
 :class:`tilegen.torch.ops.FastAttention`, an autograd function over the same module calls. Keys of
-three kinds share one table: the entry points' own arguments (``("sdpa", ...)``, ``("flash", ...)``,
+four kinds share one table: the entry points' own arguments (``("sdpa", ...)``, ``("flash", ...)``,
 :func:`fast_key`), so that even their argument checks are skipped on a hit; the custom ops' arguments
-(``("op", ...)``, :func:`op_plan`), for calls under ``torch.compile``; and the calls with sinks,
-softcap or ALiBi and packed batches (``("extras", ...)``, :mod:`tilegen.torch.extras`). Calls with mods
-never take it. The table is bounded: a full one drops its least recently used key. Nothing on it reads
-a tensor's values on the host (no device synchronisation), so it can be captured in a CUDA graph.
+(``("op", ...)``, :func:`op_plan`), for calls under ``torch.compile``; the calls with sinks,
+softcap or ALiBi and packed batches (``("extras", ...)``, :mod:`tilegen.torch.extras`); and
+``flex_attention``'s (``("flex", ...)``, :mod:`tilegen.torch.flex`: its mods by object). The
+``mask_mod=``/``score_mod=`` calls of the other entry points never take it. The table is bounded: a
+full one drops its least recently used key. Nothing on it reads a tensor's values on the host (no
+device synchronisation), so it can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
