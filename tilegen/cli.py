@@ -72,10 +72,11 @@ def _tiles(text: str) -> tuple[int, int]:
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
-    from tilegen.core.spec import builtin_specs
+    # the names from the files alone (tilegen.core.resources): --help imports no NumPy
+    from tilegen.core.resources import builtin_spec_files
 
     p.add_argument("spec_file", nargs="?", metavar="SPEC_FILE", help="a spec file (.toml, .yaml)")
-    p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_specs())}); default {DEFAULT_SPEC}")
+    p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_spec_files())}); default {DEFAULT_SPEC}")
     p.add_argument("--batch", type=_positive, metavar="B", help="override the batch size")
     p.add_argument("--heads", type=_positive, metavar="H", help="override the query heads (KV heads keep the group size)")
     p.add_argument("--seq", type=_positive, metavar="N", help="override both sequence lengths")

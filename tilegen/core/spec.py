@@ -35,7 +35,7 @@ import numpy as np
 
 from tilegen.core.dtypes import DTYPES, itemsize
 from tilegen.core.errors import MissingFieldError, SpecError, SpecErrors
-from tilegen.core.resources import specs_dir
+from tilegen.core.resources import builtin_spec_files
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -498,7 +498,7 @@ def load_spec(path: str | Path) -> AttentionSpec:
 
 def builtin_specs() -> dict[str, Path]:
     """Names of the built-in specs and their files."""
-    return {p.stem: p for p in sorted(specs_dir().glob("*.toml"))}
+    return builtin_spec_files()
 
 
 def builtin_spec(name: str) -> AttentionSpec:
