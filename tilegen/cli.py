@@ -5,7 +5,8 @@ Verbs:
   inspect   the schedule on a target: tile sizes and why, footprints vs capacity, predicted
             traffic, FLOPs and time, the loop nest with placements; --compare: store P vs recompute
   generate  write kernels (Ascend C for 910B, Triton for H200), host code, build files, manifest
-  spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json
+  spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json; --fields lists
+            every field a spec file takes
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
 given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
@@ -619,6 +620,19 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
 def cmd_spec(args: argparse.Namespace) -> int:
     from tilegen.core.fileio import write_atomic
 
+    if args.fields:
+        given = [flag for flag, v in (("SPEC_FILE", args.spec_file), ("--spec", args.spec), ("--from-hf", args.from_hf), ("-o", args.output)) if v]
+        if given:
+            raise SpecError("--fields", args.fields, f"the field reference alone, without {given[0]}")
+        import json
+
+        from tilegen.core.spec import field_reference, format_field_reference
+
+        if args.fields == "json":
+            print(json.dumps([f.as_dict() for f in field_reference()], indent=2))
+        else:
+            print(format_field_reference(markdown=args.fields == "markdown"), end="")
+        return 0
     if args.from_hf:
         if args.spec_file or args.spec:
             raise SpecError("--from-hf", args.from_hf, "either --from-hf or a spec, not both")
@@ -821,6 +835,11 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--layer", type=int, help="which layer, when the model's layers differ (with --from-hf)")
     spec.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the config's dtype (with --from-hf)")
     spec.add_argument("-o", "--output", metavar="FILE", help="write the TOML here (atomically) instead of printing it")
+    spec.add_argument(
+        "--fields", nargs="?", const="text", choices=["text", "markdown", "json"], metavar="FORMAT",
+        help="print the reference of every spec-file field (type, accepted values, default, example) and stop; "
+        "FORMAT text (default), markdown or json",
+    )
     spec.set_defaults(func=cmd_spec)
     return parser
 

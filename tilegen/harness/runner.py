@@ -109,6 +109,10 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
         if p.name in given:
             arrays[p.name] = given.pop(p.name)
             notes.append(f"{p.name} {list(shape)} given")
+        elif p.generator is not None:
+            value = p.generator.spec_value()
+            shown = "true" if value is True else repr(value)
+            notes.append(f"{p.name} {list(shape)} from the spec's generator {p.generator.kind} = {shown}")
         elif p.values is not None:
             notes.append(f"{p.name} {list(shape)} from the spec's values")
         elif p.dtype == "fp32":
