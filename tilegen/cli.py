@@ -409,8 +409,7 @@ INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # 
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from tilegen.core.cache import cached
-    from tilegen.core.targets import target_key, target_names
+    from tilegen.core.targets import target_names
 
     spec = resolve_spec(args)
     if args.compare and args.target is None:
@@ -456,11 +455,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
             check_path(args.timeline, "--timeline")
             require_matplotlib()
-    options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "dkv_strategy", "tiles", "program", "json", "candidates", "no_nest")}
-    # The whole report goes through the compile cache: a repeated call only loads text.
-    text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
+    # The report goes through the compile cache: a repeated call only loads it (and formats it).
+    report = _inspect_data(spec, args)
     _warn_memory(spec, args.target)
     timeline = _inspect_timeline(spec, args) if simulate else None
+    text = _inspect_text(spec, args, report, timeline)
     compiled = None
     if args.compile:
         from tilegen.harness.report import compiled_report
@@ -486,8 +485,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(format_timeline(timeline), end="")
     if compiled is not None and not args.json:
         from tilegen.harness.report import format_compiled
+        from tilegen.harness.text import wrap_lines
 
-        print(format_compiled(compiled), end="")
+        print(wrap_lines(format_compiled(compiled)), end="")
     if args.plot:
         _inspect_plot(spec, args)
     if args.timeline:
@@ -523,7 +523,12 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
     if args.compare or args.plot:
         raise SpecError("--cp", args.cp, "the ring table alone (without --compare or --plot)")
     report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=_dq_strategy(args, spec, args.target)))
-    print(json.dumps(report, indent=2) if args.json else format_cp(report), end="\n" if args.json else "")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from tilegen.harness.text import wrap_lines
+
+        print(wrap_lines(format_cp(report)), end="")
     return 0
 
 
@@ -596,25 +601,54 @@ def _inspect_after_all(spec: AttentionSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
+def _inspect_data(spec: AttentionSpec, args: argparse.Namespace) -> dict:
+    """The report inspect prints (:func:`~tilegen.harness.report.inspect_report`, or with --compare
+    :func:`~tilegen.harness.report.tradeoff_report`), through the compile cache.
+
+    Raises:
+        ScheduleError: no program has a schedule (a program that fits is shown beside one that does not).
+    """
+    from tilegen.core.cache import cached
+    from tilegen.core.targets import target_key
+
+    def compare() -> dict:
+        from tilegen.harness.report import tradeoff_report
+
+        return tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
+
+    def inspect() -> dict:
+        from tilegen.harness.report import inspect_report
+
+        return inspect_report(
+            spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program],
+            expressions=args.json, dkv_strategy=args.dkv_strategy,
+        )
+
+    # a report served from the cache loads no compiler module (the passes, sympy)
+    key = (spec, target_key(args.target), args.dq_strategy, args.dkv_strategy, args.tiles, args.program)
+    if args.compare:
+        return cached(("inspect-compare", *key, args.layers), compare)
+    report = cached(("inspect", *key, args.json), inspect)
+    if report["programs"] and all("error" in p for p in report["programs"]):
+        raise ScheduleError(report["programs"][0]["error"])
+    return report
+
+
+def _inspect_text(spec: AttentionSpec, args: argparse.Namespace, report: dict, timeline: dict | None) -> str:
+    """The report as JSON, or as text at most 100 columns wide: the summary (with the simulated times
+    of --simulate), then with --verbose the details."""
     import json
 
-    from tilegen.harness.report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
+    from tilegen.harness.text import format_inspect, format_tradeoff, wrap_lines
 
-    if args.compare:
-        report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
-        return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
-    programs = INSPECT_PROGRAMS[args.program]
-    report = inspect_report(
-        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json,
-        dkv_strategy=args.dkv_strategy,
-    )
-    if report["programs"] and all("error" in p for p in report["programs"]):
-        # nothing to show: the one-line error (a program that fits is shown beside one that does not)
-        raise ScheduleError(report["programs"][0]["error"])
     if args.json:
         return json.dumps(report, indent=2) + "\n"
-    return f"tilegen inspect  {describe(spec)}\n" + format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest)
+    if args.compare:
+        return wrap_lines(format_tradeoff(report))
+    simulated = {p["label"].split()[0]: p["simulated"]["time_s"] for p in timeline["programs"]} if timeline else None
+    return wrap_lines(f"tilegen inspect  {describe(spec)}\n") + format_inspect(
+        report, candidates=args.candidates, show_nest=not args.no_nest, verbose=args.verbose, simulated=simulated
+    )
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
@@ -781,7 +815,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--compare", action="store_true", help="the store-P-versus-recompute report (needs --target)")
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
-    inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
+    inspect.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="after the summary, the details: tile candidates, the buffers behind each footprint, the prediction per kernel, "
+        "traffic by tensor, the loop nest",
+    )
+    inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest (with --verbose)")
     inspect.add_argument("--passes", action="store_true", help="list the passes the target's backend runs on each program, with what each decides, and stop")
     inspect.add_argument("--print-after-all", action="store_true", help="print the program after every pass that changed it, and stop")
     inspect.add_argument(
