@@ -82,6 +82,10 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=_positive, metavar="H", help="override the query heads (KV heads keep the group size)")
     p.add_argument("--seq", type=_positive, metavar="N", help="override both sequence lengths")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="progress bars of long steps on stderr (default: when stderr is a terminal, or $TILEGEN_PROGRESS=1)",
+    )
 
 
 def _window_arg(text: str) -> tuple[int, int]:
@@ -213,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(params_note)
             print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
                   "dQ, dK, dV and the parameters' gradients by torch autograd)")
-    with progress_bar() as progress:
+    with progress_bar(force=args.progress) as progress:
         run = lambda: check_spec(  # noqa: E731
             spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
             data=data, twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
@@ -268,20 +272,23 @@ def _tiles_text(program) -> str:
 
 class progress_bar:
     """A tqdm bar on ``stream`` (stderr) for the interpreter's trips, shown only when the stream is a
-    terminal and the run lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``,
-    ``p`` being None when there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
+    terminal (or ``force``, or ``$TILEGEN_PROGRESS``: :func:`tilegen.core.progress.wanted`) and the run
+    lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``, ``p`` being None when
+    there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
 
-    def __init__(self, stream=None, delay: float = 1.0):
+    def __init__(self, stream=None, delay: float = 1.0, force: bool | None = None):
         self.stream = sys.stderr if stream is None else stream
         self.delay = delay
+        self.force = force
         self.bar = None
         self.current = None
 
     def __enter__(self):
         import time
 
-        isatty = getattr(self.stream, "isatty", None)
-        if not (isatty and isatty()):
+        from tilegen.core import progress
+
+        if not progress.wanted(self.stream, self.force):
             return None
         self.t0 = time.monotonic()
         return self.update
@@ -455,8 +462,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
             check_path(args.timeline, "--timeline")
             require_matplotlib()
+    from tilegen.core.progress import step
+
     # The report goes through the compile cache: a repeated call only loads it (and formats it).
-    report = _inspect_data(spec, args)
+    with step("inspect: the passes and the tile search"):
+        report = _inspect_data(spec, args)
     _warn_memory(spec, args.target)
     timeline = _inspect_timeline(spec, args) if simulate else None
     text = _inspect_text(spec, args, report, timeline)
@@ -489,14 +499,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
         print(wrap_lines(format_compiled(compiled)), end="")
     if args.plot:
-        _inspect_plot(spec, args)
+        with step(f"draw {args.plot}"):
+            _inspect_plot(spec, args)
     if args.timeline:
         from tilegen.harness.plot import plot_timeline
 
-        path = plot_timeline(timeline, args.timeline)
+        with step(f"draw the timeline to {args.timeline}"):
+            path = plot_timeline(timeline, args.timeline)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     if args.tiles_map:
-        _inspect_tiles_map(spec, args)
+        with step(f"draw {args.tiles_map}"):
+            _inspect_tiles_map(spec, args)
     return 0
 
 
@@ -691,17 +704,19 @@ def cmd_spec(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from tilegen.backends.output import launch_label, write
     from tilegen.core.cache import cached
+    from tilegen.core.progress import step
     from tilegen.core.targets import target_key
 
     spec = resolve_spec(args)
     target = args.target
-    generated = _backend_guard(
-        spec, args, f"--target = {target!r}",
-        lambda: cached(
-            ("generate", spec, target_key(target), args.dq_strategy, args.tiles, args.dkv_strategy),
-            lambda: _generate(spec, target, args.dq_strategy, args.tiles, args.dkv_strategy),
-        ),
-    )
+    with step(f"generate for {target}: the passes, the tile search, the templates"):
+        generated = _backend_guard(
+            spec, args, f"--target = {target!r}",
+            lambda: cached(
+                ("generate", spec, target_key(target), args.dq_strategy, args.tiles, args.dkv_strategy),
+                lambda: _generate(spec, target, args.dq_strategy, args.tiles, args.dkv_strategy),
+            ),
+        )
     _warn_memory(spec, target)
     names = write(generated, args.output)
     sched = generated.manifest["schedule"]
@@ -890,7 +905,10 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = build_parser().parse_args(argv)  # imports the specs, targets and strategies: Ctrl-C lands here too
-        rc = args.func(args)
+        from tilegen.core import progress
+
+        with progress.shown(force=getattr(args, "progress", None)):  # bars of the long steps, on a terminal
+            rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return rc
     except BrokenPipeError:

@@ -401,12 +401,13 @@ def timeline_report(
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
     :meth:`tilegen.backends.compiler.Backend.resolve`. Raises as the three functions do."""
     from tilegen.backends.ascendc.cost import predict_emitted
-    from tilegen.models.cost import predict
     from tilegen.backends.ascendc.timeline import simulate_program
+    from tilegen.core.progress import steps
+    from tilegen.models.cost import predict
 
     tgt = load_target(target)
     out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
-    for prog in programs:
+    for prog in steps(programs, f"simulate on {tgt.name}", unit="program"):
         compile_ = compile_forward if prog == "fwd" else compile_backward
         kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy, "dkv_strategy": dkv_strategy}
         program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=PassLog(), **kwargs)
