@@ -145,7 +145,9 @@ class AttentionSpec:
         return self.seq_k - self.seq_q if self.alignment == "bottom_right" else 0
 
     def replace(self, **changes: Any) -> "AttentionSpec":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). Generated parameter values
+        (:mod:`tilegen.core.paramgen`) are made again for the new sizes; explicit ``values`` must fit
+        them (else :class:`SpecError` naming ``params.NAME.values``)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
