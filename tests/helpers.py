@@ -188,3 +188,9 @@ def owned_tile_program(store_ann=(), load_ann=()):
     r = Kernel("r", "post", (Buffer("y", (four,), "fp32"),), (
         Loop(p, sympy.Integer(0), three, (Load("y", row("ws"), ann=load_ann), Store(row("Y"), "y")), kind="parallel"),))
     return Program("owned", tensors, (w, r), MaskInfo(), 1.0)
+
+
+def unwrapped(text: str) -> str:
+    """``text`` with every run of whitespace as one space: inspect's text as one line, its 100-column
+    wrap undone, for checks of a phrase wherever the wrap broke it."""
+    return " ".join(text.split())

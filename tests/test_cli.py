@@ -41,7 +41,7 @@ def test_bad_asc_devkit_is_one_line_naming_the_option(tmp_path, capsys):
 
 
 def test_inspect_prints_the_loop_nest(capsys):
-    assert main(["inspect", "--spec", "tiny"]) == 0
+    assert main(["inspect", "--spec", "tiny", "--verbose"]) == 0
     out = capsys.readouterr().out
     assert "parallel b in [0, B)" in out and "for j in" in out and "load Q[" in out
 

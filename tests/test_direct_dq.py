@@ -137,7 +137,8 @@ def test_inspect_says_whether_the_pass_folded_and_why_not():
     from tilegen.core.spec import builtin_spec
 
     def line(spec, tiles=None):
-        text = format_inspect(inspect_report(spec, "h200", dq_strategy="atomic", programs=("bwd",), tile_sizes=tiles), show_nest=False)
+        report = inspect_report(spec, "h200", dq_strategy="atomic", programs=("bwd",), tile_sizes=tiles)
+        text = format_inspect(report, show_nest=False, width=10**6)  # unwrapped: whole lines
         return [ln.strip() for ln in text.splitlines() if ln.strip().startswith(("== backward", "direct-dq:"))]
 
     llama = builtin_spec("llama3-8b")

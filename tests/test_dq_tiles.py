@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import sympy
 
-from helpers import assert_backward_ok, inputs, make_spec
+from helpers import assert_backward_ok, inputs, make_spec, unwrapped
 from tilegen.backends.interp import interpret
 from tilegen.core.errors import SpecError, TargetError
 from tilegen.core.ir import Bc, Br, Loop, grid_loops, walk
@@ -216,8 +216,8 @@ def test_inspect_names_the_separate_row_it_skipped_and_the_api_agrees(tmp_path, 
     prefix = dataclasses.replace(builtin_spec("prefix-lm"), head_dim_qk=128, head_dim_v=128, seq_q=1024, seq_k=1024, dtype="bf16")
     path = tmp_path / "prefix128.toml"
     path.write_text(prefix.to_toml(), encoding="utf-8")
-    assert main(["inspect", str(path), "--target", "h200", "--program", "bwd"]) == 0
-    out = capsys.readouterr().out
+    assert main(["inspect", str(path), "--target", "h200", "--program", "bwd", "--verbose"]) == 0
+    out = unwrapped(capsys.readouterr().out)
     assert "dq strategy atomic" in out and "(bwd-separate, head_dim 128, Sk >= 1024, Br 64 x Bc 128) skipped:" in out and "block table" in out
     shown = tilegen.inspect("llama3-8b", "h200", programs=("bwd",))
     assert "dq strategy separate" in str(shown)

@@ -29,6 +29,7 @@ from tilegen.backends import compile_backward
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import gpu_model  # noqa: E402
+from helpers import unwrapped
 
 
 @pytest.fixture(autouse=True)
@@ -172,12 +173,12 @@ def test_inspect_text_tags_each_value_with_its_origin(capsys):
     takes its tiles from the model and its knobs from [triton.default]; both print the model's
     prediction of what they emit."""
     capsys.readouterr()
-    assert cli.main(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest"]) == 0
-    text = capsys.readouterr().out
+    assert cli.main(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest", "--verbose"]) == 0
+    text = unwrapped(capsys.readouterr().out)
     assert "(fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)) [measured row]" in text
     assert "launch pre: num_warps=4, num_stages=2 (the target's triton.default) [default]" in text
     assert text.count("model (prediction): ") == 2
-    assert cli.main(["inspect", "--spec", "tiny", "--target", "h200", "--no-nest"]) == 0
-    text = capsys.readouterr().out
+    assert cli.main(["inspect", "--spec", "tiny", "--target", "h200", "--no-nest", "--verbose"]) == 0
+    text = unwrapped(capsys.readouterr().out)
     assert "tile sizes: Br=" in text and "rejected) [model]" in text
     assert "[measured row]" not in text

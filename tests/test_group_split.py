@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import inputs, make_spec  # noqa: E402
+from helpers import inputs, make_spec, unwrapped  # noqa: E402
 from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
 from tilegen.harness.check import compare, longest_sum, lse_rel_floor  # noqa: E402
@@ -232,6 +232,6 @@ def test_inspect_shows_the_emitted_split(tmp_path):
     manifest = backend.generate(spec, target).manifest
     assert bwd["emitted"]["group_split"] == 2 and bwd["emitted"]["heavy_first"] is True
     assert manifest["schedule"]["backward"] == bwd["emitted"]  # inspect shows what generate emits
-    text = format_inspect(report)
+    text = unwrapped(format_inspect(report))
     assert "group split: 2, heavy first" in text and "a test row" in text
     assert "launch post_kv" in text

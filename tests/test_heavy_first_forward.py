@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import inputs, make_spec  # noqa: E402
+from helpers import inputs, make_spec, unwrapped  # noqa: E402
 from test_group_split import _bnsd, assert_grads_ok, target_with, tb  # noqa: E402,F401  (tb: the Triton backend fixture)
 from tilegen.core import reference  # noqa: E402
 from tilegen.backends.interp import interpret  # noqa: E402
@@ -164,5 +164,5 @@ def test_inspect_shows_the_forwards_heavy_first(tmp_path):
     manifest = backend.generate(spec, target).manifest
     assert fwd["emitted"]["heavy_first"] is True
     assert manifest["schedule"]["forward"] == fwd["emitted"]  # inspect shows what generate emits
-    text = format_inspect(report)
+    text = unwrapped(format_inspect(report))
     assert "heavy first: yes (the target's triton.schedule[0] (fwd, head_dim 32, Br 16 x Bc 16): a forward test row)" in text

@@ -16,6 +16,7 @@ import pytest
 
 from tilegen import cli
 from tilegen.core.errors import TilegenError
+from helpers import unwrapped
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +44,7 @@ def test_compile_lists_each_launched_kernel_with_what_the_compiler_allocated(spe
         assert prog["model"]["time_s"] > 0 and prog["model_compiled"]["time_s"] > 0
         assert "prediction" in prog["model"]["label"] and "prediction" in prog["model_compiled"]["label"]
     assert cli.main(["inspect", "--spec", spec, "--target", "h200", "--compile", "--no-nest"]) == 0
-    text = capsys.readouterr().out
+    text = unwrapped(capsys.readouterr().out)
     assert "compiled for sm_90" in text and "what the compiler allocated" in text
     assert "with the compiler's figures ([gpu_model_compiled])" in text
 

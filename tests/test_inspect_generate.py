@@ -12,6 +12,7 @@ import pytest
 from tilegen import cli
 from tilegen.core.spec import builtin_spec, builtin_specs
 from tilegen.core.targets import load_target, target_names
+from helpers import unwrapped
 
 TARGETS = [t for t in target_names() if t != "ascend910"]  # ascend910 generates nothing (refused in one line)
 # every built-in spec on one target of each kind (the Ascend 910B2, the H200); the other 910B targets
@@ -67,7 +68,7 @@ def test_inspect_shows_what_generate_emits(spec, target, tmp_path, capsys):
 
 def test_inspect_text_names_the_row_warps_and_stages(capsys):
     """The text report of llama3-8b on h200: the row the tiles come from, and each kernel's knobs."""
-    text = _cli(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest"], capsys)
+    text = unwrapped(_cli(["inspect", "--spec", "llama3-8b", "--target", "h200", "--no-nest", "--verbose"], capsys))
     fwd = text.split("== backward")[0]
     # [0]: Sk >= 8192, which llama3-8b's 8192 keys reach
     assert "tile sizes: Br=128, Bc=64: from the target's triton.schedule[0] (fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)" in fwd

@@ -53,10 +53,10 @@ def test_run_passes_on_each_builtin_mod_spec(name, capsys):
     assert rc == 0 and "check: passed" in out, out
     assert "mods: " in out and "reference: dense float64 in torch" in out
     if name == "alibi":
-        assert "slopes [4] from the spec's values" in out
+        assert "slopes [4] from the spec's generator alibi = true" in out
         assert "dslopes " in out and "dslopes*" in out  # the slopes' gradient, fused and unfused
     if name == "document":
-        assert "doc [80] from the spec's values" in out
+        assert "doc [80] from the spec's generator documents = [30, 22, 28]" in out
 
 
 def _write(tmp_path, text: str, name: str = "m.toml"):

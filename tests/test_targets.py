@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import inputs, make_spec
+from helpers import inputs, make_spec, unwrapped
 from tilegen.models.analysis import count, total
 from tilegen.backends.interp import interpret
 from tilegen.cli import main
@@ -166,8 +166,8 @@ def test_seed_comparison_figures():
 
 
 def test_inspect_cli(capsys):
-    assert main(["inspect", "--spec", "tiny-gqa", "--target", "ascend910b2"]) == 0
-    out = capsys.readouterr().out
+    assert main(["inspect", "--spec", "tiny-gqa", "--target", "ascend910b2", "--verbose"]) == 0
+    out = unwrapped(capsys.readouterr().out)
     for needle in ("tile sizes: Br=", "footprint vs usable capacity", "predicted on ascend910b2", "loop nest with placements", "@L0C", "ws_S"):
         assert needle in out
     assert main(["inspect", "--spec", "tiny", "--target", "h200", "--json", "--program", "bwd"]) == 0
@@ -304,7 +304,7 @@ def test_a_schedule_row_that_does_not_fit_is_skipped(tmp_path):
     assert bwd.knobs["main"].num_stages == 3  # the knobs of the row used (64x128/8w/3s), not the skipped one (4)
     from tilegen.harness.report import format_inspect, inspect_report
 
-    text = format_inspect(inspect_report(spec, str(path), dq_strategy="atomic", programs=("bwd",)), show_nest=False)
+    text = unwrapped(format_inspect(inspect_report(spec, str(path), dq_strategy="atomic", programs=("bwd",)), show_nest=False))
     assert "Br 256 x Bc 256) skipped: tile sizes Br=256, Bc=256 do not fit target h200: level SMEM" in text
     assert "from the target's triton.schedule[" in text
 

@@ -744,7 +744,7 @@ def test_inspect_simulate_labels_and_draws(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("TILEGEN_CACHE", "0")
     png = tmp_path / "tl.png"
-    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--simulate", "--no-nest", "--timeline", str(png)]) == 0
+    assert main(["inspect", "--spec", "tiny", "--target", "ascend910b2", "--simulate", "--verbose", "--no-nest", "--timeline", str(png)]) == 0
     out = capsys.readouterr().out
     for prog in ("forward", "backward"):
         line = next(ln for ln in out.splitlines() if ln.startswith(f"{prog}: roofline "))

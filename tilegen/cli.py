@@ -5,7 +5,8 @@ Verbs:
   inspect   the schedule on a target: tile sizes and why, footprints vs capacity, predicted
             traffic, FLOPs and time, the loop nest with placements; --compare: store P vs recompute
   generate  write kernels (Ascend C for 910B, Triton for H200), host code, build files, manifest
-  spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json
+  spec      print or write a spec as TOML; --from-hf maps a HuggingFace config.json; --fields lists
+            every field a spec file takes
 
 Every verb takes a spec as a file (TOML/YAML) or ``--spec NAME`` (a built-in; ``demo`` when neither is
 given), and size overrides that shrink a big spec to something the interpreter runs in seconds. Errors
@@ -72,14 +73,19 @@ def _tiles(text: str) -> tuple[int, int]:
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
-    from tilegen.core.spec import builtin_specs
+    # the names from the files alone (tilegen.core.resources): --help imports no NumPy
+    from tilegen.core.resources import builtin_spec_files
 
     p.add_argument("spec_file", nargs="?", metavar="SPEC_FILE", help="a spec file (.toml, .yaml)")
-    p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_specs())}); default {DEFAULT_SPEC}")
+    p.add_argument("--spec", metavar="NAME", help=f"a built-in spec ({', '.join(builtin_spec_files())}); default {DEFAULT_SPEC}")
     p.add_argument("--batch", type=_positive, metavar="B", help="override the batch size")
     p.add_argument("--heads", type=_positive, metavar="H", help="override the query heads (KV heads keep the group size)")
     p.add_argument("--seq", type=_positive, metavar="N", help="override both sequence lengths")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="progress bars of long steps on stderr (default: when stderr is a terminal, or $TILEGEN_PROGRESS=1)",
+    )
 
 
 def _window_arg(text: str) -> tuple[int, int]:
@@ -211,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(params_note)
             print("reference: dense float64 in torch (score' materialised from the spec's expressions by sympy.lambdify; "
                   "dQ, dK, dV and the parameters' gradients by torch autograd)")
-    with progress_bar() as progress:
+    with progress_bar(force=args.progress) as progress:
         run = lambda: check_spec(  # noqa: E731
             spec, seed=args.seed, tile_sizes=args.tiles, target=target, dq_strategy=args.dq_strategy, backward=backward,
             data=data, twin_target=twin, asc_devkit=args.asc_devkit, progress=progress,
@@ -266,20 +272,23 @@ def _tiles_text(program) -> str:
 
 class progress_bar:
     """A tqdm bar on ``stream`` (stderr) for the interpreter's trips, shown only when the stream is a
-    terminal and the run lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``,
-    ``p`` being None when there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
+    terminal (or ``force``, or ``$TILEGEN_PROGRESS``: :func:`tilegen.core.progress.wanted`) and the run
+    lasts longer than ``delay`` seconds; used as ``with progress_bar() as p:``, ``p`` being None when
+    there is no bar (so nothing is counted) or ``p(label, kernel, done, total)``."""
 
-    def __init__(self, stream=None, delay: float = 1.0):
+    def __init__(self, stream=None, delay: float = 1.0, force: bool | None = None):
         self.stream = sys.stderr if stream is None else stream
         self.delay = delay
+        self.force = force
         self.bar = None
         self.current = None
 
     def __enter__(self):
         import time
 
-        isatty = getattr(self.stream, "isatty", None)
-        if not (isatty and isatty()):
+        from tilegen.core import progress
+
+        if not progress.wanted(self.stream, self.force):
             return None
         self.t0 = time.monotonic()
         return self.update
@@ -407,8 +416,7 @@ INSPECT_PROGRAMS = {"fwd": ("fwd",), "bwd": ("bwd",), "all": ("fwd", "bwd")}  # 
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from tilegen.core.cache import cached
-    from tilegen.core.targets import target_key, target_names
+    from tilegen.core.targets import target_names
 
     spec = resolve_spec(args)
     if args.compare and args.target is None:
@@ -454,11 +462,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
             check_path(args.timeline, "--timeline")
             require_matplotlib()
-    options = {k: getattr(args, k) for k in ("compare", "layers", "dq_strategy", "dkv_strategy", "tiles", "program", "json", "candidates", "no_nest")}
-    # The whole report goes through the compile cache: a repeated call only loads text.
-    text = cached(("inspect", spec, target_key(args.target), sorted(options.items())), lambda: _inspect_text(spec, args))
+    from tilegen.core.progress import step
+
+    # The report goes through the compile cache: a repeated call only loads it (and formats it).
+    with step("inspect: the passes and the tile search"):
+        report = _inspect_data(spec, args)
     _warn_memory(spec, args.target)
     timeline = _inspect_timeline(spec, args) if simulate else None
+    text = _inspect_text(spec, args, report, timeline)
     compiled = None
     if args.compile:
         from tilegen.harness.report import compiled_report
@@ -484,17 +495,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(format_timeline(timeline), end="")
     if compiled is not None and not args.json:
         from tilegen.harness.report import format_compiled
+        from tilegen.harness.text import wrap_lines
 
-        print(format_compiled(compiled), end="")
+        print(wrap_lines(format_compiled(compiled)), end="")
     if args.plot:
-        _inspect_plot(spec, args)
+        with step(f"draw {args.plot}"):
+            _inspect_plot(spec, args)
     if args.timeline:
         from tilegen.harness.plot import plot_timeline
 
-        path = plot_timeline(timeline, args.timeline)
+        with step(f"draw the timeline to {args.timeline}"):
+            path = plot_timeline(timeline, args.timeline)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     if args.tiles_map:
-        _inspect_tiles_map(spec, args)
+        with step(f"draw {args.tiles_map}"):
+            _inspect_tiles_map(spec, args)
     return 0
 
 
@@ -521,7 +536,12 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
     if args.compare or args.plot:
         raise SpecError("--cp", args.cp, "the ring table alone (without --compare or --plot)")
     report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=_dq_strategy(args, spec, args.target)))
-    print(json.dumps(report, indent=2) if args.json else format_cp(report), end="\n" if args.json else "")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        from tilegen.harness.text import wrap_lines
+
+        print(wrap_lines(format_cp(report)), end="")
     return 0
 
 
@@ -594,30 +614,72 @@ def _inspect_after_all(spec: AttentionSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def _inspect_text(spec: AttentionSpec, args: argparse.Namespace) -> str:
+def _inspect_data(spec: AttentionSpec, args: argparse.Namespace) -> dict:
+    """The report inspect prints (:func:`~tilegen.harness.report.inspect_report`, or with --compare
+    :func:`~tilegen.harness.report.tradeoff_report`), through the compile cache.
+
+    Raises:
+        ScheduleError: no program has a schedule (a program that fits is shown beside one that does not).
+    """
+    from tilegen.core.cache import cached
+    from tilegen.core.targets import target_key
+
+    def compare() -> dict:
+        from tilegen.harness.report import tradeoff_report
+
+        return tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
+
+    def inspect() -> dict:
+        from tilegen.harness.report import inspect_report
+
+        return inspect_report(
+            spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=INSPECT_PROGRAMS[args.program],
+            expressions=args.json, dkv_strategy=args.dkv_strategy,
+        )
+
+    # a report served from the cache loads no compiler module (the passes, sympy)
+    key = (spec, target_key(args.target), args.dq_strategy, args.dkv_strategy, args.tiles, args.program)
+    if args.compare:
+        return cached(("inspect-compare", *key, args.layers), compare)
+    report = cached(("inspect", *key, args.json), inspect)
+    if report["programs"] and all("error" in p for p in report["programs"]):
+        raise ScheduleError(report["programs"][0]["error"])
+    return report
+
+
+def _inspect_text(spec: AttentionSpec, args: argparse.Namespace, report: dict, timeline: dict | None) -> str:
+    """The report as JSON, or as text at most 100 columns wide: the summary (with the simulated times
+    of --simulate), then with --verbose the details."""
     import json
 
-    from tilegen.harness.report import format_inspect, format_tradeoff, inspect_report, tradeoff_report
+    from tilegen.harness.text import format_inspect, format_tradeoff, wrap_lines
 
-    if args.compare:
-        report = tradeoff_report(spec, args.target, layers=args.layers, dq_strategy=_dq_strategy(args, spec, args.target))
-        return json.dumps(report, indent=2) + "\n" if args.json else format_tradeoff(report)
-    programs = INSPECT_PROGRAMS[args.program]
-    report = inspect_report(
-        spec, args.target, dq_strategy=args.dq_strategy, tile_sizes=args.tiles, programs=programs, expressions=args.json,
-        dkv_strategy=args.dkv_strategy,
-    )
-    if report["programs"] and all("error" in p for p in report["programs"]):
-        # nothing to show: the one-line error (a program that fits is shown beside one that does not)
-        raise ScheduleError(report["programs"][0]["error"])
     if args.json:
         return json.dumps(report, indent=2) + "\n"
-    return f"tilegen inspect  {describe(spec)}\n" + format_inspect(report, candidates=args.candidates, show_nest=not args.no_nest)
+    if args.compare:
+        return wrap_lines(format_tradeoff(report))
+    simulated = {p["label"].split()[0]: p["simulated"]["time_s"] for p in timeline["programs"]} if timeline else None
+    return wrap_lines(f"tilegen inspect  {describe(spec)}\n") + format_inspect(
+        report, candidates=args.candidates, show_nest=not args.no_nest, verbose=args.verbose, simulated=simulated
+    )
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
     from tilegen.core.fileio import write_atomic
 
+    if args.fields:
+        given = [flag for flag, v in (("SPEC_FILE", args.spec_file), ("--spec", args.spec), ("--from-hf", args.from_hf), ("-o", args.output)) if v]
+        if given:
+            raise SpecError("--fields", args.fields, f"the field reference alone, without {given[0]}")
+        import json
+
+        from tilegen.core.spec import field_reference, format_field_reference
+
+        if args.fields == "json":
+            print(json.dumps([f.as_dict() for f in field_reference()], indent=2))
+        else:
+            print(format_field_reference(markdown=args.fields == "markdown"), end="")
+        return 0
     if args.from_hf:
         if args.spec_file or args.spec:
             raise SpecError("--from-hf", args.from_hf, "either --from-hf or a spec, not both")
@@ -642,17 +704,19 @@ def cmd_spec(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from tilegen.backends.output import launch_label, write
     from tilegen.core.cache import cached
+    from tilegen.core.progress import step
     from tilegen.core.targets import target_key
 
     spec = resolve_spec(args)
     target = args.target
-    generated = _backend_guard(
-        spec, args, f"--target = {target!r}",
-        lambda: cached(
-            ("generate", spec, target_key(target), args.dq_strategy, args.tiles, args.dkv_strategy),
-            lambda: _generate(spec, target, args.dq_strategy, args.tiles, args.dkv_strategy),
-        ),
-    )
+    with step(f"generate for {target}: the passes, the tile search, the templates"):
+        generated = _backend_guard(
+            spec, args, f"--target = {target!r}",
+            lambda: cached(
+                ("generate", spec, target_key(target), args.dq_strategy, args.tiles, args.dkv_strategy),
+                lambda: _generate(spec, target, args.dq_strategy, args.tiles, args.dkv_strategy),
+            ),
+        )
     _warn_memory(spec, target)
     names = write(generated, args.output)
     sched = generated.manifest["schedule"]
@@ -766,7 +830,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--compare", action="store_true", help="the store-P-versus-recompute report (needs --target)")
     inspect.add_argument("--layers", type=_positive, default=32, help="layers of the model for --compare (default 32)")
     inspect.add_argument("--candidates", type=_positive, default=8, help="candidates listed per program (default 8)")
-    inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest")
+    inspect.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="after the summary, the details: tile candidates, the buffers behind each footprint, the prediction per kernel, "
+        "traffic by tensor, the loop nest",
+    )
+    inspect.add_argument("--no-nest", action="store_true", help="leave out the loop nest (with --verbose)")
     inspect.add_argument("--passes", action="store_true", help="list the passes the target's backend runs on each program, with what each decides, and stop")
     inspect.add_argument("--print-after-all", action="store_true", help="print the program after every pass that changed it, and stop")
     inspect.add_argument(
@@ -820,6 +889,11 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--layer", type=int, help="which layer, when the model's layers differ (with --from-hf)")
     spec.add_argument("--dtype", choices=["fp16", "bf16", "fp32"], help="override the config's dtype (with --from-hf)")
     spec.add_argument("-o", "--output", metavar="FILE", help="write the TOML here (atomically) instead of printing it")
+    spec.add_argument(
+        "--fields", nargs="?", const="text", choices=["text", "markdown", "json"], metavar="FORMAT",
+        help="print the reference of every spec-file field (type, accepted values, default, example) and stop; "
+        "FORMAT text (default), markdown or json",
+    )
     spec.set_defaults(func=cmd_spec)
     return parser
 
@@ -831,7 +905,10 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = build_parser().parse_args(argv)  # imports the specs, targets and strategies: Ctrl-C lands here too
-        rc = args.func(args)
+        from tilegen.core import progress
+
+        with progress.shown(force=getattr(args, "progress", None)):  # bars of the long steps, on a terminal
+            rc = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return rc
     except BrokenPipeError:

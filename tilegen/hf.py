@@ -62,7 +62,8 @@ Score mods (DESIGN §3; the spec's ``score_mod`` text and ``[params]`` with valu
   sliding (even) and full (odd); each layer's spec comes with ``layer=`` (the CLI's ``--layer``), and
   :func:`specs_from_hf_config` gives one spec per distinct layer kind with the layers that use it.
 - ALiBi (Bloom; MPT) → the ``alibi`` built-in, score′ = score − slope[h]·|q_idx + Sk − Sq − kv_idx|, with
-  the model's slopes as the parameter ``alibi_slopes`` [Hq] and its values in the spec. Bloom:
+  the model's slopes as the parameter ``alibi_slopes`` [Hq], written ``alibi = "bloom"`` (or ``"mpt"``)
+  in the spec (:mod:`tilegen.core.paramgen`: a ``--heads`` override regenerates them). Bloom:
   ``_get_alibi_slopes`` (``models/bloom/modeling_bloom.py`` lines 46–59: 2^(−8i/n) for i = 1..n, n
   the largest power of two ≤ heads, then the odd powers of 2^(−4/n) for the rest). MPT:
   ``build_mpt_alibi_tensor`` (``models/mpt/modeling_mpt.py`` lines 43–63: 2^(−8i/m), i = 1..m, m the
@@ -117,6 +118,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tilegen.core.errors import SpecError
+from tilegen.core.paramgen import ParamGenerator, bloom_alibi_slopes, mpt_alibi_slopes
 from tilegen.core.spec import AttentionSpec
 
 _ALIASES = {
@@ -413,32 +415,6 @@ def _name(cfg: _Config, name: str | None) -> str:
     return "hf"
 
 
-def bloom_alibi_slopes(heads: int) -> list[float]:
-    """Bloom's ALiBi slope of each head (transformers ``models/bloom/modeling_bloom.py``
-    ``_get_alibi_slopes``, lines 46–59): with n the largest power of two <= heads, 2^(−8i/n) for
-    i = 1..n, then 2^(−4j/n) for the odd j = 1, 3, … of the heads beyond n; the powers of the
-    float32-rounded base taken in float32, as the model does."""
-    n = 2 ** math.floor(math.log2(heads))
-    base = np.float32(2 ** (-(2 ** -(math.log2(n) - 3))))  # float32 powers, as the model computes them
-    slopes = np.power(base, np.arange(1, n + 1, dtype=np.float32))
-    if n != heads:
-        extra = np.float32(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
-        slopes = np.concatenate([slopes, np.power(extra, np.arange(1, 1 + 2 * min(n, heads - n), 2, dtype=np.float32))])
-    return [float(x) for x in slopes]
-
-
-def mpt_alibi_slopes(heads: int, alibi_bias_max: int = 8) -> list[float]:
-    """MPT's ALiBi slope of each head (transformers ``models/mpt/modeling_mpt.py``
-    ``build_mpt_alibi_tensor``, lines 43–63): with m the smallest power of two >= heads, 2^(−i·max/m)
-    for i = 1..m; when m != heads the odd positions first, then the even ones, cut to ``heads``.
-    Rounded to float32."""
-    m = 2 ** math.ceil(math.log2(heads))
-    slopes = [float(np.float32(1.0 / np.float32(2.0) ** np.float32(i * (alibi_bias_max / m)))) for i in range(1, m + 1)]
-    if m != heads:
-        slopes = (slopes[1::2] + slopes[::2])[:heads]
-    return slopes
-
-
 def _score_mod(cfg: _Config, heads_q: int, causal: bool) -> tuple[str, tuple]:
     """(score_mod text, params) of the model's score modification (softcap, then ALiBi), or ("", ())."""
     cap = cfg.get("attn_logit_softcapping")
@@ -464,8 +440,9 @@ def _score_mod(cfg: _Config, heads_q: int, causal: bool) -> tuple[str, tuple]:
         first, second = parts
         score = mods.trace(lambda x, b, h, i, j: second(first(x, b, h, i, j), b, h, i, j), "score")
     text, _, decls, _, _ = mods.mods_from_api(score, None)
-    values = {"alibi_slopes": tuple(slopes)} if slopes is not None else {}
-    return text, tuple(dataclasses.replace(d, values=values.get(d.name)) for d in decls)
+    # the slopes as a generator of that model's rounding, so that a --heads override follows the formula
+    gen = ParamGenerator("alibi", model_type) if slopes is not None else None
+    return text, tuple(dataclasses.replace(d, values=tuple(slopes), generator=gen) if d.name == "alibi_slopes" else d for d in decls)
 
 
 def _t5_bucket(n: int, buckets: int, max_exact: int, max_distance: int) -> int:

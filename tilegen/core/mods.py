@@ -110,12 +110,16 @@ class ParamDecl:
         shape: sizes, each an int or a sympy expression of ``B, Hq, Hkv, Sq, Sk``.
         dtype: ``"fp32"`` (differentiable: its gradient is returned) or ``"int32"`` (indices, document ids).
         values: the array's values (flattened, row-major) when a spec file carries them, else None.
+        generator: the :class:`~tilegen.core.paramgen.ParamGenerator` that made ``values`` from the
+            spec's sizes (``documents = [...]``, ``prefix = P``, ``alibi = true``), or None for values
+            given as such; :class:`~tilegen.core.spec.AttentionSpec` regenerates them when a size changes.
     """
 
     name: str
     shape: tuple
     dtype: str = "fp32"
     values: tuple | None = None
+    generator: Any = None
 
     @property
     def differentiable(self) -> bool:
@@ -126,8 +130,12 @@ class ParamDecl:
         return tuple(int(sympy.sympify(d).subs(env)) for d in self.shape)
 
     def to_dict(self) -> dict:
+        """The ``[params.NAME]`` table of a spec file: shape, dtype, and the generator's key (which the
+        values follow) or the values."""
         out: dict[str, Any] = {"shape": [d if isinstance(d, int) else str(d) for d in self.shape], "dtype": self.dtype}
-        if self.values is not None:
+        if self.generator is not None:
+            out[self.generator.kind] = self.generator.spec_value()
+        elif self.values is not None:
             out["values"] = list(self.values)
         return out
 
@@ -1746,26 +1754,43 @@ def mods_from_api(score_mod: Any, mask_mod: Any) -> tuple[str, str, tuple, tuple
 
 
 def parse_param_decls(data: Any, where: str | None = None) -> tuple:
-    """``[params]`` of a spec file: ``name = {shape = [...], dtype = "fp32"|"int32", values = [...]}``.
+    """``[params]`` of a spec file: ``name = {shape = [...], dtype = "fp32"|"int32", values = [...]}``,
+    or a generator key in place of ``values`` (``documents``, ``prefix``, ``alibi``:
+    :mod:`tilegen.core.paramgen`), which sets the dtype and, when ``shape`` is absent, the shape.
 
     Raises:
-        SpecError: a bad name, shape, dtype or values list.
+        SpecError: a bad name, shape, dtype, values list or generator (naming ``params.NAME.KEY``).
     """
+    from tilegen.core.paramgen import DTYPE_ACCEPTED, GENERATORS, SHAPE_ACCEPTED, VALUES_ACCEPTED, parse_generator
+
     if not isinstance(data, Mapping):
         raise SpecError("params", data, "a table of name = {shape = [...], dtype = 'fp32' | 'int32'}", where)
     out = []
+    keys = ("shape", "dtype", "values", *GENERATORS)
     for name, d in data.items():
         field = f"params.{name}"
         if not isinstance(name, str) or not name.isidentifier() or name in _RESERVED:
             raise SpecError("params", name, "parameter names that are identifiers and not names of the mod language", where)
         if not isinstance(d, Mapping):
             raise SpecError(field, d, "a table {shape = [...], dtype = ...}", where)
-        unknown = set(d) - {"shape", "dtype", "values"}
+        unknown = set(d) - set(keys)
         if unknown:
-            raise SpecError(field, sorted(unknown)[0], "the keys shape, dtype, values", where)
+            raise SpecError(field, sorted(unknown)[0], "the keys " + ", ".join(keys), where)
+        given = [k for k in ("values", *GENERATORS) if k in d]
+        if len(given) > 1:
+            raise SpecError(f"{field}.{given[1]}", d[given[1]], f"absent beside {given[0]} (one of values, {', '.join(GENERATORS)})", where)
+        generator = None
+        if given and given[0] in GENERATORS:
+            kind = GENERATORS[given[0]]
+            generator = parse_generator(kind.key, d[kind.key], f"{field}.{kind.key}", where)
+            if d.get("dtype", kind.dtype) != kind.dtype:
+                raise SpecError(f"{field}.dtype", d["dtype"], f"{kind.dtype!r} (or absent) with {kind.key}", where)
+            d = {"shape": [kind.shape], "dtype": kind.dtype, **d}
+            if not (isinstance(d["shape"], (list, tuple)) and len(d["shape"]) == 1):
+                raise SpecError(f"{field}.shape", d["shape"], f"one size (or absent for [{kind.shape!r}]) with {kind.key}", where)
         shape = d.get("shape")
         if not isinstance(shape, (list, tuple)) or not shape:
-            raise SpecError(f"{field}.shape", shape, "a list of sizes (ints or expressions of B, Hq, Hkv, Sq, Sk)", where)
+            raise SpecError(f"{field}.shape", shape, SHAPE_ACCEPTED, where)
         dims = []
         for s in shape:
             if isinstance(s, int) and not isinstance(s, bool) and s > 0:
@@ -1776,18 +1801,18 @@ def parse_param_decls(data: Any, where: str | None = None) -> tuple:
             except ModError:
                 e = None
             if e is None or not e.free_symbols <= set(SIZE_SYMBOLS.values()):
-                raise SpecError(f"{field}.shape", s, "positive ints or expressions of B, Hq, Hkv, Sq, Sk", where)
+                raise SpecError(f"{field}.shape", s, SHAPE_ACCEPTED, where)
             dims.append(e)
         dtype = d.get("dtype", "fp32")
         if dtype not in PARAM_DTYPES:
-            raise SpecError(f"{field}.dtype", dtype, "'fp32' or 'int32'", where)
+            raise SpecError(f"{field}.dtype", dtype, DTYPE_ACCEPTED, where)
         values = d.get("values")
         if values is not None:
             flat = np.asarray(values).ravel()
             if flat.dtype.kind not in "iuf":
-                raise SpecError(f"{field}.values", values, "a list of numbers", where)
+                raise SpecError(f"{field}.values", values, VALUES_ACCEPTED, where)
             values = tuple(int(v) for v in flat) if dtype == "int32" else tuple(float(v) for v in flat)
-        out.append(ParamDecl(name, tuple(dims), dtype, values))
+        out.append(ParamDecl(name, tuple(dims), dtype, values, generator))
     return tuple(sorted(out, key=lambda p: p.name))
 
 

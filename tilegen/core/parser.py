@@ -554,11 +554,14 @@ def _mods(lines: _Lines):
 
         def read(text: str):
             nonlocal score, mask
-            p = re.fullmatch(r"param ([A-Za-z_]\w*)  (\[.*?\])  (\w+)(?:  values=(.*))?", text)
+            p = re.fullmatch(r"param ([A-Za-z_]\w*)  (\[.*?\])  (\w+)(?:  (documents|prefix|alibi)=(.*?))?(?:  values=(.*))?", text)
             if p:
+                from tilegen.core.paramgen import ParamGenerator
+
                 shape = tuple(int(d) if d.is_Integer else d for d in _shape(p.group(2)))
-                values = parse_value(p.group(4)) if p.group(4) else None
-                params.append(ParamDecl(p.group(1), shape, p.group(3), values))
+                gen = ParamGenerator(p.group(4), parse_value(p.group(5))) if p.group(4) else None
+                values = parse_value(p.group(6)) if p.group(6) else None
+                params.append(ParamDecl(p.group(1), shape, p.group(3), values, gen))
                 return
             decls = {d.name: d for d in params}
             try:

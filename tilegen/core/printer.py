@@ -234,14 +234,16 @@ def fmt_mask(m) -> str:
 
 def fmt_mods(mods) -> list[str]:
     """The lines of a program's mods (:class:`~tilegen.core.mods.ModSet`): each parameter (name, [shape],
-    dtype, its values when the spec carries them), then the score and mask mods in the mod language."""
+    dtype, the generator that made its values (``documents=(30, 22, 28)``) and its values when the spec
+    carries them), then the score and mask mods in the mod language."""
     from tilegen.core.mods import to_text
 
     lines = []
     for p in mods.params:
         shape = ", ".join(fmt_expr(d) for d in p.shape)
+        gen = "" if p.generator is None else f"  {p.generator.kind}={fmt_value(p.generator.arg)}"
         values = "" if p.values is None else f"  values={fmt_value(tuple(p.values))}"
-        lines.append(f"param {p.name}  [{shape}]  {p.dtype}{values}")
+        lines.append(f"param {p.name}  [{shape}]  {p.dtype}{gen}{values}")
     if mods.score is not None:
         lines.append(f"score_mod = {to_text(mods.score)}")
     if mods.mask is not None:

@@ -35,6 +35,12 @@ def specs_dir() -> Path:
     return _PACKAGE / "specs"
 
 
+def builtin_spec_files() -> dict[str, Path]:
+    """The built-in specs' names and files (``tilegen/specs/*.toml``), in the order of their paths;
+    the standard library alone, so that the CLI lists them without importing the spec module."""
+    return {p.stem: p for p in sorted(specs_dir().glob("*.toml"))}
+
+
 def package_dir() -> Path:
     """The ``tilegen`` package folder (its C++ data: ``twin/``; its sources, which the compile cache hashes)."""
     return _PACKAGE

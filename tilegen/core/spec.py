@@ -18,7 +18,10 @@ the schedule. Semantics follow DESIGN.md §3:
 
 Spec files are TOML or YAML with the fields of :class:`AttentionSpec` (plus the shorthands ``heads``,
 ``seq`` and ``head_dim`` that set both of a pair, ``mask = "none" | "causal" | "window"``, and a
-``[params.NAME]`` table per parameter array: ``shape``, ``dtype``, optional ``values``).
+``[params.NAME]`` table per parameter array: ``shape``, ``dtype``, and ``values`` or one generator,
+``documents``, ``prefix`` or ``alibi``, whose values follow the sizes: :mod:`tilegen.core.paramgen`).
+:func:`field_reference` lists every field with its type, range, default and example, from the tables
+the checks below read.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import numpy as np
 
 from tilegen.core.dtypes import DTYPES, itemsize
 from tilegen.core.errors import MissingFieldError, SpecError, SpecErrors
-from tilegen.core.resources import specs_dir
+from tilegen.core.paramgen import GENERATORS
+from tilegen.core.resources import builtin_spec_files
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,6 +104,7 @@ class AttentionSpec:
     packed_ids: tuple = ()
 
     def __post_init__(self) -> None:
+        _generate_params(self)
         validate(self)
 
     # -- derived quantities -------------------------------------------------------------------------
@@ -140,7 +145,9 @@ class AttentionSpec:
         return self.seq_k - self.seq_q if self.alignment == "bottom_right" else 0
 
     def replace(self, **changes: Any) -> "AttentionSpec":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). Generated parameter values
+        (:mod:`tilegen.core.paramgen`) are made again for the new sizes; explicit ``values`` must fit
+        them (else :class:`SpecError` naming ``params.NAME.values``)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,8 +204,13 @@ class AttentionSpec:
                     tables.append(f"\n[params.{name}]")
                     tables.append("shape = [" + ", ".join(repr(d) if isinstance(d, int) else f'"{d}"' for d in decl["shape"]) + "]")
                     tables.append(f'dtype = "{decl["dtype"]}"')
-                    if "values" in decl:
-                        tables.append("values = [" + ", ".join(repr(v) for v in decl["values"]) + "]")
+                    for key, v in decl.items():
+                        if key in ("shape", "dtype"):
+                            continue
+                        if isinstance(v, list):
+                            tables.append(f"{key} = [" + ", ".join(repr(x) for x in v) + "]")
+                        else:
+                            tables.append(f"{key} = " + ("true" if v is True else _toml_str(v) if isinstance(v, str) else repr(v)))
                 continue
             if isinstance(value, str):
                 lines.append(f'{key} = {_toml_str(value)}')
@@ -244,8 +256,21 @@ _INT_RANGES = {
     "seq_q": (1, MAX_SEQ), "seq_k": (1, MAX_SEQ),
     "head_dim_qk": (1, MAX_HEAD_DIM), "head_dim_v": (1, MAX_HEAD_DIM),
 }
-_CHOICES = {"dtype": DTYPES, "alignment": ALIGNMENTS, "layout": LAYOUTS}
+_CHOICES = {"dtype": DTYPES, "alignment": ALIGNMENTS, "layout": LAYOUTS, "mask": MASK_KINDS}
 _SCALE_ACCEPTED = "a positive finite number, or absent for 1/sqrt(head_dim_qk)"
+_WINDOW_ACCEPTED = f"[left, right]: two integers, each from 0 to {MAX_WINDOW} or -1 for unbounded (with mask = 'window')"
+_PACKED_ACCEPTED = "[] or two names [query ids, key ids] of int32 params of shapes [seq_q] and [seq_k]"
+_MOD_ACCEPTED = "an expression string of the mod language, or absent"
+# what the fields without a range or a list of choices accept, in the words of their errors
+_TEXT = {
+    "name": "a non-empty string without '/', '\\' or NUL",
+    "scale": _SCALE_ACCEPTED,
+    "sinks": "true or false",
+    "window": _WINDOW_ACCEPTED,
+    "packed_ids": _PACKED_ACCEPTED,
+    "score_mod": _MOD_ACCEPTED,
+    "mask_mod": _MOD_ACCEPTED,
+}
 
 
 def _accepted(field: str) -> str:
@@ -255,7 +280,7 @@ def _accepted(field: str) -> str:
         return f"an integer from {lo} to {hi}"
     if field in _CHOICES:
         return "one of " + ", ".join(repr(c) for c in _CHOICES[field])
-    return {"scale": _SCALE_ACCEPTED, "name": "a non-empty string without '/', '\\' or NUL", "sinks": "true or false"}.get(field, "a value")
+    return _TEXT.get(field, "a value")
 
 
 def _check_field(field: str, value: Any, where: str | None) -> None:
@@ -274,14 +299,14 @@ def _check_field(field: str, value: Any, where: str | None) -> None:
             raise SpecError("scale", value, _SCALE_ACCEPTED, where)
     elif field == "sinks":
         if not isinstance(value, (bool, np.bool_)):
-            raise SpecError("sinks", value, "true or false", where)
+            raise SpecError("sinks", value, _accepted("sinks"), where)
     elif field == "window":
         if (
             not isinstance(value, tuple)
             or len(value) != 2
             or any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not -1 <= w <= MAX_WINDOW for w in value)
         ):
-            raise SpecError("window", value, f"two integers (left, right), each from 0 to {MAX_WINDOW} or -1 for unbounded", where)
+            raise SpecError("window", value, _WINDOW_ACCEPTED, where)
 
 
 def validate(spec: AttentionSpec, where: str | None = None) -> None:
@@ -320,7 +345,7 @@ def validate(spec: AttentionSpec, where: str | None = None) -> None:
 
 def _check_packed_ids(spec: AttentionSpec, where: str | None) -> None:
     ids = spec.packed_ids
-    accepted = "[] or two names [query ids, key ids] of int32 params of shapes [seq_q] and [seq_k]"
+    accepted = _PACKED_ACCEPTED
     if ids == ():
         return
     if not isinstance(ids, tuple) or len(ids) != 2 or not all(isinstance(n, str) for n in ids):
@@ -343,12 +368,43 @@ def _check_packed_ids(spec: AttentionSpec, where: str | None) -> None:
         )
 
 
+def _generate_params(spec: AttentionSpec) -> None:
+    """Make the values of ``spec``'s generated parameters (:mod:`tilegen.core.paramgen`) for its sizes,
+    in place (the spec is being built). Nothing when no parameter has a generator, or while the sizes
+    are not valid yet (:func:`validate` then names them).
+
+    Raises:
+        SpecError: ``params.NAME.KEY`` when the generator cannot fill the parameter at these sizes.
+    """
+    params = spec.params
+    if not isinstance(params, tuple) or not any(getattr(p, "generator", None) is not None for p in params):
+        return
+    try:
+        for field in ("batch", "heads_q", "heads_kv", "seq_q", "seq_k"):
+            _check_field(field, getattr(spec, field), None)
+    except SpecError:
+        return
+    sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+    out = []
+    for p in params:
+        if getattr(p, "generator", None) is not None:
+            try:
+                shape = p.concrete_shape(sizes)
+            except (TypeError, ValueError):
+                shape = None
+            if shape is not None and len(shape) == 1 and shape[0] > 0:
+                gen, values = p.generator.apply(shape[0], f"params.{p.name}.{p.generator.kind}")
+                p = dataclasses.replace(p, values=values, generator=gen)
+        out.append(p)
+    object.__setattr__(spec, "params", tuple(out))
+
+
 def _check_mods(spec: AttentionSpec, where: str | None) -> None:
     """Parse the mods against the declared params (a ModError names the construct); check each
     parameter's values against its shape."""
     for field in ("score_mod", "mask_mod"):
         if not isinstance(getattr(spec, field), str):
-            raise SpecError(field, getattr(spec, field), "an expression string of the mod language, or absent", where)
+            raise SpecError(field, getattr(spec, field), _MOD_ACCEPTED, where)
     if spec.params == () and not spec.score_mod and not spec.mask_mod:
         return  # no mods: the mod language (sympy) is not imported
     from tilegen.core.mods import ModError, ParamDecl, parse
@@ -367,7 +423,11 @@ def _check_mods(spec: AttentionSpec, where: str | None) -> None:
         if any(d <= 0 for d in shape):
             raise SpecError(f"params.{p.name}.shape", list(map(str, p.shape)), f"sizes that are positive for this spec (got {shape})", where)
         if p.values is not None and len(p.values) != int(np.prod(shape)):
-            raise SpecError(f"params.{p.name}.values", f"{len(p.values)} values", f"{int(np.prod(shape))} values (shape {list(shape)})", where)
+            raise SpecError(
+                f"params.{p.name}.values", f"{len(p.values)} values",
+                f"{int(np.prod(shape))} values (shape {list(shape)}): explicit values do not follow a size change; "
+                f"a generator does ({', '.join(GENERATORS)}; tilegen spec --fields)", where,
+            )
     for field, kind in (("score_mod", "score"), ("mask_mod", "mask")):
         text = getattr(spec, field)
         if text:
@@ -436,7 +496,7 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
     else:
         if mask == "window":
             if not isinstance(window, (list, tuple)) or len(window) != 2:
-                errors.append(SpecError("window", window, "[left, right] (two integers, -1 for unbounded) when mask = 'window'", where))
+                errors.append(SpecError("window", window, _WINDOW_ACCEPTED, where))
             else:
                 data["window"] = tuple(window)
         elif window is not None:
@@ -462,9 +522,16 @@ def spec_from_dict(data: Mapping[str, Any], where: str | None = None) -> Attenti
     if errors:
         raise SpecErrors(errors)
     try:
-        return AttentionSpec(**data)
+        spec = AttentionSpec(**data)
     except SpecError as exc:
         raise SpecError(exc.field, exc.value, exc.accepted, where) from None
+    for given, made in zip(data.get("params", ()), spec.params):
+        # lengths written in the file are the lengths meant: scaled only by a later size override
+        if given.generator != made.generator:
+            field = f"params.{given.name}.{given.generator.kind}"
+            length = len(made.values)
+            raise SpecError(field, given.generator.spec_value(), f"document lengths summing to {length} (the parameter's length, shape [{', '.join(map(str, made.shape))}]), or a count of documents", where)
+    return spec
 
 
 def load_spec(path: str | Path) -> AttentionSpec:
@@ -498,7 +565,7 @@ def load_spec(path: str | Path) -> AttentionSpec:
 
 def builtin_specs() -> dict[str, Path]:
     """Names of the built-in specs and their files."""
-    return {p.stem: p for p in sorted(specs_dir().glob("*.toml"))}
+    return builtin_spec_files()
 
 
 def builtin_spec(name: str) -> AttentionSpec:
@@ -511,6 +578,121 @@ def builtin_spec(name: str) -> AttentionSpec:
     if name not in specs:
         raise SpecError("spec", name, "one of " + ", ".join(specs), None)
     return load_spec(specs[name])
+
+
+# --- the field reference --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    """One key of a spec file, as :func:`field_reference` lists it.
+
+    Attributes:
+        name: the key (``params.NAME.KEY`` for the keys of a parameter table).
+        type: the TOML type.
+        accepted: what the checks accept, in the words of their errors.
+        default: the value when absent (``required`` for a field that must be given).
+        example: one TOML line.
+        doc: what it means.
+    """
+
+    name: str
+    type: str
+    accepted: str
+    default: str
+    example: str
+    doc: str
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+# (key, type, default when not the dataclass's, example, meaning); the accepted words come from the
+# tables the checks read (_INT_RANGES, _CHOICES, _TEXT, tilegen.core.paramgen), the defaults of the
+# fields without an entry here from AttentionSpec itself
+_REFERENCE = (
+    ("name", "string", "the file's name without its extension", 'name = "llama3-8b"', "a label for reports and file names"),
+    ("batch", "integer", "required", "batch = 1", "B, the batch size"),
+    ("heads_q", "integer", "required (or heads)", "heads_q = 32", "Hq, the query heads"),
+    ("heads_kv", "integer", "heads_q", "heads_kv = 8", "Hkv, the key/value heads; divides heads_q (GQA, MQA when smaller)"),
+    ("heads", "integer", "absent", "heads = 16", "sets heads_q and heads_kv to the same value"),
+    ("seq_q", "integer", "required (or seq)", "seq_q = 8192", "Sq, the query length"),
+    ("seq_k", "integer", "required (or seq)", "seq_k = 8192", "Sk, the key/value length"),
+    ("seq", "integer", "absent", "seq = 4096", "sets seq_q and seq_k to the same value"),
+    ("head_dim_qk", "integer", "required (or head_dim)", "head_dim_qk = 128", "Dqk, the head dim of Q and K"),
+    ("head_dim_v", "integer", "head_dim_qk", "head_dim_v = 128", "Dv, the head dim of V and O"),
+    ("head_dim", "integer", "absent", "head_dim = 64", "sets head_dim_qk and head_dim_v to the same value"),
+    ("dtype", "string", None, 'dtype = "bf16"', "the dtype of Q, K, V, O and the gradients (L is always fp32)"),
+    ("scale", "number", "1/sqrt(head_dim_qk)", "scale = 0.125", "the softmax scale"),
+    ("mask", "string", "'none' ('window' when window is given)", 'mask = "causal"', "the window: none, causal (-1, 0), or window = [left, right]"),
+    ("window", "array of 2 integers", "absent (mask decides)", "window = [4096, 0]",
+     "key j is visible to query i iff i + off - left <= j <= i + off + right (-1: unbounded); with mask = 'window'"),
+    ("alignment", "string", None, 'alignment = "top_left"', "where the causal diagonal sits when Sq != Sk: off = Sk - Sq (bottom_right) or 0"),
+    ("layout", "string", None, 'layout = "BSND"', "how Q, K, V, O lie in memory: [B, N, S, D] or [B, S, N, D]"),
+    ("score_mod", "string", "absent (none)", 'score_mod = "30 * tanh(score / 30)"',
+     "a score modification over score, b, h, q_idx, kv_idx, the sizes and the params (tilegen.mods)"),
+    ("mask_mod", "string", "absent (none)", 'mask_mod = "doc[q_idx] == doc[kv_idx]"', "a mask modification, and-ed with the window"),
+    ("sinks", "boolean", None, "sinks = true", "one learnable logit per query head in every row's softmax denominator (input sinks [Hq])"),
+    ("packed_ids", "array of 2 strings", "[] (no packed batch)", 'packed_ids = ["doc", "doc"]',
+     "the int32 params holding each query's and key's sequence id in a packed batch; no output row is written where negative"),
+)
+
+
+def _default_text(name: str) -> str:
+    field = next(f for f in dataclasses.fields(AttentionSpec) if f.name == name)
+    value = field.default
+    return "false" if value is False else "true" if value is True else repr(value)
+
+
+def field_reference() -> list[FieldDoc]:
+    """Every key of a spec file: the fields of :class:`AttentionSpec`, the shorthands (``heads``,
+    ``seq``, ``head_dim``, ``mask``) and the keys of a ``[params.NAME]`` table, the generators
+    (``documents``, ``prefix``, ``alibi``) included, each with its type, what the checks accept (the
+    words of their errors: the same tables :func:`validate` and :func:`spec_from_dict` read, so that the
+    reference cannot drift from them), its default and an example. ``tilegen spec --fields`` prints it;
+    :func:`format_field_reference` renders it as text or Markdown."""
+    from tilegen.core.paramgen import DTYPE_ACCEPTED, GENERATORS, SHAPE_ACCEPTED, VALUES_ACCEPTED
+
+    out = []
+    for name, type_, default, example, doc in _REFERENCE:
+        pair = _SHORTHANDS.get(name)
+        accepted = _accepted(pair[0] if pair else name)
+        out.append(FieldDoc(name, type_, accepted, default if default is not None else _default_text(name), example, doc))
+    params = [
+        ("shape", "array of integers or strings", "the generator's shape; required without one", 'shape = ["Hq"]', SHAPE_ACCEPTED,
+         "the parameter's shape in terms of the spec's sizes"),
+        ("dtype", "string", "'fp32'; the generator's dtype with one", 'dtype = "int32"', DTYPE_ACCEPTED, "the parameter's dtype"),
+        ("values", "array of numbers", "absent: the caller gives the array (run: random or --data)", "values = [0.25, 0.0625]",
+         VALUES_ACCEPTED, "the values, flattened row-major; they do not follow a size override"),
+    ]
+    for key, type_, default, example, accepted, doc in params:
+        out.append(FieldDoc(f"params.NAME.{key}", type_, accepted, default, example, doc))
+    for g in GENERATORS.values():
+        type_ = "boolean or string" if g.key == "alibi" else "integer or array of integers"
+        out.append(FieldDoc(f"params.NAME.{g.key}", type_, g.accepted, "absent", g.example,
+                            f"{g.doc}; sets dtype {g.dtype!r} and, without shape, shape [{g.shape!r}]; instead of values"))
+    return out
+
+
+def format_field_reference(markdown: bool = False, width: int = 100) -> str:
+    """:func:`field_reference` as text wrapped at ``width`` columns, or as one Markdown table."""
+    import textwrap
+
+    fields = field_reference()
+    if markdown:
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        lines = ["| field | type | accepted | default | example | meaning |", "|---|---|---|---|---|---|"]
+        lines += [f"| `{f.name}` | {cell(f.type)} | {cell(f.accepted)} | {cell(f.default)} | `{cell(f.example)}` | {cell(f.doc)} |" for f in fields]
+        return "\n".join(lines) + "\n"
+    lines = ["Spec file fields (TOML or YAML; a [params.NAME] table per parameter array the mods read):"]
+    for f in fields:
+        lines.append("")
+        lines.append(f"{f.name} ({f.type})")
+        for label, text in (("accepted", f.accepted), ("default", f.default), ("example", f.example), ("meaning", f.doc)):
+            lines.extend(textwrap.wrap(f"{label}: {text}", width, initial_indent="    ", subsequent_indent="        ", break_on_hyphens=False))
+    return "\n".join(lines) + "\n"
 
 
 UNBOUNDED = 1 << 62  # stands for ±infinity in int64 arithmetic (positions are far below 2^62)

@@ -31,6 +31,7 @@ from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
 from tilegen.backends import compile_backward, compile_forward
 from tilegen.passes.driver import PassLog
+from tilegen.harness.text import WIDTH, format_inspect, format_summary, format_tradeoff, wrap_lines  # noqa: F401 (re-exported)
 
 MIB = 1 << 20
 INT32_MAX = 2**31 - 1
@@ -265,154 +266,6 @@ def _compiled_report(label: str, compile_, target: Target | None, expressions: b
     return {**_program_report(label, program, log, target, expressions), "_program": program}
 
 
-def format_inspect(report: dict, *, candidates: int = 8, show_nest: bool = True) -> str:
-    """The text ``tilegen inspect`` prints."""
-    lines = []
-    tgt = report["target"]
-    words = report["backend"]
-    if tgt:
-        lines.append(f"target {tgt['name']}: {tgt['description']}")
-    for prog in report["programs"]:
-        lines.append("")
-        if "error" in prog:
-            lines.extend(_format_no_fit(prog, list(tgt["levels"]) if tgt else []))
-            continue
-        lines.append(f"== {prog['label']}: kernels {', '.join(prog['kernels'])}")
-        sched = prog.get("schedule")
-        tiles = prog["tiles"]
-        if sched:
-            cands = sched["candidates"]
-            feasible = sorted((c for c in cands if c["feasible"]), key=lambda c: c["predicted_s"])
-            rejected = [c for c in cands if not c["feasible"]]
-            how = "forced by the user" if sched["forced"] else (
-                f"the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
-            )
-            rows = prog.get("triton_rows")
-            emitted = prog.get("emitted")
-            if emitted:
-                how = "forced by the user" if emitted["tiles_source"] == "given by the caller" else f"from {emitted['tiles_source']}"
-                if emitted["tiles_source"].startswith("the cost model"):
-                    how = f"the cost model: the fastest predicted of {len(feasible)} feasible candidates ({len(rejected)} rejected)"
-            origin = prog.get("origin")
-            lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']}: {how}" + (f" [{origin['tiles']}]" if origin else ""))
-            for line in (rows or {}).get("skipped", []):
-                lines.append(f"  {line}")
-            if emitted and "group_split" in emitted:
-                heavy = ", heavy first" if emitted["heavy_first"] else ""
-                lines.append(f"  group split: {emitted['group_split']}{heavy} ({emitted['group_split_source']})")
-            if prog.get("dq_direct"):
-                dd = prog["dq_direct"]
-                lines.append(f"  direct-dq: {'D and dQ in main, no pre or post' if dd['folded'] else 'not applied: ' + dd['why']}")
-            if emitted and "heavy_first_source" in emitted:
-                lines.append(f"  heavy first: {'yes' if emitted['heavy_first'] else 'no'} ({emitted['heavy_first_source']})")
-            for name, launch in (emitted or {}).get("launch", {}).items():
-                tag = f" [{origin['launch'][name]}]" if origin else ""
-                lines.append(f"  launch {name}: num_warps={launch['num_warps']}, num_stages={launch['num_stages']} ({launch['source']}){tag}")
-            model = prog.get("model")
-            if model:
-                per = ", ".join(f"{k['name']} {format_seconds(k['time_s'])}" for k in model["kernels"])
-                lines.append(f"  {model['label']}: {format_seconds(model['time_s'])}, {model['tflops']:.0f} TFLOP/s of matmul "
-                             f"for this schedule (GPU cost model, tilegen.models.cost.predict_gpu; {per}; launches included)")
-            levels = list(tgt["levels"])
-            scored = "model" if model else "roofline"
-            note = "  (the tile search: each candidate scored at [triton.default] num_warps)" if model else ""
-            lines.append("  " + f"{'Br':>4} {'Bc':>4} {scored:>11}  " + "  ".join(f"{lv:>9}" for lv in levels) + note)
-            for c in feasible[:candidates]:
-                mark = "*" if (c["Br"], c["Bc"]) == (tiles["Br"], tiles["Bc"]) else " "
-                peaks = "  ".join(f"{format_bytes(c['peak_bytes'].get(lv, 0)):>9}" for lv in levels)
-                lines.append(f"{mark} {c['Br']:>4} {c['Bc']:>4} {format_seconds(c['predicted_s']):>11}  {peaks}")
-            if len(feasible) > candidates:
-                lines.append(f"  ... {len(feasible) - candidates} more feasible")
-            for c in rejected[:candidates]:
-                over = ", ".join(f"{lv} over by {format_bytes(v)}" for lv, v in c["overflow_bytes"].items())
-                lines.append(f"  {c['Br']:>4} {c['Bc']:>4} rejected: {over}")
-            if len(rejected) > candidates:
-                lines.append(f"  ... {len(rejected) - candidates} more rejected")
-            lines.append("footprint vs usable capacity per core (bytes: the allocation plan, first fit in order of first use, "
-                         "gaps included; listed: the buffers live at the peak; --json gives the expressions):")
-            for fp in prog["footprints"]:
-                share = fp["bytes"] / fp["usable"] if fp["usable"] else 0
-                lines.append(
-                    f"  {fp['kernel']:<5} {fp['level']:<4} {format_bytes(fp['bytes']):>11} of {format_bytes(fp['usable']):>11} ({share:5.1%})  "
-                    + " + ".join(fp["peak_buffers"])
-                    + (" (every extent padded to a power of two)" if fp.get("pow2") else "")
-                )
-            pred = prog["prediction"]
-            units = words["units"]
-            lines.append(f"predicted on {pred['target']} (roofline per kernel: the slowest of {units}, HBM, L2):")
-            lines.append(
-                f"  {'kernel':<6} {'programs':>9} {'busy':>5} {'matmul FLOP':>12} {'vector op':>10} {'exp op':>10} {'HBM':>10} {'L2':>10} {'time':>11}  bound"
-            )
-            for k in pred["kernels"]:
-                f = k["flops"]
-                lines.append(
-                    f"  {k['name']:<6} {k['programs']:>9} {k['busy_fraction']:>5.2f} {f.get('matmul', 0):>12.3e} {f.get('vector', 0):>10.3e} "
-                    f"{f.get('exp', 0):>10.3e} {format_bytes(k['bytes']['hbm']):>10} {format_bytes(k['bytes']['l2']):>10} {format_seconds(k['time_s']):>11}  {k['bound']}"
-                )
-            lines.append(
-                f"  roofline total {format_seconds(pred['time_s'])}; matmul {pred['matmul_flops']:.3e} FLOP at {pred['utilization']:.1%} of peak; "
-                f"HBM {format_bytes(pred['hbm_bytes'])}, L2 {format_bytes(pred['l2_bytes'])}"
-            )
-        else:
-            lines.append(f"tile sizes: Br={tiles['Br']}, Bc={tiles['Bc']} (defaults; give --target to choose them for hardware)")
-            flops = prog["flops"]
-            lines.append("work: " + ", ".join(f"{k} {v:.3e}" for k, v in sorted(flops.items())))
-        lines.extend(_format_blocks(prog))
-        for w in prog.get("offsets_past_int32", []):
-            lines.append(
-                f"note: {w['tensor']} has {w['elements']:,} elements, past 2^31: element offsets need 64 bits "
-                "(the generated code computes every offset in int64)"
-            )
-        lines.append(words["traffic"] + ", ".join(f"{n} {format_bytes(v)}" for n, v in prog["hbm_bytes_by_tensor"].items()))
-        if show_nest:
-            lines.append("loop nest with placements:")
-            lines.append(prog["loop_nest"].rstrip())
-    return "\n".join(lines) + "\n"
-
-
-def _format_blocks(prog: dict) -> list[str]:
-    """The lines on a program's mods and block classes (none without mods)."""
-    if "mods" not in prog:
-        return []
-    m = prog["mods"]
-    lines = []
-    if "score_mod" in m:
-        lines.append(f"score_mod: {m['score_mod']}   (d score'/d score = {m['dscore']})")
-    if "mask_mod" in m:
-        lines.append(f"mask_mod: {m['mask_mod']}   (and-ed with the window)")
-    blk = prog.get("block_classes")
-    if blk is None:
-        lines.append("tile pairs: no mask mod: the window's loop bounds decide which tiles run")
-        return lines
-    shape = "x".join(map(str, blk["table_shape"]))
-    if blk["empty"] is None:
-        lines.append(f"tile pairs ({blk['total']:,} in the block table [{shape}]): classes {blk['source']}: a classify pre-kernel "
-                     "computes them; counts and prediction assume every tile in the window's bounds is visited and partial")
-        return lines
-    total = max(blk["total"], 1)
-    lines.append(
-        f"tile pairs ({blk['source']}; {blk['per']}, table [{shape}]): {blk['empty']:,} empty ({blk['empty'] / total:.1%}, skipped), "
-        f"{blk['partial']:,} partial (masked), {blk['full']:,} full (mask skipped) of {blk['total']:,}"
-    )
-    return lines
-
-
-def _format_no_fit(prog: dict, levels: list[str]) -> list[str]:
-    """A program without a schedule: the reason, then every rejected candidate's peak per level (a
-    level it overflows is marked ``+over``)."""
-    lines = [f"== {prog['label']}: no schedule", f"  {prog['error']}", "  rejected candidates (peak bytes per core; +N: over the usable capacity by N):"]
-    lines.append("  " + f"{'Br':>4} {'Bc':>4}  " + "  ".join(f"{lv:>22}" for lv in levels))
-    for c in prog["rejected"]:
-        cells = []
-        for lv in levels:
-            text = format_bytes(c["peak_bytes"].get(lv, 0))
-            if lv in c["overflow_bytes"]:
-                text += f" +{format_bytes(c['overflow_bytes'][lv])}"
-            cells.append(f"{text:>22}")
-        lines.append("  " + f"{c['Br']:>4} {c['Bc']:>4}  " + "  ".join(cells))
-    return lines
-
-
 # --- store P versus recompute -------------------------------------------------------------------------
 
 
@@ -493,50 +346,6 @@ def tradeoff_report(spec: AttentionSpec, target: str, layers: int = 32, dq_strat
     }
 
 
-def format_tradeoff(r: dict) -> str:
-    """The store-P-versus-recompute report as text, with the checks of the usual argument."""
-    ph = r["per_head"]
-    lines = [
-        f"store P versus recompute: {r['spec']['name']} (Sq={r['spec']['seq_q']}, Sk={r['spec']['seq_k']}, "
-        f"D={r['spec']['head_dim_qk']}, {r['spec']['dtype']}, {r['heads_per_layer']} heads x {r['layers']} layers) "
-        f"on {r['target']} ({r['peak_tflops']:.0f} TFLOP/s, {r['hbm_tb_s']:.2f} TB/s)",
-        "",
-        "the per-head argument:",
-        f"  P of one head            {format_bytes(ph['P_bytes'])}  (Sq x Sk x {dtypes.itemsize(r['spec']['dtype'])} B)",
-        f"  reading it once          {format_seconds(ph['read_P_once_s'])}  at {r['hbm_tb_s']:.2f} TB/s",
-        f"  recomputing S = QK^T     {format_seconds(ph['recompute_S_on_cube_s'])}  (2 Sq Sk D FLOP at {r['peak_tflops']:.0f} TFLOP/s)",
-        "",
-        "where that argument is incomplete (and the report disagrees with it):",
-        "  - storing P is not one read: the backward writes P and reads it back, and does the same for dS;",
-        "    P is kept in fp32 (dS = P o (dP - D) must not read a rounded P), dS in the input dtype:",
-        f"    Sq x Sk x 2 x (4 + {dtypes.itemsize(r['spec']['dtype'])}) B = {format_bytes(ph['store_P_traffic_bytes'])} per head, {format_seconds(ph['store_P_traffic_s'])} of HBM time.",
-        "  - recomputing P is not only QK^T on the cube: P = exp(S - L) costs Sq x Sk exponentials on the",
-        f"    vector unit, {format_seconds(ph['recompute_exp_on_vector_s'])} per head at the target's exp rate"
-        + (" (an estimate)" if r["exp_rate_estimate"] else "")
-        + "; the cube and vector units overlap, so the slower of the two sets the pace.",
-        "  - per head in isolation, neither number is the cost: the full programs below count every byte",
-        "    and FLOP of both backwards and divide the layer's predicted time by its heads.",
-        "",
-        "HBM held = what the forward keeps for the backward (P, or only L) for every layer, plus the",
-        "backward's own workspaces (dS, D, the fp32 dQ accumulator) for the layer being processed.",
-        "",
-        f"{'':<20}{'':<19}{'HBM held':>12}{'HBM moved':>12}{'predicted':>12}",
-    ]
-    for form, scopes in r["forms"].items():
-        for scope, v in scopes.items():
-            lines.append(f"{form:<20}{scope:<19}{format_bytes(v['held_bytes']):>12}{format_bytes(v['moved_bytes']):>12}{format_seconds(v['time_s']):>12}")
-    model = f"model ({r['layers']} layers)"
-    sp, rc = r["forms"]["store P (unfused)"], r["forms"]["recompute (fused)"]
-    lines.append("")
-    lines.append(
-        f"for the model, recompute holds {sp[model]['held_bytes'] / max(rc[model]['held_bytes'], 1):.0f}x less HBM "
-        f"({format_bytes(sp[model]['held_bytes'])} vs {format_bytes(rc[model]['held_bytes'])}), moves "
-        f"{sp[model]['moved_bytes'] / max(rc[model]['moved_bytes'], 1):.1f}x fewer bytes and is predicted "
-        f"{sp[model]['time_s'] / max(rc[model]['time_s'], 1e-30):.2f}x faster than storing P."
-    )
-    return "\n".join(lines) + "\n"
-
-
 def tiles_map_data(spec: AttentionSpec, target: str | None, *, at: tuple[int, int] = (0, 0), dq_strategy: str = "atomic", tile_sizes=None, programs=("fwd", "bwd")) -> list[dict]:
     """Per program (the schedule ``target`` gets, as :func:`tilegen.harness.runner.compile_run`), the block
     classes of batch ``at[0]``, query head ``at[1]``, for :func:`tilegen.harness.plot.plot_tiles_map`. Without
@@ -592,12 +401,13 @@ def timeline_report(
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
     :meth:`tilegen.backends.compiler.Backend.resolve`. Raises as the three functions do."""
     from tilegen.backends.ascendc.cost import predict_emitted
-    from tilegen.models.cost import predict
     from tilegen.backends.ascendc.timeline import simulate_program
+    from tilegen.core.progress import steps
+    from tilegen.models.cost import predict
 
     tgt = load_target(target)
     out: dict = {"target": tgt.name, "programs": [], "estimates": sorted(k for k, v in tgt.timeline.items() if v.estimate)}
-    for prog in programs:
+    for prog in steps(programs, f"simulate on {tgt.name}", unit="program"):
         compile_ = compile_forward if prog == "fwd" else compile_backward
         kwargs = {} if prog == "fwd" else {"dq_strategy": dq_strategy, "dkv_strategy": dkv_strategy}
         program = compile_(spec, target=tgt, tile_sizes=tile_sizes, log=PassLog(), **kwargs)
@@ -687,16 +497,18 @@ def format_timeline(report: dict) -> str:
         f"== timeline of the emitted code on {report['target']}, predicted (not measured): roofline (the tile chooser's "
         "ranking estimate: all units overlapped, every HBM tensor at the HBM rate, the hand-offs' writes and reads together "
         "at the chip's L2 read rate; it can be slower than the other two), model (the emitted helpers; cube and vector "
-        "meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe)",
+        "meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe); in parentheses the share "
+        "of the cube's peak",
         "   cost table: the target's [timeline]; estimates: " + ", ".join(report["estimates"]),
     ]
     for prog in report["programs"]:
         r, m, s = prog["roofline"], prog["model"], prog["simulated"]
         lines.append(
-            f"{prog['label']}: roofline {format_seconds(r['time_s'])} ({_pct(r['utilization'])} of cube peak) | "
+            f"{prog['label']}: roofline {format_seconds(r['time_s'])} ({_pct(r['utilization'])}) | "
             f"model {format_seconds(m['time_s'])} ({_pct(m['utilization'])}) | simulated {format_seconds(s['time_s'])} "
-            f"({_pct(s['utilization'])}); model / simulated = {m['time_s'] / s['time_s']:.2f}"
+            f"({_pct(s['utilization'])})"
         )
+        lines.append(f"  model / simulated = {m['time_s'] / s['time_s']:.2f}")
         if s.get("sync_alls"):
             lines.append(
                 f"  {s['launches']} launch(es), its kernels separated by {s['sync_alls']} SyncAll barrier(s): "
@@ -714,4 +526,4 @@ def format_timeline(report: dict) -> str:
             crit = k["critical_path_share"]
             if crit:
                 lines.append("    simulated critical path (slowest block): " + ", ".join(f"{p} {_pct(v)}" for p, v in crit.items()))
-    return "\n".join(lines) + "\n"
+    return wrap_lines("\n".join(lines) + "\n")

@@ -109,6 +109,10 @@ def mod_params(spec: AttentionSpec, seed: int, given: dict[str, np.ndarray] | No
         if p.name in given:
             arrays[p.name] = given.pop(p.name)
             notes.append(f"{p.name} {list(shape)} given")
+        elif p.generator is not None:
+            value = p.generator.spec_value()
+            shown = "true" if value is True else repr(value)
+            notes.append(f"{p.name} {list(shape)} from the spec's generator {p.generator.kind} = {shown}")
         elif p.values is not None:
             notes.append(f"{p.name} {list(shape)} from the spec's values")
         elif p.dtype == "fp32":
@@ -415,13 +419,16 @@ def _check_on_twin(
     and the sinks; with sinks, ``sink_ref``/``sink_plain`` the references holding ``dparams["sinks"]``)."""
     from tilegen.backends import ascendc
     from tilegen.backends.ascendc import twin
+    from tilegen.core.progress import step
 
-    generated = ascendc.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
+    with step(f"generate the Ascend C for {target}"):
+        generated = ascendc.generate(spec, target, dq_strategy=dq_strategy, tile_sizes=tile_sizes)
     files = generated.files
     report.twin_schedule = generated.manifest["schedule"]
     exe = twin.build_real(files, asc_devkit) if asc_devkit is not None else twin.build(files)
     tag = "real-API twin" if asc_devkit is not None else "twin"
-    fwd, grads = twin.run_attention(exe, spec, data, params=params)
+    with step(f"run the kernels on the {tag}"):
+        fwd, grads = twin.run_attention(exe, spec, data, params=params)
     qrows, krows = packed_rows(spec, params or {})
     o_ref, l_ref, o_pl, l_pl = fwd_refs
     report.comparisons.append(_compare_rows(f"O ({tag})", fwd["O"], o_ref, o_pl, qrows, spec.dtype, terms=longest_sum(spec)))

@@ -65,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from tilegen.core.errors import TilegenError
+from tilegen.core.progress import step, steps
 from tilegen.passes.ascend.one_launch import SyncAll
 from tilegen.passes.ascend.snake_deal import deal_of
 from tilegen.passes.ascend.stream_programs import Stream
@@ -776,7 +777,9 @@ def simulate_program(
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the timeline needs one (targets/ascend910b2.toml has it)")
     costs = Costs(tgt.timeline)
-    gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
+    label = "forward" if program == "fwd" else "backward"
+    with step(f"{label}: generate the Ascend C"):
+        gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
     _, plans = ascendc.plan_programs(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
     plan = plans[0 if program == "fwd" else 1]
     prog = plan.program
@@ -805,11 +808,12 @@ def simulate_program(
         return traces
 
     if exact:
-        traces = segments(trace_run(exe, spec, program, cores))
+        with step(f"{label}: run the twin on {cores} cores, traced"):
+            traces = segments(trace_run(exe, spec, program, cores))
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             blocks = traces.get(n, {})
             blocks = l2_levels(blocks) if l2_ok[n] else blocks
-            scheds = {b: simulate_block(c, costs) for b, c in sorted(blocks.items())}
+            scheds = {b: simulate_block(c, costs) for b, c in steps(sorted(blocks.items()), f"{label} {k.name}: schedule the instances", unit="instance")}
             end = max((s.end for s in scheds.values()), default=0.0)
             total: dict[str, float] = defaultdict(float)
             for s in scheds.values():
@@ -855,14 +859,16 @@ def simulate_program(
         # then shows in the trace, and l2_levels prices it as the full launch would
         near = {max((u for u in (t - 1, t + 1) if 0 <= u < tiles), key=lambda u: (pairs[u], u), default=t) for t in picks}
         traced = sorted(set(picks) | near)
-        traces = segments(trace_run(exe, small, program, max(need, max(traced) + 1), traced))
-        streams = _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs)
+        with step(f"{label}: run the twin on {len(traced)} instances of one head, traced"):
+            traces = segments(trace_run(exe, small, program, max(need, max(traced) + 1), traced))
+        with step(f"{label}: run the streamed kernels on one core, traced"):
+            streams = _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs)
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
             blocks = l2_levels(blocks) if l2_ok[n] else blocks
             samples = [t for t in picks if t < t_n and t in blocks]
-            scheds = {t: simulate_block(blocks[t], costs) for t in samples}
+            scheds = {t: simulate_block(blocks[t], costs) for t in steps(samples, f"{label} {k.name}: schedule the instances", unit="instance")}
             keys = sorted({key for s in scheds.values() for key in _busy_by_type(s.busy)})
             x = np.array([[1.0, pr[t] - ct[t], ct[t]] for t in samples])
             y = np.array([[scheds[t].end] + [_busy_by_type(scheds[t].busy).get(key, 0.0) for key in keys] for t in samples])
@@ -904,6 +910,5 @@ def simulate_program(
     flops = sum(counts[k.name].flops.get("matmul", 0) for k in kernels_ir)
     peak = tgt.matmul_flops(matmul_dtype(prog))
     util = flops / (time_s * peak) if time_s > 0 else 0.0
-    label = "forward" if program == "fwd" else "backward"
     syncs = sum(k.has(SyncAll) for k in kernels_ir)
     return ProgramTimeline(label, out, time_s, int(flops), util, clock, launch_s, len(kernels_ir) - syncs, syncs, overhead_s)

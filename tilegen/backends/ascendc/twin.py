@@ -29,6 +29,7 @@ import numpy as np
 from tilegen.core import dtypes
 from tilegen.core.errors import SpecError, TilegenError
 from tilegen.core.exprs import evaluate
+from tilegen.core.progress import step, steps
 from tilegen.core.resources import package_dir
 from tilegen.core.spec import AttentionSpec
 
@@ -82,7 +83,8 @@ def build(files: dict[str, str], cache_dir: str | Path | None = None) -> Path:
     for name, text in files.items():
         _write_atomic(out / name, text)
     tmp = _private(exe)  # two processes building the same key must not share a temporary file
-    proc = subprocess.run([*cmd[:-1], tmp], capture_output=True, text=True)
+    with step(f"build the CPU twin ({Path(cxx).name})"):
+        proc = subprocess.run([*cmd[:-1], tmp], capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if "error" in ln][:8] or proc.stderr.splitlines()[:8]
         raise TwinError("twin build failed:\n" + "\n".join(lines))
@@ -237,7 +239,7 @@ def build_real(files: dict[str, str], devkit: str | Path, cache_dir: str | Path 
     jobs.append((exe, [cxx, "-std=c++17", "-O1", "-pthread", "-rdynamic", f"-I{stub_dir}", f"-I{CCE_DIR}",
                        str(stub_dir / "twin_main.cpp"), str(CCE_DIR / "runtime.cpp"), "-ldl", "-o", _private(exe)]))
     width = max(1, min(2, os.cpu_count() or 1))
-    for start in range(0, len(jobs), width):
+    for start in steps(range(0, len(jobs), width), f"build the real-API twin ({Path(cxx).name}, {len(jobs)} objects, {width} at a time)", unit="batch"):
         batch = jobs[start : start + width]
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _, cmd in batch]
         for (target, _), proc in zip(batch, procs):

@@ -179,8 +179,11 @@ def compile_resources(
                          "divisible": divisible, "num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
     request = {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}
     child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton.compile"], input=json.dumps(request), capture_output=True,
-                          text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
+    from tilegen.core.progress import step
+
+    with step(f"compile {len(jobs)} Triton kernels for sm_{capability} (Triton, ptxas)"):
+        done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton.compile"], input=json.dumps(request), capture_output=True,
+                              text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
     try:
         reply = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
