@@ -5,20 +5,21 @@ the dense float64 reference of tests/mod_reference.py fed the SAME Python mods e
 (``torch.func.vmap`` over b, h, q_idx, kv_idx, as FlexAttention applies them: neither the tracer, nor
 the sympy forms, nor the lowering is shared with the truth).
 
-To keep one twin build per group (a build is ~10 s on the hand twin, ~60 s on the real-API twin),
-each group runs its generators side by side, one per query head: head h of the group's spec applies
-generator h (called with h = 0, so each runs as written for a single-head problem); the reference is
-the same head-multiplexed function, and a failure names the generators of the heads that miss.
+Two twin builds cover them all (a build is ~10 s on the hand twin, ~30 s on the real-API twin, most of it
+the same for any mod): each group runs its generators side by side, one per query head: head h of the
+group's spec applies generator h (called with h = 0, so each runs as written for a single-head problem);
+the reference is the same head-multiplexed function, and a failure names the generators of the heads
+that miss.
 
 =========================  ==================================================================  ========
 group (B, H, Sq, Sk)       generators                                                          status
 =========================  ==================================================================  ========
-arith (1, 13, 34, 34)      causal, batchify, block_diffusion, dilated_sliding_window,          runs
+masks (1, 21, 34, 40)      causal, batchify, block_diffusion, dilated_sliding_window,          runs
                            jetspec_training, natten, tiled_natten, prefix_lm, sliding_window,
-                           sta_2d, sta_3d, svg_spatial, svg_temporal
-tables (1, 6, 16, 16)      doc_mask, packed_causal_doc, shared_prefix, global_sliding_window,  runs
-                           vsa, vsa_variable_blocks
-odd (1, 2, 6, 8)           vision_cross_attention, jetspec_tree_causal                         runs
+                           sta_2d, sta_3d, svg_spatial, svg_temporal (arithmetic);
+                           doc_mask, packed_causal_doc, shared_prefix, global_sliding_window,
+                           vsa, vsa_variable_blocks (captured tables); vision_cross_attention,
+                           jetspec_tree_causal (made for Sq != Sk)
 scores (2, 10, 10, 10)     tanh_softcap, alibi, activation gelu (exact, tanh), sigmoid, relu,  runs
                            graphormer_spatial, graphormer_edge, sandwich, mla_rope
                            (+ the gradients of the spatial Graphormer table and both RoPE tensors)
@@ -53,13 +54,18 @@ from tilegen.harness.check import compare, longest_sum
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no g++ for the CPU twin")
 
 
+# the mask group's sizes: queries and keys of different lengths (a cross-attention), so that every
+# generator runs on a partial last tile in both directions and on keys past the last query
+SQ, SK = 34, 40
+
+
 def _offsets():
-    return length_to_offsets([3, 6, 2, 5], "cpu")  # 16 tokens in 4 documents
+    return length_to_offsets([7, 12, 5, 9, 7], "cpu")  # 40 tokens in 5 documents
 
 
-def _topk():
+def _topk():  # VSA: 2 of the 10 key tiles of 4 tokens for each of the 9 query tiles
     gen = torch.Generator().manual_seed(2)
-    return torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(8)]).view(1, 2, 4, 2)
+    return torch.stack([torch.randperm(10, generator=gen)[:2] for _ in range(9)]).view(1, 1, 9, 2)
 
 
 def _table(*shape, seed=12):
@@ -73,8 +79,20 @@ def _graph(b, n):
     return adj, torch.randint(0, 3, (b, n, n), generator=gen)
 
 
-# name -> generator call; each group's generators share its sizes
-ARITH = {
+def _tree(n):  # a random tree of n nodes, parents before children
+    gen = torch.Generator().manual_seed(5)
+    return [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, n)]
+
+
+def _globals():
+    flags = torch.zeros(SK, dtype=torch.bool)
+    flags[[1, 9, 23]] = True
+    return flags
+
+
+# name -> generator call, one query head each of the mask group (B = 1, Sq = SQ, Sk = SK): arithmetic
+# on the indices, captured tensors (tables) read at them, and the generators made for Sq != Sk
+MASKS = {
     "causal": lambda: AM.causal_mask,
     "batchify": lambda: AM.batchify_mask_mod(AM.causal_mask, 8),
     "block_diffusion": lambda: AM.generate_block_diffusion_mask(8, 2),
@@ -88,18 +106,14 @@ ARITH = {
     "sta_3d": lambda: AM.generate_sta_mask_mod_3d((2, 4, 4), (2, 2, 4), (1, 2, 2), text_seq_len=2),
     "svg_spatial": lambda: AM.generate_spatial_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=1, round_width=2),
     "svg_temporal": lambda: AM.generate_temporal_head_mask_mod(prompt_length=3, num_frames=3, token_per_frame=4, width=2),
-}
-TABLES = {
     "doc_mask": lambda: AM.generate_doc_mask_mod(AM.causal_mask, _offsets()),
     "packed_causal_doc": lambda: AM.generate_packed_causal_doc_mask_mod(_offsets()),
-    "shared_prefix": lambda: AM.generate_shared_prefix_mask_mod(_offsets(), torch.tensor([0, 0, 2, 2])),
-    "global_sliding_window": lambda: AM.generate_global_sliding_window(2, torch.tensor([1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0], dtype=torch.bool)),
+    "shared_prefix": lambda: AM.generate_shared_prefix_mask_mod(_offsets(), torch.tensor([0, 0, 2, 2, 4])),
+    "global_sliding_window": lambda: AM.generate_global_sliding_window(2, _globals()),
     "vsa": lambda: AM.generate_vsa_mask_mod(_topk(), 4),
-    "vsa_variable_blocks": lambda: AM.generate_vsa_mask_mod(_topk(), 4, torch.tensor([4, 3, 4, 2])),
-}
-ODD = {
-    "vision_cross_attention": lambda: AM.generate_vision_cross_attention_mask_mod(torch.tensor([[0, 3], [2, 6]]), 4),
-    "jetspec_tree_causal": lambda: AM.generate_jetspec_tree_causal_mask_mod(4, AM.build_tree_ancestor_matrix([-1, 0, 0, 1, 1, 2], device="cpu")),
+    "vsa_variable_blocks": lambda: AM.generate_vsa_mask_mod(_topk(), 4, torch.tensor([4, 3, 4, 2, 4, 4, 1, 4, 3, 4])),
+    "vision_cross_attention": lambda: AM.generate_vision_cross_attention_mask_mod(torch.tensor([[0, 10], [5, 20], [12, 30], [25, 34]]), 10),
+    "jetspec_tree_causal": lambda: AM.generate_jetspec_tree_causal_mask_mod(SK - SQ, AM.build_tree_ancestor_matrix(_tree(SQ), device="cpu")),
 }
 # learnable tensors of the score group (their gradients are checked)
 LEARN = {"spatial": (2, 5), "q_rope": (2, 2, 10, 4), "k_rope": (2, 1, 10, 4)}
@@ -183,7 +197,7 @@ def _group(name):
         ref = {"score_fn": _ref_score(_scores), "mask_fn": lambda bi, hi, i, j, **_: j <= i,
                "params": {f"ref_{k}": t.double().numpy() for k, t in tables.items()}}
         return spec, arrays, ref, list(fns), names
-    gens, (b, sq, sk) = {"arith": (ARITH, (1, 34, 34)), "tables": (TABLES, (1, 16, 16)), "odd": (ODD, (1, 6, 8))}[name]
+    gens, b, sq, sk = MASKS, 1, SQ, SK
     fns = [g() for g in gens.values()]
     mux = _mux_mask(fns)
     _, mask, decls, window, arrays = M.mods_from_api(None, mux)
@@ -192,7 +206,7 @@ def _group(name):
     return spec, arrays, {"mask_fn": _ref_mask(mux)}, list(gens), {}
 
 
-GROUPS = ("arith", "tables", "odd", "scores")
+GROUPS = ("masks", "scores")
 _BUILDS: dict = {}
 
 

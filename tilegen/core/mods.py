@@ -1590,10 +1590,16 @@ def modset_from_spec(spec) -> ModSet | None:
     """The :class:`ModSet` of an :class:`~tilegen.core.spec.AttentionSpec` (None when it has no mods)."""
     if not spec.score_mod and not spec.mask_mod:
         return None
-    params = {p.name: p for p in spec.params}
-    score = parse(spec.score_mod, "score", params) if spec.score_mod else None
-    mask = parse(spec.mask_mod, "mask", params) if spec.mask_mod else None
-    return ModSet(score=score, mask=mask, params=tuple(spec.params))
+    return _modset(spec.score_mod, spec.mask_mod, tuple(spec.params))
+
+
+@functools.lru_cache(maxsize=128)
+def _modset(score_mod: str, mask_mod: str, decls: tuple) -> ModSet:
+    """The parsed mods of a spec's texts (cached: a spec's ``mods`` is read by every pass)."""
+    params = {p.name: p for p in decls}
+    score = parse(score_mod, "score", params) if score_mod else None
+    mask = parse(mask_mod, "mask", params) if mask_mod else None
+    return ModSet(score=score, mask=mask, params=decls)
 
 
 # --- NumPy evaluation --------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ Uses of the compiled programs (``ModOp``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ from tilegen.core.errors import SpecError, TargetError
 # names the emitted C++ gives the mod language's indices (grid variables b, hq; the row's query index q)
 _B, _H, _Q = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("b", "hq", "q"))
 _TO_C = {M.B_IDX: _B, M.H_IDX: _H, M.Q_IDX: _Q}
+_READS = frozenset({M.SCORE, *M.INDEX_SYMBOLS})
 _CNAMES = {M.B_IDX: "b", M.H_IDX: "hq", M.Q_IDX: "q", **{v: k for k, v in M.SIZE_SYMBOLS.items()}}
 
 _ACCEPTED = ("for the Ascend C backend, expressions of the mod language; on values that vary along the key row no "
@@ -145,16 +147,23 @@ class Compiled:
     compares: bool = False
 
 
-def _deps(e) -> set:
+def _deps(e) -> frozenset:
     """The index symbols and ``score`` an expression reads, through parameter reads' indices too."""
-    e = sympy.sympify(e)
-    out = set(e.free_symbols) & {M.SCORE, *M.INDEX_SYMBOLS}
-    for ix in e.atoms(sympy.Indexed):
-        for i in ix.indices:
-            out |= _deps(i)
-    return out
+    return _deps_of(sympy.sympify(e))
 
 
+@functools.lru_cache(maxsize=65536)
+def _deps_of(e) -> frozenset:
+    if isinstance(e, sympy.Symbol):
+        return frozenset({e}) & _READS
+    if isinstance(e, sympy.Indexed):
+        return frozenset().union(*(_deps_of(i) for i in e.indices))
+    if not e.args:
+        return frozenset()
+    return frozenset().union(*(_deps_of(a) for a in e.args))
+
+
+@functools.lru_cache(maxsize=65536)
 def _scalar_safe(e) -> bool:
     """Whether the scalar unit computes ``e`` (no transcendental function, no non-integer power)."""
     if e.has(*_TRANSCENDENTAL):
