@@ -14,17 +14,21 @@ that miss.
 =========================  ==================================================================  ========
 group (B, H, Sq, Sk)       generators                                                          status
 =========================  ==================================================================  ========
-masks (1, 21, 34, 40)      causal, batchify, block_diffusion, dilated_sliding_window,          runs
+masks (1, 29, 34, 40)      causal, batchify, block_diffusion, dilated_sliding_window,          runs
                            jetspec_training, natten, tiled_natten, prefix_lm, sliding_window,
                            sta_2d, sta_3d, svg_spatial, svg_temporal (arithmetic);
                            doc_mask, packed_causal_doc, shared_prefix, global_sliding_window,
                            vsa, vsa_variable_blocks (captured tables); vision_cross_attention,
-                           jetspec_tree_causal (made for Sq != Sk)
+                           jetspec_tree_causal (made for Sq != Sk); morton_natten and two
+                           mods of bit operations on key-varying integers (int32 rows, And/Or
+                           on their 16-bit halves); three of floor division and % by divisors
+                           that vary along the row or change sign (exact: one correction step);
+                           reads of captured tensors too large for a UB table through their
+                           spans and through the scalar loop from GM (the small tables above are
+                           UB tables read by Gather)
 scores (2, 10, 10, 10)     tanh_softcap, alibi, activation gelu (exact, tanh), sigmoid, relu,  runs
                            graphormer_spatial, graphormer_edge, sandwich, mla_rope
                            (+ the gradients of the spatial Graphormer table and both RoPE tensors)
-morton_natten              refused at generate time: bitwise_and of a value that varies along
-                           the key row (the A2 vector ISA has no 32-bit And/Or)
 =========================  ==================================================================  ========
 """
 
@@ -48,7 +52,6 @@ from mod_reference import dense
 from tilegen.backends import ascendc
 from tilegen.backends.ascendc import twin
 from tilegen.core import mods as M
-from tilegen.core.errors import SpecError
 from tilegen.harness.check import compare, longest_sum
 
 pytestmark = pytest.mark.skipif(twin.compiler() is None, reason="no g++ for the CPU twin")
@@ -114,7 +117,39 @@ MASKS = {
     "vsa_variable_blocks": lambda: AM.generate_vsa_mask_mod(_topk(), 4, torch.tensor([4, 3, 4, 2, 4, 4, 1, 4, 3, 4])),
     "vision_cross_attention": lambda: AM.generate_vision_cross_attention_mask_mod(torch.tensor([[0, 10], [5, 20], [12, 30], [25, 34]]), 10),
     "jetspec_tree_causal": lambda: AM.generate_jetspec_tree_causal_mask_mod(SK - SQ, AM.build_tree_ancestor_matrix(_tree(SQ), device="cpu")),
+    "morton_natten": lambda: AM.generate_morton_natten(8, 8, 3, 3),
+    # bit operations of key-varying integers as users write them: with a per-row scalar, ~, negative operands
+    # (two's complement), shifts, ^
+    "bits_rows": lambda: lambda b, h, q, kv: (((q ^ kv) & 5) != 0) & (((kv | 8) - (kv & ~q)) < q + 6),
+    "bits_signed": lambda: lambda b, h, q, kv: ((((kv - q) & 7) < 4) | (((kv - 20) | (q - 17)) >= -3)) & ((((kv << 2) ^ (q >> 1)) % 5) < 3),
+    # floor division and % by divisors that vary along the row (of either sign), numerators up to 2^22
+    "div_rows": lambda: lambda b, h, q, kv: (((kv * 65521 + q * 7919) // (kv % 7 + 1)) % 3) == 0,
+    "div_signed": lambda: lambda b, h, q, kv: ((((kv * 40503 - q * 9973) // ((kv % 5 + 1) * (1 - 2 * (q % 2))))
+                                                 + ((q * 31 - kv * 17) % ((kv % 5 + 1) * (1 - 2 * (q % 2))))) % 4) < 2,
+    # exact quotients n / d with d = +-41, +-61 read from a table (so that no common factor cancels): n * fl(1/d)
+    # lands below the integer for d > 0, and only the correction step makes the floor exact
+    "div_scalar": lambda: _div_scalar(torch.tensor([41, -41, 61, -61])),
+    # captured tensors too large for a UB table (> MOD_TABLE_BYTES): read at q, ±kv_idx + c through their spans
+    # (per row, in both directions, and per tile), and at a stride along the row through the scalar loop from GM
+    "spans": lambda: _spans(_ints(SQ, 128, seed=3), _ints(5000, seed=4), _table(SQ, 128, seed=6)),
+    "gm_gather": lambda: _gm_gather(_ints(SK, 128, seed=5)),
 }
+
+
+def _ints(*shape, seed):
+    return torch.randint(0, 10, shape, generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+
+
+def _spans(tab, far, real):  # clipped at the top (kv + 85) and the bottom (45 - kv) of their rows by the tile's padding columns
+    return lambda b, h, q, kv: (((tab[q, kv + 85] + tab[q, 45 - kv] + far[kv + 2]) % 3) != 0) | (real[q, 40 - kv] > 1.0)
+
+
+def _gm_gather(tab):
+    return lambda b, h, q, kv: tab[kv, 3] + tab[kv, q] > 8
+
+
+def _div_scalar(d):
+    return lambda b, h, q, kv: (((kv * 37 + q) * 2501 // d[q % 4]) % 3) == 1
 # learnable tensors of the score group (their gradients are checked)
 LEARN = {"spatial": (2, 5), "q_rope": (2, 2, 10, 4), "k_rope": (2, 1, 10, 4)}
 EDGE = _table(2, 2, 3, seed=19)  # read through per-position slices: fixed here
@@ -260,12 +295,3 @@ def _real_api_missing() -> str:
 @pytest.mark.parametrize("name", GROUPS)
 def test_attention_gym_generators_on_the_real_api_twin(name):
     _check(name, real=True)
-
-
-def test_morton_natten_is_refused_naming_the_bit_operation():
-    _, mask, decls, _, _ = M.mods_from_api(None, AM.generate_morton_natten(4, 4, 3, 3))
-    spec = make_spec(name="morton", seq_q=16, seq_k=16, mask_mod=mask, params=decls)
-    with pytest.raises(SpecError) as info:
-        ascendc.generate(spec, "ascend910b2")
-    text = str(info.value)
-    assert "\n" not in text and "bitwise_and" in text and "varies along the key row" in text, text

@@ -330,7 +330,8 @@ def _apply(fn, a, b, sign: str):
 class _BitOp(sympy.Function):
     """An integer bit operation of two integer expressions (two's complement, as torch's and NumPy's
     on int32/int64). Constant arguments fold; the NumPy evaluation is :data:`NUMPY_FUNCTIONS`, the
-    Triton printer spells it with Triton's operator, the Ascend C lowering refuses it by name."""
+    Triton printer spells it with Triton's operator, the Ascend C lowering runs it on int32 rows
+    (``And``/``Or`` on their 16-bit halves, :mod:`tilegen.backends.ascendc.mods`)."""
 
     nargs = 2
     is_integer = True
