@@ -5,6 +5,7 @@ timeline, and one template macro per op class."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -159,3 +160,53 @@ def test_model_and_timeline_share_the_per_instruction_figures(monkeypatch):
     monkeypatch.setattr(Costs, "vector_cycles", lambda self, *a: 2e5)
     after = (costs.duration(copy), costs.duration(vec), load.cycles(costs), add.cycles(costs))
     assert after == (1e5, 2e5, 2 * 4 + 1e5, 2e5) and after != before
+
+
+def test_the_mods_reads_of_captured_tensors_are_priced_by_their_form():
+    """A UB table (its one copy from HBM and the int32 Cast), a span (a copy from L2 between two waits,
+    the Cast), a Gather from UB and the scalar loop from GM cost what the [timeline] figures give, by
+    hand from targets/ascend910b2.toml: flag 4, HBM 400 and L2 200 cycles of latency, MTE2 32 B a cycle
+    from HBM and 110 from L2, vector startup 16 + 1 a repeat, UB scalar read 20 and write 4."""
+    costs = Costs(load_target("ascend910b2").timeline)
+    table = O.ModTable(view="mt_ids", gm="g_ids", n=1000, ctype="int32_t")
+    span = O.LineVec(op="span", dst="sm_r0", x="len", mode="int32", gm="g_ids[0]", cpad=128)
+    gather_ub = O.LineVec(op="gatherub", dst="sm_r1", a="sm_r2", gm="mt_ids", cpad=128)
+    gather_gm = O.LineVec(op="gather", dst="sm_r1", a="sm_r2", gm="g_ids", cpad=128)
+    assert table.cycles(costs) == 2 * 4 + 400 + 4000 / 32 + 16 + 16
+    assert span.cycles(costs) == 2 * 4 + 200 + 512 / 110 + 16 + 2
+    assert gather_ub.cycles(costs) == 16 + 2
+    assert gather_gm.cycles(costs) == 2 * 4 + 128 * (20 + 200 / 8 + 4)
+
+
+def _ids_spec(n: int):
+    from helpers import make_spec
+
+    from tilegen.core import mods as M
+
+    decls = M.parse_param_decls({"ids": {"shape": [n], "dtype": "int32"}})
+    return make_spec(name="ids", seq_q=96, seq_k=96, mask_mod="ids[kv_idx] == ids[q_idx]", params=decls)
+
+
+def test_a_small_captured_table_is_copied_to_ub_once_and_counted_in_the_plan(monkeypatch):
+    """A captured tensor of known size read along the row gets a UB table: a view of the AIV pool (its
+    bytes inside the pool the kernel declares), one ModTable load before the programs (priced once per
+    kernel by the model), and Gather from it; one over MOD_TABLE_BYTES is read through its spans."""
+    from tilegen.backends.ascendc import mods as AM
+
+    spec = _ids_spec(96)
+    kernels = [k for p in ascendc.plan_programs(spec)[1] for k in p.kernels if any(isinstance(op, (O.Mod, O.Classify)) for op in O.walk(k.aiv.ops))]
+    assert len(kernels) >= 3  # the classify kernel, the forward, the backward
+    for k in kernels:
+        (view,) = [v for v in k.aiv.views if v.name == "mt_ids"]
+        pool = {p: b for p, _, b in k.aiv.pools}[view.pool]
+        assert view.elems == 96 and view.offsets[0] + 96 * 4 <= pool
+        assert [type(op).__name__ for op in k.aiv.prologue] == ["ModTable"] and k.aiv.prologue[0].n == 96
+    text = ascendc.generate(spec, "ascend910b2").files["fwd_kernels.asc"]
+    assert "Gather(" in text and "tilegen::ModLoadFloats(mt_ids, g_ids, 96LL)" in text and "ModGather(" not in text
+    scored = dataclasses.replace(spec, score_mod="score - 0.5 * ids[kv_idx]", mask_mod="")  # no classify kernel to price
+    base = cost.predict_emitted(scored, "ascend910b2", "fwd").time_s
+    monkeypatch.setattr(O.ModTable, "cycles", lambda self, *a, **k: 1e7)
+    assert cost.predict_emitted(scored, "ascend910b2", "fwd").time_s > base
+    big = AM.MOD_TABLE_BYTES // 4 + 8
+    text = ascendc.generate(_ids_spec(big), "ascend910b2").files["fwd_kernels.asc"]
+    assert "mt_ids" not in text and "tilegen::ModLoadFloats(sm_" in text and "Gather(" in text

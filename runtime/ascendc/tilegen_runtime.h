@@ -747,12 +747,14 @@ __aicore__ inline void MaskTile(const LocalTensor<float>& s, const LocalTensor<f
 // ---------------------------------------------------------------------------------------------------
 // Score and mask mods (tilegen/backends/ascendc/mods.py): each mod is compiled into a straight-line list of
 // count-form vector calls over UB rows (LineVec in the kernels: Adds, Muls, Maxs, Mins
-// (I/kernel_operator_vec_binary_scalar_intf.h), Add, Sub, Mul, Div, Max, Min (I/kernel_operator_vec_binary_intf.h),
+// (I/kernel_operator_vec_binary_scalar_intf.h), Add, Sub, Mul, Div, Max, Min, And, Or (the last two on the
+// ReinterpretCast<int16_t> halves of int32 rows; I/kernel_operator_vec_binary_intf.h, And.md/Or.md),
 // Exp, Ln, Abs, Sqrt, Reciprocal (I/kernel_operator_vec_unary_intf.h), Cast float -> float with
-// RoundMode::CAST_FLOOR (I/kernel_operator_vec_vconv_intf.h; Cast.md, the A2 table: float -> float takes
-// CAST_RINT/FLOOR/CEIL/ROUND/TRUNC), Compares, Compare, Select (I/kernel_operator_vec_cmpsel_intf.h),
-// Duplicate (I/kernel_operator_vec_duplicate_intf.h)) and scalar C++ on the scalar unit; the helpers below
-// are its pieces that are not one API call. Scalar reads of GM through GlobalTensor::GetValue
+// RoundMode::CAST_FLOOR, float -> int32 (CAST_RINT), int32 -> float (CAST_NONE)
+// (I/kernel_operator_vec_vconv_intf.h; Cast.md, the A2 table), Compares, Compare, Select
+// (I/kernel_operator_vec_cmpsel_intf.h), Duplicate (I/kernel_operator_vec_duplicate_intf.h), Gather
+// (I/kernel_operator_vec_gather_intf.h)) and scalar C++ on the scalar unit; the helpers below are its
+// pieces that are not one API call. Scalar reads of GM through GlobalTensor::GetValue
 // (I/kernel_tensor.h:270), of UB through LocalTensor::GetValue/SetValue (I/kernel_tensor.h:176, 181).
 
 // a mod's integer a mod b for b > 0, in [0, b) (Python's and sympy's Mod of integers).
@@ -772,6 +774,22 @@ __aicore__ inline void ModColumns(const LocalTensor<float>& col, int64_t col0, i
     WaitVToS();
     CreateVecIndex(col, static_cast<float>(col0), static_cast<uint32_t>(cpad));
     ResetMask();
+}
+// The first n elements of a parameter tensor p into UB as floats (a mod's UB table, or the span of a
+// row's reads): DataCopyPad GM -> UB after the vector's earlier work (LoadVector), then an int32
+// tensor converted in place (Cast int32 -> float, CAST_NONE: exact below 2^24). The mods read t with
+// Gather (I/kernel_operator_vec_gather_intf.h; Gather.md: byte offsets, uint32).
+__aicore__ inline void ModToFloat(const LocalTensor<float>&, const LocalTensor<float>&, int64_t) {}
+__aicore__ inline void ModToFloat(const LocalTensor<float>& t, const LocalTensor<int32_t>& raw, int64_t n)
+{
+    Cast(t, raw, RoundMode::CAST_NONE, TILEGEN_NARROW(VectorOp_count, n));
+}
+template <typename T>
+__aicore__ inline void ModLoadFloats(const LocalTensor<float>& t, const GlobalTensor<T>& p, int64_t n)
+{
+    const LocalTensor<T> raw = t.ReinterpretCast<T>();
+    LoadVector<T>(raw, p, n, n, false, static_cast<T>(0));
+    ModToFloat(t, raw, n);
 }
 // dst[c] = (float) p[off[c]] for c < n: a parameter read whose index varies along the row, a scalar loop
 // (the offsets are whole floats, already clipped into the array).

@@ -182,6 +182,34 @@ TWIN_TEST(vec_cast)
     return 0;
 }
 
+TWIN_TEST(vec_bitwise_gather)
+{
+    // And/Or of int32 words on their int16 halves (And.md: ReinterpretCast to 16-bit), then Gather of floats
+    // from a UB table at byte offsets (Gather.md), each against a plain loop
+    std::vector<float> x(64);
+    for (uint32_t i = 0; i < 64; ++i) x[i] = static_cast<float>(static_cast<int32_t>(i * 2654435761u % 100000u) - 50000);
+    auto r = OnAiv<float, float>(x, 3 * 64, [&](LocalTensor<float> in, LocalTensor<float> o, LocalTensor<uint8_t> tmpb) {
+        LocalTensor<int32_t> a = tmpb.ReinterpretCast<int32_t>(), b = tmpb[256].ReinterpretCast<int32_t>();
+        LocalTensor<int32_t> c = tmpb[512].ReinterpretCast<int32_t>();
+        Cast(a, in, RoundMode::CAST_RINT, 64);
+        Duplicate(b, static_cast<int32_t>(0x55555555), 64);
+        And(c.ReinterpretCast<int16_t>(), a.ReinterpretCast<int16_t>(), b.ReinterpretCast<int16_t>(), 128);
+        Cast(o, c, RoundMode::CAST_NONE, 64);
+        Or(c.ReinterpretCast<int16_t>(), a.ReinterpretCast<int16_t>(), b.ReinterpretCast<int16_t>(), 128);
+        Cast(o[64], c, RoundMode::CAST_NONE, 64);
+        LocalTensor<uint32_t> off = tmpb[768].ReinterpretCast<uint32_t>();
+        for (uint32_t i = 0; i < 64; ++i) off.SetValue(i, ((i * 37u) % 64u) * 4u);
+        Gather(o[128], in, off, 0u, 64);
+    });
+    for (uint32_t i = 0; i < 64; ++i) {
+        const int32_t v = static_cast<int32_t>(x[i]);
+        EXPECT(r[i] == static_cast<float>(v & 0x55555555), "And(%d) = %g", v, r[i]);
+        EXPECT(r[64 + i] == static_cast<float>(v | 0x55555555), "Or(%d) = %g", v, r[64 + i]);
+        EXPECT(r[128 + i] == x[(i * 37u) % 64u], "Gather[%u] = %g", i, r[128 + i]);
+    }
+    return 0;
+}
+
 TWIN_TEST(vec_reduce)
 {
     const uint32_t n = 1000;

@@ -338,7 +338,8 @@ def _apply(fn, a, b, sign: str):
 class _BitOp(sympy.Function):
     """An integer bit operation of two integer expressions (two's complement, as torch's and NumPy's
     on int32/int64). Constant arguments fold; the NumPy evaluation is :data:`NUMPY_FUNCTIONS`, the
-    Triton printer spells it with Triton's operator, the Ascend C lowering refuses it by name."""
+    Triton printer spells it with Triton's operator, the Ascend C lowering runs it on int32 rows
+    (``And``/``Or`` on their 16-bit halves, :mod:`tilegen.backends.ascendc.mods`)."""
 
     nargs = 2
     is_integer = True
@@ -1598,10 +1599,16 @@ def modset_from_spec(spec) -> ModSet | None:
     """The :class:`ModSet` of an :class:`~tilegen.core.spec.AttentionSpec` (None when it has no mods)."""
     if not spec.score_mod and not spec.mask_mod:
         return None
-    params = {p.name: p for p in spec.params}
-    score = parse(spec.score_mod, "score", params) if spec.score_mod else None
-    mask = parse(spec.mask_mod, "mask", params) if spec.mask_mod else None
-    return ModSet(score=score, mask=mask, params=tuple(spec.params))
+    return _modset(spec.score_mod, spec.mask_mod, tuple(spec.params))
+
+
+@functools.lru_cache(maxsize=128)
+def _modset(score_mod: str, mask_mod: str, decls: tuple) -> ModSet:
+    """The parsed mods of a spec's texts (cached: a spec's ``mods`` is read by every pass)."""
+    params = {p.name: p for p in decls}
+    score = parse(score_mod, "score", params) if score_mod else None
+    mask = parse(mask_mod, "mask", params) if mask_mod else None
+    return ModSet(score=score, mask=mask, params=decls)
 
 
 # --- NumPy evaluation --------------------------------------------------------------------------------

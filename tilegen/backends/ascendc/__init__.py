@@ -320,6 +320,7 @@ class Side:
     frees: list[str] = field(default_factory=list)  # the V -> MTE2 events of the tiles with @free_early
     ops: list[O.Op] = field(default_factory=list)  # typed ops (tilegen.backends.ascendc.ops)
     chunked: bool = False  # the cube's products run through the halves of L0C (@n_chunk)
+    prologue: list[O.Op] = field(default_factory=list)  # ops run once before the programs (the mods' UB tables)
 
 
 @dataclass
@@ -411,6 +412,7 @@ class _Lower:
         self.split = target.vector_split
         self.step = int(target.placement["k_step"].value)
         self._mod_programs: dict = {}
+        self.mod_tables: dict[str, int] = {}  # the mods' parameters held in UB (name -> elements), set by side("vector")
         self.pgrad_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "pgrad"}
         self.class_bufs = {s.dst for s in _stmts(kernel.body) if isinstance(s, ModOp) and s.op == "classify"}
         # GM accesses of a region the launch touches again (priced at the L2 rates by the cost model)
@@ -493,10 +495,10 @@ class _Lower:
                            for st in _stmts(self.kernel.body) if isinstance(st, RowReduce)] + [8])
                 scratch = [("sc_tmp", "float", tmp), ("sc_out", "float", 8), ("sc_col", "float", cols), ("sc_bits", "uint8_t", 512)]
                 scratch += self.row_scratch(spans, extra - sum(-(-e * (1 if c == "uint8_t" else 4) // 32) * 32 for _, c, e in scratch))
-                mod_scratch = self.mod_scratch(cols)
                 offset = -(-peak // 32) * 32
+                mod_scratch = self.mod_scratch(cols, level.usable - offset - sum(_scratch_bytes(c, e) for _, c, e in scratch))
                 for name, ctype, elems in scratch + mod_scratch:
-                    size = -(-elems * (1 if ctype == "uint8_t" else 4) // 32) * 32
+                    size = _scratch_bytes(ctype, elems)
                     side.views.append(View(name, ctype, pool, elems, [offset]))
                     offset += size
                 if mod_scratch:  # the mods' rows may use the UB the planned buffers leave free
@@ -545,27 +547,51 @@ class _Lower:
         bc = int(evaluate(ir.Bc, self.env))
         return [-(-bc * 4 // 32) * 32 // 4]
 
-    def mod_scratch(self, cols: int) -> list[tuple[str, str, int]]:
-        """The AIV scratch rows of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 row,
-        the compiled programs' rows ``sm_r<k>`` (as many as any op keeps live at once), the gradient
-        window."""
+    def mod_scratch(self, cols: int, room: int) -> list[tuple[str, str, int]]:
+        """The AIV scratch of this kernel's mod ops (ascendc_mods): a work row, the mask's 0/1 row, the
+        compiled programs' rows ``sm_r<k>`` (as many as any op keeps live at once), the gradient window,
+        and the UB tables ``mt_<name>`` of the parameters that get one (:func:`AM.table_candidates`,
+        smallest first, at most :data:`AM.MOD_TABLE_BYTES` together, and only while everything fits in
+        ``room``, the bytes of UB the tiles and the other scratch leave: the largest table is given up
+        first). Sets :attr:`mod_tables`, which the compiled programs read."""
         ops = [s for s in _stmts(self.kernel.body) if isinstance(s, ModOp)]
         if not ops:
             return []
-        regs = max(self.mod_program(s).regs for s in ops)
-        out = [("sm_a", "float", cols), ("sm_v0", "float", cols)]
-        out += [(f"sm_r{n}", "float", cols) for n in range(regs)]
-        widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"] + [8 for s in ops if s.op == "classify"]
-        if widths:
-            out.append(("sm_g", "float", max(widths + [8])))
-        return out
+        chosen: dict[str, int] = {}
+        for name, n in sorted(AM.table_candidates(self.program.mods, self.tensors).items(), key=lambda x: (x[1], x[0])):
+            if (sum(chosen.values()) + n) * 4 <= AM.MOD_TABLE_BYTES:
+                chosen[name] = n
+        while True:
+            self.mod_tables = dict(chosen)
+            regs = max(self.mod_program(s).regs for s in ops)
+            out = [("sm_a", "float", cols), ("sm_v0", "float", cols)]
+            out += [(f"sm_r{n}", "float", cols) for n in range(regs)]
+            widths = [self.grad_width(s.term) for s in ops if s.op == "pgrad"] + [8 for s in ops if s.op == "classify"]
+            if widths:
+                out.append(("sm_g", "float", max(widths + [8])))
+            out += [(f"mt_{name}", "float", -(-n // 8) * 8) for name, n in chosen.items()]
+            if not chosen or sum(_scratch_bytes(c, e) for _, c, e in out) <= room:
+                return out
+            del chosen[max(chosen, key=lambda k: (chosen[k], k))]
 
     def mod_params(self) -> dict:
-        return AM.params_of(self.program.mods, self.tensors, lambda d: cexpr(d, self.consts))
+        return AM.params_of(self.program.mods, self.tensors, lambda d: cexpr(d, self.consts), self.mod_tables)
+
+    def mod_table_ops(self) -> list[O.ModTable]:
+        """The loads of this kernel's UB tables (run once per AIV before its programs), with their
+        descriptor-field obligations."""
+        out = []
+        for name, n in self.mod_tables.items():
+            ctype = CTYPE[self.tensors[name].dtype]
+            self.need("DataCopyExtParams_blockLen", n * 4, f"the UB table of {name}")
+            self.need("VectorOp_count", n, f"the UB table of {name}")
+            out.append(O.ModTable(view=f"mt_{name}", gm=f"g_{name}", n=n, ctype=ctype))
+        return out
 
     def mod_program(self, stmt: ModOp) -> AM.Compiled:
-        """The compiled lines of mod op ``stmt`` (:mod:`tilegen.backends.ascendc.mods`), once per op."""
-        key = id(stmt)
+        """The compiled lines of mod op ``stmt`` (:mod:`tilegen.backends.ascendc.mods`), once per op and
+        set of UB tables."""
+        key = (id(stmt), tuple(sorted(self.mod_tables)))
         if key not in self._mod_programs:
             mods, params = self.program.mods, self.mod_params()
             if stmt.op == "classify":
@@ -659,6 +685,11 @@ class _Lower:
         return f"tilegen::Clip({extent} - ({start} + {row_shift}), 0LL, {rows}LL)"
 
 
+def _scratch_bytes(ctype: str, elems: int) -> int:
+    """UB bytes of a scratch view of ``elems`` elements (bytes for uint8_t, else 4-byte words), 32-byte aligned."""
+    return -(-elems * (1 if ctype == "uint8_t" else 4) // 32) * 32
+
+
 def reduce_tmp_elems(count: int, itemsize: int, is_max: bool) -> int:
     """Elements of the ``sharedTmpBuffer`` that ReduceMax / ReduceSum (count form, no index) need for
     ``count`` elements of ``itemsize`` bytes on A2: the first round's outputs (2 per 256-byte repeat for
@@ -742,6 +773,7 @@ def lower_kernel(
         # a sender waits at the end for the free flags still pending: one per slot it used
         side.drains = [(c, handoffs[c[2:]]["free"], handoffs[c[2:]]["slots"]) for c in side.counters if c.startswith("n_")]
     aiv.frees = sorted(lo.frees)
+    aiv.prologue = lo.mod_table_ops()
     used = set()
     for expr in [l.stop for l in grid] + [s for st in _stmts(kernel.body) for s in st.exprs()]:
         used |= {str(s) for s in sympy.sympify(expr).free_symbols}
@@ -1177,6 +1209,7 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
     prog = lo.mod_program(stmt)
     if prog.compares:
         AM.check_cpad(cpad, what)
+    _span_fields(lo, prog, cpad, what)
     tile, body, post = list(prog.tile), list(prog.body), []
     if stmt.op in ("dscore", "pgrad") and len(stmt.args) > 1:
         body.insert(0, O.LineRaw(buf=stmt.args[1]))
@@ -1192,6 +1225,12 @@ def _mod_op(lo: _Lower, stmt: ModOp) -> O.Op:
                  col0=cexpr(stmt.col0, lo.consts), tile=tuple(tile), body=tuple(body), post=tuple(post))
 
 
+def _span_fields(lo: _Lower, prog: AM.Compiled, cpad: int, what: str) -> None:
+    """The descriptor fields of a compiled program's span loads (up to cpad elements by DataCopyPad)."""
+    if any(isinstance(t, O.LineVec) and t.op == "span" for t in prog.tile + prog.body):
+        lo.need("DataCopyExtParams_blockLen", cpad * 4, f"the spans of {what}")
+
+
 def _classify_op(lo: _Lower, stmt: ModOp) -> O.Classify:
     """The block class of one (Q tile, K/V tile) pair on AIV 0 of the core: per query row of the tile a
     0/1 row of the mask mod, the window and the extents, summed with ReduceSum; the class (0 none
@@ -1205,6 +1244,7 @@ def _classify_op(lo: _Lower, stmt: ModOp) -> O.Classify:
         lo.need("MaskTile_index", size + cpad, f"the indices of {what}")
     m = lo.program.mask
     prog = lo.mod_program(stmt)
+    _span_fields(lo, prog, cpad, what)
     return O.Classify(note=f"{stmt.op} mod", rows=br, cpad=cpad, row0=cexpr(stmt.row0, lo.consts), col0=cexpr(stmt.col0, lo.consts),
                       tile=tuple(prog.tile), body=tuple(prog.body), post=(), blocks=stmt.dst,
                       window=O.ModWindow(cexpr(m.offset, lo.consts), m.left, m.right), cols=bc, full=br * bc)

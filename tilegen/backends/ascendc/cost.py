@@ -328,6 +328,7 @@ def predict_emitted(spec, target, program: str = "bwd", dq_strategy: str = "atom
             per_tile = np.array([sim(min(int(f), 4), int(c), v) + max(int(f) - 4, 0) * p_full
                                  for f, c, v in zip(pairs - cut, cut, valid)])
             t = deal(per_tile, counts[kir.name].programs, tgt.parallel_units, deal_of(kir)) / clock
+        t += sum(op.cycles(costs) for op in kplan.aiv.prologue) / clock  # once per core, every core at once
         out.append((kplan.name, max(t, hbm_floor_s(prog, kir, counts[kir.name], tgt))))
         flops += counts[kir.name].flops.get("matmul", 0)
     time_s = sum(t for _, t in out) + sum(start_overhead_s(k, tgt) for k in prog.kernels)

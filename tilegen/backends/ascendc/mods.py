@@ -37,22 +37,36 @@ mod language                               instructions
 ``n // d``, ``n % d`` (integer n, d > 0)   ⌊(n + ½)·(1/d)⌋: exact while |n| < 2^22 (the fraction of (n + ½)/d
                                            lies in [½/d, 1 − ½/d], farther from an integer than the two
                                            roundings move it); ``n % d`` = n − d·⌊n/d⌋
+``n // d``, ``n % d`` (d varying along     q₀ = ⌊fl(n/d)⌋ (``Div``; ``Muls`` by fl(1/d) for a scalar d), r = n − q₀·d,
+the row, or of either sign)                then q₀ − [r·d < 0] + [(r − d)·d ≥ 0] (``Compares`` + ``Select``): exact
+                                           for |n|, |d| < 2^22 (:meth:`Compiler._floordiv`)
 comparisons                                ``Compares`` (with a scalar) or ``Compare`` into the bit row
                                            ``sc_bits``, then ``Duplicate`` 1 and ``Select`` 0: a 0/1 row
 ``&``, ``|``, ``~`` of booleans            ``Mul``/``Muls``, ``Max``/``Maxs``, 1 − x
+``&``, ``|``, ``^`` of integers            each operand as an int32 row (``Cast`` CAST_RINT, or ``Duplicate`` of an
+                                           int32 scalar), ``And``/``Or`` on their ``ReinterpretCast<int16_t>`` halves
+                                           (A2 has them on 16-bit integers only; a bitwise operation of 32-bit words is
+                                           the same on their halves: And.md 约束说明), ``Cast`` back (CAST_NONE);
+                                           a ^ b = (a | b) − (a & b); ``~n`` = −n − 1, ``<<``/``>>`` by a constant are
+                                           ·2ᵏ and ⌊·/2ᵏ⌋ (the tracer's forms)
 ``where(c, a, b)``                         ``Compares`` c > ½, ``Select`` (the tensor-scalar mode; two rows:
                                            each side selected against 0 and added, exact)
 ``P[i, ...]`` varying along the row        the row-major offset row (each index clipped by ``Maxs``/``Mins``),
-                                           then ``tilegen::ModGather``: a scalar loop of ``GetValue`` from GM
-                                           into the row (after a V → S wait; S → V after)
+                                           then the first form that applies: a UB table (a tensor of a size
+                                           known at generate time, :func:`table_candidates`, copied once per
+                                           kernel by ``tilegen::ModLoadFloats``): ``Gather`` at the byte offsets;
+                                           a span (last index ±kv_idx + a per-tile or per-row value, the others
+                                           fixed along the row): one ``DataCopyPad`` of the ≤ cpad elements the
+                                           row reads per tile or per row, then ``Gather``; else
+                                           ``tilegen::ModGather``: a scalar loop of ``GetValue`` from GM into the
+                                           row (after a V → S wait; S → V after)
 =========================================  ===================================================================
 
 Integers on the vector side are exact floats: indices, integer parameter values and their arithmetic
-stay below 2^22 in magnitude (the ``MaskTile_index`` field obligation covers the indices). Refused at
-generate time, one line naming the operation: a bit operation (``&``, ``|``, ``^``) of a value that
-varies along the key row (the A2 vector ISA has ``And``/``Or`` only on 16-bit integers and no float
-bit operations; scalar bit operations run on the scalar unit), floor division or ``%`` by a divisor that
-varies along the row.
+(bit operations' results included) stay below 2^22 in magnitude (the ``MaskTile_index`` field obligation
+covers the indices); a bit operation is exact on them (int32 two's complement, as int64's on values of
+that range). Refused at generate time, one line naming the operation: a bit operation with a constant
+outside int32 (its row holds int32 words).
 
 Uses of the compiled programs (``ModOp``):
 
@@ -71,6 +85,7 @@ Uses of the compiled programs (``ModOp``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,10 +99,10 @@ from tilegen.core.errors import SpecError, TargetError
 # names the emitted C++ gives the mod language's indices (grid variables b, hq; the row's query index q)
 _B, _H, _Q = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("b", "hq", "q"))
 _TO_C = {M.B_IDX: _B, M.H_IDX: _H, M.Q_IDX: _Q}
+_READS = frozenset({M.SCORE, *M.INDEX_SYMBOLS})
 _CNAMES = {M.B_IDX: "b", M.H_IDX: "hq", M.Q_IDX: "q", **{v: k for k, v in M.SIZE_SYMBOLS.items()}}
 
-_ACCEPTED = ("for the Ascend C backend, expressions of the mod language; on values that vary along the key row no "
-             "bit operation and no floor division or % by a divisor that varies along the row")
+_ACCEPTED = "for the Ascend C backend, expressions of the mod language; bit operations of key-varying values with int32 constants"
 
 # Abramowitz & Stegun 7.1.26: erf(x) = 1 - (a1 t + ... + a5 t^5) e^{-x^2}, t = 1 / (1 + p x), x >= 0
 _ERF_P = 0.3275911
@@ -127,11 +142,14 @@ class Val:
 
 @dataclass
 class ParamInfo:
-    """A parameter tensor as the kernel sees it: its GM name, its dimensions as C++ and its dtype."""
+    """A parameter tensor as the kernel sees it: its GM name, its dimensions as C++ and its dtype;
+    ``ub``: the UB view holding the whole tensor as floats (a table loaded once by the kernel,
+    :func:`table_candidates`), or "" (read from GM)."""
 
     gm: str
     dims: tuple[str, ...]
     dtype: str
+    ub: str = ""
 
 
 @dataclass
@@ -145,16 +163,23 @@ class Compiled:
     compares: bool = False
 
 
-def _deps(e) -> set:
+def _deps(e) -> frozenset:
     """The index symbols and ``score`` an expression reads, through parameter reads' indices too."""
-    e = sympy.sympify(e)
-    out = set(e.free_symbols) & {M.SCORE, *M.INDEX_SYMBOLS}
-    for ix in e.atoms(sympy.Indexed):
-        for i in ix.indices:
-            out |= _deps(i)
-    return out
+    return _deps_of(sympy.sympify(e))
 
 
+@functools.lru_cache(maxsize=65536)
+def _deps_of(e) -> frozenset:
+    if isinstance(e, sympy.Symbol):
+        return frozenset({e}) & _READS
+    if isinstance(e, sympy.Indexed):
+        return frozenset().union(*(_deps_of(i) for i in e.indices))
+    if not e.args:
+        return frozenset()
+    return frozenset().union(*(_deps_of(a) for a in e.args))
+
+
+@functools.lru_cache(maxsize=65536)
 def _scalar_safe(e) -> bool:
     """Whether the scalar unit computes ``e`` (no transcendental function, no non-integer power)."""
     if e.has(*_TRANSCENDENTAL):
@@ -259,7 +284,7 @@ class Compiler:
             num, den = sympy.fraction(sympy.together(e.args[0]))
             num = sympy.expand(num)
             fn = "tilegen::FloorDiv" if isinstance(e, sympy.floor) else "tilegen::CeilDiv"
-            if num.is_integer and den.is_integer and den.is_positive:
+            if num.is_integer and den.is_integer:  # FloorDiv/CeilDiv: exact for a divisor of either sign
                 return f"{fn}({self._sc(num)}, {self._sc(den)})"
             arg = self._f(e.args[0])
             return f"tilegen::ModFloorF({arg})" if isinstance(e, sympy.floor) else f"(-tilegen::ModFloorF(-({arg})))"
@@ -383,7 +408,7 @@ class Compiler:
         if isinstance(e, sympy.sign):  # a derivative's sign (of Abs)
             return self.ev(sympy.Piecewise((1, e.args[0] > 0), (-1, e.args[0] < 0), (0, True)))
         if isinstance(e, tuple(M.BIT_FUNCTIONS.values())):
-            raise refuse(self.field, self.expr, f"the integer bit operation {type(e).__name__} of a value that varies along the key row")
+            return self._bitwise(e, row)
         if e.is_number:  # a constant the scalar unit cannot fold (exp(1), sqrt(2)): broadcast its value
             return Val(False, cfloat(float(e)))
         raise refuse(self.field, self.expr, type(e).__name__)
@@ -492,9 +517,10 @@ class Compiler:
         num, den = sympy.fraction(sympy.together(arg))
         num = sympy.expand(num)
         ceil = isinstance(e, sympy.ceiling)
-        if num.is_integer and den.is_integer and den.is_positive:
-            if _deps(den) & {M.KV_IDX, M.SCORE}:
-                raise refuse(self.field, self.expr, f"floor division by {den}, which varies along the key row")
+        if num.is_integer and den.is_integer and not (den.is_positive and not _deps(den) & {M.KV_IDX, M.SCORE}):
+            t = self._floordiv(-num if ceil else num, den, row)  # a divisor of either sign, or one varying along the row
+            return Val(True, self._vop("muls", row, a=t, x="-1.0f") if ceil else t, integer=True, row=row)
+        if num.is_integer and den.is_integer:  # d > 0, fixed along the row
             if den == 1:
                 return self.ev(num)
             d = self.ev(den)
@@ -512,15 +538,42 @@ class Compiler:
             t = self._vop("muls", row, a=t, x="-1.0f")
         return Val(True, t, integer=True, row=row)
 
+    def _floordiv(self, n, d, row) -> str:
+        """⌊n / d⌋ of integers n, d (d ≠ 0 of either sign, a scalar or a row), exact for |n|, |d| < 2^22:
+        q₀ = ⌊fl(n / d)⌋ (``Div``, or ``Muls`` by fl(1/d) for a scalar d: within 2 ulps of n/d, and an ulp
+        below 2^22 is at most ½, so |fl(n/d) − n/d| ≤ 1 and q₀ is ⌊n/d⌋ − 1, ⌊n/d⌋ or ⌊n/d⌋ + 1); the
+        remainder r = n − q₀·d is exact (integers below 2^24); then one correction step: q₀ − 1 where
+        r·d < 0 (r of the other sign than d: q₀ too large), q₀ + 1 where (r − d)·d ≥ 0 (r/d ≥ 1: q₀ too
+        small). A product's sign is exact in float (no underflow of integers, |r·d| < 2^46), so the two
+        tests are exact and the result is ⌊n/d⌋, the r of which lies in [0, d) (d > 0) or (d, 0]."""
+        nv = self.vec(self.ev(n), row)
+        dv = self.ev(d)
+        if dv.vec:
+            t = self._vop("div", row, a=nv, b=dv.code)
+        else:
+            t = self._vop("muls", row, a=nv, x=f"(1.0f / {self._fx(dv)})")
+
+        def times(x: str) -> str:  # x · d
+            return self._vop("mul", row, a=x, b=dv.code) if dv.vec else self._vop("muls", row, a=x, x=self._fx(dv))
+
+        q0 = self._vop("floor", row, a=t)
+        r = self._vop("sub", row, a=nv, b=times(q0))
+        one = self._vop("dup", row, x="1.0f")
+        self._vop("cmps", row, a=times(r), x="0.0f", mode="LT", dst="sc_bits")
+        low = self._vop("sel", row, a=one, x="0.0f")
+        over = self._vop("sub", row, a=r, b=dv.code) if dv.vec else self._vop("adds", row, a=r, x=f"(-{self._fx(dv)})")
+        self._vop("cmps", row, a=times(over), x="0.0f", mode="GE", dst="sc_bits")
+        high = self._vop("sel", row, a=one, x="0.0f")
+        return self._vop("add", row, a=self._vop("sub", row, a=q0, b=low), b=high)
+
     def _mod(self, e, row) -> Val:
         a, m = e.args
-        if _deps(m) & {M.KV_IDX, M.SCORE}:
-            raise refuse(self.field, self.expr, f"% by {m}, which varies along the key row")
         q = self.ev(sympy.floor(a / m)) if (a.is_integer and m.is_integer) else None
         if q is None:
             q = self.ev(sympy.floor(sympy.Mul(a, sympy.Pow(m, -1), evaluate=False)))
         mv = self.ev(m)
-        t = self._vop("muls", row, a=self.vec(q, row), x=self._fx(mv))
+        qv = self.vec(q, row)
+        t = self._vop("mul", row, a=qv, b=mv.code) if mv.vec else self._vop("muls", row, a=qv, x=self._fx(mv))
         return Val(True, self._vop("sub", row, a=self.vec(self.ev(a), row), b=t), integer=bool(e.is_integer), row=row)
 
     def _minmax(self, e, row, integer) -> Val:
@@ -538,6 +591,38 @@ class Compiler:
     def _bits_of(self, cond: Val, row) -> None:
         """sc_bits = (cond row > 1/2)."""
         self._vop("cmps", row, a=self.vec(cond, row), x="0.5f", mode="GT", dst="sc_bits")
+
+    def _bitwise(self, e, row) -> Val:
+        """An integer bit operation of rows: both operands as int32 rows, ``And``/``Or`` on their 16-bit
+        halves (A2 has them on int16 only; a bitwise operation of two int32 words is the same operation
+        on their halves), the result back to float; ``a ^ b`` = (a | b) − (a & b) (each side an integer
+        of the operands' range: the float subtraction is exact)."""
+        kind = type(e).__name__
+        if kind == "bitwise_xor":
+            either, both = self._bitrow("or", e.args, row), self._bitrow("and", e.args, row)
+            return Val(True, self._vop("sub", row, a=either, b=both), integer=True, row=row)
+        return Val(True, self._bitrow(kind.removeprefix("bitwise_"), e.args, row), integer=True, row=row)
+
+    def _bitrow(self, op: str, args, row) -> str:
+        a, b = (self._int_row(x) for x in args)
+        return self._vop("i2f", row, a=self._vop(op, row, a=a, b=b))
+
+    def _int_row(self, e) -> str:
+        """The row of integer node ``e`` as int32 (``Cast`` CAST_RINT of its exact float row, or a scalar
+        broadcast by ``Duplicate`` of int32), once per node."""
+        key = ("int32", e)
+        if key in self.memo:
+            return self.memo[key].code
+        v = self.ev(e)
+        here = bool(_deps(e) & {M.Q_IDX, M.SCORE})  # where the node lives (per tile or per row), not its reader
+        if v.vec:
+            r = self._vop("f2i", here, a=v.code)
+        else:
+            if e.is_Integer and not -(2**31) <= int(e) < 2**31:
+                raise refuse(self.field, self.expr, f"a bit operation with the constant {e}, outside int32")
+            r = self._vop("dupi", here, x=v.code)
+        self.memo[key] = Val(True, r, integer=True, row=here)
+        return r
 
     def _where(self, c: Val, a: Val, b: Val, row) -> str:
         if not a.vec and not b.vec:
@@ -593,7 +678,22 @@ class Compiler:
         return Val(True, acc, boolean=True, row=row)
 
     def _gather(self, e: sympy.Indexed, row) -> Val:
+        """A parameter read whose index varies along the row, in the first form that applies: from the
+        tensor's UB table (``Gather`` at the offsets, in bytes); from its span in GM, when the last
+        index is ±kv_idx + (a per-tile or per-row value) and the others do not vary along the row (one
+        ``DataCopyPad`` of at most cpad elements per tile or per row, then ``Gather``); else the scalar
+        loop of ``GetValue`` from GM (``tilegen::ModGather``)."""
         p = self._param(e)
+        integer = p.dtype == "int32"
+        if p.ub:
+            return Val(True, self._gather_ub(self._offsets(e, p, row), "", p.ub, row), integer=integer, row=row)
+        span = self._span(e, p, row)
+        if span is not None:
+            return Val(True, span, integer=integer, row=row)
+        return Val(True, self._vop("gather", row, a=self._offsets(e, p, row), gm=p.gm), integer=integer, row=row)
+
+    def _offsets(self, e: sympy.Indexed, p: ParamInfo, row) -> str:
+        """The row of row-major offsets of read ``e`` (each index clipped into its dimension)."""
         off_vec, off_sc = None, "0LL"
         stride = "1LL"
         for i, n in reversed(list(zip(e.indices, p.dims))):
@@ -609,7 +709,46 @@ class Compiler:
             stride = f"({stride} * {n})"
         if off_sc != "0LL":
             off_vec = self._vop("adds", row, a=off_vec, x=f"static_cast<float>({off_sc})")
-        return Val(True, self._vop("gather", row, a=off_vec, gm=p.gm), integer=p.dtype == "int32", row=row)
+        return off_vec
+
+    def _gather_ub(self, offsets: str, stage: str, table: str, row) -> str:
+        """``Gather`` of the elements at ``offsets`` (a row of element offsets) from the UB row ``stage``
+        (a span) or the UB table ``table``: the offsets in bytes as uint32 (``Muls`` by 4, exact below
+        2^22; ``Cast`` to int32, whose non-negative values are the same words)."""
+        b = self._vop("f2i", row, a=self._vop("muls", row, a=offsets, x="4.0f"))
+        return self._vop("gatherub", row, a=b, b=stage, gm=table)
+
+    def _span(self, e: sympy.Indexed, p: ParamInfo, row) -> str | None:
+        """Read ``e`` through its span, or None when its index is not ±kv_idx + c in the last dimension
+        (c, the other indices: per tile or per row). The row's clipped last indices lie in [lo, hi], the
+        clipped ends of mcol0 + c .. mcol0 + cpad − 1 + c (c − mcol0 − cpad + 1 .. c − mcol0 for −kv_idx):
+        that run of the tensor (≤ cpad elements) is loaded into a UB row by ``tilegen::ModLoadFloats``, and
+        gathered at (clip(±kv_idx + c) − lo)."""
+        *lead, last = e.indices
+        if any(_deps(i) & {M.KV_IDX, M.SCORE} for i in lead):
+            return None
+        last = sympy.expand(sympy.sympify(last))
+        c, term = last.as_independent(M.KV_IDX, as_Add=True)
+        if term not in (M.KV_IDX, -M.KV_IDX) or _deps(c) & {M.KV_IDX, M.SCORE}:
+            return None
+        n = p.dims[-1]
+        here = bool(_deps(e) & {M.Q_IDX, M.SCORE})  # a span per row, or per tile
+        base = "0LL"
+        for i, d in zip(lead, p.dims[:-1]):
+            base = f"({base} * {d} + tilegen::Clip({self._sc(i)}, 0LL, {d} - 1LL))"
+        plus = "" if c == 0 else f" + {self._sc(c)}"
+        first, end = f"(mcol0{plus})", f"(mcol0 + {self.cpad - 1}LL{plus})"  # the row's first and last index (kv_idx + c)
+        if term == -M.KV_IDX:  # -kv_idx + c: the last column reads the lowest index
+            first, end = f"({plus.removeprefix(' + ') or '0LL'} - mcol0 - {self.cpad - 1}LL)", f"({plus.removeprefix(' + ') or '0LL'} - mcol0)"
+        lo, length = self._name("ms"), self._name("ms")
+        self._emit(O.LineDecl(name=lo, ctype="int64_t", value=f"tilegen::Clip({first}, 0LL, {n} - 1LL)"), here)
+        self._emit(O.LineDecl(name=length, ctype="int64_t", value=f"(tilegen::Clip({end}, 0LL, {n} - 1LL) - {lo} + 1LL)"), here)
+        start = lo if base == "0LL" else f"{base} * {n} + {lo}"
+        stage = self._vop("span", here, x=length, mode=p.dtype, gm=f"{p.gm}[static_cast<uint64_t>({start})]")
+        t = self._vop("maxs", row, a=self.vec(self.ev(last), row), x="0.0f")
+        t = self._vop("mins", row, a=t, x=f"static_cast<float>({n} - 1LL)")
+        t = self._vop("adds", row, a=t, x=f"static_cast<float>(-{lo})")
+        return self._gather_ub(t, stage, "", row)
 
     # --- results -----------------------------------------------------------------------------------
     def into(self, v: Val, dst: str) -> None:
@@ -646,8 +785,10 @@ class Compiler:
         out_tile, out_body = [], []
         for part, n, ln in seq:
             changes = {f: mapping.get(getattr(ln, f), getattr(ln, f)) for f in _READ_FIELDS if hasattr(ln, f)}
-            for r in _reads(ln):  # free after the last read (the dst may take the row: one elementwise instruction)
-                if last[r] == (part, n) and r not in pinned and mapping[r] not in free:
+            dying = [r for r in _reads(ln) if last[r] == (part, n) and r not in pinned]
+            apart = getattr(ln, "op", "") in _DST_APART
+            for r in [] if apart else dying:  # free after the last read (the dst may take the row: one elementwise instruction)
+                if mapping[r] not in free:
                     free.append(mapping[r])
             d = getattr(ln, "dst", "")
             if d.startswith("%"):
@@ -660,6 +801,9 @@ class Compiler:
                 changes["dst"] = mapping[d]
                 if last[d] == (part, n) and d not in pinned:  # never read
                     free.append(mapping[d])
+            for r in dying if apart else []:  # a Gather's dst must not be its source: freed after it took its row
+                if mapping[r] not in free:
+                    free.append(mapping[r])
             ln = dataclasses.replace(ln, **changes) if changes else ln
             (out_tile if part == 0 else out_body).append(ln)
         cols = [O.LineColumns(cpad=self.cpad)] if self.columns else []
@@ -667,20 +811,45 @@ class Compiler:
 
 
 _READ_FIELDS = ("a", "b")
+_DST_APART = ("gatherub",)  # ops whose dst may not share a row with a source (Gather.md 约束说明)
 
 
 def _reads(line) -> list[str]:
     return [getattr(line, f) for f in _READ_FIELDS if getattr(line, f, "").startswith("%")]
 
 
-def params_of(mods, tensors: dict, size_c: Callable) -> dict:
+def params_of(mods, tensors: dict, size_c: Callable, tables=()) -> dict:
     """name -> :class:`ParamInfo` of every parameter of ``mods`` (``tensors``: the program's tensors by
-    name; ``size_c``: a size expression as C++)."""
+    name; ``size_c``: a size expression as C++; ``tables``: the names held in UB, view ``mt_<name>``)."""
     out = {}
     for p in mods.params:
         t = tensors.get(p.name)
         shape = t.shape if t is not None else p.shape
-        out[p.name] = ParamInfo(f"g_{p.name}", tuple(size_c(d) for d in shape), p.dtype)
+        out[p.name] = ParamInfo(f"g_{p.name}", tuple(size_c(d) for d in shape), p.dtype, f"mt_{p.name}" if p.name in tables else "")
+    return out
+
+
+# UB bytes a kernel gives the tables of its mods' parameters at most (beside what its tiles leave free)
+MOD_TABLE_BYTES = 16384
+
+
+def table_candidates(mods, tensors: dict) -> dict[str, int]:
+    """name -> element count of the parameters worth a UB table: read somewhere at an index that varies
+    along the key row, of a shape free of the run-time sizes (a captured tensor: its size is known at
+    generate time, so the UB it takes is too), and no larger than :data:`MOD_TABLE_BYTES`."""
+    out = {}
+    exprs = [x for x in (mods.score, mods.mask) if x is not None]
+    for p in mods.params:
+        t = tensors.get(p.name)
+        shape = [sympy.sympify(d) for d in (t.shape if t is not None else p.shape)]
+        if any(d.free_symbols for d in shape):
+            continue
+        reads = [ix for x in exprs for ix in sympy.sympify(x).atoms(sympy.Indexed) if str(ix.base.label) == p.name]
+        if not any(_deps(ix) & {M.KV_IDX, M.SCORE} for ix in reads):
+            continue
+        n = math.prod(int(d) for d in shape)
+        if 0 < n * 4 <= MOD_TABLE_BYTES:
+            out[p.name] = n
     return out
 
 

@@ -597,6 +597,25 @@ class ClassStore(Op):
 
 
 @dataclass(frozen=True)
+class ModTable(Op):
+    """A parameter tensor of ``n`` elements (C type ``ctype``) copied once into the UB view ``view`` as
+    floats at the start of the AIV's work: ``tilegen::ModLoadFloats`` (DataCopyPad GM -> UB, an int32
+    tensor converted in place by Cast); the mods' reads along the row then ``Gather`` from it."""
+
+    unit: ClassVar[str] = "vector"
+    kind: ClassVar[str] = "mod_table"
+    view: str
+    gm: str
+    n: int
+    ctype: str
+
+    def cycles(self, c, cut=False, valid=None):
+        """The copy (HBM: read once per core) between its two waits, and the int32 tensor's Cast."""
+        cast = c.vector_cycles(math.ceil(self.n * 4 / 256)) if self.ctype == "int32_t" else 0.0
+        return 2 * c["flag_cycles"] + c.copy_cycles(self.n * _esize(self.ctype), False, False) + cast
+
+
+@dataclass(frozen=True)
 class ModStore(Op):
     """A tile's parameter-gradient window (``n`` floats) stored by each AIV: ``tilegen::StoreVector``."""
 
@@ -1025,7 +1044,9 @@ VEC_OPS = {
     "ln": ("Ln", "vector_exp_repeat_cycles"), "abs": ("Abs", "vector_repeat_cycles"), "sqrt": ("Sqrt", "vector_exp_repeat_cycles"),
     "rec": ("Reciprocal", "vector_exp_repeat_cycles"), "floor": ("Cast", "vector_repeat_cycles"),
     "cmps": ("Compares", "vector_repeat_cycles"), "cmp": ("Compare", "vector_repeat_cycles"), "sel": ("Select", "vector_repeat_cycles"),
-    "gather": ("tilegen::ModGather", ""),
+    "gather": ("tilegen::ModGather", ""), "f2i": ("Cast", "vector_repeat_cycles"), "i2f": ("Cast", "vector_repeat_cycles"),
+    "dupi": ("Duplicate", "vector_repeat_cycles"), "and": ("And", "vector_repeat_cycles"), "or": ("Or", "vector_repeat_cycles"),
+    "span": ("tilegen::ModLoadFloats", ""), "gatherub": ("Gather", "vector_repeat_cycles"),
 }
 
 
@@ -1035,7 +1056,9 @@ class LineVec(ModLine):
     ``cpad`` floats: ``op`` (a key of :data:`VEC_OPS`) writing row ``dst`` from rows ``a``, ``b`` and the
     C++ scalar ``x`` (``mode``: a CMPMODE; ``gm``: the parameter a ``gather`` reads, a scalar loop of
     ``GetValue`` from GM at the offsets in row ``a``). ``cmps``/``cmp`` write the bit row ``sc_bits``,
-    which ``sel`` (Select, VSEL_TENSOR_SCALAR_MODE) reads."""
+    which ``sel`` (Select, VSEL_TENSOR_SCALAR_MODE) reads. ``span``: ``x`` elements of the GM tensor
+    ``gm`` (an indexed GlobalTensor, dtype ``mode``) into row ``dst`` as floats; ``gatherub``: ``Gather``
+    from row ``b`` (a span) or the UB table ``gm`` at the byte offsets of the int32 row ``a``."""
 
     op: str
     dst: str
@@ -1049,6 +1072,10 @@ class LineVec(ModLine):
     def cycles(self, c):
         if self.op == "gather":  # per element: a UB read of the offset, a GM read, a UB write
             return 2 * c["flag_cycles"] + self.cpad * (c["scalar_ub_read_cycles"] + c["gm_l2_latency_cycles"] / 8 + c["scalar_ub_write_cycles"])
+        if self.op == "span":  # V -> MTE2 and MTE2 -> V waits, a DataCopyPad of up to cpad elements (the tensor
+            # is read again by every tile: L2), an int32 span's Cast to float
+            cast = max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256))) if self.mode == "int32" else 0.0
+            return 2 * c["flag_cycles"] + c.copy_cycles(self.cpad * 4, False, True) + cast
         per = VEC_OPS[self.op][1]
         return max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256), per))
 

@@ -90,7 +90,6 @@ template <typename... A> inline int64_t sff1(A&&...) { cce_rt::Fail("sff1", "CCE
 template <typename... A> inline int64_t sflbits(A&&...) { cce_rt::Fail("sflbits", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void st_dev(A&&...) { cce_rt::Fail("st_dev", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void trap(A&&...) { cce_rt::Fail("trap", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vand(A&&...) { cce_rt::Fail("vand", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgadd(A&&...) { cce_rt::Fail("vcgadd", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcgmax(A&&...) { cce_rt::Fail("vcgmax", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_bf162s32a(A&&...) { cce_rt::Fail("vconv_bf162s32a", "CCE intrinsic not modelled by the tilegen twin"); }
@@ -135,7 +134,6 @@ template <typename... A> inline void vconv_f322s16z(A&&...) { cce_rt::Fail("vcon
 template <typename... A> inline void vconv_f322s32a(A&&...) { cce_rt::Fail("vconv_f322s32a", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s32c(A&&...) { cce_rt::Fail("vconv_f322s32c", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s32f(A&&...) { cce_rt::Fail("vconv_f322s32f", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vconv_f322s32r(A&&...) { cce_rt::Fail("vconv_f322s32r", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s32z(A&&...) { cce_rt::Fail("vconv_f322s32z", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s64a(A&&...) { cce_rt::Fail("vconv_f322s64a", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_f322s64c(A&&...) { cce_rt::Fail("vconv_f322s64c", "CCE intrinsic not modelled by the tilegen twin"); }
@@ -165,13 +163,11 @@ template <typename... A> inline void vconv_s642s32(A&&...) { cce_rt::Fail("vconv
 template <typename... A> inline void vconv_s82f16(A&&...) { cce_rt::Fail("vconv_s82f16", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vconv_u82f16(A&&...) { cce_rt::Fail("vconv_u82f16", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vcopy(A&&...) { cce_rt::Fail("vcopy", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vgather(A&&...) { cce_rt::Fail("vgather", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vld_va_reg(A&&...) { cce_rt::Fail("vld_va_reg", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vlrelu(A&&...) { cce_rt::Fail("vlrelu", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vmulconv_f162s8(A&&...) { cce_rt::Fail("vmulconv_f162s8", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vmulconv_f162u8(A&&...) { cce_rt::Fail("vmulconv_f162u8", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vnot(A&&...) { cce_rt::Fail("vnot", "CCE intrinsic not modelled by the tilegen twin"); }
-template <typename... A> inline void vor(A&&...) { cce_rt::Fail("vor", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vreducev2(A&&...) { cce_rt::Fail("vreducev2", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vshr(A&&...) { cce_rt::Fail("vshr", "CCE intrinsic not modelled by the tilegen twin"); }
 template <typename... A> inline void vtranspose(A&&...) { cce_rt::Fail("vtranspose", "CCE intrinsic not modelled by the tilegen twin"); }

@@ -15,6 +15,7 @@
 #ifndef TILEGEN_CCE_VECTOR_H
 #define TILEGEN_CCE_VECTOR_H
 
+#include <algorithm>
 #include <vector>
 
 #include "core.h"
@@ -204,6 +205,21 @@ TILEGEN_CCE_BINARY(vmax, (x != x || y != y) ? (x != x ? x : y) : (x > y ? x : y)
 TILEGEN_CCE_BINARY(vmin, (x != x || y != y) ? (x != x ? x : y) : (x < y ? x : y))
 #undef TILEGEN_CCE_BINARY
 
+// vand / vor (And.md, Or.md, Memory矢量计算/逻辑计算/): bitwise on 16-bit integers, the only A2 types (the API's
+// AndIntrinsicsImpl/OrIntrinsicsImpl static_assert int16_t/uint16_t; its count form passes int16_t pointers).
+#define TILEGEN_CCE_BITWISE(name, OP)                                                                             \
+    template <typename T>                                                                                         \
+    inline void name(__ubuf__ T* dst, __ubuf__ T* src0, __ubuf__ T* src1, uint64_t repeat, uint64_t dBlk, uint64_t s0Blk, \
+                     uint64_t s1Blk, uint64_t dRep, uint64_t s0Rep, uint64_t s1Rep)                               \
+    {                                                                                                             \
+        static_assert(std::is_integral_v<T> && sizeof(T) == 2, "tilegen twin: " #name " on int16_t/uint16_t");    \
+        cce_rt::Binary<T>(#name, cce_rt::AddrOf(dst), cce_rt::AddrOf(src0), cce_rt::AddrOf(src1), repeat, dBlk, s0Blk, \
+                          s1Blk, dRep, s0Rep, s1Rep, [](T a, T b) -> T { return static_cast<T>(a OP b); });        \
+    }
+TILEGEN_CCE_BITWISE(vand, &)
+TILEGEN_CCE_BITWISE(vor, |)
+#undef TILEGEN_CCE_BITWISE
+
 #define TILEGEN_CCE_UNARY(name, expr)                                                                             \
     template <typename T>                                                                                         \
     inline void name(__ubuf__ T* dst, __ubuf__ T* src, uint64_t repeat, uint64_t dBlk, uint64_t sBlk, uint64_t dRep, \
@@ -276,6 +292,20 @@ TILEGEN_CCE_CONV(vconv_f322f16o, half, float, return cce_rt::RoundTo<half>(x, 'o
 // int32 -> float, CAST_NONE and CAST_RINT: round to nearest even (exact up to 2^24; the host's default mode)
 TILEGEN_CCE_CONV(vconv_s322f32, float, int32_t, return static_cast<float>(x))
 TILEGEN_CCE_CONV(vconv_s322f32r, float, int32_t, return static_cast<float>(x))
+// float -> int32, CAST_RINT (Cast.md, A2 table: float -> int32_t with CAST_RINT/FLOOR/CEIL/ROUND/TRUNC; call site
+// CastIntrinsicsImpl(int32_t*, float*)): nearest, ties to even; out of range saturates, NaN gives 0 [our reading:
+// the doc does not say].
+namespace cce_rt {
+inline int32_t F2S32(float x)
+{
+    if (x != x) return 0;
+    const double r = std::nearbyint(static_cast<double>(x));
+    if (r >= 2147483647.0) return 2147483647;
+    if (r <= -2147483648.0) return -2147483647 - 1;
+    return static_cast<int32_t>(r);
+}
+}  // namespace cce_rt
+TILEGEN_CCE_CONV(vconv_f322s32r, int32_t, float, return cce_rt::F2S32(x))
 // float -> float rounded to an integral value (Cast.md, A2 table: float -> float with CAST_RINT/FLOOR/CEIL/
 // ROUND/TRUNC; call site CastIntrinsicsImpl(float*, float*)); infinities and NaN pass through.
 TILEGEN_CCE_CONV(vconv_f322f32r, float, float, return std::isfinite(x) ? std::nearbyint(x) : x)
@@ -326,6 +356,44 @@ TILEGEN_CCE_CONV_BF(vconv_f322bf16c, 'c')
 TILEGEN_CCE_CONV_BF(vconv_f322bf16z, 'z')
 TILEGEN_CCE_CONV_BF(vconv_f322bf16o, 'o')
 #undef TILEGEN_CCE_CONV_BF
+
+// ---- gather (Gather.md, Memory矢量计算/离散与聚合/; call site GatherImpl in kernel_operator_vec_gather_impl.h) ----
+// vgather(dst, offsets, srcAddr, dstRepStride, repeat): lane l of repeat r (lanes = 256 / sizeof(T), the mask
+// as for any instruction) reads the uint32 byte offset offsets[r * lanes + l] and copies the sizeof(T) bytes at
+// UB address srcAddr + offset into dst + r * dstRepStride * 32 + l * sizeof(T). Each offset keeps the element
+// aligned (the doc: "取值应保证src元素类型位宽对齐") and inside UB; the sources must not be written by the same
+// instruction (dst and src are distinct, 约束说明).
+template <typename T>
+inline void vgather(__ubuf__ T* dst, __ubuf__ uint32_t* offsets, uint32_t srcAddr, uint64_t dstRepStride, uint64_t repeat)
+{
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "tilegen twin: vgather moves 16- or 32-bit elements");
+    const char* what = "vgather";
+    constexpr uint32_t lanes = 256 / sizeof(T);
+    const std::vector<cce_rt::Lane> ls = cce_rt::Lanes(what, lanes, static_cast<uint32_t>(repeat));
+    const uint32_t op = cce_rt::Issue(PIPE_V);
+    const cce_rt::Opnd d = cce_rt::MakeOpnd(what, cce_rt::AddrOf(dst), sizeof(T), sizeof(T), 1, dstRepStride);
+    const uint64_t o = cce_rt::AddrOf(offsets);
+    cce_rt::Align(what, cce_rt::UB, o, 32);
+    std::vector<T> out(ls.size());
+    std::vector<uint64_t> from(ls.size());
+    for (size_t i = 0; i < ls.size(); ++i) {
+        const uint64_t at = o + cce_rt::BitIndex(ls[i], lanes) * 4;
+        cce_rt::TouchRead(what, PIPE_V, cce_rt::UB, at, 4);
+        const uint32_t off = cce_rt::Load<uint32_t>(cce_rt::Local(what, cce_rt::UB, at, 4));
+        from[i] = static_cast<uint64_t>(srcAddr) + off;
+        if (from[i] % sizeof(T) != 0) cce_rt::Fail(what, "source address %llu is not element-aligned", (unsigned long long)from[i]);
+        cce_rt::TouchRead(what, PIPE_V, cce_rt::UB, from[i], sizeof(T));
+        out[i] = cce_rt::Load<T>(cce_rt::Local(what, cce_rt::UB, from[i], sizeof(T)));
+    }
+    uint64_t lo = UINT64_MAX, hi = 0;  // the bytes dst spans
+    for (const cce_rt::Lane& x : ls) {
+        lo = std::min<uint64_t>(lo, d.At(x));
+        hi = std::max<uint64_t>(hi, d.At(x) + sizeof(T));
+    }
+    for (uint64_t f : from)
+        if (f < hi && lo < f + sizeof(T)) cce_rt::Fail(what, "source byte %llu lies in dst (dst must not be src)", (unsigned long long)f);
+    for (size_t i = 0; i < ls.size(); ++i) cce_rt::WriteLane<T>(what, d, ls[i], out[i], op);
+}
 
 // ---- compare with a scalar -> bits (CompareScalar doc): bit i of dst = (src[i] OP scalar); NaN compares
 // false except NE. Bits are written by whole bytes covering the lanes run.

@@ -682,8 +682,53 @@ TWIN_VEC_BINARY(Sub, kArithSets, "P:Sub", true, a - b)
 TWIN_VEC_BINARY(Mul, kArithSets, "P:Mul", true, a * b)
 TWIN_VEC_BINARY(Max, kArithSets, "P:Max", true, twin::vec::FMax(a, b))
 TWIN_VEC_BINARY(Min, kArithSets, "P:Min", true, twin::vec::FMin(a, b))
+// [P:And] [P:Or] (Memory矢量计算/逻辑计算/And.md, Or.md): bitwise, int16_t/uint16_t on A2. The docs' constraint
+// for 32-bit data (And.md 约束说明: "ReinterpretCast to uint16_t/int16_t, then And"; passed directly, the
+// count must be twice the elements and behaviour varies between chips) is enforced: int32/uint32 are refused.
+TWIN_VEC_BINARY(And, twin::vec::kI16 | twin::vec::kU16, "P:And", false, a & b)
+TWIN_VEC_BINARY(Or, twin::vec::kI16 | twin::vec::kU16, "P:Or", false, a | b)
 #undef TWIN_VEC_BINARY
 #undef TWIN_VEC_BINARY_MASKED
+
+// [P:Gather] (Memory矢量计算/离散与聚合/Gather.md), the count form: dst[i] = src[(srcBaseAddr + srcOffset[i]) /
+// sizeof(T)] for i < count; srcOffset in bytes (uint32_t), each a multiple of sizeof(T) and inside src
+// (the doc: offsets element-aligned, not past UB; the twin holds them to the tensor passed); dst must not
+// be src (约束说明). A2 types: int16_t/uint16_t/half/bfloat16_t/int32_t/uint32_t/float. The whole of src
+// counts as read (its reads are data-dependent).
+constexpr uint32_t kGatherSets = twin::vec::kI16 | twin::vec::kU16 | twin::vec::kF16 | twin::vec::kBF16 | twin::vec::kI32 |
+                                 twin::vec::kU32 | twin::vec::kF32;
+template <typename T>
+inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
+                   const uint32_t srcBaseAddr, const uint32_t count)
+{
+    const char* api = "Gather";
+    twin::RequireAiv(api, "P:Gather");
+    twin::vec::CheckType<T>(api, kGatherSets, "P:Gather");
+    const twin::LocalRef& d = twin::vec::UbOperand(api, dst, "dst");
+    const twin::LocalRef& s = twin::vec::UbOperand(api, src, "src");
+    const twin::LocalRef& o = twin::vec::UbOperand(api, srcOffset, "srcOffset");
+    if (count == 0) return;
+    const uint64_t dBytes = static_cast<uint64_t>(count) * sizeof(T), oBytes = static_cast<uint64_t>(count) * 4;
+    if (dBytes > d.bytes || oBytes > o.bytes)
+        twin::Fail(api, twin::Fmt("count %u: dst holds %u bytes, srcOffset %u", count, d.bytes, o.bytes), "P:Gather");
+    if (d.addr < s.addr + s.bytes && s.addr < d.addr + dBytes)
+        twin::Fail(api, "dst overlaps src (Gather does not support the same memory for both)", "P:Gather 约束说明");
+    if (srcBaseAddr % sizeof(T) != 0)
+        twin::Fail(api, twin::Fmt("srcBaseAddr %u is not a multiple of the element size %zu", srcBaseAddr, sizeof(T)), "P:Gather 约束说明");
+    twin::trace::Rec("V", api, static_cast<int64_t>((dBytes + 255) / 256), 0, 0, {twin::trace::Loc(dst, dBytes)},
+                     {twin::trace::Loc(src, s.bytes), twin::trace::Loc(srcOffset, oBytes)});
+    std::vector<T> out(count);
+    for (uint32_t i = 0; i < count; ++i) {
+        uint32_t off;
+        std::memcpy(&off, o.Ptr() + static_cast<uint64_t>(i) * 4, 4);
+        const uint64_t at = static_cast<uint64_t>(srcBaseAddr) + off;
+        if (off % sizeof(T) != 0 || at + sizeof(T) > s.bytes)
+            twin::Fail(api, twin::Fmt("srcOffset[%u] = %u (+ base %u) is not an aligned element of src (%u bytes)", i, off, srcBaseAddr, s.bytes),
+                       "P:Gather 约束说明");
+        std::memcpy(&out[i], s.Ptr() + at, sizeof(T));
+    }
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(d.Ptr() + static_cast<uint64_t>(i) * sizeof(T), &out[i], sizeof(T));
+}
 
 // [P:Div] with DivConfig (INTRINSIC: <= 1 ulp; the twin rounds the float quotient once).
 template <typename T, const DivConfig& config = DEFAULT_DIV_CONFIG>
