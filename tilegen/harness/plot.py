@@ -165,8 +165,20 @@ def _draw_tiles(ax, grid: TileGrid, spec: dict, tiles: dict, label: str) -> None
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, frameon=False)
 
 
+def _footprint_rows(report: dict) -> list[tuple[str, int, int]]:
+    """(label, bytes at the peak, usable bytes) per kernel and on-chip level, as drawn."""
+    return [(f"{prog['label'].split(' ')[0]} {fp['kernel']} {fp['level']}", fp["bytes"], fp["usable"]) for prog in report["programs"] for fp in prog.get("footprints", [])]
+
+
+def _traffic_names(report: dict) -> list[str]:
+    names: list[str] = []
+    for prog in report["programs"]:
+        names += [n for n in prog["hbm_bytes_by_tensor"] if n not in names]
+    return names
+
+
 def _draw_footprints(ax, report: dict) -> None:
-    rows = [(f"{prog['label'].split(' ')[0]} {fp['kernel']} {fp['level']}", fp["bytes"], fp["usable"]) for prog in report["programs"] for fp in prog.get("footprints", [])]
+    rows = _footprint_rows(report)
     if not rows:
         ax.text(0.5, 0.5, "no target: no footprint against capacity", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
@@ -183,15 +195,12 @@ def _draw_footprints(ax, report: dict) -> None:
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel(f"{unit} {report['backend']['footprint_per']}")
     ax.set_title("on-chip footprint per kernel and level vs usable capacity", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, frameon=False)  # below the axes: never over a bar
 
 
 def _draw_traffic(ax, report: dict, gm_handoff: bool) -> None:
     progs = report["programs"]
-    names: list[str] = []
-    for prog in progs:
-        names += [n for n in prog["hbm_bytes_by_tensor"] if n not in names]
-    names = names[::-1]
+    names = _traffic_names(report)[::-1]
     values = [prog["hbm_bytes_by_tensor"].get(n, 0) for prog in progs for n in names]
     scaled, unit = _scaled(values)
     height = 0.8 / max(len(progs), 1)
@@ -203,7 +212,7 @@ def _draw_traffic(ax, report: dict, gm_handoff: bool) -> None:
     ax.set_xlabel(f"{unit} read + written")
     where = "GM (ws_*: per-core hand-off tiles, L2-resident)" if gm_handoff else "HBM"
     ax.set_title(f"{where} traffic per tensor", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, frameon=False)  # below the axes: never over a bar
 
 
 def check_path(path: str, flag: str = "--plot") -> Path:
@@ -261,36 +270,74 @@ def plot_inspect(report: dict, path: str, *, max_cells: int = MAX_CELLS, block_m
     (one line; nothing left behind), TilegenError without matplotlib.
     """
     out = check_path(path)
-    plt = _matplotlib()
-    spec, tgt = report["spec"], report["target"]
-    progs = report["programs"]
-    fig = plt.figure(figsize=(12.4, 12), layout="constrained")
-    grid = fig.add_gridspec(2, max(len(progs), 1), height_ratios=[1.25, 1])
+    fig, _ = inspect_figure(report, max_cells=max_cells, block_maps=block_maps)
+    return _save(fig, out, "--plot")
+
+
+def _panels(report: dict, max_cells: int, block_maps: list[dict] | None) -> list[tuple[TileGrid, str]]:
+    """(tile classes, title) per program, as :func:`plot_inspect` draws them."""
+    spec = report["spec"]
     window = _window(spec)
-    for k, prog in enumerate(progs):
+    out = []
+    for k, prog in enumerate(report["programs"]):
         tiles = prog["tiles"]
         if block_maps is not None:
             m = block_maps[k]
             cells, re, ce = downsample_classes(m["cells"], max_cells)
             counts = {"visited": m["counts"]["full"], "masked": m["counts"]["partial"], "skipped": m["counts"]["empty"]}
-            classes = TileGrid(cells, re, ce, counts, *m["cells"].shape)
-            label = f"{prog['label']}, block classes of {m['label'].rsplit(' (', 1)[1][:-1]}"
+            out.append((TileGrid(cells, re, ce, counts, *m["cells"].shape), f"{prog['label']}, block classes of {m['label'].rsplit(' (', 1)[1][:-1]}"))
         else:
-            classes = tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells)
-            label = prog["label"]
-        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, tiles, label)
+            out.append((tile_classes(spec["seq_q"], spec["seq_k"], tiles["Br"], tiles["Bc"], window, spec["alignment"], max_cells), prog["label"]))
+    return out
+
+
+def _suptitle(report: dict) -> str:
+    spec, tgt = report["spec"], report["target"]
+    window = _window(spec)
+    mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
+    where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
+    return (f"tilegen inspect: {spec['name']} {where}\nB={spec['batch']}, Hq={spec['heads_q']}, Hkv={spec['heads_kv']}, "
+            f"Sq={spec['seq_q']}, Sk={spec['seq_k']}, Dqk={spec['head_dim_qk']}, Dv={spec['head_dim_v']}, {spec['dtype']}, "
+            f"{mask} {spec['alignment']}")
+
+
+def inspect_data(report: dict, *, max_cells: int = MAX_CELLS, block_maps: list[dict] | None = None) -> dict:
+    """The numbers :func:`plot_inspect` draws, JSON-able, without drawing: the title; per program its
+    panel title, Br, Bc, the exact tile counts per class, the drawn grid's shape and the SHA-256 of its
+    cells (uint8, C order) and edges (int64); the footprint rows (label, bytes, usable bytes); the
+    HBM/GM bytes per program and tensor."""
+    import hashlib
+
+    progs = []
+    for (grid, label), prog in zip(_panels(report, max_cells, block_maps), report["programs"]):
+        digest = hashlib.sha256()
+        for a in (np.ascontiguousarray(grid.cells, np.uint8), np.asarray(grid.row_edges, np.int64), np.asarray(grid.col_edges, np.int64)):
+            digest.update(a.tobytes())
+        progs.append({"title": label, "Br": prog["tiles"]["Br"], "Bc": prog["tiles"]["Bc"], "counts": dict(grid.counts),
+                      "cells_shape": list(grid.cells.shape), "cells_sha256": digest.hexdigest()})
+    names = _traffic_names(report)
+    return {
+        "title": _suptitle(report),
+        "programs": progs,
+        "footprints": [list(r) for r in _footprint_rows(report)],
+        "traffic_bytes": {p["label"]: {n: p["hbm_bytes_by_tensor"].get(n, 0) for n in names} for p in report["programs"]},
+    }
+
+
+def inspect_figure(report: dict, *, max_cells: int = MAX_CELLS, block_maps: list[dict] | None = None):
+    """The matplotlib figure of :func:`plot_inspect` (not saved)."""
+    plt = _matplotlib()
+    spec = report["spec"]
+    progs = report["programs"]
+    fig = plt.figure(figsize=(12.4, 12.4), layout="constrained")
+    grid = fig.add_gridspec(2, max(len(progs), 1), height_ratios=[1.25, 1])
+    for k, ((classes, label), prog) in enumerate(zip(_panels(report, max_cells, block_maps), progs)):
+        _draw_tiles(fig.add_subplot(grid[0, k]), classes, spec, prog["tiles"], label)
     bottom = grid[1, :].subgridspec(1, 2)
     _draw_footprints(fig.add_subplot(bottom[0, 0]), report)
     _draw_traffic(fig.add_subplot(bottom[0, 1]), report, report["backend"]["gm_handoff"])
-    mask = spec["mask"] if spec["mask"] != "window" else f"window {tuple(window)}"
-    where = f"on {tgt['name']}" if tgt else "(no target: default tile sizes)"
-    fig.suptitle(
-        f"tilegen inspect: {spec['name']} {where}\nB={spec['batch']}, Hq={spec['heads_q']}, Hkv={spec['heads_kv']}, "
-        f"Sq={spec['seq_q']}, Sk={spec['seq_k']}, Dqk={spec['head_dim_qk']}, Dv={spec['head_dim_v']}, {spec['dtype']}, "
-        f"{mask} {spec['alignment']}",
-        fontsize=12,
-    )
-    return _save(fig, out, "--plot")
+    fig.suptitle(_suptitle(report), fontsize=12)
+    return fig, None
 
 
 # --- the block classes of a mask mod: ``tilegen inspect --tiles-map FILE`` ------------------------------
@@ -359,50 +406,126 @@ def plot_tiles_map(maps: list[dict], path: str, title: str, *, flag: str = "--ti
 # --- the timeline of one core (tilegen inspect --timeline FILE) ----------------------------------------
 
 GANTT_ROWS = (("AIC", ("S", "MTE2", "MTE1", "M", "FIX")), ("AIV0", ("S", "MTE2", "V", "MTE3")))
-GANTT_ITEMS = 20000  # instructions drawn per program at most (the first ones, in time)
+GANTT_PIXELS = 2000  # bars of a row closer than (drawn window) / GANTT_PIXELS are drawn as one (below a pixel)
 PIPE_COLORS = {"S": "#7f7f7f", "MTE1": "#9467bd", "MTE2": "#1f77b4", "MTE3": "#17becf", "M": "#d62728", "FIX": "#ff7f0e", "V": "#2ca02c"}
+
+
+def _round(x: float) -> float:
+    """``x`` to 6 significant digits: the numbers a sidecar records (:mod:`tools.regen_docs_pictures`)."""
+    return float(f"{x:.6g}")
+
+
+def steady_window(block, rows=None) -> tuple[float, float]:
+    """The steady state of one AI Core's schedule ``block`` (:class:`tilegen.backends.ascendc.timeline.BlockSchedule`),
+    cycles: from the end of the prologue, the time by which every pipe of ``rows`` (default
+    :data:`GANTT_ROWS`) that does any work, S aside (its scalar accesses are sporadic), has started
+    its first instruction, to the start of the epilogue, the time at which the first of them has
+    finished its last. (0, ``block.end``) when the
+    two cross (a run too short to have every pipe busy at once) or nothing was traced."""
+    rows = [(c, p) for c, ps in (rows or GANTT_ROWS) for p in ps if p != "S"]
+    first: dict = {}
+    last: dict = {}
+    for it in block.items if block is not None else ():
+        key = (it.core, it.pipe)
+        if it.work and it.kind != "issue" and key in rows:
+            first[key] = min(first.get(key, it.start), it.start)
+            last[key] = max(last.get(key, it.end), it.end)
+    if not first:
+        return 0.0, float(block.end if block is not None else 0.0)
+    t0, t1 = max(first.values()), min(last.values())
+    return (t0, t1) if t1 > t0 else (0.0, float(block.end))
+
+
+def _merged(bars: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    """(start, end) bars sorted by start, those less than ``gap`` apart joined (what a pixel shows)."""
+    out: list[list[float]] = []
+    for a, b in sorted(bars):
+        if out and a - out[-1][1] < gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def timeline_data(report: dict) -> dict:
+    """The numbers :func:`plot_timeline` draws, JSON-able (µs, 6 significant digits): per program with a
+    timeline, its label, the kernel drawn (the slowest), what its block is, the whole run (0, end),
+    the steady state (:func:`steady_window`), the drawn window (the whole run; the steady state is
+    marked in it) and per row (``core pipe``) the bars (start, end) of its work, bars closer than a
+    pixel (window / :data:`GANTT_PIXELS`) joined."""
+    out = {"target": report["target"], "programs": []}
+    for prog in report["programs"]:
+        tl = prog.get("_timeline")
+        if tl is None:
+            continue
+        kernel = max(tl.kernels, key=lambda k: k.time_s)
+        block = kernel.block
+        what = ("the AI Core that ran every instance of one head as one stream (the run the streamed time is fitted through)"
+                if "streamed:" in kernel.form else f"one AI Core ({kernel.form.split(':')[0]})")
+        entry = {"label": prog["label"], "kernel": kernel.name, "block": what, "rows": {}}
+        if block is None or not block.items:
+            out["programs"].append(entry)
+            continue
+        us = 1e6 / tl.clock_hz
+        t0, t1 = steady_window(block)
+        entry["run_us"] = [0.0, _round(block.end * us)]
+        entry["steady_us"] = [_round(t0 * us), _round(t1 * us)]
+        entry["window_us"] = entry["run_us"]
+        gap = block.end * us / GANTT_PIXELS
+        for core, pipes in GANTT_ROWS:
+            for pipe in pipes:
+                bars = [(it.start * us, max(it.end, it.start + 0.5) * us) for it in block.items
+                        if it.work and it.kind != "issue" and it.core == core and it.pipe == pipe]
+                entry["rows"][f"{core} {pipe}"] = [[_round(a), _round(b)] for a, b in _merged(bars, gap)]
+        out["programs"].append(entry)
+    return out
+
+
+def timeline_figure(report: dict):
+    """The matplotlib figure of :func:`plot_timeline` (not saved) and its :func:`timeline_data`."""
+    plt = _matplotlib()
+    data = timeline_data(report)
+    progs = data["programs"]
+    fig, axes = plt.subplots(len(progs), 1, figsize=(13, 3.4 * max(len(progs), 1)), layout="constrained", squeeze=False)
+    for ax, prog in zip(axes[:, 0], progs):
+        rows = list(prog["rows"]) or [f"{c} {p}" for c, ps in GANTT_ROWS for p in ps]
+        ax.set_yticks(range(len(rows)), rows, fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row at the top
+        if "window_us" not in prog:
+            ax.set_title(f"{prog['label']}: no instructions traced", fontsize=10)
+            continue
+        for n, name in enumerate(rows):
+            bars = [(a, b - a) for a, b in prog["rows"][name]]
+            if bars:
+                ax.broken_barh(bars, (n - 0.4, 0.8), facecolors=PIPE_COLORS.get(name.split()[1], "#333333"), linewidth=0)
+        (w0, w1), (s0, s1) = prog["window_us"], prog["steady_us"]
+        for a, b in ((w0, s0), (s1, w1)):
+            if b > a:
+                ax.axvspan(a, b, color="#000000", alpha=0.07, linewidth=0, label="prologue / epilogue (outside the steady state)")
+        ax.set_xlim(w0, w1)
+        ax.set_xlabel("time (µs, simulated)", fontsize=9)
+        steady = (f"steady state {s0:.2f}–{s1:.2f} µs (every pipe but S started … first one done; unshaded)"
+                  if (s0, s1) != (w0, w1) else "too short for a steady state: the whole run")
+        ax.set_title(f"{prog['label']}: {prog['kernel']}, {prog['block']}\nwhole run 0–{w1:.2f} µs; {steady}", fontsize=10)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:  # outside the axes, right of them: never over a bar
+            ax.legend(handles[:1], labels[:1], loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(f"simulated timeline of the emitted code on {data['target']} (twin trace, [timeline] cost table)", fontsize=11)
+    return fig, data
 
 
 def plot_timeline(report: dict, path: str) -> Path:
     """Draw one AI Core's pipes as a Gantt chart per program of ``report``
-    (:func:`tilegen.harness.report.timeline_report`): the simulated block of the program's slowest kernel (of a
-    streamed kernel, the core that ran one head's instances as one stream), one row per pipe of its AIC and of its first AIV (the second mirrors it), a bar per instruction's work
-    (flag waits are the gaps), time in µs. At most :data:`GANTT_ITEMS` instructions are drawn, the
-    first ones in time (the title then says up to when).
+    (:func:`tilegen.harness.report.timeline_report`): the simulated block of the program's slowest kernel
+    (of a streamed kernel, the core that ran one head's instances as one stream), one row per pipe of
+    its AIC and of its first AIV (the second mirrors it), a bar per instruction's work (flag waits are
+    the gaps; bars closer than a pixel drawn as one), the whole run on a time axis in µs with the
+    steady state (:func:`steady_window`) unshaded and its bounds in the title; the legend sits right of
+    the axes. The numbers drawn are :func:`timeline_data`'s.
 
     Returns the path written. Raises SpecError for another extension or a path that cannot be written
     (one line; nothing left behind), TilegenError without matplotlib.
     """
     out = check_path(path, "--timeline")
-    plt = _matplotlib()
-    progs = [p for p in report["programs"] if p.get("_timeline") is not None]
-    fig, axes = plt.subplots(len(progs), 1, figsize=(13, 3.2 * max(len(progs), 1)), layout="constrained", squeeze=False)
-    for ax, prog in zip(axes[:, 0], progs):
-        tl = prog["_timeline"]
-        kernel = max(tl.kernels, key=lambda k: k.time_s)
-        block = kernel.block
-        rows = [(core, pipe) for core, pipes in GANTT_ROWS for pipe in pipes]
-        ax.set_yticks(range(len(rows)), [f"{c} {p}" for c, p in rows], fontsize=8)
-        ax.invert_yaxis()
-        if block is None or not block.items:
-            ax.set_title(f"{prog['label']}: no instructions traced", fontsize=10)
-            continue
-        work = sorted((it for it in block.items if it.work and it.kind != "issue"), key=lambda it: it.start)
-        cut = None
-        if len(work) > GANTT_ITEMS:
-            cut = work[GANTT_ITEMS].start
-            work = work[:GANTT_ITEMS]
-        us = 1e6 / tl.clock_hz
-        for n, (core, pipe) in enumerate(rows):
-            bars = [(it.start * us, max(it.end - it.start, 0.5) * us) for it in work if it.core == core and it.pipe == pipe]
-            if bars:
-                ax.broken_barh(bars, (n - 0.4, 0.8), facecolors=PIPE_COLORS.get(pipe, "#333333"), linewidth=0)
-        end = (cut if cut is not None else block.end) * us
-        ax.set_xlim(0, end)
-        ax.set_xlabel("µs (simulated)", fontsize=8)
-        shown = f", first {end:.1f} µs of {block.end * us:.1f}" if cut is not None else ""
-        what = ("the AI Core that ran every instance of one head as one stream (the run the streamed time is fitted through)"
-                if "streamed:" in kernel.form else f"one AI Core ({kernel.form.split(':')[0]})")
-        ax.set_title(f"{prog['label']}: {kernel.name}, {what}{shown}", fontsize=10)
-    fig.suptitle(f"simulated timeline of the emitted code on {report['target']} (twin trace, [timeline] cost table)", fontsize=11)
+    fig, _ = timeline_figure(report)
     return _save(fig, out, "--timeline")
