@@ -69,6 +69,15 @@ CASES = {
         lambda b, h, q, k, prefix_len, **p: (k < prefix_len[b]) | (k <= q + 32),
     ),
 }
+# a learnable [Sq, 128] table read at (q_idx, kv_idx + 2): its gradient window is Br x Bc entries, wider than any
+# UB tile row, and lives in the mods' scratch (sm_g), not among the tiles (tiny: Sq = Sk = 70, causal)
+BIAS2D = (RNG.standard_normal((70, 128)) * 0.5).astype(np.float32)
+CASES["bias-q-kv-shift"] = (
+    _spec("tiny", "bias-q-kv-shift", "score + bias[q_idx, kv_idx + 2]", "", [_decl("bias", ("Sq", 128))], (-1, 0)),
+    {"bias": BIAS2D},
+    lambda s, b, h, q, k, bias, **p: s + bias[q, k + 2],
+    None,
+)
 # every construct at once (softcap then two biases; document and prefix-LM and the window), for the
 # real-API twin, where one build takes about a minute
 CASES["everything"] = (
@@ -127,6 +136,47 @@ def _check(name: str, real: bool = False, dkv_strategy=None) -> None:
 @pytest.mark.parametrize("dkv_strategy", ["on-chip", "atomic"])
 def test_hand_twin_forward_and_backward_match_the_reference(name, dkv_strategy):
     _check(name, dkv_strategy=dkv_strategy)
+
+
+def _dbias_shifted(data, o, bias, scale, work):
+    """d(bias) of score + bias[q, kv + 2] under the causal window, computed in ``work`` (NumPy dtype) by
+    the numerical contract (DESIGN.md, "Backward"): P = softmax(S), dP = dO Vᵀ, D = rowsum(dO ∘ O) of the
+    given O, dS = P ∘ (dP − D), summed over (b, h) into the entry each pair reads."""
+    q, k, v, do = (np.asarray(data[n]).astype(work) for n in ("Q", "K", "V", "dO"))
+    sq, sk = q.shape[2], k.shape[2]
+    qi, ki = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    s = work(scale) * (q @ np.swapaxes(k, -1, -2)) + bias.astype(work)[qi, ki + 2]
+    s = np.where(ki <= qi + sk - sq, s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    p = e / e.sum(-1, keepdims=True)
+    d = (do * np.asarray(o).astype(work)).sum(-1)
+    ds = (p * (do @ np.swapaxes(v, -1, -2) - d[..., None])).sum(axis=(0, 1))
+    out = np.zeros(bias.shape, work)
+    np.add.at(out, (np.broadcast_to(qi, ds.shape), np.broadcast_to(ki + 2, ds.shape)), ds)
+    return out
+
+
+def test_learnable_table_at_q_and_shifted_kv_generates_and_matches_the_reference():
+    """Before its gradient window was kept out of the UB tiles, generate refused this spec ("the row
+    broadcast of main needs 256 bytes of UB scratch, 0 are left"). On the hand twin: O, L, dQ/dK/dV
+    against the float64 reference (autograd), and d(bias) against a float64 evaluation of the backward's
+    contract from the kernel's stored fp16 O (D = rowsum(dO ∘ O) of the stored O: a table entry gets one
+    dS per (b, h), so the O's rounding in D shows in it undiluted, about 2x plain autograd's error)."""
+    spec, params, score_fn, _ = CASES["bias-q-kv-shift"]
+    spec, data, fwd, bwd = _run("bias-q-kv-shift")
+    kw = dict(scale=spec.softmax_scale, score_fn=score_fn, window=spec.window, params=params)
+    o, lse, grads = dense(data["Q"], data["K"], data["V"], data["dO"], **kw)
+    o_pl, lse_pl, grads_pl = dense(data["Q"], data["K"], data["V"], data["dO"], dtype=spec.dtype, **kw)
+    n = longest_sum(spec)
+    comps = [compare("O", fwd["O"], o, o_pl, spec.dtype, terms=n), compare("L", fwd["L"], lse, lse_pl, "fp32", terms=n)]
+    comps += [compare(g, bwd[g], grads[g], grads_pl[g], spec.dtype, terms=n) for g in ("dQ", "dK", "dV")]
+    assert sorted(bwd["dparams"]) == ["bias"]
+    ref = _dbias_shifted(data, fwd["O"], params["bias"], spec.softmax_scale, np.float64)
+    plain = _dbias_shifted(data, fwd["O"], params["bias"], spec.softmax_scale, np.float32)
+    comps.append(compare("dbias", bwd["dparams"]["bias"], ref, plain, "fp32", terms=n))
+    bad = [c.line() for c in comps if not c.ok]
+    assert not bad, "\n".join(bad)
+    assert np.abs(grads["dbias"]).max() > 0.1 and np.abs(ref - grads["dbias"]).max() < 0.01 * np.abs(grads["dbias"]).max()
 
 
 def test_parameter_gradients_are_bitwise_equal_for_any_core_count():

@@ -966,3 +966,22 @@ def test_timeline_refuses_a_launch_without_its_sync_all(monkeypatch):
     monkeypatch.setattr(ascendc, "generate", broken)
     with pytest.raises(TimelineError, match="2 kernel phases .* 3 kernels"):
         simulate_program(spec, "ascend910b2", "bwd", exact=True)
+
+
+@needs_cxx
+@pytest.mark.parametrize("name", ["document", "varlen-sinks", "alibi-ascend"])
+def test_inspect_simulate_specs_with_mods(name, capsys, monkeypatch):
+    """Specs whose mods read parameters: the block classes' store (document), a 0-d sink logit read and
+    broadcast (varlen-sinks) and a learnable tensor's gradient windows (alibi-ascend) are priced by the
+    emitted-code model, and their twin runs are fed the parameters. Each program's model is compared with
+    the timeline of the traced twin (an independent account of the same kernels): within 2x."""
+    from tilegen.cli import main
+
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    assert main(["inspect", "--spec", name, "--target", "ascend910b2", "--simulate", "--no-nest"]) == 0
+    out = capsys.readouterr().out
+    for prog in ("forward", "backward"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"{prog}: roofline "))
+        model = float(line.split(" | model ")[1].split()[0])
+        simulated = float(line.split(" | simulated ")[1].split()[0])
+        assert 0.5 <= model / simulated <= 2.0, line

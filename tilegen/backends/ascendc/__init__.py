@@ -473,9 +473,9 @@ class _Lower:
                 # the products are chunked (@n_chunk): the whole level is the two halves of tilegen::Cube
                 side.pools.append((f"pool_{level_name.lower()}", position, level.usable))
                 continue
-            spans = _live_spans(self.kernel, level_name)
-            if not spans:
+            if not _live_spans(self.kernel, level_name):
                 continue
+            spans = self.spans(level_name)
             offsets, peak = plan(spans, level, self.env)
             pool = f"pool_{level_name.lower()}"
             extra = level.scratch_bytes if unit == "vector" else 0
@@ -518,9 +518,15 @@ class _Lower:
                     side.pools.append((f"pool_{level.name.lower()}", position, need))
         return side
 
+    def spans(self, level: str) -> list[tuple[Buffer, int, int]]:
+        """The live spans of the buffers at ``level`` that get a view of their own: all but the results
+        of the mods' gradient-window and classify ops, which the emitted code keeps in the scratch
+        ``sm_g`` (:meth:`mod_scratch`), not in a planned tile."""
+        return [s for s in _live_spans(self.kernel, level) if s[0].name not in self.pgrad_bufs | self.class_bufs]
+
     def scratch_cols(self) -> int:
         """Elements of the AIV scratch row sc_col: the widest padded UB tile row (at least 64)."""
-        spans = _live_spans(self.kernel, self.target.placement["vector"])
+        spans = self.spans(self.target.placement["vector"])
         return max([self.cpad(b) for b, _, _ in spans if len(b.shape) == 2] + [64] + self.classify_cols())
     def row_scratch(self, spans, left: int) -> list[tuple[str, str, int]]:
         """The scratch of the row helpers (tilegen_runtime.h): ``sc_row``, a row vector rounded up to 64

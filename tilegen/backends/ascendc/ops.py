@@ -585,6 +585,12 @@ class ScalarLoad(Op):
     gm: str
     offset: str
 
+    def cycles(self, c, cut=False, valid=None):
+        """Its two flag pairs (``flag_cycles`` each), the scalar read from GM at HBM's first-byte latency
+        (``gm_hbm_latency_cycles``, an upper bound: the twin's trace does not time GlobalTensor::GetValue)
+        and the SetValue into UB (``scalar_ub_write_cycles``)."""
+        return 2 * c["flag_cycles"] + c["gm_hbm_latency_cycles"] + c["scalar_ub_write_cycles"]
+
 
 @dataclass(frozen=True)
 class ClassStore(Op):
@@ -594,6 +600,12 @@ class ClassStore(Op):
     kind: ClassVar[str] = "class_store"
     gm: str
     offset: str
+
+    def cycles(self, c, cut=False, valid=None):
+        """StoreVector of 4 bytes: its two flag pairs (``flag_cycles`` each) and one DataCopyPad on MTE3 to
+        HBM (``gm_hbm_latency_cycles`` + 4 B / ``mte3_bytes_per_cycle``), or its 5 issued instructions
+        (``issue_cycles``) if longer; the model prices AIV 0, the one that stores."""
+        return _ub_copy_cycles(c, 1, 1, 4, True, False, True, False)
 
 
 @dataclass(frozen=True)
@@ -624,6 +636,12 @@ class ModStore(Op):
     gm: str
     offset: str
     n: int
+
+    def cycles(self, c, cut=False, valid=None):
+        """StoreVector of ``n`` floats: its two flag pairs (``flag_cycles`` each) and one DataCopyPad on MTE3
+        to HBM (``gm_hbm_latency_cycles`` + 4 ``n`` B / ``mte3_bytes_per_cycle``), or its 5 issued
+        instructions (``issue_cycles``) if longer."""
+        return _ub_copy_cycles(c, self.n, 1, 4, True, False, True, False)
 
 
 @dataclass(frozen=True)
@@ -783,6 +801,11 @@ class Broadcast(Elementwise):
 
     kind: ClassVar[str] = "broadcast"
     src: str
+
+    def cycles(self, c, cut=False, valid=None):
+        """Its flag pair (``flag_cycles``), the GetValue from UB (``scalar_ub_read_cycles``), then one
+        Duplicate of ``count`` floats (``vector_cycles``: 256 B a repeat)."""
+        return c["flag_cycles"] + c["scalar_ub_read_cycles"] + c.vector_cycles(math.ceil(self.count * 4 / 256))
 
 
 @dataclass(frozen=True)

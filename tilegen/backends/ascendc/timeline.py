@@ -681,6 +681,15 @@ def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
     out = {n: (0.5 * rng.standard_normal(shapes[n])).astype(npdt) for n in names}
     if program == "bwd":
         out["L"] = (np.log(spec.seq_k) + rng.random(shapes["L"])).astype(np.float32)
+    if spec.sinks and program == "fwd":
+        out["sinks"] = rng.standard_normal(spec.heads_q).astype(np.float32)
+    if spec.mods is not None:  # the mods' parameters: the spec's values, random ones (zeros if int32) for those it leaves open
+        from tilegen.core.mods import check_param_arrays
+
+        sizes = {"B": spec.batch, "Hq": spec.heads_q, "Hkv": spec.heads_kv, "Sq": spec.seq_q, "Sk": spec.seq_k}
+        open_ = {p.name: (np.zeros if p.dtype == "int32" else lambda s: 0.1 * rng.standard_normal(s))(p.concrete_shape(sizes))
+                 for p in spec.mods.params if p.values is None}
+        out.update(check_param_arrays(spec.mods, open_, sizes))
     return out
 
 
