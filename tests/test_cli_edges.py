@@ -471,3 +471,12 @@ def test_run_target_runs_the_twin_on_that_target(capsys):
     out = capsys.readouterr().out
     lines = [l for l in out.splitlines() if " twin (Ascend C)" in l]
     assert len(lines) == 2 and all("on the ascend910b3 twin" in l for l in lines), out
+
+
+def test_a_misspelled_builtin_spec_suggests_the_close_name(capsys):
+    """``--spec tinny``: one line naming the flag and the value, suggesting ``tiny`` before the list."""
+    from tilegen.cli import main
+
+    assert main(["run", "--spec", "tinny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--spec = 'tinny'" in err[0] and "did you mean 'tiny'?" in err[0]

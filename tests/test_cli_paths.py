@@ -228,6 +228,20 @@ def test_generate_that_fails_midway_leaves_nothing(tmp_path, capsys, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["old"]
 
 
+def test_generate_over_another_output_leaves_only_the_new_one(tmp_path, capsys):
+    """A second spec generated into the folder of a first: the first's files (its manifest lists them)
+    go, the user's own files stay, and the folder matches the new manifest exactly."""
+    out = tmp_path / "out"
+    assert main(["generate", "--spec", "tiny", "--target", "h200", "-o", str(out)]) == 0
+    first = set(os.listdir(out))
+    (out / "notes.txt").write_text("mine")
+    assert main(["generate", "--spec", "demo", "--target", "h200", "-o", str(out)]) == 0
+    capsys.readouterr()
+    listed = set(json.loads((out / "manifest.json").read_text())["files"])
+    assert first - listed - {"manifest.json"}, "the two specs should write different module names"
+    assert set(os.listdir(out)) == listed | {"manifest.json", "notes.txt"}
+
+
 # --- run --data -----------------------------------------------------------------------------------------
 
 

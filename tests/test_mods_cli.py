@@ -234,7 +234,7 @@ def test_document_mask_counts_from_the_spec_values_and_run_time_without(tmp_path
     rc, out, _ = _cli(capsys, "inspect", "--spec", "document", "--tiles", "16x16")
     assert rc == 0
     want = _brute_counts(80, 80, 16, 16, (-1, 0), 0, lambda q, k: np.asarray(DOC)[q] == np.asarray(DOC)[k])
-    assert f"{want['empty']} empty" in out and f"{want['partial']} partial" in out and "run-time (depends on doc), counted from the spec's values" in out
+    assert f"{want['empty']} empty" in out and f"{want['partial']} partial" in out and "counted from the spec's values of doc (at run time the device counts them again)" in out
     text = 'name = "docs"\nbatch = 1\nheads = 2\nseq = 64\nhead_dim = 16\nmask_mod = "doc[q_idx] == doc[kv_idx]"\n[params.doc]\nshape = ["Sk"]\ndtype = "int32"\n'
     rc, out, _ = _cli(capsys, "inspect", _write(tmp_path, text), "--json", "--program", "fwd")
     blk = json.loads(out)["programs"][0]["block_classes"]

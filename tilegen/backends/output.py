@@ -53,6 +53,9 @@ def write(generated: Generated, out_dir) -> list[str]:
     the staging folder is on ``out_dir``'s file system even when ``out_dir`` is a mount point (a
     rename cannot cross file systems), so each file is replaced atomically. An error or an interrupt
     before the moves leaves the previous output as it was, and folders this call created are removed.
+    Files an earlier output listed in its ``manifest.json`` that this one does not write (another
+    spec's module, say) are removed after the moves, so the folder holds exactly one output; files the
+    old manifest does not list are never touched.
 
     Raises:
         SpecError: ``out_dir`` exists and is not a folder, or cannot be created or written (names the
@@ -69,8 +72,11 @@ def write(generated: Generated, out_dir) -> list[str]:
         names = sorted(n for n in generated.files if n != "manifest.json") + ["manifest.json"]
         for name in names:
             (stage / name).write_text(generated.files[name], encoding="utf-8")
+        stale = sorted(set(_listed(out / "manifest.json")) - set(names))
         for name in names:
             os.replace(stage / name, out / name)
+        for name in stale:
+            (out / name).unlink(missing_ok=True)
     except BaseException as exc:
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
@@ -84,6 +90,15 @@ def write(generated: Generated, out_dir) -> list[str]:
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return names
+
+
+def _listed(manifest: Path) -> list[str]:
+    """The plain file names an earlier output's manifest lists (none when it is absent or unreadable)."""
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in files if isinstance(n, str) and n == Path(n).name and not n.startswith(".")]
 
 
 def _rmdir_quiet(folder: Path) -> None:

@@ -576,7 +576,9 @@ def builtin_spec(name: str) -> AttentionSpec:
     """
     specs = builtin_specs()
     if name not in specs:
-        raise SpecError("spec", name, "one of " + ", ".join(specs), None)
+        close = difflib.get_close_matches(str(name), list(specs), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SpecError("spec", name, f"{hint}one of " + ", ".join(specs), None)
     return load_spec(specs[name])
 
 

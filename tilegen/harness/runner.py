@@ -219,7 +219,7 @@ def compile_run(
     forms = FORMS[backward]
     if target is None:
         source = "given by the caller" if tile_sizes is not None else (
-            "the interpreter's defaults: 128, shrunk to the sequence rounded up to 16"
+            "the interpreter's defaults: 128, or the sequence rounded up to 16 when shorter"
         )
         out = {"forward": (compile_forward(spec, tile_sizes=tile_sizes), source)}
         for form in forms:

@@ -473,7 +473,7 @@ def block_classes(mods, *, sizes: dict, window, offset: int, br: int, bc: int, p
         cls = np.where(flat.any(1), np.where(flat.all(1), 2, 1), 0).astype(np.uint8)
         table[t[:, 0], t[:, 1], t[:, 2], t[:, 3]] = cls
     if not source:
-        source = f"run-time (depends on {', '.join(reads)}), counted from the spec's values" if reads else "compile time (the mask reads no parameter)"
+        source = f"counted from the spec's values of {', '.join(reads)} (at run time the device counts them again)" if reads else "compile time (the mask reads no parameter)"
     return BlockClasses(table, source, scale)
 
 
