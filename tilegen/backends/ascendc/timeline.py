@@ -16,7 +16,13 @@ one AI Core (1 AIC + 2 AIVs) with the cost table of the target file (``[timeline
 - ``SetFlag<A_B>`` fires when pipe A has finished everything issued to it before, and the next
   instruction on B starts no earlier than that plus ``flag_cycles``; ``CrossCoreSetFlag`` likewise on
   its pipe plus ``cross_core_flag_cycles``, with the mode-2 rules (an AIC set reaches both AIVs; the
-  AIC's wait needs one set from each AIV); ``PipeBarrier`` is implied by the in-order pipes.
+  AIC's wait needs one set from each AIV, or from the one AIV its record names: the real-API twin's
+  record of a matmul-server message, tilegen/twin/cce/trace.h); ``PipeBarrier`` is implied by the
+  in-order pipes, except ``PipeBarrier<PIPE_ALL>`` (pipe ``ALL``): the scalar unit and every pipe go on
+  from the end of the core's last instruction.
+
+The real-API twin (tilegen/twin/cce) writes the same trace for kernels built on Huawei's headers;
+tilegen/harness/ascend_peer.py maps its intrinsic names to the kinds priced here.
 
 Checks: a wait that nothing ever sets (deadlock) and a **race** raise :class:`TimelineError`: a missing
 flag is reported, it does not make the timeline faster. A race is two accesses of overlapping bytes on
@@ -376,8 +382,10 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         p = ins.pipe
         if ins.kind == "CrossCoreWaitFlag":
             if core.name == "AIC":
-                q0, q1 = xq[("AIC", ins.b, 0)], xq[("AIC", ins.b, 1)]
-                have = [q for q, n in ((q0, "AIV0"), (q1, "AIV1")) if n in cores]
+                # c = 0: mode 2, a set from each AIV; c = 1 + sub: the one AIV (a matmul-server message, whose
+                # hand-off through GM the real-API twin records as a flag: tilegen/twin/cce/trace.h)
+                subs = (0, 1) if ins.c == 0 else (ins.c - 1,)
+                have = [xq[("AIC", ins.b, k)] for k in subs if f"AIV{k}" in cores]
                 if any(not q for q in have):
                     return False
                 got = [q.popleft() for q in have]
@@ -416,6 +424,18 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
                 core.last_s = add(core, "S", ins.kind, start, end, pred, True)
                 check(core, ins, "S", start + issue, end, core.last_s)
             core.t_s = end
+            core.pos += 1
+            return True
+        if p == "ALL" and ins.kind == "PipeBarrier":
+            # PipeBarrier<PIPE_ALL> (PipeBarrier(ISASI).md: waits for every earlier instruction of every pipe): the
+            # scalar unit and every pipe continue from the end of the core's last instruction
+            t = max([s0 + issue, *core.ready.values()])
+            core.last_s = add(core, "S", ins.kind, s0, t, core.last_s, False)
+            core.t_s = t
+            for q in core.ready:
+                core.ready[q] = t
+            n = len(PIPES)
+            core.clock = [[core.clock[r][r] if q != r else core.clock[q][q] for r in range(n)] for q in range(n)]
             core.pos += 1
             return True
         if p not in core.ready:

@@ -174,6 +174,19 @@ def _real_flags(devkit: Path, gen: Path, core: str) -> list[str]:
     ]
 
 
+def real_flags(devkit: Path, gen: Path, core: str) -> list[str]:
+    """The clang++ flags of one MIX pass (``core`` = ``"CUBE"`` or ``"VEC"``) of a real-API twin build, for
+    kernels built outside a generated kernel set (tilegen/harness/ascend_peer.py): ``devkit`` the snapshot
+    (:func:`check_devkit`), ``gen`` the folder of ``kernel_tiling/kernel_tiling.h`` (:func:`tiling_header_dir`)."""
+    return _real_flags(devkit, gen, core)
+
+
+def devkit_fingerprint(devkit: Path) -> bytes:
+    """A digest of the snapshot's include/ and impl/ files (paths, sizes, times): a build keyed by it is
+    redone when the snapshot changes."""
+    return _devkit_fingerprint(devkit)
+
+
 def _devkit_fingerprint(devkit: Path) -> bytes:
     """Path, size and mtime of every file under the snapshot's include/ and impl/ (a changed snapshot
     rebuilds)."""

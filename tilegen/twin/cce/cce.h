@@ -9,11 +9,16 @@
 #include "rules.h"
 #include "sync.h"
 #include "dma.h"
+#include "kfc.h"
+#include "regs.h"
+#include "datacopy.h"
 #include "cube.h"
+#include "load3d.h"
 #include "vector.h"
+#include "vector_more.h"
 #include "unmodelled.h"
 
-// builtins whose result type matters to the headers
-inline __gm__ uint8_t* __get_kfc_workspace_addr() { return nullptr; }
+// builtins whose result type matters to the headers: the system workspace the launch set (kfc.h)
+inline __gm__ uint8_t* __get_kfc_workspace_addr() { return cce_rt::KfcWorkspace(); }
 
 #endif  // TILEGEN_CCE_H

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cce_types.h"
+#include "trace.h"
 #include "../include/twin/rules.h"
 
 namespace cce_rt {
@@ -99,6 +100,7 @@ inline void Align(const char* what, Buf b, uint64_t off, uint64_t align)
 inline uint32_t Issue(int pipe)
 {
     Core& c = Cur();
+    TraceBegin(pipe);
     return ++c.clock[pipe][pipe];
 }
 inline void CheckWriter(const char* what, const Core& c, int pipe, Buf b, uint64_t blk)
@@ -112,6 +114,7 @@ inline void TouchRead(const char* what, int pipe, Buf b, uint64_t off, uint64_t 
 {
     Core& c = Cur();
     if (len == 0) return;
+    TraceLocal(what, b, off, len, false);
     for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) {
         CheckWriter(what, c, pipe, b, blk);
         c.shadow[b][blk].rd[pipe] = c.clock[pipe][pipe];
@@ -121,6 +124,7 @@ inline void TouchWrite(const char* what, int pipe, uint32_t op, Buf b, uint64_t 
 {
     Core& c = Cur();
     if (len == 0) return;
+    TraceLocal(what, b, off, len, true);
     for (uint64_t blk = off / 32; blk <= (off + len - 1) / 32; ++blk) {
         CheckWriter(what, c, pipe, b, blk);
         Shadow& s = c.shadow[b][blk];

@@ -12,6 +12,7 @@
 
 #include "core.h"
 #include "dma.h"
+#include "unitflag.h"
 
 #include <vector>
 
@@ -77,7 +78,7 @@ inline void Fill(const char* what, Buf b, uint64_t dst, uint64_t repeatBit, T va
 // c[m x n] = (cmatrixInitVal ? 0 : c) + a[m x k] . b[k x n], fp32 accumulation of exact products in k
 // order; lanes outside m x n are not written; K padding inside the last fractal is ignored. Pipe M.
 template <typename C, typename A, typename B>
-inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint64_t n, bool source, bool init)
+inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint64_t n, bool source, bool init, uint64_t unitFlag = 0)
 {
     const char* what = "mad";
     RequireAic(what);
@@ -92,7 +93,9 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
     const uint8_t* pa = Local(what, L0A, a, M1 * K1 * 512);
     const uint8_t* pb = Local(what, L0B, b, K1 * N1 * 512);
     uint8_t* pc = Local(what, L0C, c, M1 * N1 * 1024);
+    if (unitFlag >= 2) UnitFlagsBefore(what, true, c, M1 * N1 * 1024);  // unitflag.h
     const uint32_t op = Issue(PIPE_M);
+    TraceSizes(static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k));
     TouchRead(what, PIPE_M, L0A, a, M1 * K1 * 512);
     TouchRead(what, PIPE_M, L0B, b, K1 * N1 * 512);
     if (!init) TouchRead(what, PIPE_M, L0C, c, M1 * N1 * 1024);
@@ -111,6 +114,7 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
             Store<float>(e, acc);
         }
     TouchWrite(what, PIPE_M, op, L0C, c, M1 * N1 * 1024);
+    if (unitFlag == 3) UnitFlagsAfter(true, c, M1 * N1 * 1024);
 }
 
 // copy_matrix_cc_to_gm(dst, src, sid, nSize, mSize, dstStride, srcStride, unitFlag, quantPre, relu,
@@ -121,7 +125,7 @@ inline void Mad(uint64_t c, uint64_t a, uint64_t b, uint64_t m, uint64_t k, uint
 // clamps at 0. Atomic add applies when set. Pipe FIX.
 template <typename D>
 inline void FixToGm(uint8_t* dst, uint64_t src, uint64_t nSize, uint64_t mSize, uint64_t dstStride, uint64_t srcStride,
-                    int quantPre, bool relu, bool channelSplit, bool nz2nd)
+                    int quantPre, bool relu, bool channelSplit, bool nz2nd, uint64_t unitFlag = 0)
 {
     const char* what = "copy_matrix_cc_to_gm";
     RequireAic(what);
@@ -136,8 +140,10 @@ inline void FixToGm(uint8_t* dst, uint64_t src, uint64_t nSize, uint64_t mSize, 
     if (!ok) Fail(what, "quantPre %d with a %zu-byte destination is not modelled", quantPre, sizeof(D));
     Align(what, L0C, src, 64);
     const uint64_t N1 = (nSize + 15) / 16;
+    const uint64_t span = (N1 - 1) * srcStride * 64 + mSize * 64;  // the L0C bytes it reads, first to last
+    if (unitFlag >= 2) UnitFlagsBefore(what, false, src, span);  // unitflag.h
     Issue(PIPE_FIX);
-    TouchRead(what, PIPE_FIX, L0C, src, (N1 - 1) * srcStride * 64 + mSize * 64);
+    TouchRead(what, PIPE_FIX, L0C, src, span);
     std::vector<uint8_t> row(nSize * sizeof(D));
     for (uint64_t m = 0; m < mSize; ++m) {
         for (uint64_t n = 0; n < nSize; ++n) {
@@ -151,6 +157,7 @@ inline void FixToGm(uint8_t* dst, uint64_t src, uint64_t nSize, uint64_t mSize, 
         CheckGm(what, g, row.size());
         StoreGm<sizeof(D)>(what, g, row.data(), row.size());
     }
+    if (unitFlag == 3) UnitFlagsAfter(false, src, span);
 }
 
 }  // namespace cce_rt
@@ -224,8 +231,8 @@ template <typename C, typename A, typename B>
 inline void mad(__cc__ C* c, __ca__ A* a, __cb__ B* b, uint64_t m, uint64_t k, uint64_t n, uint64_t unitFlag,
                 bool kDirectionAlign, bool cmatrixSource, bool cmatrixInitVal)
 {
-    (void)unitFlag; (void)kDirectionAlign;
-    cce_rt::Mad<C, A, B>(cce_rt::AddrOf(c), cce_rt::AddrOf(a), cce_rt::AddrOf(b), m, k, n, cmatrixSource, cmatrixInitVal);
+    (void)kDirectionAlign;
+    cce_rt::Mad<C, A, B>(cce_rt::AddrOf(c), cce_rt::AddrOf(a), cce_rt::AddrOf(b), m, k, n, cmatrixSource, cmatrixInitVal, unitFlag);
 }
 
 template <typename D, typename S>
@@ -233,9 +240,9 @@ inline void copy_matrix_cc_to_gm(__gm__ D* dst, __cc__ S* src, uint64_t sid, uin
                                  uint64_t srcStride, uint64_t unitFlag, QuantMode_t quantPre, uint64_t relu, bool channelSplit,
                                  bool nz2ndEn)
 {
-    (void)sid; (void)unitFlag;
+    (void)sid;
     cce_rt::FixToGm<D>(reinterpret_cast<uint8_t*>(dst), cce_rt::AddrOf(src), nSize, mSize, dstStride, srcStride, quantPre, relu != 0,
-                       channelSplit, nz2ndEn);
+                       channelSplit, nz2ndEn, unitFlag);
 }
 
 // Fixpipe / load configuration registers (kernel_operator_fixpipe_impl.h SetFixpipeNz2ndFlagImpl: ND_PARA

@@ -7,6 +7,7 @@
 #define TILEGEN_CCE_SYNC_H
 
 #include "core.h"
+#include "kfc.h"
 #include "rules.h"
 
 // set_flag(src, dst, event): pipe dst may later wait until everything pipe src issued so far is done.
@@ -21,6 +22,7 @@ inline void set_flag(pipe_t src, pipe_t dst, int64_t ev)
     if (c.flagSet[src][dst][ev]) cce_rt::Fail("set_flag", "flag %d -> %d event %d set twice without a wait", src, dst, (int)ev);
     c.flagSet[src][dst][ev] = true;
     std::memcpy(c.flagClock[src][dst][ev], c.clock[src], sizeof(c.clock[src]));
+    cce_rt::TraceSync(cce_rt::kPipeName[src] + 5, "SetFlag", 16 * src + dst, ev, dst);
 }
 // wait_flag(src, dst, event): pipe dst is ordered after the instructions of src before the set.
 // Waiting on a flag nobody set hangs the NPU: an error here.
@@ -34,12 +36,14 @@ inline void wait_flag(pipe_t src, pipe_t dst, int64_t ev)
     c.flagSet[src][dst][ev] = false;
     for (int q = 0; q < cce_rt::kPipes; ++q)
         if (q != dst && c.flagClock[src][dst][ev][q] > c.clock[dst][q]) c.clock[dst][q] = c.flagClock[src][dst][ev][q];
+    cce_rt::TraceSync(cce_rt::kPipeName[dst] + 5, "WaitFlag", 16 * src + dst, ev, src);
 }
 // pipe_barrier(p): later instructions of p wait for earlier ones of p; PIPE_ALL orders every pipe after
 // every instruction issued so far.
 inline void pipe_barrier(pipe_t p)
 {
     cce_rt::Core& c = cce_rt::Cur();
+    if (p >= 0 && p < cce_rt::kPipes) cce_rt::TraceSync(cce_rt::kPipeName[p] + 5, "PipeBarrier", 0, 0, 0);
     if (p == PIPE_ALL) {
         for (int q = 0; q < cce_rt::kPipes; ++q)
             for (int r = 0; r < cce_rt::kPipes; ++r)
@@ -59,8 +63,9 @@ inline void ffts_cross_core_sync(pipe_t pipe, uint64_t msg)
 }
 // dcci(addr, entire[, dst]): clean and invalidate the scalar data cache (the line of addr, or all of it:
 // DataCacheCleanAndInvalid, impl/basic_api/kernel_reg.h DcciGMImpl). The twin's scalar GM accesses go to
-// host memory, which every core sees at once: nothing to clean, so nothing to do.
-template <typename... A> inline void dcci(A&&...) {}  // every call form of the headers (GM or UB address, line or all)
+// host memory, which every core sees at once: nothing to clean, so nothing to do (but a matmul server that
+// holds the message lock releases it: kfc.h).
+template <typename... A> inline void dcci(A&&...) { cce_rt::KfcRelease(); }  // every call form of the headers (GM or UB address, line or all)
 inline void wait_flag_dev(uint64_t flag) { cce_rt::CrossCoreWait(static_cast<int>(flag)); }
 
 // ---- special registers: core identity and scalar bit helpers ------------------------------------

@@ -9,8 +9,11 @@
 //  - normal mask mode: lane l runs iff bit l of (maskHi:maskLo) is set, for repeat = 0 .. repeatTime-1;
 //  - counter mode (set_mask_count): maskLo elements run, lane by lane over as many repeats as needed; the
 //    instruction's repeatTime is ignored (the Level-2 count APIs pass 1);
-//  - results are computed from all sources before anything is written; fp16/bf16 arithmetic in float,
-//    rounded once (RNE).
+//  - repeats run in order, each one's results computed from its sources before it writes, so a later repeat
+//    reads what an earlier one wrote (通用说明和约束.md, 通用地址重叠约束: the binary APIs on half / int32_t /
+//    float support dst overlapping a later repeat's second source with src1RepStride or dstRepStride 0, which
+//    the softmax reductions use, e.g. BigBlockReduceMax: Max with dstRepStride 0 folding repeat after repeat);
+//    fp16/bf16 arithmetic in float, rounded once (RNE).
 // Every lane touched must lie in UB; reads are checked against writes of other pipes (core.h).
 #ifndef TILEGEN_CCE_VECTOR_H
 #define TILEGEN_CCE_VECTOR_H
@@ -42,9 +45,11 @@ inline std::vector<Lane> Lanes(const char* what, uint32_t lanes, uint32_t repeat
         if (n > 196608) Fail(what, "counter-mode mask %llu larger than UB", (unsigned long long)n);
         out.reserve(n);
         for (uint64_t i = 0; i < n; ++i) out.push_back(Lane{static_cast<uint32_t>(i / lanes), static_cast<uint32_t>(i % lanes)});
+        TraceRepeats((n + lanes - 1) / lanes);
         return out;
     }
     if (repeat > 255) Fail(what, "repeatTime %u > 255", repeat);
+    TraceRepeats(repeat);
     for (uint32_t r = 0; r < repeat; ++r)
         for (uint32_t l = 0; l < lanes; ++l) {
             const bool on = l < 64 ? ((c.maskLo >> l) & 1) : ((c.maskHi >> (l - 64)) & 1);
@@ -104,8 +109,11 @@ inline void Unary(const char* what, uint64_t dst, uint64_t src, uint64_t repeat,
     const Opnd d = MakeOpnd(what, dst, sizeof(D), wide, dstBlk, dstRep);
     const Opnd s = MakeOpnd(what, src, sizeof(S), wide, srcBlk, srcRep);
     std::vector<D> out(ls.size());
-    for (size_t i = 0; i < ls.size(); ++i) out[i] = f(ReadLane<S>(what, s, ls[i]));
-    for (size_t i = 0; i < ls.size(); ++i) WriteLane<D>(what, d, ls[i], out[i], op);
+    for (size_t i = 0; i < ls.size();) {  // one repeat at a time: its reads, then its writes
+        size_t j = i;
+        for (; j < ls.size() && ls[j].r == ls[i].r; ++j) out[j] = f(ReadLane<S>(what, s, ls[j]));
+        for (; i < j; ++i) WriteLane<D>(what, d, ls[i], out[i], op);
+    }
 }
 
 template <typename T, typename F>
@@ -119,8 +127,11 @@ inline void Binary(const char* what, uint64_t dst, uint64_t s0, uint64_t s1, uin
     const Opnd a = MakeOpnd(what, s0, sizeof(T), sizeof(T), s0Blk, s0Rep);
     const Opnd b = MakeOpnd(what, s1, sizeof(T), sizeof(T), s1Blk, s1Rep);
     std::vector<T> out(ls.size());
-    for (size_t i = 0; i < ls.size(); ++i) out[i] = f(ReadLane<T>(what, a, ls[i]), ReadLane<T>(what, b, ls[i]));
-    for (size_t i = 0; i < ls.size(); ++i) WriteLane<T>(what, d, ls[i], out[i], op);
+    for (size_t i = 0; i < ls.size();) {  // one repeat at a time: its reads, then its writes
+        size_t j = i;
+        for (; j < ls.size() && ls[j].r == ls[i].r; ++j) out[j] = f(ReadLane<T>(what, a, ls[j]), ReadLane<T>(what, b, ls[j]));
+        for (; i < j; ++i) WriteLane<T>(what, d, ls[i], out[i], op);
+    }
 }
 
 // float -> half with a rounding mode: 'r' nearest even, 'a' half away from zero, 'f' floor, 'c' ceil,
@@ -637,6 +648,7 @@ inline void vbrcb(__ubuf__ T* dst, __ubuf__ T* src, uint64_t dstBlk, uint64_t ds
     const uint64_t blk = dstBlk == 0 ? 1 : dstBlk;
     const uint64_t dHi = d + ((repeat - 1) * dstRep + 7 * blk) * 32 + 32, sHi = s + repeat * 8 * sizeof(T);
     if (repeat > 0 && d < sHi && s < dHi) cce_rt::Fail(what, "src must not overlap dst");
+    cce_rt::TraceRepeats(repeat);
     const uint32_t op = cce_rt::Issue(PIPE_V);
     std::vector<T> v(repeat * 8);
     for (uint64_t i = 0; i < repeat * 8; ++i) {
