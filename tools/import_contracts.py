@@ -8,7 +8,7 @@ Configured in ``pyproject.toml`` (``[tool.importlinter]``, ``contract_types``) a
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib.machinery
 
 from importlinter import Contract, ContractCheck, fields, output
 
@@ -29,7 +29,7 @@ class PrivateNamesContract(Contract):
         for module in sorted(graph.modules):
             if not module.startswith(roots):
                 continue
-            spec = importlib.util.find_spec(module)
+            spec = _find_spec(module)
             if spec is None or not spec.origin or not spec.origin.endswith(".py"):
                 continue
             is_package = spec.submodule_search_locations is not None
@@ -67,6 +67,19 @@ class PrivateNamesContract(Contract):
     def render_broken_contract(self, check: ContractCheck) -> None:
         for module, line, source, name in check.metadata["broken"]:
             output.print_error(f"{module}:{line} imports the private name {name} of {source}", bold=False)
+
+
+def _find_spec(module: str):
+    """The spec of ``module`` (dotted), found on the file system without importing it or its parent
+    packages (importlib.util.find_spec imports the parents, and with them torch and the rest: seconds);
+    None when it is not there."""
+    parts = module.split(".")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0])
+    for n in range(2, len(parts) + 1):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:n]), list(spec.submodule_search_locations))
+    return spec
 
 
 def _private(name: str) -> bool:
