@@ -325,7 +325,7 @@ def test_a_row_with_min_seq_k_applies_from_that_key_length(tmp_path):
     from tilegen.harness.report import format_inspect, inspect_report
 
     spec = make_spec(seq_q=8192, seq_k=8192, head_dim_qk=128, head_dim_v=128, dtype="bf16")
-    text = format_inspect(inspect_report(spec, "h200", programs=("fwd",)), show_nest=False)
+    text = unwrapped(format_inspect(inspect_report(spec, "h200", programs=("fwd",)), show_nest=False))
     assert "(fwd, head_dim 128, Sk >= 8192, Br 128 x Bc 64)" in text
     bad = Path(load_target("h200").path).read_text().replace("min_seq_k = 8192", "min_seq_k = 0", 1)
     path = tmp_path / "bad-min-seq.toml"
