@@ -38,7 +38,6 @@ Usage (on the GPU machine, from the repository root):
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -57,8 +56,9 @@ from mods_gpu import (
     compiled_flex,
     doc_ids,
     fmt,
-    meta_info,
+    ms,
 )
+from mods_gpu import write_results as _write_results
 
 ROWS = ("natten", "window1024", "doc16", "prefix_lm", "softcap", "alibi")
 NATTEN_KERNEL = 13
@@ -217,10 +217,6 @@ def run_row(row, args, log):
     return rec
 
 
-def _ms(rec, impl, phase):
-    return rec["results"].get(impl, {}).get(phase)
-
-
 def markdown(rows, meta):
     lines = [
         f"# tilegen.torch.flex_attention vs compiled flex_attention on {meta['device']}",
@@ -242,8 +238,8 @@ def markdown(rows, meta):
         "|" + "---|" * 22,
     ]
     for r in rows:
-        t = [_ms(r, "tilegen", p) for p in PHASES]
-        f = [_ms(r, "flex", p) for p in PHASES]
+        t = [ms(r, "tilegen", p) for p in PHASES]
+        f = [ms(r, "flex", p) for p in PHASES]
         up = [b / a if a and b else None for a, b in zip(t, f)]
         chk = r.get("check", {})
         ok = "–" if not chk or "error" in chk else ("ok" if all(v["ok"] for v in chk.values()) else "FAIL " + ",".join(k for k, v in chk.items() if not v["ok"]))
@@ -259,13 +255,8 @@ def markdown(rows, meta):
 
 
 def write_results(args, rows):
-    meta = meta_info(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "flex_gym.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    md = markdown(rows, meta)
-    (out / "flex_gym.md").write_text(md)
-    return md
+    """flex_gym.json and flex_gym.md into ``args.out`` (mods_gpu's writer with this script's table)."""
+    return _write_results(args, rows, "flex_gym", markdown)
 
 
 def list_rows(rows, log):
@@ -315,7 +306,7 @@ def main(argv=None):
         rec = run_row(row, args, log)
         out.append(rec)
         write_results(args, out)  # after every row: a run cut short keeps what it measured
-        t, f = _ms(rec, "tilegen", "fwdbwd"), _ms(rec, "flex", "fwdbwd")
+        t, f = ms(rec, "tilegen", "fwdbwd"), ms(rec, "flex", "fwdbwd")
         log(f"{row.name} D={row.d}: tilegen f+b {fmt(t, 3)} ms, flex {fmt(f, 3)} ms; {time.time() - t0:.0f} s")
     print(write_results(args, out))
     return 0

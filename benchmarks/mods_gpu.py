@@ -386,13 +386,15 @@ def meta_info(args):
     }
 
 
-def write_results(args, rows):
+def write_results(args, rows, name="mods_gpu", to_markdown=None):
+    """Write ``NAME.json`` (meta and rows) and ``NAME.md`` (``to_markdown(rows, meta)``, this script's
+    table by default) into ``args.out``; returns the Markdown."""
     meta = meta_info(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "mods_gpu.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    md = markdown(rows, meta)
-    (out / "mods_gpu.md").write_text(md)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    md = (to_markdown or markdown)(rows, meta)
+    (out / f"{name}.md").write_text(md)
     return md
 
 
