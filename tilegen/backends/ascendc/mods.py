@@ -576,17 +576,22 @@ class Compiler:
         t = self._vop("mul", row, a=qv, b=mv.code) if mv.vec else self._vop("muls", row, a=qv, x=self._fx(mv))
         return Val(True, self._vop("sub", row, a=self.vec(self.ev(a), row), b=t), integer=bool(e.is_integer), row=row)
 
-    def _minmax(self, e, row, integer) -> Val:
+    def _fold(self, e, row, op: str, scalar_op: str) -> str:
+        """The row of an associative ``e`` (Max, Min, And, Or): its row arguments combined by ``op`` in a
+        fixed order, then its scalar arguments (evaluated together, once) by ``scalar_op``."""
         sc, vs = self._split(e.args)
-        mx = isinstance(e, sympy.Max)
         acc = None
         for f in sorted(vs, key=sympy.default_sort_key):
             x = self.vec(self.ev(f), row)
-            acc = x if acc is None else self._vop("max" if mx else "min", row, a=acc, b=x)
+            acc = x if acc is None else self._vop(op, row, a=acc, b=x)
         if sc:
             s = self.ev(type(e)(*sc))
-            acc = self._vop("maxs" if mx else "mins", row, a=acc, x=self._fx(s))
-        return Val(True, acc, integer=integer, row=row)
+            acc = self._vop(scalar_op, row, a=acc, x=self._fx(s))
+        return acc
+
+    def _minmax(self, e, row, integer) -> Val:
+        op = "max" if isinstance(e, sympy.Max) else "min"
+        return Val(True, self._fold(e, row, op, op + "s"), integer=integer, row=row)
 
     def _bits_of(self, cond: Val, row) -> None:
         """sc_bits = (cond row > 1/2)."""
@@ -666,16 +671,8 @@ class Compiler:
         return Val(True, self._vop("sel", row, a=one, x="0.0f"), boolean=True, row=row)
 
     def _logic(self, e, row) -> Val:
-        sc, vs = self._split(e.args)
-        andl = isinstance(e, sympy.And)
-        acc = None
-        for f in sorted(vs, key=sympy.default_sort_key):
-            x = self.vec(self.ev(f), row)
-            acc = x if acc is None else self._vop("mul" if andl else "max", row, a=acc, b=x)
-        if sc:
-            s = self.ev(type(e)(*sc))
-            acc = self._vop("muls" if andl else "maxs", row, a=acc, x=self._fx(s))
-        return Val(True, acc, boolean=True, row=row)
+        op = "mul" if isinstance(e, sympy.And) else "max"  # and = Mul, or = Max of 0/1 rows
+        return Val(True, self._fold(e, row, op, op + "s"), boolean=True, row=row)
 
     def _gather(self, e: sympy.Indexed, row) -> Val:
         """A parameter read whose index varies along the row, in the first form that applies: from the
