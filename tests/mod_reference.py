@@ -138,3 +138,18 @@ def mask_grid_fn(fn):
         return mask_grid(fn, bi.shape[0], hi.shape[1], i.shape[2], j.shape[3])
 
     return mask_fn
+
+
+def seeded_table(*shape, seed=12, dtype=torch.float32):
+    """A standard-normal tensor of ``shape`` from its own seeded generator (a captured table of a mod)."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def graphormer_inputs(b, n, density):
+    """A seeded symmetric adjacency [b, n, n] (each edge drawn with probability ``density``) and edge
+    types in 0..2, the inputs of attention-gym's Graphormer biases."""
+    gen = torch.Generator().manual_seed(11)
+    adj = torch.rand(b, n, n, generator=gen) < density
+    adj = adj | adj.transpose(1, 2)
+    types = torch.randint(0, 3, (b, n, n), generator=gen)
+    return adj, types

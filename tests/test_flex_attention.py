@@ -96,7 +96,7 @@ from attn_gym import masks as AM
 from attn_gym import mods as AS
 from attn_gym.masks.causal import create_causal_block_mask_fast
 from attn_gym.masks.document_mask import length_to_offsets
-from mod_reference import dense, mask_grid, score_grid
+from mod_reference import dense, graphormer_inputs, mask_grid, score_grid, seeded_table
 
 import tilegen.torch as tt
 from tilegen.core.errors import SpecError, UnsupportedArgument
@@ -257,31 +257,19 @@ def test_attention_gym_masks(make, b, h, sq, sk, bs):
     check(block_mask=_bm(mask, b, h, sq, sk, bs), b=b, hq=h, sq=sq, sk=sk)
 
 
-def _graphormer_inputs(b, n):
-    gen = torch.Generator().manual_seed(11)
-    adj = torch.rand(b, n, n, generator=gen) < 0.1
-    adj = adj | adj.transpose(1, 2)
-    types = torch.randint(0, 3, (b, n, n), generator=gen)
-    return adj, types
-
-
 def _spatial(t):
-    adj, _ = _graphormer_inputs(2, 50)
+    adj, _ = graphormer_inputs(2, 50, 0.1)
     return AS.generate_graphormer_spatial_bias(t["table"], AS.shortest_path_distances(adj, 4))
 
 
 def _edge(t):
-    adj, types = _graphormer_inputs(2, 50)
+    adj, types = graphormer_inputs(2, 50, 0.1)
     path_types, path_lengths = AS.shortest_path_edge_types(adj, types, 3)
     return AS.generate_graphormer_edge_bias(t["table"], path_types, path_lengths)
 
 
 def _mla(t):
     return AS.generate_mla_rope_score_mod(t["q_rope"], t["k_rope"], 2, scale=0.5)
-
-
-def _table(*shape, seed=12):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 # (id, score generator, learnable tensors {name: shape} or None, mask (None: no BlockMask), B, Sq, Sk)
@@ -301,7 +289,7 @@ SCORES = [
 
 @pytest.mark.parametrize("gen,shapes,mask,b,sq,sk", [s[1:] for s in SCORES], ids=[s[0] for s in SCORES])
 def test_attention_gym_score_mods(gen, shapes, mask, b, sq, sk):
-    tables = {n: _table(*s, seed=20 + i) for i, (n, s) in enumerate((shapes or {}).items())}
+    tables = {n: seeded_table(*s, seed=20 + i) for i, (n, s) in enumerate((shapes or {}).items())}
     bm = None if mask is None else _bm(mask, None, None, sq, sk, 16)
     if shapes:
         check(block_mask=bm, b=b, sq=sq, sk=sk, tables=tables, gen=gen)
@@ -411,7 +399,7 @@ def test_alibi_with_documents_gqa():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_learned_bias_table_with_causal(dtype):
     n = 77
-    check(block_mask=_bm(AM.causal_mask, None, None, n, n, 16), sq=n, sk=n, tables={"bias": 0.5 * _table(2, 2 * n - 1)}, gen=_bias_gen(n), dtype=dtype)
+    check(block_mask=_bm(AM.causal_mask, None, None, n, n, 16), sq=n, sk=n, tables={"bias": 0.5 * seeded_table(2, 2 * n - 1)}, gen=_bias_gen(n), dtype=dtype)
 
 
 @pytest.mark.parametrize("case", ["natten", "doc_mask", "vsa_variable_blocks"])
@@ -572,7 +560,7 @@ def test_triton_vsa_with_a_learned_bias(triton_path):
     """VSA's from_kv_blocks mask with variable blocks (full and partial blocks, a padding mask_mod) and
     a learned bias table with its gradient."""
     bm = _vsa_variable()
-    check(block_mask=bm, sq=80, sk=80, tables={"bias": 0.5 * _table(2, 159)}, gen=_bias_gen(80))
+    check(block_mask=bm, sq=80, sk=80, tables={"bias": 0.5 * seeded_table(2, 159)}, gen=_bias_gen(80))
 
 
 # --- the class table ------------------------------------------------------------------------------

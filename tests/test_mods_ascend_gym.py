@@ -47,7 +47,7 @@ from attn_gym import masks as AM
 from attn_gym import mods as AS
 from attn_gym.masks.document_mask import length_to_offsets
 from helpers import inputs, make_spec
-from mod_reference import dense
+from mod_reference import dense, seeded_table
 
 from tilegen.backends import ascendc
 from tilegen.backends.ascendc import twin
@@ -69,10 +69,6 @@ def _offsets():
 def _topk():  # VSA: 2 of the 10 key tiles of 4 tokens for each of the 9 query tiles
     gen = torch.Generator().manual_seed(2)
     return torch.stack([torch.randperm(10, generator=gen)[:2] for _ in range(9)]).view(1, 1, 9, 2)
-
-
-def _table(*shape, seed=12):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
 
 
 def _graph(b, n):
@@ -131,7 +127,7 @@ MASKS = {
     "div_scalar": lambda: _div_scalar(torch.tensor([41, -41, 61, -61])),
     # captured tensors too large for a UB table (> MOD_TABLE_BYTES): read at q, ±kv_idx + c through their spans
     # (per row, in both directions, and per tile), and at a stride along the row through the scalar loop from GM
-    "spans": lambda: _spans(_ints(SQ, 128, seed=3), _ints(5000, seed=4), _table(SQ, 128, seed=6)),
+    "spans": lambda: _spans(_ints(SQ, 128, seed=3), _ints(5000, seed=4), seeded_table(SQ, 128, seed=6)),
     "gm_gather": lambda: _gm_gather(_ints(SK, 128, seed=5)),
 }
 
@@ -152,7 +148,7 @@ def _div_scalar(d):
     return lambda b, h, q, kv: (((kv * 37 + q) * 2501 // d[q % 4]) % 3) == 1
 # learnable tensors of the score group (their gradients are checked)
 LEARN = {"spatial": (2, 5), "q_rope": (2, 2, 10, 4), "k_rope": (2, 1, 10, 4)}
-EDGE = _table(2, 2, 3, seed=19)  # read through per-position slices: fixed here
+EDGE = seeded_table(2, 2, 3, seed=19)  # read through per-position slices: fixed here
 
 
 def _scores(t):
@@ -221,7 +217,7 @@ def _ref_score(make):
 def _group(name):
     """(spec, arrays, reference kwargs, head names, learnable name map) of a group."""
     if name == "scores":
-        tables = {k: _table(*shape, seed=20 + n) for n, (k, shape) in enumerate(LEARN.items())}
+        tables = {k: seeded_table(*shape, seed=20 + n) for n, (k, shape) in enumerate(LEARN.items())}
         fns = _scores(tables)
         score, _, decls, _, arrays = M.mods_from_api(_mux_score(list(fns.values())), None)
         names = {}

@@ -70,7 +70,14 @@ import torch.nn.functional as F
 from attn_gym import masks as AM
 from attn_gym import mods as AS
 from attn_gym.masks.document_mask import length_to_offsets
-from mod_reference import dense, mask_grid, mask_grid_fn, score_grid
+from mod_reference import (
+    dense,
+    graphormer_inputs,
+    mask_grid,
+    mask_grid_fn,
+    score_grid,
+    seeded_table,
+)
 
 import tilegen
 import tilegen.torch as tt
@@ -135,27 +142,19 @@ def _topk():
     return torch.stack([torch.randperm(4, generator=gen)[:2] for _ in range(8)]).view(1, 2, 4, 2)
 
 
-def _graphormer_inputs(b, n):
-    gen = torch.Generator().manual_seed(11)
-    adj = torch.rand(b, n, n, generator=gen) < 0.3
-    adj = adj | adj.transpose(1, 2)
-    types = torch.randint(0, 3, (b, n, n), generator=gen)
-    return adj, types
-
-
 def _spatial(table):
-    adj, _ = _graphormer_inputs(2, 10)
+    adj, _ = graphormer_inputs(2, 10, 0.3)
     return AS.generate_graphormer_spatial_bias(table, AS.shortest_path_distances(adj, 3))
 
 
 def _edge(table):
-    adj, types = _graphormer_inputs(2, 10)
+    adj, types = graphormer_inputs(2, 10, 0.3)
     path_types, path_lengths = AS.shortest_path_edge_types(adj, types, 2)
     return AS.generate_graphormer_edge_bias(table, path_types, path_lengths)
 
 
 def _table(*shape, seed=12):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return seeded_table(*shape, seed=seed, dtype=torch.float64)
 
 
 # (id, score generator call, B, H, Sq, Sk)
