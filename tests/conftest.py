@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -8,12 +10,21 @@ sys.path.insert(0, os.path.dirname(__file__))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-# A fresh compile cache per test session: every distinct compile runs its passes at least once here,
-# and nothing is read from (or left in) the user's cache.
-os.environ["TILEGEN_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilegen-test-cache-")
+# A fresh compile cache per test session, shared by the session's pytest-xdist workers: every distinct
+# compile runs its passes once here (not once per worker), and nothing is read from (or left in) the
+# user's cache. The process that starts the session (pytest alone, or xdist's controller, which loads
+# this file before it starts the workers: they inherit the folder through the environment) makes the
+# folder and removes it when it exits (not a child it forks). Concurrent writers are safe: the cache
+# writes each entry to a temporary file and renames it (tilegen.core.cache.cached).
+if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TILEGEN_TEST_CACHE_DIR")):
+    _cache, _owner = tempfile.mkdtemp(prefix="tilegen-test-cache-"), os.getpid()
+    os.environ["TILEGEN_TEST_CACHE_DIR"] = _cache
+    atexit.register(lambda: os.getpid() == _owner and shutil.rmtree(_cache, ignore_errors=True))
+os.environ["TILEGEN_CACHE_DIR"] = os.environ["TILEGEN_TEST_CACHE_DIR"]
 # Triton decides when it is imported whether @triton.jit builds interpreter functions (its own tl.max
 # and friends included), and some test modules import it indirectly at collection (transformers does):
 # on a machine without an NVIDIA GPU, set TRITON_INTERPRET before any of them, so that the Triton tests
 # run the generated kernels in the interpreter whatever the collection order.
 if "TRITON_INTERPRET" not in os.environ and not os.path.exists("/dev/nvidia0"):
     os.environ["TRITON_INTERPRET"] = "1"
+
