@@ -177,12 +177,22 @@ def _digest() -> str:
 
 @pytest.fixture(scope="module")
 def twin_bin() -> Path:
+    """The test binary, built once for all processes: pytest-xdist's workers wait for the one building
+    it (a file lock, xdist's documented pattern) instead of each compiling it again."""
+    # filelock: a dependency of torch, which the test extra installs
+    from filelock import FileLock
+
     base = Path(os.environ.get("TILEGEN_TWIN_CACHE", Path(tempfile.gettempdir()) / "tilegen-twin-cache"))
     out = base / _digest()
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        return _build_twin_tests(out)
+
+
+def _build_twin_tests(out: Path) -> Path:
     exe = out / "twin_tests"
     if exe.exists():
         return exe
-    out.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(dir=out))
     procs = []
     for s in SOURCES:
