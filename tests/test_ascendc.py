@@ -395,7 +395,7 @@ def test_twin_catches_a_broken_kernel(tmp_path):
                          {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}, {}, blocks=2, timeout=120)
 
 
-def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
+def test_forward_vector_stage_needs_its_alpha_copies():
     """The forward's AIV runs stage 1 of pair n + 2 (the softmax, alpha of n + 2) before stage 2 of pair
     n (acc·alpha of n, then acc += P·V of n; the @pipelined lookahead), so alpha has three copies and stage 2 reads
     pair n's through the ring alpha_r[n % 3] (the pairs of the core's stream: @stream). Against
@@ -415,7 +415,7 @@ def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
     outs = {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}
     runs = {}
     for name, files in (("emitted", gen.files), ("one alpha", dict(gen.files, **{"fwd_kernels.asc": re.sub(rotation, "", src)}))):
-        exe = twin.build(files, cache_dir=tmp_path)
+        exe = twin.build(files)  # the emitted set's build is shared with the @stream test's (by content hash)
         runs[name] = twin.run_program(exe, spec, "fwd", {n: data[n] for n in "QKV"}, outs, {}, blocks=2, timeout=120)
     assert_forward_ok(spec, runs["emitted"]["O"], runs["emitted"]["L"], data)
     with pytest.raises(AssertionError):
@@ -423,7 +423,7 @@ def test_forward_vector_stage_needs_its_alpha_copies(tmp_path):
 
 
 @pytest.mark.parametrize("blocks", [1, 2])
-def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(tmp_path, blocks):
+def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(blocks):
     """@stream: a core's programs are one stream of tile pairs, so the softmax of the next
     programs' first pairs (stream a) runs before this program's closing (stream z: O = acc / l, L = m +
     log l). m and l get a copy per program in flight, chosen by the program's ordinal. Against the
@@ -443,7 +443,7 @@ def test_streamed_forward_needs_a_copy_of_m_and_l_per_program(tmp_path, blocks):
     outs = {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}
     runs = {}
     for name, text in (("emitted", src), ("one copy", broken)):
-        exe = twin.build(dict(gen.files, **{"fwd_kernels.asc": text}), cache_dir=tmp_path)
+        exe = twin.build(dict(gen.files, **{"fwd_kernels.asc": text}))  # one build of each for both core counts
         runs[name] = twin.run_program(exe, spec, "fwd", {n: data[n] for n in "QKV"}, outs, {}, blocks=blocks, timeout=120)
     assert_forward_ok(spec, runs["emitted"]["O"], runs["emitted"]["L"], data)
     with pytest.raises(AssertionError):
