@@ -23,8 +23,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-import types
 from pathlib import Path
 
 from tilegen.core.errors import TilegenError
@@ -32,6 +30,7 @@ from tilegen.core.exprs import evaluate
 from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
 
+CHILD = Path(__file__).with_name("compile_child.py")  # the child process of compile_resources
 POINTER = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32", "int32": "*i32"}
 
 
@@ -49,18 +48,6 @@ def _triton_installed() -> bool:
     if "triton" in sys.modules:
         return sys.modules["triton"] is not None
     return importlib.util.find_spec("triton") is not None
-
-
-def _usage(cubin: bytes, tool: Path) -> tuple[int, int]:
-    """(registers per thread, stack bytes per thread) of the cubin's function."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        done = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True)
-    m = re.search(r"REG:(\d+) STACK:(\d+)", done.stdout)
-    if done.returncode != 0 or m is None:
-        raise TilegenError(f"cuobjdump -res-usage gave no register count ({(done.stderr or done.stdout).strip()[:200]})")
-    return int(m.group(1)), int(m.group(2))
 
 
 def _architecture(target: Target) -> tuple[str, int, int]:
@@ -181,9 +168,12 @@ def compile_resources(
     child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     from tilegen.core.progress import step
 
+    # the child runs compile_child.py by path (runpy): it imports Triton and torch (the module's own
+    # imports), not tilegen, whose backends and compiler it does not use (1.4 s of CPU a compile); run
+    # through -c, its own folder is not put on sys.path
     with step(f"compile {len(jobs)} Triton kernels for sm_{capability} (Triton, ptxas)"):
-        done = subprocess.run([sys.executable, "-m", "tilegen.backends.triton.compile"], input=json.dumps(request), capture_output=True,
-                              text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
+        done = subprocess.run([sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", str(CHILD)],
+                              input=json.dumps(request), capture_output=True, text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
     try:
         reply = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -194,52 +184,3 @@ def compile_resources(
     kernels = {j["name"]: {"program": j["program"], "phase": j["phase"], "num_warps": j["num_warps"], "num_stages": j["num_stages"],
                            **reply["kernels"][j["name"]]} for j in jobs}
     return {"triton": reply["triton"], "arch": f"sm_{capability}", "kernels": kernels}
-
-
-def _worker() -> int:
-    """The child process of :func:`compile_resources`: a JSON request on stdin, one JSON line on stdout."""
-    request = json.loads(sys.stdin.read())
-    try:
-        import triton
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-    except ImportError as exc:
-        print(json.dumps({"error": f"a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'): {exc}"}))
-        return 0
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if not tool.exists():
-        print(json.dumps({"error": f"Triton {triton.__version__} ships no cuobjdump at {tool}; it reads the compiled kernels' registers"}))
-        return 0
-    with tempfile.TemporaryDirectory(prefix="tilegen_compile_") as folder:
-        return _compile_jobs(request, triton, GPUTarget, ASTSource, tool, Path(folder))
-
-
-def _compile_jobs(request: dict, triton, GPUTarget, ASTSource, tool: Path, folder: Path) -> int:
-    """The worker's compiles, the module written into ``folder`` (``triton.jit`` reads the kernels' source)."""
-    path = folder / f"{request['name']}.py"
-    path.write_text(request["source"])
-    mod = types.ModuleType(request["name"])
-    mod.__file__ = str(path)
-    exec(compile(request["source"], str(path), "exec"), mod.__dict__)
-    backend, capability, warp = request["target"]
-    out = {}
-    for job in request["jobs"]:
-        fn = getattr(mod, job["fn"])
-        names = list(fn.arg_names)
-        src = ASTSource(fn, job["sig"], constexprs={(names.index(c),): v for c, v in job["consts"].items()},
-                        attrs={(names.index(a),): [["tt.divisibility", 16]] for a in job["divisible"]})
-        try:
-            compiled = triton.compile(src, target=GPUTarget(backend, capability, warp),
-                                      options={"num_warps": job["num_warps"], "num_stages": job["num_stages"]})
-            regs, stack = _usage(compiled.asm["cubin"], tool)
-        except Exception as exc:  # the compiler's own message, in one line
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            print(json.dumps({"error": f"compiling kernel {job['name']} of {job['program']} for sm_{capability} failed: {first[:300]}"}))
-            return 0
-        out[job["name"]] = {"registers": regs, "stack_bytes": stack, "shared_bytes": int(compiled.metadata.shared)}
-    print(json.dumps({"triton": triton.__version__, "kernels": out}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_worker())
