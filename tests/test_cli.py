@@ -71,13 +71,26 @@ def _cli(args, env_extra):
     return proc.stdout, "compiled=True" in proc.stderr
 
 
+def _main(args, env_extra, monkeypatch, capsys) -> str:
+    """Run the CLI in this process with ``env_extra`` set; return its stdout. For the calls whose
+    subject is not the process boundary (the cache is on disk, keyed by the request's contents): a
+    fresh process would only add Python's start and tilegen's imports."""
+    with monkeypatch.context() as m:
+        for key, value in env_extra.items():
+            m.setenv(key, value)
+        capsys.readouterr()
+        assert main(args) == 0
+        return capsys.readouterr().out
+
+
 def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_cached_output_equals_a_fresh_compile(tmp_path):
-    """inspect and generate served from the compile cache (no compiler import: the passes did not run)
-    print and write exactly what a run with the cache off does; corrupt entries are rebuilt."""
+def test_cached_output_equals_a_fresh_compile(tmp_path, monkeypatch, capsys):
+    """inspect and generate served from the compile cache (no compiler import: the passes did not run;
+    each such call in a fresh process) print and write exactly what a run with the cache off does;
+    corrupt entries are rebuilt."""
     cache = {"TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
     off = {"TILEGEN_CACHE": "0"}
     args = ["inspect", "--spec", "tiny-gqa", "--target", "ascend910b2"]
@@ -85,11 +98,11 @@ def test_cached_output_equals_a_fresh_compile(tmp_path):
     assert compiled and any((tmp_path / "cache").iterdir())
     second, compiled = _cli(args, cache)
     assert not compiled, "the second call compiled again instead of reading the cache"
-    assert second == first == _cli(args, off)[0]
+    assert second == first == _main(args, off, monkeypatch, capsys)
     gen = ["generate", "--spec", "tiny", "--target", "ascend910b2", "-o"]
     assert _cli(gen + [str(tmp_path / "a")], cache)[1]
     assert not _cli(gen + [str(tmp_path / "b")], cache)[1]
-    _cli(gen + [str(tmp_path / "c")], off)
+    _main(gen + [str(tmp_path / "c")], off, monkeypatch, capsys)
     ref = _files(tmp_path / "c")
     assert len(ref) > 5 and _files(tmp_path / "a") == ref and _files(tmp_path / "b") == ref
     for entry in (tmp_path / "cache").iterdir():
@@ -98,9 +111,11 @@ def test_cached_output_equals_a_fresh_compile(tmp_path):
     assert compiled and third == first
 
 
-def test_cache_follows_an_edited_target_file(tmp_path):
+def test_cache_follows_an_edited_target_file(tmp_path, monkeypatch, capsys):
     """A target given as a file is keyed by its contents: editing the file between runs changes the
-    schedule (or, for a GPU target, the [triton] launch knobs) instead of serving the old output."""
+    schedule (or, for a GPU target, the [triton] launch knobs) instead of serving the old output. (The
+    runs share one process: the cache on disk decides, and the in-process parse of a target is keyed by
+    the file's bytes.)"""
     from tilegen.core.resources import data_dir
 
     cache = {"TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": str(tmp_path / "cache")}
@@ -108,22 +123,22 @@ def test_cache_follows_an_edited_target_file(tmp_path):
     text = (data_dir("targets") / "ascend910b2.toml").read_text()
     target.write_text(text)
     args = ["inspect", "--spec", "llama2-7b", "--target", str(target), "--program", "fwd", "--no-nest"]
-    before = _cli(args, cache)[0]
+    before = _main(args, cache, monkeypatch, capsys)
     assert "value = 196608" in text
     target.write_text(text.replace("capacity = { value = 196608", "capacity = { value = 65536"))
-    after = _cli(args, cache)[0]
+    after = _main(args, cache, monkeypatch, capsys)
     assert after != before
-    assert after == _cli(args, {"TILEGEN_CACHE": "0"})[0]
+    assert after == _main(args, {"TILEGEN_CACHE": "0"}, monkeypatch, capsys)
 
     gpu = tmp_path / "gpu.toml"
     text = (data_dir("targets") / "h200.toml").read_text()
     gpu.write_text(text)
     gen = ["generate", "--spec", "tiny", "--target", str(gpu), "-o"]
-    _cli(gen + [str(tmp_path / "g1")], cache)
+    _main(gen + [str(tmp_path / "g1")], cache, monkeypatch, capsys)
     old = "[triton.default]\nnum_warps = 4"
     assert old in text
     gpu.write_text(text.replace(old, "[triton.default]\nnum_warps = 8"))
-    _cli(gen + [str(tmp_path / "g2")], cache)
-    _cli(gen + [str(tmp_path / "g3")], {"TILEGEN_CACHE": "0"})
+    _main(gen + [str(tmp_path / "g2")], cache, monkeypatch, capsys)
+    _main(gen + [str(tmp_path / "g3")], {"TILEGEN_CACHE": "0"}, monkeypatch, capsys)
     assert _files(tmp_path / "g2") != _files(tmp_path / "g1")
     assert _files(tmp_path / "g2") == _files(tmp_path / "g3")
