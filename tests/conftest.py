@@ -4,6 +4,8 @@ import shutil
 import sys
 import tempfile
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 # Under pytest-xdist (the README's test command runs one worker per core): one thread per worker for
 # torch and NumPy's BLAS, set before either is imported, so that the workers do not oversubscribe the cores.
@@ -28,3 +30,24 @@ os.environ["TILEGEN_CACHE_DIR"] = os.environ["TILEGEN_TEST_CACHE_DIR"]
 if "TRITON_INTERPRET" not in os.environ and not os.path.exists("/dev/nvidia0"):
     os.environ["TRITON_INTERPRET"] = "1"
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The tests marked ``slow`` (the longest, ten seconds and more each) run first, in their collected
+    order, then the rest: under pytest-xdist the short tests then fill the end of the run, so that the
+    workers finish together instead of one running a long test alone at the end. (First among the
+    plugins' reorderings, so that --failed-first and the like still apply on top.)"""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Work stealing (pytest-xdist's ``--dist worksteal``) for ``-n`` without a ``--dist`` of the
+    caller's: each worker starts with half of the tests, and one that runs out takes half of the other's
+    queue, to the end of the run. (``load``, xdist's default, hands out chunks it never takes back: a
+    long test late in a chunk leaves the other worker idle at the end.)"""
+    if config.getoption("dist") == "load" and not any(a.startswith(("--dist", "-d")) for a in config.invocation_params.args):
+        from xdist.scheduler import WorkStealingScheduling
+
+        return WorkStealingScheduling(config, log)
+    return None

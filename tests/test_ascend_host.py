@@ -186,6 +186,7 @@ def syntax(pch: Path, work: Path, units: dict[str, dict[str, str]]) -> dict[str,
     return errors
 
 
+@pytest.mark.slow
 def test_host_code_type_checks(tmp_path, pch):
     """tilegen_ops.asc and tiling.h of every generated/ Ascend C folder: 0 errors."""
     units = {f.parent.name.replace("-", "_"): {p.name: p.read_text() for p in f.iterdir() if p.is_file()} for f in FOLDERS}
@@ -213,6 +214,7 @@ PLANTED = {
 }
 
 
+@pytest.mark.slow
 def test_host_check_reports_planted_misuses(tmp_path, pch):
     folder = ROOT / "generated" / "tiny" / "ascend910b2"
     base = {p.name: p.read_text() for p in folder.iterdir() if p.is_file()}

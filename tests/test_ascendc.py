@@ -92,6 +92,7 @@ def assert_fields_within_proof(log_path, spec, run_spec=None):
         assert int(hi) <= proven[name], f"{name} reached {hi} on the twin, above the proven {proven[name]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_generated_kernels_match_reference_and_interpreter(case, tmp_path, monkeypatch):
     spec = make_spec(**CASES[case])
@@ -112,6 +113,7 @@ def test_generated_kernels_match_reference_and_interpreter(case, tmp_path, monke
         np.testing.assert_allclose(ours, ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
 
 
+@pytest.mark.slow
 def test_bsnd_row_pitch_past_16_bits_runs_on_the_twin(tmp_path, monkeypatch):
     """BSND with Hq * D = 520 * 128 = 66560 > 65535: the row pitch does not fit Nd2NzParams.srcDValue
     (uint16), so the lowering loads those tiles row by row; O and the gradients pass the accuracy rule
@@ -243,6 +245,7 @@ def test_dkv_strategies_on_the_twin(case, dkv_strategy):
         np.testing.assert_allclose(np.asarray(bwd[name], dtype=np.float32), ref, rtol=0, atol=4 * eps * max(1.0, np.abs(ref).max()), err_msg=name)
 
 
+@pytest.mark.slow
 def test_first_plain_store_and_zero_unless_are_needed_on_the_twin():
     """The atomic dK/dV kernels write each program's dK_ws/dV_ws tile with its first store
     (@first_plain) and nothing zeroes it; a K/V tile no query sees is read as zeros
@@ -395,6 +398,7 @@ def test_twin_catches_a_broken_kernel(tmp_path):
                          {"O": ((1, 2, 130, 64), "fp16"), "L": ((1, 2, 130), "fp32")}, {}, blocks=2, timeout=120)
 
 
+@pytest.mark.slow
 def test_forward_vector_stage_needs_its_alpha_copies():
     """The forward's AIV runs stage 1 of pair n + 2 (the softmax, alpha of n + 2) before stage 2 of pair
     n (acc·alpha of n, then acc += P·V of n; the @pipelined lookahead), so alpha has three copies and stage 2 reads

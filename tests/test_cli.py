@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tilegen.cli import main
 
 
@@ -87,6 +89,7 @@ def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.slow
 def test_cached_output_equals_a_fresh_compile(tmp_path, monkeypatch, capsys):
     """inspect and generate served from the compile cache (no compiler import: the passes did not run;
     each such call in a fresh process) print and write exactly what a run with the cache off does;
@@ -111,6 +114,7 @@ def test_cached_output_equals_a_fresh_compile(tmp_path, monkeypatch, capsys):
     assert compiled and third == first
 
 
+@pytest.mark.slow
 def test_cache_follows_an_edited_target_file(tmp_path, monkeypatch, capsys):
     """A target given as a file is keyed by its contents: editing the file between runs changes the
     schedule (or, for a GPU target, the [triton] launch knobs) instead of serving the old output. (The

@@ -5,6 +5,7 @@ error that names the field. Never a traceback from deep inside, never a NaN."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def _fields(sq, sk, d, dtype="fp32", window=(-1, -1), hq=1, hkv=1):
                 window=window, alignment="bottom_right")
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 # Shrunk failures found by this test, kept as regular examples (each once failed the accuracy rule's

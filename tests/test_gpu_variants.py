@@ -98,6 +98,7 @@ def test_new_rounds_plan_heavy_first_on_and_off_and_fwd_rows():
     assert "fwd = { num_warps = 4, num_stages = 3 }" in text
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_new_rounds_finds_every_variant_emitted(capsys, monkeypatch):
     monkeypatch.setattr(gv, "MHA_ORDER", (4096,))
     monkeypatch.setattr(gv, "ROUND_ROWS", {**gv.ROUND_ROWS, **{r: [k for k in gv.ROUND_ROWS[r] if k[1] == 4096] for r in (8, 10)}})

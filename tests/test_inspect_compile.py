@@ -24,6 +24,7 @@ def _no_cache(monkeypatch):
     monkeypatch.setenv("TILEGEN_CACHE", "0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["tiny", "softcap-doc", "varlen-sinks", "tiny-gqa"])
 def test_compile_lists_each_launched_kernel_with_what_the_compiler_allocated(spec, tmp_path, capsys):
     pytest.importorskip("triton")

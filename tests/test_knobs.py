@@ -432,6 +432,7 @@ def test_wait_at_next_store_check():
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None and __import__("shutil").which("clang++") is None,
                     reason="the timeline traces the hand twin, which needs a C++ compiler")
+@pytest.mark.slow
 def test_wait_at_next_store_needs_its_tile_held(monkeypatch):
     """Traced on the hand twin and scheduled by the timeline (its race check), tiny's forward with the
     knob is race-free and faster than without it; with the tile not held live until the later store's

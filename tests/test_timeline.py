@@ -516,6 +516,7 @@ def test_receive_free_early_is_an_ir_knob():
     assert steady[recv:steady.index(";", recv)].endswith("true, fr_S_vector)")
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_receive_free_early_raised_too_soon_is_reported(monkeypatch):
     """The event of @free_early is raised after S's last access: raised one statement earlier (before
@@ -544,6 +545,7 @@ def test_receive_free_early_raised_too_soon_is_reported(monkeypatch):
         trace_run(twin.build(dict(files, **{"fwd_kernels.asc": never})), spec, "fwd", 2)
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_receive_ahead_without_its_waits_is_reported(monkeypatch):
     """The hoisted receive of P·V keeps both of its waits: with its ready-flag wait taken out the twin
@@ -696,6 +698,7 @@ def test_vector_stage_declines_what_would_read_the_wrong_tile():
     assert all(b.stages == 1 for kk in out.kernels for b in kk.buffers if b.unit == "vector")
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_pipelined_handoff_without_its_flag_is_reported():
     """The pipelined forward passes S through three GM slots (the cube two tiles ahead) with its own ready flag. With the vector's wait
@@ -721,6 +724,7 @@ def test_pipelined_handoff_without_its_flag_is_reported():
 
 
 ASCEND_SPECS = ["tiny", "tiny-gqa", "demo", "seed", "llama2-7b", "llama3-8b"]  # tiny-fp32: fp32, refused by the backend
+HEAVY = {"demo", "seed", "llama2-7b", "llama3-8b"}  # tens of seconds to a minute or two each (the twin's trace, the schedule)
 
 
 @functools.cache
@@ -733,7 +737,7 @@ def _simulated(name: str, program: str):
 
 @needs_cxx
 @pytest.mark.parametrize("prog", ["fwd", "bwd"])
-@pytest.mark.parametrize("name", ASCEND_SPECS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in ASCEND_SPECS])
 def test_model_within_20_percent_of_simulated(name, prog):
     """One program a test (the two of a spec are independent runs), so that pytest-xdist can run them
     side by side."""
@@ -746,6 +750,7 @@ def test_fp32_spec_is_refused_by_the_backend():
         predict_emitted(builtin_spec("tiny-fp32"), "ascend910b2", "fwd")
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_inspect_simulate_labels_and_draws(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
@@ -773,6 +778,7 @@ def test_inspect_simulate_bad_input_is_one_line(capsys):
     assert len(err) == 1 and "--timeline" in err[0] and ".png" in err[0]
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_cost_only_form_matches_the_whole_launch():
     """demo's forward (22 instances; the last Q tile is all padding-cut pairs): the cost-only form
@@ -786,6 +792,7 @@ def test_cost_only_form_matches_the_whole_launch():
         assert sampled.time_s == pytest.approx(whole.time_s, rel=0.02), prog
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_streamed_cost_only_form_matches_the_whole_launch():
     """A streamed forward (@stream) with several instances a core, non-causal, so that every
@@ -940,6 +947,7 @@ def test_one_launch_is_an_ir_knob():
         verify(first, "test")
 
 
+@pytest.mark.slow
 @needs_cxx
 def test_one_launch_changes_only_the_start_costs(monkeypatch):
     """Traced whole (exact form), tiny's backward in one launch cut at its SyncAlls schedules every kernel
@@ -978,6 +986,7 @@ def test_timeline_refuses_a_launch_without_its_sync_all(monkeypatch):
         simulate_program(spec, "ascend910b2", "bwd", exact=True)
 
 
+@pytest.mark.slow
 @needs_cxx
 @pytest.mark.parametrize("name", ["document", "varlen-sinks", "alibi-ascend"])
 def test_inspect_simulate_specs_with_mods(name, capsys, monkeypatch):

@@ -227,6 +227,7 @@ def _run(exe: Path, name: str) -> subprocess.CompletedProcess:
                           preexec_fn=_no_core_dumps, cwd=tempfile.gettempdir())
 
 
+@pytest.mark.slow
 def test_every_test_is_listed(twin_bin):
     names = set(subprocess.run([str(twin_bin), "--list"], capture_output=True, text=True, check=True).stdout.split())
     assert names == set(POSITIVE) | set(NEGATIVE)

@@ -125,6 +125,7 @@ def devkit():
     return real_api_devkit()  # skips the test with one line without a snapshot or clang++-16
 
 
+@pytest.mark.slow
 def test_unplanted_kernels_pass_the_hand_twin_and_the_timeline():
     exe = twin.build(_files())
     data = inputs(SPEC)
