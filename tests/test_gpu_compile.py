@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tilegen.backends.triton.compile import compile_resources  # noqa: E402
+from tilegen.backends.triton.compile import compile_resources_many  # noqa: E402
 from tilegen.core.spec import AttentionSpec  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "gpu_footprint.json"
@@ -34,19 +34,29 @@ def _rows():
     return out
 
 
-@pytest.fixture(autouse=True)
-def _no_cache(monkeypatch):
-    monkeypatch.setenv("TILEGEN_CACHE", "0")
-
-
-@pytest.mark.parametrize("row", _rows(), ids=lambda r: f"{r['dtype']}-D{r['D']}-{'causal' if r['causal'] else 'full'}")
-def test_cpu_compile_gives_the_shared_bytes_the_h200_run_reported(row):
+def _request(row) -> dict:
+    """compile_resources's arguments for a row: its spec, tiles, warps and stages; the run measured the
+    atomic backward (pre, main, post), the strategy of every row then."""
     spec = AttentionSpec(batch=row["B"], heads_q=row["H"], heads_kv=row["H"], seq_q=row["N"], seq_k=row["N"], head_dim_qk=row["D"],
                          head_dim_v=row["D"], dtype=row["dtype"], window=(-1, 0) if row["causal"] else (-1, -1), name="footprint")
     tiles = {p: (row["tiles"][p]["Br"], row["tiles"][p]["Bc"]) for p in ("fwd", "bwd")}
-    measured = row["measured"]
-    # the run measured the atomic backward (pre, main, post), the strategy of every row then
-    facts = compile_resources(spec, "h200", "atomic", tiles, {ph: (m["num_warps"], m["num_stages"]) for ph, m in measured.items()})["kernels"]
+    knobs = {ph: (m["num_warps"], m["num_stages"]) for ph, m in row["measured"].items()}
+    return {"spec": spec, "target": "h200", "dq_strategy": "atomic", "tile_sizes": tiles, "knobs": knobs}
+
+
+@pytest.fixture(scope="module")
+def compiled() -> list[dict]:
+    """Every row's compile, in one child process (Triton and torch imported once, not once a row);
+    with the compile cache off, as each row compiled before."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("TILEGEN_CACHE", "0")
+        return compile_resources_many([_request(row) for row in _rows()])
+
+
+@pytest.mark.parametrize("n", range(len(_rows())), ids=[f"{r['dtype']}-D{r['D']}-{'causal' if r['causal'] else 'full'}" for r in _rows()])
+def test_cpu_compile_gives_the_shared_bytes_the_h200_run_reported(n, compiled):
+    measured = _rows()[n]["measured"]
+    facts = compiled[n]["kernels"]
     for ph in ("fwd", "main"):
         assert facts[ph]["shared_bytes"] == measured[ph]["shared"], (ph, facts[ph], measured[ph])
         assert (facts[ph]["num_warps"], facts[ph]["num_stages"]) == (measured[ph]["num_warps"], measured[ph]["num_stages"])

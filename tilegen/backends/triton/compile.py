@@ -113,8 +113,53 @@ def compile_resources(
         TilegenError: Triton is not installed, the target is not a CUDA GPU, or the compile fails
             (one line naming the kernel); the schedule's own errors as :func:`tilegen.backends.triton.schedule`.
     """
+    request = {"spec": spec, "target": target, "dq_strategy": dq_strategy, "tile_sizes": tile_sizes, "knobs": knobs, "programs": programs}
+    return compile_resources_many([request])[0]
+
+
+def compile_resources_many(requests: list[dict]) -> list[dict]:
+    """:func:`compile_resources` for several requests (dicts of its arguments: ``spec`` and optionally
+    ``target``, ``dq_strategy``, ``tile_sizes``, ``knobs``, ``programs``) in one child process, which
+    imports Triton and torch once for all of them (2 s of CPU each time); one result per request, in
+    order, each as compile_resources returns it.
+
+    Raises:
+        TilegenError: as :func:`compile_resources`, for the first request that fails.
+    """
     if not _triton_installed():
         raise TilegenError("a compile of the Triton kernels needs Triton (pip install 'triton>=3.6'); it is not installed")
+    defaults = {"target": "h200", "dq_strategy": None, "tile_sizes": None, "knobs": None, "programs": ("fwd", "bwd")}
+    built = [_request(**{**defaults, **r}) for r in requests]
+    child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    from tilegen.core.progress import step
+
+    jobs = sum(len(request["jobs"]) for request, _ in built)
+    archs = ", ".join(f"sm_{c}" for c in sorted({c for _, c in built}))
+    # the child runs compile_child.py by path (runpy): it imports Triton and torch (the module's own
+    # imports), not tilegen, whose backends and compiler it does not use (1.4 s of CPU a compile); run
+    # through -c, its own folder is not put on sys.path
+    with step(f"compile {jobs} Triton kernels for {archs} (Triton, ptxas)"):
+        done = subprocess.run([sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", str(CHILD)],
+                              input=json.dumps({"requests": [request for request, _ in built]}), capture_output=True, text=True, env=child_env,
+                              cwd=str(Path(__file__).resolve().parents[3]))
+    try:
+        reply = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise TilegenError(f"the compile of the Triton kernels failed: {last[:300]}") from None
+    if "error" in reply:
+        raise TilegenError(reply["error"])
+    out = []
+    for (request, capability), compiled in zip(built, reply["replies"]):
+        kernels = {j["name"]: {"program": j["program"], "phase": j["phase"], "num_warps": j["num_warps"], "num_stages": j["num_stages"],
+                               **compiled[j["name"]]} for j in request["jobs"]}
+        out.append({"triton": reply["triton"], "arch": f"sm_{capability}", "kernels": kernels})
+    return out
+
+
+def _request(spec: AttentionSpec, target, dq_strategy, tile_sizes, knobs, programs) -> tuple[dict, int]:
+    """The child's request for one :func:`compile_resources` call (the module's source, the target, one
+    job per launched kernel), and the target's compute capability."""
     from tilegen.backends import triton as tb
 
     tgt = load_target(target)
@@ -164,23 +209,4 @@ def compile_resources(
                 sig[arg] = "constexpr"
             jobs.append({"name": name, "phase": name.removeprefix("fwd_").removeprefix("bwd_"), "program": sched.kind, "fn": launch["kernel"], "sig": sig, "consts": consts,
                          "divisible": divisible, "num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
-    request = {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}
-    child_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    from tilegen.core.progress import step
-
-    # the child runs compile_child.py by path (runpy): it imports Triton and torch (the module's own
-    # imports), not tilegen, whose backends and compiler it does not use (1.4 s of CPU a compile); run
-    # through -c, its own folder is not put on sys.path
-    with step(f"compile {len(jobs)} Triton kernels for sm_{capability} (Triton, ptxas)"):
-        done = subprocess.run([sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')", str(CHILD)],
-                              input=json.dumps(request), capture_output=True, text=True, env=child_env, cwd=str(Path(__file__).resolve().parents[3]))
-    try:
-        reply = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TilegenError(f"the compile of the Triton kernels failed: {last[:300]}") from None
-    if "error" in reply:
-        raise TilegenError(reply["error"])
-    kernels = {j["name"]: {"program": j["program"], "phase": j["phase"], "num_warps": j["num_warps"], "num_stages": j["num_stages"],
-                           **reply["kernels"][j["name"]]} for j in jobs}
-    return {"triton": reply["triton"], "arch": f"sm_{capability}", "kernels": kernels}
+    return {"source": source, "name": tb.module_name(spec), "target": [backend, capability, warp], "jobs": jobs}, capability

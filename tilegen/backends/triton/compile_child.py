@@ -1,7 +1,8 @@
-"""The child process of :func:`tilegen.backends.triton.compile.compile_resources`: a JSON request on
-stdin (the module's source, the target, one job per kernel: its signature, constexprs, divisible
-arguments, warps and stages), one JSON line on stdout (each kernel's registers, stack bytes and shared
-bytes, or ``{"error": one line}``).
+"""The child process of :func:`tilegen.backends.triton.compile.compile_resources_many`: on stdin
+``{"requests": [...]}``, each request a module's source, the target and one job per kernel (its
+signature, constexprs, divisible arguments, warps and stages); on stdout one JSON line,
+``{"triton": version, "replies": [{kernel: {registers, stack_bytes, shared_bytes}} per request]}``, or
+``{"error": one line}`` for the first kernel that fails.
 
 It is run by path (``runpy.run_path``), not imported: it imports the standard library, Triton and what
 the generated module imports (torch), never tilegen, whose compiler and backends it does not need
@@ -19,8 +20,12 @@ import types
 from pathlib import Path
 
 
+class _Failed(Exception):
+    """A kernel's compile failed: the one-line message for the parent."""
+
+
 def _worker() -> int:
-    """Read the request, compile its jobs, print the reply (see the module docstring)."""
+    """Read the requests, compile their jobs, print the reply (see the module docstring)."""
     request = json.loads(sys.stdin.read())
     try:
         import triton
@@ -33,12 +38,22 @@ def _worker() -> int:
     if not tool.exists():
         print(json.dumps({"error": f"Triton {triton.__version__} ships no cuobjdump at {tool}; it reads the compiled kernels' registers"}))
         return 0
+    replies = []
     with tempfile.TemporaryDirectory(prefix="tilegen_compile_") as folder:
-        return _compile_jobs(request, triton, GPUTarget, ASTSource, tool, Path(folder))
+        for n, one in enumerate(request["requests"]):
+            (Path(folder) / str(n)).mkdir()  # a folder each: two requests may name their modules alike
+            try:
+                replies.append(_compile_jobs(one, triton, GPUTarget, ASTSource, tool, Path(folder) / str(n)))
+            except _Failed as exc:
+                print(json.dumps({"error": str(exc)}))
+                return 0
+    print(json.dumps({"triton": triton.__version__, "replies": replies}))
+    return 0
 
 
-def _compile_jobs(request: dict, triton, GPUTarget, ASTSource, tool: Path, folder: Path) -> int:
-    """The worker's compiles, the module written into ``folder`` (``triton.jit`` reads the kernels' source)."""
+def _compile_jobs(request: dict, triton, GPUTarget, ASTSource, tool: Path, folder: Path) -> dict:
+    """One request's compiles, its module written into ``folder`` (``triton.jit`` reads the kernels'
+    source): {kernel: figures}. Raises _Failed with the first failing kernel's line."""
     path = folder / f"{request['name']}.py"
     path.write_text(request["source"])
     mod = types.ModuleType(request["name"])
@@ -57,11 +72,9 @@ def _compile_jobs(request: dict, triton, GPUTarget, ASTSource, tool: Path, folde
             regs, stack = _usage(compiled.asm["cubin"], tool)
         except Exception as exc:  # the compiler's own message, in one line
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            print(json.dumps({"error": f"compiling kernel {job['name']} of {job['program']} for sm_{capability} failed: {first[:300]}"}))
-            return 0
+            raise _Failed(f"compiling kernel {job['name']} of {job['program']} for sm_{capability} failed: {first[:300]}") from None
         out[job["name"]] = {"registers": regs, "stack_bytes": stack, "shared_bytes": int(compiled.metadata.shared)}
-    print(json.dumps({"triton": triton.__version__, "kernels": out}))
-    return 0
+    return out
 
 
 def _usage(cubin: bytes, tool: Path) -> tuple[int, int]:
