@@ -10,6 +10,8 @@ instruction trace is scheduled by the same timeline with the target's ``[timelin
 (tilegen/backends/ascendc/timeline.py). tilegen's time is :func:`timeline.simulate_program`'s; the official
 kernel's is :func:`tilegen.harness.ascend_peer.simulate_forward`'s (chosen blocks of its launch, the
 slowest taken). ``ratio`` = official time / tilegen time: above 1, tilegen is faster on this simulator.
+Each figure is given at the cost table's central values and, in parentheses, at the fast and the slow end of
+its ranges (the same traces scheduled again; the ratio at each end compares the two kernels at that end).
 First the official kernel is checked at a small shape against the float64 reference (the table's first
 line). ``anchor`` is the one-head, non-causal forward at S = 32k, D = 128, fp16 (benchmarks/timeline.py
 ``--anchor``); ``anchor-<n>k`` the same at S = n·1024 (the points where pto-isa's README gives the measured
@@ -70,13 +72,15 @@ def main() -> None:
     check = _check(args.target)
     print(f"official kernel, {check['spec']}: max |O - O64| {check['max_abs_err_O']:.2e}, max |L - L64| {check['max_abs_err_L']:.2e}")
     rows = []
-    head = "| spec | pass | tilegen simulated µs | official simulated µs | ratio (official / tilegen) | tilegen TFLOP/s | official TFLOP/s | official blocks (tile spread), order noise | official critical path |"
+    head = ("| spec | pass | tilegen simulated µs (fast, slow) | official simulated µs (fast, slow) | ratio official / tilegen (fast, slow) | "
+            "tilegen TFLOP/s | official TFLOP/s | official blocks (tile spread), order noise | official critical path |")
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     print(head + "\n" + lines[1], flush=True)
     for name in args.specs.split(","):
         spec = _spec(name)
         t0 = time.time()
         ours = simulate_program(spec, args.target, "fwd")
+        ours_at = {end: simulate_program(spec, args.target, "fwd", end=end).time_s for end in ("fast", "slow")}
         t1 = time.time()
         peer = ascend_peer.simulate_forward(spec, args.target, heavy=args.heavy)
         t2 = time.time()
@@ -87,9 +91,13 @@ def main() -> None:
                "official_sampled": {str(b): v for b, v in peer["sampled"].items()}, "official_blocks": peer["blocks"],
                "official_spread": peer["spread"], "official_order_spread": peer["order_spread"], "official_busy_blocks": peer["busy_blocks"], "official_busy": peer["busy"], "official_critical": peer["critical"],
                "official_tiling": {k: v for k, v in peer["tiling"].items() if k in ("template", "key", "block_dim", "s1_base", "s2_base", "n_ratio")},
-               "tilegen_form": ours.kernels[0].form, "wall_s": {"tilegen": t1 - t0, "official": t2 - t1}}
+               "tilegen_form": ours.kernels[0].form, "wall_s": {"tilegen": t1 - t0, "official": t2 - t1},
+               "tilegen_range_s": ours_at, "official_range_s": peer["range_s"],
+               "ratio_range": {end: peer["range_s"][end] / ours_at[end] for end in ("fast", "slow")}}
         rows.append(row)
-        line = (f"| {name} | forward | {ours.time_s * 1e6:.1f} | {peer['time_s'] * 1e6:.1f} | {row['ratio']:.2f} | {row['tilegen_tflops']:.1f} | "
+        rr, pr = row["ratio_range"], peer["range_s"]
+        line = (f"| {name} | forward | {ours.time_s * 1e6:.1f} ({ours_at['fast'] * 1e6:.1f}, {ours_at['slow'] * 1e6:.1f}) | "
+                f"{peer['time_s'] * 1e6:.1f} ({pr['fast'] * 1e6:.1f}, {pr['slow'] * 1e6:.1f}) | {row['ratio']:.2f} ({rr['fast']:.2f}, {rr['slow']:.2f}) | {row['tilegen_tflops']:.1f} | "
                 f"{row['official_tflops']:.1f} | {len(peer['heavy'])} heaviest of {peer['busy_blocks']} with work ({peer['spread']:.1%}), order noise {peer['order_spread']:.1%} | {crit} |")
         lines.append(line)
         print(line, flush=True)

@@ -161,6 +161,7 @@ def test_official_forward_is_scheduled_by_the_timeline(snapshots):
     clock = tgt.cores["clock_ghz"].value * 1e9
     mid = float(np.median([res["sampled"][b][1] for b in res["heavy"]]))
     assert res["time_s"] == pytest.approx(max(mid / clock, res["hbm_floor_s"]) + tgt.overhead["launch_us"].value * 1e-6)
+    assert res["range_s"]["fast"] < res["time_s"] < res["range_s"]["slow"]  # the same trace at the ends of the cost table's ranges
     costs = timeline.Costs(tgt.timeline)
     for pairs, cycles in res["sampled"].values():
         assert cycles >= pairs * 2 * (128 // 16) ** 3 / costs["mmad_fractals_per_cycle"]

@@ -79,9 +79,9 @@ def test_simulated_times_are_labelled_in_the_summary():
             "footprints": [{"kernel": "fwd", "level": "UB", "bytes": 512, "usable": 1024}],
         }],
     }
-    text = format_inspect(report, verbose=False, simulated={"forward": 3e-3})
+    text = format_inspect(report, verbose=False, simulated={"forward": (3e-3, (2e-3, 5e-3))})
     assert "times predicted by tilegen's cost models, not measured; simulated: the twin's trace" in unwrapped(text)
-    assert "time: predicted 2.000 ms (roofline, 50.0% of matmul peak); simulated 3.000 ms (twin trace); HBM 2.00 KiB" in unwrapped(text)
+    assert "time: predicted 2.000 ms (roofline, 50.0% of matmul peak); simulated 3.000 ms (2.000 ms .. 5.000 ms over the cost table's ranges; twin trace); HBM 2.00 KiB" in unwrapped(text)
     assert "UB 512 B/1.00 KiB (50%)" in text and "(the fastest predicted of 1 feasible)" in text
 
 

@@ -67,6 +67,17 @@ COSTS = Costs(
         "cross_core_flag_cycles": 20,
         "vector_startup_cycles": 2,
         "vector_exp_repeat_cycles": 4,
+        # the audited mechanisms, neutral here (each has its own test below)
+        "gm_burst_bytes": 512,
+        "gm_burst_granule_bytes": 32,
+        "gm_min_run_bytes": 32,
+        "atomic_rmw_factor": 1,
+        "same_address_factor": 1,
+        "ub_read_conflict_cycles": 0,
+        "ub_rw_conflict_cycles": 0,
+        "chip_l2_bytes_per_cycle": 1e9,
+        "ai_core_read_bytes_per_cycle": 1e9,
+        "ai_core_write_bytes_per_cycle": 1e9,
     }
 )
 M_FIX, MTE2_V = 17, 4  # HardEvent indices as the twin records them (launch.h HardEventPipes)
@@ -99,8 +110,9 @@ def test_hand_trace_schedule():
     s = simulate_block({"AIC": _aic(), "AIV0": _aiv()}, COSTS)
     by = {(it.core, it.kind): it for it in s.items if it.kind != "issue"}
     # AIC: issue 1 cycle each. Mmad issued at 1, runs 2 + 8 = 10: [1, 11]. SetFlag on M fires at 11;
-    # the FIX wait ends at 11 + 3 = 14; Fixpipe 4 + 10 + 4096/64 = 78: [14, 92]; the ready flag reaches
-    # the AIV at 92 + 20 = 112.
+    # the FIX wait ends at 11 + 3 = 14; Fixpipe: start-up 4, data 4096/64 = 64 on the write port, then the
+    # write lands 10 later: [14, 92], the FIX pipe busy 68 of it (free at 82 for another Fixpipe); the
+    # ready flag, set on FIX when the write has landed, reaches the AIV at 92 + 20 = 112.
     assert (by["AIC", "Mmad2"].start, by["AIC", "Mmad2"].end) == (1, 11)
     assert by["AIC", "WaitFlag"].end == 14
     assert (by["AIC", "Fixpipe"].start, by["AIC", "Fixpipe"].end) == (14, 92)
@@ -110,13 +122,13 @@ def test_hand_trace_schedule():
     assert (by["AIV0", "DataCopyPad"].start, by["AIV0", "DataCopyPad"].end) == (113, 155)
     assert (by["AIV0", "Exp"].start, by["AIV0", "Exp"].end) == (158, 224)
     assert s.end == 224
-    assert s.busy[("AIC", "M")] == 10 and s.busy[("AIC", "FIX")] == 78
+    assert s.busy[("AIC", "M")] == 10 and s.busy[("AIC", "FIX")] == 68
     assert s.busy[("AIV0", "MTE2")] == 42 and s.busy[("AIV0", "V")] == 66
     assert s.busy[("AIV0", "S")] == 4  # the issue of DataCopyPad, SetFlag, WaitFlag and Exp
     # critical path: issue 1 + Mmad 10 + flag 3 + Fixpipe 78 + cross-core 20 + issue 1 + copy 42 +
     # flag 3 + Exp 66 = 224
     share = {k: round(v * 224) for k, v in s.critical_share().items()}
-    assert share == {"S": 2, "M": 10, "FIX": 78, "MTE2": 42, "V": 66, "latency": 26}
+    assert share == {"S": 2, "M": 10, "FIX": 78, "MTE2": 42, "V": 66, "latency": 26}  # the Fixpipe's item spans its landing
 
 
 def test_hand_trace_missing_flag_is_a_race():

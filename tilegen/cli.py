@@ -658,7 +658,8 @@ def _inspect_text(spec: AttentionSpec, args: argparse.Namespace, report: dict, t
         return json.dumps(report, indent=2) + "\n"
     if args.compare:
         return wrap_lines(format_tradeoff(report))
-    simulated = {p["label"].split()[0]: p["simulated"]["time_s"] for p in timeline["programs"]} if timeline else None
+    simulated = {p["label"].split()[0]: (p["simulated"]["time_s"], (p["simulated"]["range_s"]["fast"], p["simulated"]["range_s"]["slow"]))
+                 for p in timeline["programs"]} if timeline else None
     return wrap_lines(f"tilegen inspect  {describe(spec)}\n") + format_inspect(
         report, candidates=args.candidates, show_nest=not args.no_nest, verbose=args.verbose, simulated=simulated
     )

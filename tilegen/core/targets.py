@@ -32,11 +32,14 @@ else:  # pragma: no cover
 
 @dataclass(frozen=True)
 class Figure:
-    """A number with its source; ``estimate`` when no official datasheet gives it."""
+    """A number with its source; ``estimate`` when no official datasheet gives it; ``low``/``high``: the
+    range it could take (None: not given; every entry of a ``[timeline]`` table gives one)."""
 
     value: float
     source: str
     estimate: bool = False
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,16 @@ def _figure(data: Any, where: str) -> Figure:
     value = data["value"]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise TargetError(f"{where}: value {value!r} must be a positive number")
-    return Figure(float(value), data["source"], bool(data.get("estimate", False)))
+    bounds = []
+    for key in ("low", "high"):
+        b = data.get(key)
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or b <= 0):
+            raise TargetError(f"{where}: {key} {b!r} must be a positive number")
+        bounds.append(None if b is None else float(b))
+    low, high = bounds
+    if (low is not None and low > value) or (high is not None and high < value):
+        raise TargetError(f"{where}: the range [{low}, {high}] must hold the value {value}")
+    return Figure(float(value), data["source"], bool(data.get("estimate", False)), low, high)
 
 
 def _read(path: Path) -> bytes:
@@ -224,6 +236,9 @@ def _parse(where: str, raw: bytes) -> Target:
     for key in ("hbm", "l2"):
         if key not in target.bandwidth:
             raise TargetError(f"{where}: missing bandwidth.{key}")
+    for key, fig in target.timeline.items():
+        if fig.low is None or fig.high is None:
+            raise TargetError(f"{where}: timeline.{key} gives no range: every entry of the cost table has low = and high = (the values it could take)")
     return target
 
 

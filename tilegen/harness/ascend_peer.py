@@ -456,7 +456,9 @@ def simulate_forward(spec: AttentionSpec, target="ascend910b2", devkit=None, ops
     median of the heavy blocks' times (the official split balances the blocks' tiles: ``spread``, their
     relative difference in tiles among the blocks with work, bounds what the blocks not run add), plus the
     target's launch overhead, and at least the HBM floor (Q, K, V read, O and the softmax max/sum written
-    once at ``bandwidth.hbm``).
+    once at ``bandwidth.hbm``) and the L2 floor (the median heavy block's GM bytes times the blocks with
+    work, at the cost table's ``chip_l2_bytes_per_cycle``). The same trace is scheduled again at the fast
+    and slow ends of the cost table's ranges (``range_s``), as tilegen's own programs are.
 
     Why a median of several: the matmul server serves its two AIVs' requests in the order they reached it
     on the host's threads, and the trace keeps that order (the timeline cannot reorder the server's work);
@@ -467,13 +469,12 @@ def simulate_forward(spec: AttentionSpec, target="ascend910b2", devkit=None, ops
         ``time_s``, ``blocks`` (block_dim), ``busy_blocks`` (those with work), ``sampled`` ({block: (pairs,
         cycles)}), ``heavy`` (the heavy blocks), ``spread``, ``order_spread``, ``busy`` (the median heavy
         block's busy fraction per core and pipe), ``critical`` (its critical-path shares), ``hbm_floor_s``,
-        ``tiling`` (without the bytes).
+        ``tiling`` (without the bytes), ``range_s`` ({"fast": s, "slow": s}).
 
     Raises:
         SpecError, PeerError: as :func:`run_forward`; TimelineError: the trace cannot be scheduled.
     """
     tgt = load_target(target)
-    costs = timeline.Costs(tgt.timeline)
     info = forward_tiling(spec, target, devkit, ops, cache_dir)
     pairs = block_pairs(spec, info)
     busy_blocks = np.flatnonzero(pairs > 0)  # a block the split leaves without work runs nothing
@@ -488,22 +489,30 @@ def simulate_forward(spec: AttentionSpec, target="ascend910b2", devkit=None, ops
         launches = timeline.parse_trace(path.read_text())
     blocks = launches.get(0, {})
     blocks = timeline.l2_levels({b: cost_kinds(c) for b, c in blocks.items()})
-    scheds = {b: timeline.simulate_block(blocks[b], costs) for b in picks}
-    ends = np.array([scheds[b].end for b in top])
-    mid = float(np.median(ends))
-    rep = min(top, key=lambda b: abs(scheds[b].end - mid))
     clock = tgt.cores["clock_ghz"].value * 1e9
     launch_s = tgt.overhead["launch_us"].value * 1e-6 if "launch_us" in tgt.overhead else 0.0
     itemsize = dtypes.itemsize(spec.dtype)
     hbm_bytes = itemsize * (2 * spec.batch * spec.heads_q * spec.seq_q * spec.head_dim_qk
                             + 2 * spec.batch * spec.heads_kv * spec.seq_k * spec.head_dim_qk) + 2 * 32 * spec.batch * spec.heads_q * spec.seq_q
     floor_s = hbm_bytes / tgt.bytes_per_s("hbm")
-    time_s = max(mid / clock, floor_s) + launch_s
+
+    def priced(end: str):
+        costs = timeline.Costs(tgt.timeline, end)
+        scheds = {b: timeline.simulate_block(blocks[b], costs) for b in picks}
+        ends = np.array([scheds[b].end for b in top])
+        mid = float(np.median(ends))
+        rep = min(top, key=lambda b: abs(scheds[b].end - mid))
+        l2_floor = scheds[rep].gm_bytes * len(busy_blocks) / costs["chip_l2_bytes_per_cycle"]
+        return max(mid, l2_floor) / clock, scheds, ends, mid, rep
+
+    time_s, scheds, ends, mid, rep = priced("central")
+    time_s = max(time_s, floor_s) + launch_s
+    range_s = {end: max(priced(end)[0], floor_s) + launch_s for end in ("fast", "slow")}
     busy = {f"{c}.{p}": v / scheds[rep].end for (c, p), v in sorted(scheds[rep].busy.items())}
     return {
         "time_s": time_s, "blocks": int(info["block_dim"]), "busy_blocks": int(len(busy_blocks)),
         "sampled": {b: (float(pairs[b]), float(scheds[b].end)) for b in picks}, "heavy": top,
         "spread": float((live.max() - live.min()) / max(live.max(), 1.0)),
         "order_spread": float((ends.max() - ends.min()) / max(mid, 1.0)), "busy": busy, "critical": scheds[rep].critical_share(),
-        "hbm_floor_s": floor_s, "tiling": {k: v for k, v in info.items() if k != "tiling"},
+        "hbm_floor_s": floor_s, "tiling": {k: v for k, v in info.items() if k != "tiling"}, "range_s": range_s,
     }

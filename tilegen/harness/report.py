@@ -397,7 +397,9 @@ def timeline_report(
     ``roofline`` (:func:`tilegen.models.cost.predict`: every unit overlapped), ``model``
     (:func:`tilegen.backends.ascendc.cost.predict_emitted`: the emitted code's helpers, cube and vector meeting at the
     hand-offs) and ``simulated`` (:func:`tilegen.backends.ascendc.timeline.simulate_program`: the twin's instruction trace
-    scheduled per pipe), with busy fractions and the critical path of the simulated one. Seconds;
+    scheduled per pipe), with busy fractions and the critical path of the simulated one, and the simulated
+    time again at the fast and slow ends of the cost table's ranges (``simulated.range_s``: the same trace,
+    every entry at the end of its ``low``/``high`` that makes the program faster, then slower). Seconds;
     utilisation = matmul FLOPs / (time x cube peak); ``dkv_strategy`` as
     :meth:`tilegen.backends.compiler.Backend.resolve`. Raises as the three functions do."""
     from tilegen.backends.ascendc.cost import predict_emitted
@@ -414,11 +416,13 @@ def timeline_report(
         roof = predict(program, tgt)
         model = predict_emitted(spec, tgt, prog, dq_strategy, tile_sizes, dkv_strategy)
         sim = simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy)
+        ends = {end: simulate_program(spec, tgt, prog, dq_strategy=dq_strategy, tile_sizes=tile_sizes, dkv_strategy=dkv_strategy, end=end).time_s
+                for end in ("fast", "slow")}
         entry = {
             "label": sim.label,
             "roofline": {"time_s": roof.time_s, "utilization": roof.utilization},
             "model": {"time_s": model.time_s, "utilization": model.utilization, "kernels": dict(model.kernels)},
-            "simulated": sim.as_dict(),
+            "simulated": dict(sim.as_dict(), range_s=ends),
         }
         entry["_timeline"] = sim  # for the Gantt chart; not in --json
         out["programs"].append(entry)
@@ -500,6 +504,8 @@ def format_timeline(report: dict) -> str:
         "meet at the hand-offs), simulated (the twin's instruction trace scheduled per pipe); in parentheses the share "
         "of the cube's peak",
         "   cost table: the target's [timeline]; estimates: " + ", ".join(report["estimates"]),
+        "   fast .. slow: the simulated time with every entry of the cost table at the end of its range that makes the "
+        "program faster, then slower (the same trace)",
     ]
     for prog in report["programs"]:
         r, m, s = prog["roofline"], prog["model"], prog["simulated"]
@@ -508,6 +514,9 @@ def format_timeline(report: dict) -> str:
             f"model {format_seconds(m['time_s'])} ({_pct(m['utilization'])}) | simulated {format_seconds(s['time_s'])} "
             f"({_pct(s['utilization'])})"
         )
+        lo, hi = s["range_s"]["fast"], s["range_s"]["slow"]
+        lines.append(f"  simulated over the cost table's ranges: fast {format_seconds(lo)} ({_pct(s['utilization'] * s['time_s'] / lo)}) .. "
+                     f"central {format_seconds(s['time_s'])} .. slow {format_seconds(hi)} ({_pct(s['utilization'] * s['time_s'] / hi)})")
         lines.append(f"  model / simulated = {m['time_s'] / s['time_s']:.2f}")
         if s.get("sync_alls"):
             lines.append(

@@ -34,7 +34,8 @@ def format_inspect(
     capacity, predicted time, the mods' tile pairs), then with ``verbose`` the details: the tile
     candidates (``candidates`` of each kind), footprints with the buffers live at the peak, the
     prediction per kernel, the traffic by tensor and, with ``show_nest``, the loop nest with
-    placements. ``simulated``: {program label's first word ("forward", "backward"): seconds} from
+    placements. ``simulated``: {program label's first word ("forward", "backward"): (seconds, (fast, slow
+    seconds))} from
     ``inspect --simulate``, shown in the summary."""
     tgt = report["target"]
     lines = [f"target {tgt['name']}: {tgt['description']}"] if tgt else []
@@ -81,7 +82,8 @@ def format_summary(report: dict, simulated: dict | None = None) -> list[str]:
                 text += f", {format_seconds(model['time_s'])} (GPU cost model)"
             first = prog["label"].split()[0]
             if simulated and first in simulated:
-                text += f"; simulated {format_seconds(simulated[first])} (twin trace)"
+                sim, (lo, hi) = simulated[first]
+                text += f"; simulated {format_seconds(sim)} ({format_seconds(lo)} .. {format_seconds(hi)} over the cost table's ranges; twin trace)"
             lines.append(f"    time: {text}; HBM {format_bytes(pred['hbm_bytes'])}")
             fullest: dict[str, dict] = {}
             for fp in prog["footprints"]:

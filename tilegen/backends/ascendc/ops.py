@@ -86,27 +86,30 @@ def _issue_only(c) -> float:
 
 
 def _l1_load_cycles(c, rows: int, cols: int, esize: int, l2: bool, rowwise: bool) -> float:
-    """LoadNz: its flag pairs and the ND -> NZ copy (one per row when ``rowwise``) on MTE2."""
+    """LoadNz: its flag pairs and the ND -> NZ copy (one per row when ``rowwise``) on MTE2, each row a GM
+    run."""
     issue, fl = c.issue(), c["flag_cycles"]
     if rowwise:
-        return max((4 + rows) * issue, 2 * fl + rows * c.copy_cycles(cols * esize, False, l2))
-    return max(5 * issue, 2 * fl + c.copy_cycles(rows * cols * esize, False, l2))
+        return max((4 + rows) * issue, 2 * fl + rows * c.copy_cycles(cols * esize, False, l2, 1))
+    return max(5 * issue, 2 * fl + c.copy_cycles(rows * cols * esize, False, l2, rows))
 
 
 def _ub_copy_cycles(c, rows: int, cols: int, esize: int, vector: bool, l2: bool, write: bool, atomic: bool) -> float:
     """LoadRows / StoreRows (LoadVector / StoreVector for a row vector): flag pairs and the DataCopyPad on
-    MTE2 / MTE3 (``write``), two more instructions for an atomic store."""
+    MTE2 / MTE3 (``write``), each row a GM run, two more instructions for an atomic store; the other AIV's
+    copy shares the AI Core's port (``sharers`` 2, :meth:`tilegen.backends.ascendc.timeline.Costs.copy_cycles`)."""
     issue, fl = c.issue(), c["flag_cycles"]
     n = rows * esize if vector else rows * cols * esize
     extra = 2 * issue if atomic else 0.0
-    return max(5 * issue + extra, 2 * fl + c.copy_cycles(n, write, l2))
+    return max(5 * issue + extra, 2 * fl + c.copy_cycles(n, write, l2, 1 if vector else rows, atomic, sharers=2))
 
 
-def _fix_store_cycles(c, nbytes: int, l2: bool, atomic: bool) -> float:
-    """FixpipeRows: flag pairs and the Fixpipe on FIX, two more instructions for an atomic store."""
+def _fix_store_cycles(c, nbytes: int, l2: bool, atomic: bool, rows: int = 0) -> float:
+    """FixpipeRows: flag pairs and the Fixpipe on FIX (``rows`` GM runs), two more instructions for an
+    atomic store."""
     issue, fl = c.issue(), c["flag_cycles"]
     extra = 2 * issue if atomic else 0.0
-    return max(5 * issue + extra, c.fixpipe_cycles(nbytes, l2, 2 * fl))
+    return max(5 * issue + extra, c.fixpipe_cycles(nbytes, l2, 2 * fl, rows, atomic))
 
 
 # --- control -------------------------------------------------------------------------------------------
@@ -393,7 +396,7 @@ class FixStore(Op):
     product: Matmul | None = None
 
     def cycles(self, c, cut=False, valid=None):
-        return _fix_store_cycles(c, self.m * self.cols * 4, self.l2, bool(self.atomic))
+        return _fix_store_cycles(c, self.m * self.cols * 4, self.l2, bool(self.atomic), self.m)
 
 
 @dataclass(frozen=True)
@@ -418,7 +421,7 @@ class C2VSend(Op):
     product: Matmul | None = None
 
     def cycles(self, c, cut=False, valid=None):
-        return _fix_store_cycles(c, self.m * self.cols * 4, True, self.atomic)
+        return _fix_store_cycles(c, self.m * self.cols * 4, True, self.atomic, self.m)
 
 
 @dataclass(frozen=True)
@@ -1011,7 +1014,7 @@ class Classify(Op):
     def cycles(self, c, cut=False, valid=None):
         """Its lines per row, ModWindow (two compares, selects and products) and ModRowCount (ReduceSum)."""
         vec = max(c.issue(), c.vector_cycles(math.ceil(self.cpad * 4 / 256)))
-        row = 8 * vec + c.vector_cycles(1) + c["vector_reduce_cycles"] + c["scalar_ub_read_cycles"]
+        row = 8 * vec + c.vector_cycles(1, "vector_reduce_repeat_cycles") + c["vector_reduce_cycles"] + c["scalar_ub_read_cycles"]
         return _lines_cycles(c, self.tile + self.post, self.body, self.rows) + self.rows * row
 
 

@@ -60,6 +60,7 @@ exceed the L2 (:func:`tilegen.models.analysis.l2_reuse`); each launch takes at l
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import os
@@ -97,6 +98,7 @@ class Instr:
     c: int
     writes: tuple = ()
     reads: tuple = ()
+    shared: bool = False  # a GM copy whose bytes another block of the launch also accesses (l2_levels)
 
 
 def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
@@ -139,11 +141,26 @@ def parse_trace(text: str) -> dict[int, dict[int, dict[str, list[Instr]]]]:
 # cost table
 
 
-class Costs:
-    """The ``[timeline]`` table of a target as cycles per instruction (see targets/ascend910b2.toml)."""
+ENDS = ("central", "fast", "slow")
 
-    def __init__(self, table: dict):
-        self.t = {k: (v.value if hasattr(v, "value") else float(v)) for k, v in table.items()}
+
+class Costs:
+    """The ``[timeline]`` table of a target as cycles per instruction (see targets/ascend910b2.toml).
+
+    ``end`` picks each entry's figure: ``"central"`` its value, ``"fast"`` / ``"slow"`` the end of its
+    range (``low``/``high``) that makes the kernel faster / slower: the high end of a rate (a key ending in
+    ``_per_cycle``), the low end of anything else (cycles, bytes of a burst, a factor). A table of plain
+    numbers (the tests' hand tables) has no ranges: every end is its value.
+
+    Raises:
+        ValueError: ``end`` is not one of :data:`ENDS`.
+    """
+
+    def __init__(self, table: dict, end: str = "central"):
+        if end not in ENDS:
+            raise ValueError(f"end {end!r}: expected one of {', '.join(ENDS)}")
+        self.end = end
+        self.t = {k: _pick(k, v, end) for k, v in table.items()}
 
     def __getitem__(self, key: str) -> float:
         try:
@@ -162,22 +179,72 @@ class Costs:
         cycles a repeat (the table's key), after the startup."""
         return self["vector_startup_cycles"] + repeats * self[per]
 
-    def copy_cycles(self, nbytes: float, write: bool, l2: bool) -> float:
-        """A GM copy of ``nbytes`` (DataCopy, DataCopyPad, ND -> NZ): the first-byte latency of HBM or L2
-        (``l2``), then MTE3's rate (``write``: UB -> GM) or MTE2's from HBM or L2."""
+    def burst_bytes(self, nbytes: float, runs: int) -> float:
+        """The bytes a GM copy of ``nbytes`` in ``runs`` contiguous GM runs (rows) moves on the bus: each
+        run is cut into ``gm_burst_bytes`` bursts, the rest rounded up to the next burst length from
+        ``gm_burst_granule_bytes`` doubling (asc-devkit 硬件约束/NPU架构版本2201.md: copies are split into
+        128/256/512-B bursts, a partial one rounded up), and a run shorter than a burst costs at least
+        ``gm_min_run_bytes`` (``runs`` 0: the bytes as full bursts)."""
+        if runs <= 0 or nbytes <= 0:
+            return float(nbytes)
+        full, gran, least = self["gm_burst_bytes"], self["gm_burst_granule_bytes"], self["gm_min_run_bytes"]
+        row = nbytes / runs
+        whole = math.floor(row / full)
+        rest = row - whole * full
+        tail = 0.0
+        if rest > 0:
+            tail = gran
+            while tail < rest and tail < full:
+                tail *= 2
+        per = whole * full + tail
+        if row < full:
+            per = max(per, least)
+        return runs * per
+
+    def copy_phases(self, nbytes: float, runs: int, write: bool, l2: bool, atomic: bool = False, shared: bool = False) -> tuple[float, float]:
+        """A GM copy by DMA (DataCopy, DataCopyPad, ND -> NZ) as (lead, data) cycles: the first-byte
+        latency of HBM or L2 (``l2``), then the data phase on the AI Core's read port (MTE2) or write port
+        (``write``: MTE3) at its rate, over :meth:`burst_bytes`; an ``atomic`` store's data phase costs
+        ``atomic_rmw_factor`` times (the read-modify-write at the L2), and one to bytes another block of
+        the launch also accesses (``shared``) ``same_address_factor`` times."""
         lat = self["gm_l2_latency_cycles"] if l2 else self["gm_hbm_latency_cycles"]
         if write:
             rate = self["mte3_bytes_per_cycle"]
         else:
             rate = self["mte2_l2_bytes_per_cycle"] if l2 else self["mte2_hbm_bytes_per_cycle"]
-        return lat + nbytes / rate
+        return lat, self.burst_bytes(nbytes, runs) / rate * self._factor(atomic, shared)
 
-    def fixpipe_cycles(self, nbytes: float, l2: bool, before: float = 0.0) -> float:
-        """A Fixpipe of ``nbytes`` from L0C into GM (HBM or L2), ``before`` cycles added first (the
-        figures summed in this order)."""
+    def copy_cycles(self, nbytes: float, write: bool, l2: bool, runs: int = 0, atomic: bool = False, sharers: int = 1) -> float:
+        """A GM copy of ``nbytes`` on its pipe: :meth:`copy_phases` summed (``runs`` = 0: the bytes as one
+        run of full bursts), its data phase at least ``sharers`` copies' time on the AI Core's port
+        (:meth:`port_cycles`; the emitted-code model's AIV copies: 2, the other AIV's mirror copy runs at
+        the same time)."""
+        lead, data = self.copy_phases(nbytes, runs, write, l2, atomic)
+        return lead + max(data, sharers * self.port_cycles(nbytes, runs, write, atomic))
+
+    def fixpipe_phases(self, nbytes: float, runs: int, l2: bool, atomic: bool = False, shared: bool = False) -> tuple[float, float, float]:
+        """A Fixpipe of ``nbytes`` from L0C into GM (HBM or L2) as (lead, data, tail) cycles: its start-up
+        on the FIX pipe, the data phase on the write port at the Fixpipe rate (bursts, atomics and shared
+        bytes as :meth:`copy_phases`), then the write latency, which the next Fixpipe overlaps (the pipe
+        is free after the data phase)."""
         lat = self["gm_l2_latency_cycles"] if l2 else self["gm_hbm_latency_cycles"]
         rate = self["fix_l2_bytes_per_cycle"] if l2 else self["fix_hbm_bytes_per_cycle"]
-        return before + self["fix_startup_cycles"] + lat + nbytes / rate
+        return self["fix_startup_cycles"], self.burst_bytes(nbytes, runs) / rate * self._factor(atomic, shared), lat
+
+    def fixpipe_cycles(self, nbytes: float, l2: bool, before: float = 0.0, runs: int = 0, atomic: bool = False) -> float:
+        """A Fixpipe of ``nbytes`` from L0C into GM (HBM or L2) alone, from its start-up to the write's
+        landing, ``before`` cycles added first (the figures summed in this order)."""
+        return before + sum(self.fixpipe_phases(nbytes, runs, l2, atomic))
+
+    def port_cycles(self, nbytes: float, runs: int, write: bool, atomic: bool = False, shared: bool = False) -> float:
+        """The cycles a GM copy holds its AI Core's read or write port (``write``), which the AIC's and
+        both AIVs' copies share: its bus bytes (:meth:`burst_bytes`, atomic and shared factors as
+        :meth:`copy_phases`) at ``ai_core_write_bytes_per_cycle`` or ``ai_core_read_bytes_per_cycle``."""
+        rate = self["ai_core_write_bytes_per_cycle"] if write else self["ai_core_read_bytes_per_cycle"]
+        return self.burst_bytes(nbytes, runs) * self._factor(atomic, shared) / rate
+
+    def _factor(self, atomic: bool, shared: bool) -> float:
+        return (self["atomic_rmw_factor"] if atomic else 1.0) * (self["same_address_factor"] if shared else 1.0)
 
     def load_data_cycles(self, fractals: int, l0b: bool) -> float:
         """A LoadData of ``fractals`` 512 B fractals from L1 into L0A or L0B (``l0b``)."""
@@ -188,8 +255,19 @@ class Costs:
         """An Mmad of ``blocks`` 16 x 16 x 16 MAC blocks, ``before`` cycles added first."""
         return before + self["mmad_startup_cycles"] + blocks / self["mmad_fractals_per_cycle"]
 
+    def vector_repeat_key(self, kind: str) -> str:
+        """The table key of a vector instruction's per-repeat cost."""
+        if kind in ("Exp", "Ln"):
+            return "vector_exp_repeat_cycles"
+        if kind in ("ReduceRepeatMax", "ReduceRepeatSum", "WholeReduceMax", "WholeReduceSum", "ReduceMax", "ReduceSum"):
+            return "vector_reduce_repeat_cycles"  # the count forms are composed of WholeReduce passes
+        if kind == "Brcb":
+            return "vector_brcb_repeat_cycles"
+        return "vector_repeat_cycles"
+
     def duration(self, ins: Instr) -> float:
-        """Cycles ``ins`` occupies its pipe (flags and barriers: 0)."""
+        """Cycles ``ins`` occupies its pipe alone (flags and barriers: 0; a GM copy: its phases summed, no
+        port contention; a vector instruction: no bank conflict)."""
         k, c = ins.kind, self
         if k in ("SetFlag", "WaitFlag", "PipeBarrier", "CrossCoreSetFlag", "CrossCoreWaitFlag", "SetAtomic"):
             return 0.0
@@ -198,18 +276,11 @@ class Costs:
         if k == "SetValue":
             return c["scalar_ub_write_cycles"]
         if ins.pipe == "V":
-            if k in ("Exp", "Ln"):
-                return c.vector_cycles(ins.a, "vector_exp_repeat_cycles")
-            if k in ("ReduceRepeatMax", "ReduceRepeatSum", "WholeReduceMax", "WholeReduceSum"):
-                return c.vector_cycles(ins.a, "vector_reduce_repeat_cycles")
-            if k == "Brcb":
-                return c.vector_cycles(ins.a, "vector_brcb_repeat_cycles")
-            extra = c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0
-            return c.vector_cycles(ins.a) + extra
+            return c.vector_cycles(ins.a, c.vector_repeat_key(k)) + (c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0)
         if k in ("DataCopyPad", "DataCopy", "DataCopyNd2Nz"):
-            return c.copy_cycles(ins.a, ins.pipe != "MTE2", ins.c == 1)
+            return sum(c.copy_phases(ins.a, ins.b, ins.pipe != "MTE2", ins.c == 1))
         if k == "Fixpipe":
-            return c.fixpipe_cycles(ins.a, ins.c == 1)
+            return sum(c.fixpipe_phases(ins.a, ins.b, ins.c == 1))
         if k == "LoadData":
             return c.load_data_cycles(ins.a, ins.b == 1)
         if k == "Fill":
@@ -221,6 +292,59 @@ class Costs:
                 blocks *= 4  # fp32 cube throughput is a quarter of fp16 (peak.cube_fp32)
             return c.mmad_cycles(blocks)
         raise TimelineError(f"no cost for the instruction {k} on pipe {ins.pipe} (add it to the [timeline] table)")
+
+
+def _pick(key: str, fig, end: str) -> float:
+    if not hasattr(fig, "value"):
+        return float(fig)
+    if end == "central" or fig.low is None or fig.high is None:
+        return float(fig.value)
+    rate = key.endswith("_per_cycle")
+    return float(fig.high if (end == "fast") == rate else fig.low)
+
+
+UB_ROW_BYTES = 32  # a bank row, a repeat's data block (asc-devkit 避免bank冲突（NPU架构版本2201）.md)
+UB_BANK_GROUPS = 16  # bank groups of the 192 KB UB, three 4 KB banks each (ibid.)
+UB_BANK_SPAN = 65536  # the UB's three 64 KB thirds: bank = 16 * third + group (ibid., its address examples)
+
+
+def ub_bank(addr: int) -> tuple[int, int]:
+    """(bank group, bank) of a UB byte address on the 910B: 32-byte rows dealt round-robin over the 16
+    bank groups, each 64 KB third of the UB its own bank of each group (the guide's examples: 0x10000 in
+    bank 16, 0x10020 and 0x10E20 in bank 17, 0x20020 in bank 33; banks 15, 31, 47 form group 15)."""
+    group = (addr // UB_ROW_BYTES) % UB_BANK_GROUPS
+    return group, UB_BANK_GROUPS * (addr // UB_BANK_SPAN) + group
+
+
+def _banks(lo: int) -> set[int]:
+    """The banks of one repeat of a UB operand from ``lo``: 8 consecutive 32-byte data blocks."""
+    return {ub_bank(lo + k * UB_ROW_BYTES)[1] for k in range(8)}
+
+
+def bank_conflicts(ins: Instr) -> tuple[int, int]:
+    """(read-read, read-write) bank conflicts of each repeat of a vector instruction, by the rules and
+    measurements of asc-devkit for the 910B (guide 避免bank冲突（NPU架构版本2201）.md; sample
+    examples/01_simd_cpp_api/05_best_practices/04_memory_access/bank_conflict_ub, README: the vector
+    unit reads or writes one 32-byte row of each bank group per cycle):
+
+    - read-read: sources starting in one bank group (the sample's scenarios 2 and 3, 2.0 cycles a
+      repeat measured; the guide: 0x10020 and 0x20020 conflict, 0x10020 and 0x10000 do not):
+      ``max(sources starting in one group) - 1``;
+    - read-write: the destination's blocks share a bank with a source's while the two start in
+      different banks (scenario 5: 0x4020 written, 0 read; 1.77 cycles a repeat measured): 1. Starting
+      in the same bank, or overlapping exactly (an in-place operation), the hardware delays the write
+      by a repeat and nothing conflicts (scenarios 4 and 6; the guide's table 1 calls 0x10020 / 0x10E20 a
+      conflict, the sample's measurement of the same case does not, and the measurement is taken).
+
+    Each operand is read from the start of its recorded UB range with consecutive data blocks (block
+    stride 1: the layout the emitted kernels use), so no operand conflicts with itself."""
+    reads = [lo for sp, lo, _ in ins.reads if sp == "U"]
+    writes = [lo for sp, lo, _ in ins.writes if sp == "U"]
+    per: dict[int, int] = defaultdict(int)
+    for lo in reads:
+        per[ub_bank(lo)[0]] += 1
+    rw = any(ub_bank(w)[1] != ub_bank(r)[1] and _banks(w) & _banks(r) for w in writes for r in reads)
+    return max(per.values(), default=1) - 1, int(rw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -247,6 +371,7 @@ class BlockSchedule:
     items: list[Item]
     end: float
     busy: dict[tuple[str, str], float]
+    gm_bytes: float = 0.0  # bytes the block's GM copies move through the L2 (bursts rounded, atomics twice)
 
     def critical_path(self) -> list[int]:
         """Item indices of the chain of binding predecessors ending at the last item to finish."""
@@ -275,6 +400,39 @@ class BlockSchedule:
         return {k: v / total for k, v in sorted(share.items(), key=lambda kv: -kv[1])}
 
 
+class _Port:
+    """A copy port of one AI Core (its GM reads, or its GM writes), shared by the AIC and both AIVs: each
+    copy holds it for its share (its bytes at the port's rate), one at a time, and runs its data phase at
+    its engine's rate from the start of that share, so copies overlap as far as the port's rate exceeds
+    their engines'. A copy takes the earliest gap at or after the cycle it is ready (the cores of a block
+    are scheduled one after another, not in time order, so a copy scheduled later may fill an earlier
+    gap)."""
+
+    def __init__(self):
+        self.starts: list[float] = []  # disjoint busy intervals, sorted
+        self.ends: list[float] = []
+
+    def reserve(self, t: float, d: float) -> float:
+        """Book ``d`` cycles from the earliest free gap at or after ``t``; returns the start."""
+        if d <= 0:
+            return t
+        i = bisect.bisect_right(self.ends, t)
+        while i < len(self.starts) and t + d > self.starts[i]:
+            t = max(t, self.ends[i])
+            i += 1
+        if i > 0 and self.ends[i - 1] == t:  # joins the interval before
+            self.ends[i - 1] = t + d
+            if i < len(self.starts) and self.starts[i] == t + d:
+                self.ends[i - 1] = self.ends.pop(i)
+                self.starts.pop(i)
+        elif i < len(self.starts) and self.starts[i] == t + d:
+            self.starts[i] = t
+        else:
+            self.starts.insert(i, t)
+            self.ends.insert(i, t + d)
+        return t
+
+
 class _Core:
     def __init__(self, name: str, trace: list[Instr]):
         self.name = name
@@ -282,8 +440,10 @@ class _Core:
         self.pos = 0
         self.t_s = 0.0  # the scalar unit's clock
         self.last_s = -1  # item of the last S step
-        self.ready = {p: 0.0 for p in PIPES}
+        self.ready = {p: 0.0 for p in PIPES}  # each pipe is free from (cycles)
+        self.done = {p: 0.0 for p in PIPES}  # each pipe's instructions so far have completed by (a Fixpipe's write lands after its pipe is free)
         self.last = {p: -1 for p in PIPES}
+        self.atomic = False  # SetAtomic: the GM stores that follow accumulate
         self.events: dict[tuple, deque] = defaultdict(deque)  # (event, id) -> (time, item, source pipe's clock)
         self.access: dict[str, list] = defaultdict(list)  # space -> [(lo, hi, write, start, end, pipe, item)]
         # happens-before: clock[p][q] = the last instruction of pipe q that pipe p is ordered after by
@@ -305,16 +465,33 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
     cores = {n: _Core(n, t) for n, t in traces.items()}
     items: list[Item] = []
     busy: dict[tuple[str, str], float] = defaultdict(float)
+    ports = {"read": _Port(), "write": _Port()}
+    gm_bytes = [0.0]
     xq: dict[tuple, deque] = defaultdict(deque)  # (dest core, flag[, from sub]) -> (time, item)
     issue = costs.issue()
     flag_lat = costs["flag_cycles"]
     x_lat = costs["cross_core_flag_cycles"]
 
-    def add(core: _Core, pipe: str, kind: str, start: float, end: float, pred: int, work: bool) -> int:
+    def add(core: _Core, pipe: str, kind: str, start: float, end: float, pred: int, work: bool, occupied: float | None = None) -> int:
         items.append(Item(core.name, pipe, kind, start, end, pred, work))
         if work:
-            busy[(core.name, pipe)] += end - start
+            busy[(core.name, pipe)] += (end if occupied is None else occupied) - start
         return len(items) - 1
+
+    def gm_copy(core: _Core, ins: Instr, start: float) -> tuple[float, float]:
+        """(pipe free, completed) of a GM copy started at ``start``: its data phase at its engine's rate,
+        begun when the AI Core's read or write port has room for its share (:meth:`Costs.port_cycles`)."""
+        l2 = ins.c == 1
+        write = ins.kind == "Fixpipe" or ins.pipe != "MTE2"
+        atomic = core.atomic and write
+        if ins.kind == "Fixpipe":
+            lead, data, tail = costs.fixpipe_phases(ins.a, ins.b, l2, atomic, ins.shared)
+        else:
+            (lead, data), tail = costs.copy_phases(ins.a, ins.b, write, l2, atomic, ins.shared), 0.0
+        gm_bytes[0] += costs.burst_bytes(ins.a, ins.b) * (2 if atomic else 1)
+        held = costs.port_cycles(ins.a, ins.b, write, atomic, ins.shared)
+        d0 = ports["write" if write else "read"].reserve(start + lead, held)
+        return d0 + max(data, held), d0 + max(data, held) + tail
 
     def frontier(core: _Core) -> float:
         # every later instruction of this core is issued, so starts, no earlier than the scalar clock
@@ -420,6 +597,8 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
                 core.last_s = add(core, "S", ins.kind, start, end, pred, False)
                 core.events[(ins.a, ins.b)].append((end, core.last_s, set_flag(core, "S")))
             else:
+                if ins.kind == "SetAtomic":
+                    core.atomic = ins.a != 0
                 end = start + issue + costs.duration(ins)
                 core.last_s = add(core, "S", ins.kind, start, end, pred, True)
                 check(core, ins, "S", start + issue, end, core.last_s)
@@ -429,11 +608,11 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         if p == "ALL" and ins.kind == "PipeBarrier":
             # PipeBarrier<PIPE_ALL> (PipeBarrier(ISASI).md: waits for every earlier instruction of every pipe): the
             # scalar unit and every pipe continue from the end of the core's last instruction
-            t = max([s0 + issue, *core.ready.values()])
+            t = max([s0 + issue, *core.ready.values(), *core.done.values()])
             core.last_s = add(core, "S", ins.kind, s0, t, core.last_s, False)
             core.t_s = t
             for q in core.ready:
-                core.ready[q] = t
+                core.ready[q] = core.done[q] = t
             n = len(PIPES)
             core.clock = [[core.clock[r][r] if q != r else core.clock[q][q] for r in range(n)] for q in range(n)]
             core.pos += 1
@@ -445,7 +624,9 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         core.t_s = issued
         start = max(issued, core.ready[p])
         pred = core.last[p] if core.ready[p] >= issued else core.last_s
-        if ins.kind == "SetFlag":
+        if ins.kind == "SetFlag":  # fires when everything issued to the pipe before has completed
+            if core.done[p] > start:
+                start, pred = core.done[p], core.last[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
             core.events[(ins.a, ins.b)].append((start, idx, set_flag(core, p)))
         elif ins.kind == "WaitFlag":
@@ -459,9 +640,14 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
                 pred = src
             idx = add(core, p, ins.kind, start, end, pred, False)
             core.ready[p] = end
-        elif ins.kind == "PipeBarrier":
+        elif ins.kind == "PipeBarrier":  # the pipe's earlier instructions complete first
+            if core.done[p] > start:
+                start, pred = core.done[p], core.last[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
+            core.ready[p] = start
         elif ins.kind == "CrossCoreSetFlag":
+            if core.done[p] > start:
+                start, pred = core.done[p], core.last[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
             t = start + x_lat
             if core.name == "AIC":
@@ -471,9 +657,17 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
             else:
                 xq[("AIC", ins.b, int(core.name[-1]))].append((t, idx))
         else:
-            end = start + costs.duration(ins)
-            idx = add(core, p, ins.kind, start, end, pred, True)
-            core.ready[p] = end
+            if ins.kind in _GM_COPIES:
+                free, end = gm_copy(core, ins, start)
+            else:
+                free = end = start + costs.duration(ins)
+                if p == "V":
+                    rr, rw = bank_conflicts(ins)
+                    if rr or rw:
+                        free = end = end + ins.a * (rr * costs["ub_read_conflict_cycles"] + rw * costs["ub_rw_conflict_cycles"])
+            idx = add(core, p, ins.kind, start, end, pred, True, free)
+            core.ready[p] = free
+            core.done[p] = max(core.done[p], end)
             ordered(core, ins, p, idx)
             check(core, ins, p, start, end, idx)
         core.last[p] = idx
@@ -491,24 +685,29 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
             waits = ", ".join(f"{c.name} at CrossCoreWaitFlag({c.trace[c.pos].b})" for c in live)
             raise TimelineError(f"deadlock: every core left waits for a cross-core flag nothing sets ({waits})")
     end = max((it.end for it in items), default=0.0)
-    return BlockSchedule(items, end, dict(busy))
+    return BlockSchedule(items, end, dict(busy), gm_bytes[0])
 
 
 # ---------------------------------------------------------------------------------------------------
 # a spec's program on the twin, scheduled
 
-def _floored(end: float, floor_s: float, clock: float) -> tuple[float, str]:
-    """A launch's cycles raised to the chip's HBM floor (:func:`tilegen.models.cost.hbm_floor_s`), and a note
-    for its form when the floor binds."""
-    if floor_s * clock > end:
+def _floored(end: float, floor_s: float, clock: float, gm_bytes: float, costs: Costs) -> tuple[float, str]:
+    """A launch's cycles raised to the chip's HBM floor (:func:`tilegen.models.cost.hbm_floor_s`) and to its
+    L2 floor (``gm_bytes``, every GM byte the launch's copies move, at ``chip_l2_bytes_per_cycle``: each
+    GM access passes the L2, the hand-off workspace's and the re-read tensors' as hits, HBM's as misses),
+    and a note for its form when one binds."""
+    l2 = gm_bytes / costs["chip_l2_bytes_per_cycle"]
+    if floor_s * clock > max(end, l2):
         return floor_s * clock, f"; bound by the chip's HBM bandwidth ({floor_s * 1e6:.2f} us > {end / clock * 1e6:.2f} us scheduled)"
+    if l2 > end:
+        return l2, f"; bound by the chip's L2 bandwidth ({gm_bytes / 1e6:.1f} MB through the L2: {l2 / clock * 1e6:.2f} us > {end / clock * 1e6:.2f} us scheduled)"
     return end, ""
 
 
 _GM_COPIES = ("DataCopyPad", "DataCopy", "DataCopyNd2Nz", "Fixpipe")
 
 
-def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, list[Instr]]]:
+def l2_levels(blocks: dict[int, dict[str, list[Instr]]], l2: bool = True) -> dict[int, dict[str, list[Instr]]]:
     """The traces of one launch's blocks with every GM copy of an HBM tensor (level 0) that re-touches
     a region of the launch made L2-resident (level 1, priced at the L2 rates): a byte range that
     another block also copies (the instances run at about the same time and share the L2), or that the
@@ -516,14 +715,18 @@ def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, 
     Ranges are compared exactly (a tile copy's first and last byte, as the trace records it), so two
     strided tiles whose spans interleave are not mistaken for one. This reads the byte ranges of the
     trace alone; the emitted-code model finds its L2 accesses from the IR
-    (:func:`tilegen.models.analysis.l2_reuse`, whose capacity check gates both). The two meet in
+    (:func:`tilegen.models.analysis.l2_reuse`, whose capacity check gates both: ``l2`` False when the
+    re-accessed tensors do not fit, and every copy keeps its level). The two meet in
     tests/test_timeline.py only through the programs' times (model within ±20% of the timeline, the
-    cost-only form within 2% of the whole launch)."""
+    cost-only form within 2% of the whole launch).
+
+    Either way a GM copy whose byte range another block also copies is marked ``shared`` (same-address
+    accesses from several cores, priced by ``same_address_factor``)."""
     users: dict[tuple, set] = defaultdict(set)
     for b, cores in blocks.items():
         for ins_list in cores.values():
             for ins in ins_list:
-                if ins.kind in _GM_COPIES and ins.c == 0:
+                if ins.kind in _GM_COPIES:
                     for r in ins.reads + ins.writes:
                         if r[0] == "G":
                             users[r].add(b)
@@ -534,11 +737,15 @@ def l2_levels(blocks: dict[int, dict[str, list[Instr]]]) -> dict[int, dict[str, 
         for core in sorted(cores):
             lst = []
             for ins in cores[core]:
-                if ins.kind in _GM_COPIES and ins.c == 0:
+                if ins.kind in _GM_COPIES:
                     gm = [r for r in ins.reads + ins.writes if r[0] == "G"]
-                    if gm and all(len(users[r]) > 1 or r in seen for r in gm):
-                        ins = dataclasses.replace(ins, c=1)
-                    seen.update(gm)
+                    shared = any(len(users[r]) > 1 for r in gm)
+                    level = 1 if l2 and ins.c == 0 and gm and all(len(users[r]) > 1 or r in seen for r in gm) else ins.c
+                    hbm = ins.c == 0
+                    if shared or level != ins.c:
+                        ins = dataclasses.replace(ins, c=level, shared=shared)
+                    if hbm:
+                        seen.update(gm)
                 lst.append(ins)
             new_cores[core] = lst
         out[b] = new_cores
@@ -716,6 +923,10 @@ def _twin_inputs(spec, program: str, seed: int = 0) -> dict[str, np.ndarray]:
 TRACE_WAIT_TIMEOUT_S = 600  # the twin's cross-core wait limit in trace_run's runs (seconds)
 
 
+_TRACES: dict = {}  # trace_run's last traces: one trace scheduled at several ends of the cost table runs the twin once
+_TRACES_KEPT = 4
+
+
 def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = None) -> dict:
     """Run a hand-twin build's ``program`` (``"fwd"``/``"bwd"``) on generated data with ``blocks`` AI
     Cores (only the blocks in ``select`` when given: ``TWIN_TRACE_BLOCKS``) and return its instruction
@@ -727,6 +938,9 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
     environment sets ``TWIN_WAIT_TIMEOUT_S`` (a core that never arrives still fails the run)."""
     from tilegen.backends.ascendc import twin
 
+    key = (str(exe), spec, program, blocks, None if select is None else tuple(select))
+    if key in _TRACES:
+        return _TRACES[key]
     with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
         trace = Path(tmp) / "trace.txt"
         env = {"TWIN_TRACE": str(trace), "TWIN_WAIT_TIMEOUT_S": os.environ.get("TWIN_WAIT_TIMEOUT_S", str(TRACE_WAIT_TIMEOUT_S))}
@@ -738,7 +952,11 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
         }
         layouts = {n: spec.layout for n in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")}
         twin.run_program(exe, spec, program, _twin_inputs(spec, program), outs, layouts, blocks=blocks, env=env)
-        return parse_trace(trace.read_text()) if trace.exists() else {}
+        out = parse_trace(trace.read_text()) if trace.exists() else {}
+    while len(_TRACES) >= _TRACES_KEPT:
+        _TRACES.pop(next(iter(_TRACES)))
+    _TRACES[key] = out
+    return out
 
 
 STREAM_PAIRS = 400  # tile pairs of one head a one-core stream run (@stream) traces at most
@@ -774,17 +992,19 @@ def _stream_runs(exe, prog, small, program, kernels_ir, segments, l2_ok, costs) 
     out: dict = {}
     for n in stream:
         blocks = traces.get(n, {})
-        blocks = l2_levels(blocks) if l2_ok[n] else blocks
+        blocks = l2_levels(blocks, l2_ok[n])
         out[n] = (simulate_block(blocks[0], costs), *head(n, run), (run.seq_q, run.seq_k))
     return out
 
 
 def simulate_program(
     spec, target, program: str = "bwd", *, dq_strategy: str = "atomic", tile_sizes=None, cache_dir=None, exact: bool | None = None,
-    dkv_strategy: str | None = None,
+    dkv_strategy: str | None = None, end: str = "central",
 ) -> ProgramTimeline:
     """The timeline of ``spec``'s forward (``"fwd"``) or backward (``"bwd"``) as ``tilegen generate``
-    emits it for ``target`` (see the module docstring for the two forms; ``exact`` forces one).
+    emits it for ``target`` (see the module docstring for the two forms; ``exact`` forces one), priced
+    at the ``end`` of the cost table's ranges (:class:`Costs`; the twin's trace of the last few calls is
+    kept, so the same program at another end is scheduled again, not run again).
 
     Raises:
         TimelineError: the target has no ``[timeline]`` table, or the trace cannot be scheduled.
@@ -805,7 +1025,7 @@ def simulate_program(
     tgt = load_target(target)
     if not tgt.timeline:
         raise TimelineError(f"target {tgt.name} has no [timeline] cost table; the timeline needs one (targets/ascend910b2.toml has it)")
-    costs = Costs(tgt.timeline)
+    costs = Costs(tgt.timeline, end)
     label = "forward" if program == "fwd" else "backward"
     with step(f"{label}: generate the Ascend C"):
         gen = ascendc.generate(spec, tgt, dq_strategy, tile_sizes, dkv_strategy)
@@ -841,7 +1061,7 @@ def simulate_program(
             traces = segments(trace_run(exe, spec, program, cores))
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             blocks = traces.get(n, {})
-            blocks = l2_levels(blocks) if l2_ok[n] else blocks
+            blocks = l2_levels(blocks, l2_ok[n])
             scheds = {b: simulate_block(c, costs) for b, c in steps(sorted(blocks.items()), f"{label} {k.name}: schedule the instances", unit="instance")}
             end = max((s.end for s in scheds.values()), default=0.0)
             total: dict[str, float] = defaultdict(float)
@@ -849,7 +1069,7 @@ def simulate_program(
                 for key, v in _busy_by_type(s.busy).items():
                     total[key] += v
             rep = max(scheds.values(), key=lambda s: s.end) if scheds else None
-            end, note = _floored(end, floors[n], clock)
+            end, note = _floored(end, floors[n], clock, sum(s.gm_bytes for s in scheds.values()), costs)
             out.append(
                 KernelTimeline(kp.name, programs[n], end / clock, _normalise_busy(total, cores, end), rep.critical_share() if rep else {},
                                f"whole launch ({len(scheds)} blocks){note}", block=rep)
@@ -895,12 +1115,13 @@ def simulate_program(
         for n, (k, kp) in enumerate(zip(kernels_ir, plan.kernels)):
             t_n, pr, ct = info[n]
             blocks = traces.get(n, {})
-            blocks = l2_levels(blocks) if l2_ok[n] else blocks
+            blocks = l2_levels(blocks, l2_ok[n])
             samples = [t for t in picks if t < t_n and t in blocks]
             scheds = {t: simulate_block(blocks[t], costs) for t in steps(samples, f"{label} {k.name}: schedule the instances", unit="instance")}
             keys = sorted({key for s in scheds.values() for key in _busy_by_type(s.busy)})
             x = np.array([[1.0, pr[t] - ct[t], ct[t]] for t in samples])
-            y = np.array([[scheds[t].end] + [_busy_by_type(scheds[t].busy).get(key, 0.0) for key in keys] for t in samples])
+            y = np.array([[scheds[t].end] + [_busy_by_type(scheds[t].busy).get(key, 0.0) for key in keys] + [scheds[t].gm_bytes]
+                          for t in samples])
             coef, *_ = np.linalg.lstsq(x, y, rcond=None)
             fit = x @ coef
             resid = float(np.max(np.abs(fit[:, 0] - y[:, 0]) / np.maximum(y[:, 0], 1.0))) if len(samples) else 0.0
@@ -925,9 +1146,10 @@ def simulate_program(
             end = deal(per_tile[:, 0], programs[n], cores, deal_of(k)) + fill
             tile_of = np.arange(programs[n]) % t_n
             total = {key: float(per_tile[tile_of, 1 + m].sum()) for m, key in enumerate(keys)}
+            gm_bytes = float(per_tile[tile_of, -1].sum())
             rep_t = max(samples, key=lambda t: scheds[t].end) if samples else None
             rep = streams[n][0] if k.has(Stream) else scheds[rep_t] if rep_t is not None else None  # a stream: its one core's schedule
-            end, note = _floored(end, floors[n], clock)
+            end, note = _floored(end, floors[n], clock, gm_bytes, costs)
             form = (
                 f"cost-only: instances {samples} of one head scheduled alone, the rest from the fit "
                 f"time = a + b*pairs + c*cut pairs (worst residual {resid:.1%}){stream_note}; {programs[n]} instances dealt over {cores} cores{note}"

@@ -83,8 +83,18 @@ inline int64_t get_imm(uint64_t x) { return static_cast<int64_t>(x); }
 
 // ---- atomics (SetAtomicAdd / SetAtomicNone / SetAtomicType docs; kernel_operator_set_atomic_impl.h):
 // the store paths MTE3 (UB -> GM) and FIX (L0C -> GM) add into GM in the set type while on.
-inline void set_atomic_add() { cce_rt::Cur().atomic = 1; }
-inline void set_atomic_none() { cce_rt::Cur().atomic = 0; cce_rt::Cur().atomicType = 0; }
+// The timeline prices the atomic stores (a SetAtomic record on S: a = 1 on, 0 off).
+inline void set_atomic_add()
+{
+    cce_rt::TraceSync("S", "SetAtomic", 1, 0, 0);
+    cce_rt::Cur().atomic = 1;
+}
+inline void set_atomic_none()
+{
+    cce_rt::TraceSync("S", "SetAtomic", 0, 0, 0);
+    cce_rt::Cur().atomic = 0;
+    cce_rt::Cur().atomicType = 0;
+}
 inline void set_atomic_f32() { cce_rt::Cur().atomicType = 1; }
 inline void set_atomic_f16() { cce_rt::Cur().atomicType = 2; }
 inline void set_atomic_bf16() { cce_rt::Cur().atomicType = 3; }

@@ -115,7 +115,7 @@ inline void SetAtomicAdd()
 {
     twin::CoreCtx& c = twin::Cur("SetAtomicAdd");
     detail_atomic::CheckAtomicType<T>("SetAtomicAdd");
-    twin::trace::Rec("S", "SetAtomic", 0, 0, 0);
+    twin::trace::Rec("S", "SetAtomic", 1, 0, 0);  // a = 1: the GM stores that follow accumulate
     c.atomicOp = twin::AtomicOp::Add;
     c.atomicType = twin::DTypeOf<T>();
 }
@@ -124,6 +124,7 @@ inline void SetAtomicMax()
 {
     twin::CoreCtx& c = twin::Cur("SetAtomicMax");
     detail_atomic::CheckAtomicType<T>("SetAtomicMax");
+    twin::trace::Rec("S", "SetAtomic", 1, 0, 0);
     c.atomicOp = twin::AtomicOp::Max;
     c.atomicType = twin::DTypeOf<T>();
 }
@@ -132,6 +133,7 @@ inline void SetAtomicMin()
 {
     twin::CoreCtx& c = twin::Cur("SetAtomicMin");
     detail_atomic::CheckAtomicType<T>("SetAtomicMin");
+    twin::trace::Rec("S", "SetAtomic", 1, 0, 0);
     c.atomicOp = twin::AtomicOp::Min;
     c.atomicType = twin::DTypeOf<T>();
 }
@@ -140,7 +142,10 @@ inline void SetAtomicType()
 {
     twin::CoreCtx& c = twin::Cur("SetAtomicType");
     detail_atomic::CheckAtomicType<T>("SetAtomicType");
-    if (c.atomicOp == twin::AtomicOp::None) c.atomicOp = twin::AtomicOp::Add;
+    if (c.atomicOp == twin::AtomicOp::None) {
+        twin::trace::Rec("S", "SetAtomic", 1, 0, 0);
+        c.atomicOp = twin::AtomicOp::Add;
+    }
     c.atomicType = twin::DTypeOf<T>();
 }
 // DisableDmaAtomic [I:include/basic_api/kernel_operator_set_atomic_intf.h:41, P:DisableDmaAtomic]; SetAtomicNone
@@ -148,7 +153,7 @@ inline void SetAtomicType()
 inline void DisableDmaAtomic()
 {
     twin::CoreCtx& c = twin::Cur("DisableDmaAtomic");
-    twin::trace::Rec("S", "SetAtomic", 0, 0, 0);
+    twin::trace::Rec("S", "SetAtomic", 0, 0, 0);  // a = 0: plain stores again
     c.atomicOp = twin::AtomicOp::None;
     c.atomicType = twin::DType::None;
 }
