@@ -340,3 +340,78 @@ def test_level_pow2_must_be_a_power_of_two(tmp_path):
     path.write_text(text)
     with pytest.raises(TargetError, match=r"levels\[0\]\.pow2 = 24\.0 is invalid; accepted: a power of two"):
         load_target(str(path))
+
+
+def test_h100_figures_are_the_datasheets_and_every_figure_has_a_source():
+    """targets/h100.toml against NVIDIA's H100 SXM5 datasheet and whitepaper: 132 SMs, 227 KiB of shared
+    memory per block, 64K registers, 50 MB L2, 80 GB HBM3, FP32 67 TFLOPS, NVLink 900 GB/s (450 each
+    way); every figure and row names its source."""
+    t = load_target("h100")
+    assert (t.kind, t.arch, t.generate) == ("gpu", "sm_90", True)
+    assert t.cores["sm"].value == 132 and t.cores["clock_ghz"].value == 1.98
+    assert t.level("SMEM").capacity.value == 227 * KIB and t.level("RF").capacity.value == 64 * 1024 * 4
+    assert t.bandwidth["l2_bytes"].value == 50 * KIB * KIB and t.bandwidth["hbm_bytes"].value == 80 * KIB**3
+    assert t.peak["cube_fp32"].value == 67 and t.bandwidth["interconnect"].value == 900 / 2
+    assert "3.35 TB/s" in t.bandwidth["hbm"].source and t.bandwidth["hbm"].value < 3350  # below the datasheet's peak
+    figures = [f for table in (t.cores, t.peak, t.bandwidth, t.overhead, t.gpu_model, t.gpu_model_compiled) for f in table.values()]
+    figures += [f for lvl in t.levels for f in (lvl.capacity, lvl.alignment, lvl.pow2)]
+    assert all(f.source for f in figures)
+
+
+def test_h100_carries_the_h200_measurements_marked_as_such():
+    """What was measured or fitted on an H200 is marked an estimate on the H100 and says where it was
+    measured; the rows are the H200's rows (the same die: the same tiles and knobs fit)."""
+    from tilegen.passes.gpu.rows import triton_config
+
+    h100, h200 = load_target("h100"), load_target("h200")
+    rows, theirs = triton_config(h100).rows, triton_config(h200).rows
+    assert rows and [(r.program, r.head_dim, r.tiles, r.knobs.keys()) for r in rows] == [(r.program, r.head_dim, r.tiles, r.knobs.keys()) for r in theirs]
+    assert all(r.estimate and "measured on an H200" in r.source and "not yet measured on an H100" in r.source for r in rows)
+    assert not any(r.estimate for r in theirs)
+    for name in ("cube_fp16", "cube_bf16"):
+        assert h100.peak[name].estimate and "measured on an H200" in h100.peak[name].source
+    fitted = {**{f"gpu_model.{k}": f for k, f in h100.gpu_model.items()}, **{f"gpu_model_compiled.{k}": f for k, f in h100.gpu_model_compiled.items()}}
+    assert fitted.keys() == {f"gpu_model.{k}" for k in h200.gpu_model} | {f"gpu_model_compiled.{k}" for k in h200.gpu_model_compiled}
+    for key, fig in fitted.items():
+        if key.endswith("fitted_max_stack_bytes") or key.endswith("base_registers"):  # compile figures for sm_90: the same on an H100
+            assert "sm_90" in fig.source, key
+        else:
+            assert fig.estimate and "H200" in fig.source and "not yet fitted on an H100" in fig.source, key
+
+
+def test_inspect_names_a_row_measured_elsewhere_an_estimated_row(capsys):
+    """`tilegen inspect --json` says where the emitted tiles come from: a row of h200.toml is a measured
+    row, the same row in h100.toml (estimate = true) an estimated row."""
+    origins = {}
+    for target in ("h200", "h100"):
+        assert main(["inspect", "--spec", "llama3-8b", "--target", target, "--json", "--no-nest"]) == 0
+        progs = json.loads(capsys.readouterr().out)["programs"]
+        origins[target] = {p["label"].split(" ")[0]: p["origin"]["tiles"] for p in progs}
+    assert origins == {"h200": {"forward": "measured row", "backward": "measured row"},
+                       "h100": {"forward": "estimated row", "backward": "estimated row"}}
+
+
+def test_bad_devices_and_row_estimate_are_named(tmp_path):
+    from tilegen.passes.gpu.rows import triton_config
+
+    text = Path(load_target("h100").path).read_text()
+    path = tmp_path / "bad-devices.toml"
+    path.write_text(text.replace('generate = true', 'generate = true\ndevices = "H100"', 1))
+    with pytest.raises(TargetError, match=r"devices = 'H100' is invalid; accepted: a list of non-empty strings"):
+        load_target(str(path))
+    path = tmp_path / "bad-estimate.toml"
+    path.write_text(text.replace("estimate = true\n", 'estimate = "yes"\n', 1))
+    with pytest.raises(TargetError, match=r"triton\.schedule\[0\]\.estimate = 'yes' is invalid; accepted: true"):
+        triton_config(load_target(str(path)))
+
+
+def test_cli_inspect_and_generate_take_target_h100(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    assert main(["inspect", "--spec", "tiny", "--target", "h100"]) == 0
+    assert "target h100: NVIDIA H100 SXM5" in capsys.readouterr().out
+    assert main(["generate", "--spec", "tiny", "--target", "h100", "-o", str(tmp_path)]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["target"] == "h100"
+    module = (tmp_path / "tilegen_tiny.py").read_text()
+    assert "on the target `h100`" in module
+    compile(module, "tilegen_tiny.py", "exec")  # a Python module (its kernels run in tests/test_triton.py's way on a GPU)

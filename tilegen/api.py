@@ -633,7 +633,7 @@ def generate(
 
     Args:
         spec: an :class:`AttentionSpec`, a built-in spec's name or a spec file.
-        target: ``ascend910b1``..``b4`` (Ascend C) or ``h200`` (Triton), or a target file.
+        target: ``ascend910b1``..``b4`` (Ascend C) or ``h100``, ``h200`` (Triton), or a target file.
         dq_strategy: ``"atomic"`` or ``"separate"``; None: the target's choice (a GPU target's
             ``[[triton.schedule]]`` rows, otherwise atomic), as ``tilegen generate`` and ``tilegen.torch``.
         tile_sizes: (Br, Bc) to force for both programs.

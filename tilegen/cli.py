@@ -445,7 +445,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.compare:
             raise SpecError("--compile", True, "without --compare (the store-P-versus-recompute report)")
         if args.target is None or not backend_for(args.target).compiles:
-            raise SpecError("--target", args.target, "for --compile, a GPU target (h200): its Triton kernels compiled for its architecture")
+            raise SpecError("--target", args.target, "for --compile, a GPU target (h100, h200): its Triton kernels compiled for its architecture")
     simulate = args.simulate or args.timeline
     if simulate:
         from tilegen.backends import backend_for
@@ -532,7 +532,7 @@ def _inspect_cp(spec: AttentionSpec, args: argparse.Namespace) -> int:
     from tilegen.core.targets import target_key
 
     if args.target is None:
-        raise SpecError("--target", None, "a target with interconnect figures for --cp (h200, ascend910b1..b4)")
+        raise SpecError("--target", None, "a target with interconnect figures for --cp (h100, h200, ascend910b1..b4)")
     if args.compare or args.plot:
         raise SpecError("--cp", args.cp, "the ring table alone (without --compare or --plot)")
     report = cached(("inspect-cp", spec, target_key(args.target), args.cp, args.dq_strategy), lambda: cp_report(spec, args.target, args.cp, dq_strategy=_dq_strategy(args, spec, args.target)))
@@ -871,7 +871,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_override_args(gen)
     gen.add_argument("--tiles", type=_tiles, metavar="BRxBC", help="force the tile sizes of both programs, e.g. 64x128")
     gen.add_argument("--json", action="store_true", help="print the schedule and the files written as JSON")
-    gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h200 (Triton); default ascend910b2")
+    gen.add_argument("--target", metavar="T", default="ascend910b2", help="ascend910b1..b4 (Ascend C) or h100, h200 (Triton); default ascend910b2")
     gen.add_argument("-o", "--output", metavar="DIR", required=True, help="the folder to write (created if needed)")
     gen.add_argument(
         "--dq-strategy", choices=sorted(DQ_STRATEGIES), default=None,

@@ -6,7 +6,8 @@ element-operations/s), HBM and L2 bandwidth (GB/s), the placement rules and the 
 an Ascend target may add ``[timeline]``, the cost per instruction kind of the emitted code (cycles,
 bytes per cycle) that :mod:`tilegen.backends.ascendc.timeline` and :func:`tilegen.backends.ascendc.cost.predict_emitted` use, and a GPU
 target ``[gpu_model]``, the parameters of :func:`tilegen.models.cost.predict_gpu` (each fitted or sourced), and
-``[gpu_model_compiled]``, its parameters when it takes the compiler's own figures.
+``[gpu_model_compiled]``, its parameters when it takes the compiler's own figures; a GPU target may list
+``devices``, parts of the CUDA device names it describes (``tilegen.torch`` picks a target by them).
 Every figure is a table ``{ value = ..., source = "...", estimate = true? }``: the source is kept so
 that reports can show where a number comes from, and estimates are marked.
 """
@@ -93,6 +94,9 @@ class Target:
     gpu_model: dict[str, Figure] = dataclasses.field(default_factory=dict)  # [gpu_model]: parameters of tilegen.models.cost.predict_gpu
     # [gpu_model_compiled]: its parameters when it is given the compiler's registers, spills and shared bytes
     gpu_model_compiled: dict[str, Figure] = dataclasses.field(default_factory=dict)
+    # devices: substrings of the CUDA device name (torch.cuda.get_device_name) of the devices the file
+    # describes; tilegen.torch.device.gpu_target picks the target by them when the caller names none
+    devices: tuple[str, ...] = ()
 
     def level(self, name: str) -> Level:
         for lvl in self.levels:
@@ -208,6 +212,9 @@ def _parse(where: str, raw: bytes) -> Target:
         if not values or any(not isinstance(v, int) or v <= 0 for v in values):
             raise TargetError(f"{where}: tiles.{key} must be a list of positive integers")
         tiles[key] = tuple(sorted(values))
+    devices = data.get("devices", [])
+    if not isinstance(devices, list) or any(not isinstance(d, str) or not d.strip() for d in devices):
+        raise TargetError(f"{where}: devices = {devices!r} is invalid; accepted: a list of non-empty strings (parts of CUDA device names)")
     section = lambda name: {k: _figure(v, f"{where}: {name}.{k}") for k, v in data.get(name, {}).items()}  # noqa: E731
     target = Target(
         name=data["name"],
@@ -229,6 +236,7 @@ def _parse(where: str, raw: bytes) -> Target:
         gpu_model_compiled=section("gpu_model_compiled"),
         digest=hashlib.sha256(raw).hexdigest(),
         sections={k: data[k] for k in BACKEND_SECTIONS if k in data},
+        devices=tuple(devices),
     )
     for key in ("cube_fp16", "cube_bf16", "cube_fp32", "vector", "exp"):
         if key not in target.peak:

@@ -31,6 +31,7 @@ from tilegen.core.spec import AttentionSpec
 from tilegen.core.targets import Target, load_target
 from tilegen.backends import compile_backward, compile_forward
 from tilegen.passes.driver import PassLog
+from tilegen.passes.gpu.rows import ESTIMATE_MARK
 from tilegen.harness.text import WIDTH, format_inspect, format_summary, format_tradeoff, wrap_lines  # noqa: F401 (re-exported)
 
 MIB = 1 << 20
@@ -223,13 +224,13 @@ def _schedule_entries(entry: dict, program, which: str, target: Target) -> None:
 
 def _origins(choice: dict) -> dict:
     """Where each emitted value comes from, in one word: ``measured row`` (a ``[[triton.schedule]]``
-    row), ``model`` (the block-size search scored by the GPU cost model), ``default``
+    row), ``estimated row`` (a row marked ``estimate = true``: measured on another device), ``model`` (the block-size search scored by the GPU cost model), ``default``
     (``[triton.default]``) or ``caller``; ``tiles`` and ``launch`` {kernel: origin}."""
     def of(source: str) -> str:
         if source == "given by the caller":
             return "caller"
         if source.startswith("the target's triton.schedule"):
-            return "measured row"
+            return "estimated row" if source.split(")", 1)[0].endswith(ESTIMATE_MARK) else "measured row"
         if source.startswith("the cost model"):
             return "model"
         return "default"

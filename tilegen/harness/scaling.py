@@ -31,7 +31,7 @@ FIGURES = (("bandwidth", "interconnect"), ("bandwidth", "network"), ("cores", "n
 def _figure(tgt, section: str, key: str):
     table = getattr(tgt, section)
     if key not in table:
-        raise SpecError("--target", tgt.name, f"a target file with {section}.{key} for --cp (h200, ascend910b1..b4)")
+        raise SpecError("--target", tgt.name, f"a target file with {section}.{key} for --cp (h100, h200, ascend910b1..b4)")
     return table[key]
 
 

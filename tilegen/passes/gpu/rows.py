@@ -35,7 +35,7 @@ from tilegen.core.targets import Target
 from tilegen.passes.driver import Context, Pass, PassLog, run_passes, stages_key
 
 PROGRAMS = ("fwd", "bwd-atomic", "bwd-separate")
-ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "dq_tiles", "source")  # the rest are phases
+ROW_KEYS = ("program", "head_dim", "causal", "dtype", "group", "min_seq_k", "Br", "Bc", "group_split", "heavy_first", "dq_tiles", "source", "estimate")  # the rest are phases
 DEFAULT_STAGES = 2  # copies of a loaded tile the placement counts where no stage count is given
 CALLER = "given by the caller"
 
@@ -49,6 +49,9 @@ class LaunchKnobs(Annotation, key="launch_knobs", on=("Kernel",)):
     num_warps: int
     num_stages: int
     source: str
+
+
+ESTIMATE_MARK = "; an estimate"  # how ScheduleRow.describe marks a row with estimate = true
 
 
 @dataclass(frozen=True)
@@ -78,12 +81,15 @@ class ScheduleRow:
     heavy_first: bool | None = None  # the K/V-tile (backward) or Q-tile (forward) grid axis outermost
     min_seq_k: int | None = None  # applies only when Sk (the key length; a packed batch's total) is at least this
     dq_tiles: str | None = None  # bwd-separate: "transposed" runs the dq kernel on Bc x Br tiles (None: "same")
+    estimate: bool = False  # not measured on the target's own device (its source says where)
 
     def describe(self) -> str:
-        """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports."""
+        """``triton.schedule[N] (bwd-atomic, head_dim 128, Br 64 x Bc 128)`` for reports; a row marked
+        ``estimate = true`` ends with :data:`ESTIMATE_MARK` inside the parentheses."""
         tiles = f", Br {self.tiles[0]} x Bc {self.tiles[1]}" if self.tiles else ""
         seq = f", Sk >= {self.min_seq_k}" if self.min_seq_k else ""
-        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{seq}{tiles})"
+        mark = ESTIMATE_MARK if self.estimate else ""
+        return f"triton.schedule[{self.index}] ({self.program}, head_dim {self.head_dim}{seq}{tiles}{mark})"
 
     __str__ = describe  # how the printed program's attrs show it
 
@@ -184,6 +190,9 @@ def triton_config(target: Target) -> TritonConfig:
         dq_tiles = row.get("dq_tiles")
         if dq_tiles is not None and (row.get("program") != "bwd-separate" or dq_tiles not in DQ_TILES):
             raise TargetError(f"{rw}.dq_tiles = {dq_tiles!r} is invalid; accepted: {' or '.join(map(repr, DQ_TILES))} on a bwd-separate row, or absent")
+        estimate = row.get("estimate", False)
+        if not isinstance(estimate, bool):
+            raise TargetError(f"{rw}.estimate = {estimate!r} is invalid; accepted: true (not measured on this target's device), false, or absent for false")
         if split is not None and not str(row.get("program")).startswith("bwd"):
             raise TargetError(f"{rw}: group_split is a backward knob; accepted on program = bwd-atomic or bwd-separate, not {row.get('program')!r}")
         knobs = {
@@ -191,7 +200,7 @@ def triton_config(target: Target) -> TritonConfig:
             for phase, value in row.items()
             if phase not in ROW_KEYS
         }
-        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k, dq_tiles))
+        rows.append(ScheduleRow(row["program"], head_dim, causal, dtype, tiles, knobs, source, n, group, split, heavy, min_seq_k, dq_tiles, estimate))
     return TritonConfig(strategy, data.get("dq_strategy_source", ""), default, tuple(rows))
 
 
