@@ -347,7 +347,8 @@ def test_h100_figures_are_the_datasheets_and_every_figure_has_a_source():
     memory per block, 64K registers, 50 MB L2, 80 GB HBM3, FP32 67 TFLOPS, NVLink 900 GB/s (450 each
     way); every figure and row names its source."""
     t = load_target("h100")
-    assert (t.kind, t.arch, t.generate) == ("gpu", "sm_90", True)
+    assert (t.kind, t.arch, t.generate, t.devices) == ("gpu", "sm_90", True, ("H100",))
+    assert load_target("h200").devices == ("H200",)
     assert t.cores["sm"].value == 132 and t.cores["clock_ghz"].value == 1.98
     assert t.level("SMEM").capacity.value == 227 * KIB and t.level("RF").capacity.value == 64 * 1024 * 4
     assert t.bandwidth["l2_bytes"].value == 50 * KIB * KIB and t.bandwidth["hbm_bytes"].value == 80 * KIB**3
@@ -396,7 +397,7 @@ def test_bad_devices_and_row_estimate_are_named(tmp_path):
 
     text = Path(load_target("h100").path).read_text()
     path = tmp_path / "bad-devices.toml"
-    path.write_text(text.replace('generate = true', 'generate = true\ndevices = "H100"', 1))
+    path.write_text(text.replace('devices = ["H100"]', 'devices = "H100"', 1))
     with pytest.raises(TargetError, match=r"devices = 'H100' is invalid; accepted: a list of non-empty strings"):
         load_target(str(path))
     path = tmp_path / "bad-estimate.toml"

@@ -53,7 +53,7 @@ from tilegen.core.errors import MissingFieldError, SpecError
 from tilegen import torch as tt
 from tilegen.core import validate
 from tilegen.torch.call import check_tensors
-from tilegen.torch.device import check_gpu_target
+from tilegen.torch.device import check_gpu_target, gpu_target
 
 __all__ = ["ring_attention", "shard_sequence", "unshard_sequence", "ring_plan", "BALANCES", "LAYOUTS"]
 
@@ -320,7 +320,7 @@ def _local_check(q, k, v, *, causal, window_size, softmax_scale, layout, balance
         except SpecError:
             raise exc from None
         raise SpecError(exc.field, exc.value, f"{exc.accepted}; these shapes fit layout={other!r}: are q, k, v {other}?") from None
-    check_gpu_target(target)
+    check_gpu_target(gpu_target(target, q))
     return window, _LAYOUT_SEQ_DIM[layout], n_q, n_k
 
 
@@ -443,7 +443,7 @@ def ring_attention(
     balance: str = "zigzag",
     deterministic: bool = False,
     return_lse: bool = False,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """Context-parallel attention over the ranks of ``group``; gradients flow to q, k, v.
 
@@ -466,7 +466,9 @@ def ring_attention(
         deterministic: True picks the backward without atomics on the GPU; the ring's own sums are in a
             fixed order either way.
         return_lse: also return the local rows' logsumexp (float32 [B, Hq, Sq], no gradient).
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use; None (the default): the target of
+            their CUDA device (:func:`tilegen.torch.device.gpu_target`: ``H100`` → ``h100``, ``H200`` → ``h200``,
+            another GPU → the nearest target, with one warning).
 
     With NCCL, set each rank's device first (``torch.cuda.set_device``): the cross-rank check uses
     ``all_gather_object``, which runs on the current device.

@@ -164,7 +164,7 @@ def attention_forward(
     sliding_window: int | None = None,
     softcap: float | None = None,
     is_causal: bool | None = None,
-    target: str = "h200",
+    target: str | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """One attention layer through tilegen, with transformers' ``AttentionInterface`` signature.
@@ -182,7 +182,8 @@ def attention_forward(
             before the mask (Gemma 2's ``attn_logit_softcapping``, as its ``eager_attention_forward``),
             through :func:`tilegen.mods.softcap`.
         is_causal: overrides ``module.is_causal`` when the mask is None.
-        target: the GPU target file for CUDA tensors.
+        target: the GPU target file for CUDA tensors; None: the target of their device
+            (:func:`tilegen.torch.device.gpu_target`).
         s_aux (or sinks), keyword: None, or a float tensor [Hq], one learned sink logit per query head
             (gpt-oss; DESIGN §3), passed to ``flash_attn_func(sinks=)``.
 

@@ -12,7 +12,9 @@ Where it runs, by the tensors' device:
 
 - ``cuda``: the Triton module tilegen generates for the spec (:func:`tilegen.backends.triton.load`:
   generated, written and imported once per spec in a process), its ``forward`` and ``backward``;
-  schedules come from the ``h200`` target (``target=`` picks another GPU target file).
+  schedules come from the target of the tensors' device (``H100`` → ``h100``, ``H200`` → ``h200``,
+  another GPU → the nearest target, with one warning: :func:`tilegen.torch.device.gpu_target`);
+  ``target=`` picks another GPU target file.
 - ``cpu``: tilegen's NumPy interpreter (:mod:`tilegen.api`). It is exact to DESIGN §3 but runs tile by
   tile in Python: for checking and small problems.
 - ``npu``: the Ascend C operator when ``torch_npu`` and a built tilegen op are present; until that op is

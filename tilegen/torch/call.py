@@ -89,7 +89,8 @@ class Call:
     Attributes:
         dq_strategy: None (the target's choice on CUDA, atomic in the interpreter) or ``"separate"``
             (deterministic: no atomics).
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use (:meth:`of` resolves None to the
+            target of q's device, :func:`tilegen.torch.device.gpu_target`).
     """
 
     layout: str
@@ -121,7 +122,11 @@ class Call:
     @classmethod
     def of(cls, q: torch.Tensor, shapes: tuple, *, layout: str, scale=None, **fields: Any) -> Call:
         """The call on ``q`` (its dtype and device) of the logical ``shapes`` :func:`check_tensors`
-        returned; ``fields``: the rest, already checked (``scale`` becomes a float)."""
+        returned; ``fields``: the rest, already checked (``scale`` becomes a float; a ``target`` of None
+        or none given becomes the target of q's device: :func:`tilegen.torch.device.gpu_target`)."""
+        from tilegen.torch import device
+
+        fields["target"] = device.gpu_target(fields.get("target"), q)
         lq, lk, lv = shapes
         if layout == validate.TND:  # B = 1, S = the tokens
             sizes = (1, lq[1], lk[1], lq[0], lk[0], lq[2], lv[2])

@@ -18,7 +18,7 @@ from tilegen.torch import device, extras, mod_args, ops, plans
 from tilegen.torch.call import TENSORS, Call, check_tensors
 
 
-def _run(q, k, v, shapes, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str, score_mod=None,
+def _run(q, k, v, shapes, *, layout: str, scale, window: tuple[int, int], alignment: str, dq_strategy: str | None, target: str | None, score_mod=None,
          mask_mod=None, bound=None, fast_key=None):
     """out of a dense call whose tensors are checked (``shapes``: their logical shapes): the mods' texts
     and tensors (the mask mod's window and-ed with ``window``; ``bound`` gives parameter tensors by name
@@ -49,7 +49,7 @@ def flash_attn_func(
     score_mod=None,
     mask_mod=None,
     sinks=None,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """Attention with FlashAttention's ``flash_attn_func`` arguments; gradients flow to q, k, v, to
     the float parameter tensors of the mods (``alibi_slopes`` included) and to ``sinks``.
@@ -72,7 +72,9 @@ def flash_attn_func(
         mask_mod: a built-in or ``mask_mod(b, h, q_idx, kv_idx)``, and-ed with causal/window_size.
         sinks: float [Hq] learnable sink logits (gpt-oss): each joins its head's softmax denominator
             and carries no value (DESIGN §3); or None (not together with score_mod or mask_mod).
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use; None (the default): the target of
+            their CUDA device (:func:`tilegen.torch.device.gpu_target`: ``H100`` → ``h100``, ``H200`` → ``h200``,
+            another GPU → the nearest target, with one warning).
 
     Returns:
         out: [B, Sq, Hq, Dv], q's dtype; rows with no visible key are 0.
@@ -127,7 +129,7 @@ def scaled_dot_product_attention(
     *,
     score_mod=None,
     mask_mod=None,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """Attention with ``torch.nn.functional.scaled_dot_product_attention``'s arguments (BNSD);
     gradients flow to query, key, value and the float parameter tensors of the mods.
@@ -144,7 +146,9 @@ def scaled_dot_product_attention(
         mask_mod: a built-in or ``mask_mod(b, h, q_idx, kv_idx)``, and-ed with is_causal. The mods'
             own windows (``causal()``, ``sliding_window``) are bottom-right aligned (DESIGN §3), as
             everything else in the mod language (``Sk − Sq`` offsets); with Sq = Sk the two agree.
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use; None (the default): the target of
+            their CUDA device (:func:`tilegen.torch.device.gpu_target`: ``H100`` → ``h100``, ``H200`` → ``h200``,
+            another GPU → the nearest target, with one warning).
 
     Returns:
         [B, Hq, Sq, Dv] in query's dtype; rows with no visible key are 0.
@@ -197,7 +201,7 @@ def flash_attn_varlen_func(
     block_table=None,
     *,
     sinks=None,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """Attention over a packed batch with FlashAttention's ``flash_attn_varlen_func`` arguments;
     gradients flow to q, k, v, sinks and alibi_slopes.
@@ -218,7 +222,9 @@ def flash_attn_varlen_func(
         deterministic: True picks the backward without atomics.
         return_attn_probs, block_table: must be False, None.
         sinks: float [Hq] learnable sink logits (gpt-oss; DESIGN §3), or None.
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use; None (the default): the target of
+            their CUDA device (:func:`tilegen.torch.device.gpu_target`: ``H100`` → ``h100``, ``H200`` → ``h200``,
+            another GPU → the nearest target, with one warning).
 
     Returns:
         out [total_q, Hq, Dv] in q's dtype.

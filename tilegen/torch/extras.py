@@ -39,7 +39,7 @@ from tilegen.torch import device, plans
 from tilegen.torch.call import TENSORS, Call, check_tensors
 
 
-def dense_call(q, k, v, *, scale, window: tuple[int, int], softcap: float | None, alibi_slopes, sinks, dq_strategy, target: str) -> Call:
+def dense_call(q, k, v, *, scale, window: tuple[int, int], softcap: float | None, alibi_slopes, sinks, dq_strategy, target: str | None) -> Call:
     """The checked call of ``flash_attn_func`` with sinks (BSND); ``window`` and ``softcap`` checked
     already (:func:`tilegen.core.validate.window`, ``softcap``).
 
@@ -55,7 +55,7 @@ def dense_call(q, k, v, *, scale, window: tuple[int, int], softcap: float | None
 
 
 def varlen_call(q, k, v, cu_seqlens_q: np.ndarray, cu_seqlens_k: np.ndarray, max_seqlen_q, max_seqlen_k, *, scale, window: tuple[int, int],
-                softcap: float | None, alibi_slopes, sinks, dq_strategy, target: str) -> Call:
+                softcap: float | None, alibi_slopes, sinks, dq_strategy, target: str | None) -> Call:
     """The checked call of ``flash_attn_varlen_func`` (TND) on the host copies of its offsets (int32
     NumPy arrays, their type checked by the caller; their values are checked on the CPU path at once,
     on the Triton path by a plan's miss); ``window`` and ``softcap`` checked already.

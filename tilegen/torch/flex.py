@@ -442,6 +442,7 @@ def _plan(q, k, v, shapes, score_mod, structure, table, scale, tiles, target, tr
     the parameters checked against q, the spec, and on the Triton path the module loaded."""
     from tilegen.backends import triton as triton_backend
 
+    target = device.gpu_target(target, q)
     device.check_gpu_target(target)
     base = {"layout": "BNSD", "scale": scale, "alignment": "bottom_right", "target": target}
     tile_sizes = tiles if any(tiles.values()) else None
@@ -472,7 +473,7 @@ def _plan(q, k, v, shapes, score_mod, structure, table, scale, tiles, target, tr
     return FlexPlan(call, decls, kept, slot, structure, module, plans.stamp(target), tiles, (score_mod, structure))
 
 
-def flex_plan(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, kernel_options=None, *, target: str = "h200",
+def flex_plan(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, kernel_options=None, *, target: str | None = None,
               triton: bool | None = None) -> tuple[FlexPlan, BlockTable | None]:
     """The plan a :func:`flex_attention` call with these arguments runs (from the plan table, or built,
     checked and kept there) and the BlockMask's :class:`BlockTable` (None without one).
@@ -515,7 +516,7 @@ def flex_plan(query, key, value, score_mod=None, block_mask=None, scale=None, en
 
 @torch.compiler.disable
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, return_lse=False, kernel_options=None, *,
-                   return_aux=None, target: str = "h200"):
+                   return_aux=None, target: str | None = None):
     """``torch.nn.attention.flex_attention`` on tilegen's kernels (BNSD); gradients flow to query, key,
     value and every floating-point tensor the score_mod captures that requires grad.
 
@@ -538,7 +539,9 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             honoured, the other keys checked and ignored).
         return_aux: None or ``AuxRequest(lse=...)``: returns (out, AuxOutput(lse, None)); max_scores
             is refused.
-        target: the GPU target file whose schedule CUDA tensors use.
+        target: the GPU target file whose schedule CUDA tensors use; None (the default): the target of
+            their CUDA device (:func:`tilegen.torch.device.gpu_target`: ``H100`` → ``h100``, ``H200`` → ``h200``,
+            another GPU → the nearest target, with one warning).
 
     Returns:
         out [B, Hq, Sq, Dv] in query's dtype; with return_lse also lse, float32 [B, Hq, Sq], the

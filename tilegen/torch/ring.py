@@ -78,7 +78,7 @@ def attention_forward(
     layout: str = "BSND",
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """One block's attention forward with explicit (out, lse), for ring engines; no autograd.
 
@@ -137,7 +137,7 @@ def attention_backward(
     dk: torch.Tensor | None = None,
     dv: torch.Tensor | None = None,
     deterministic: bool = False,
-    target: str = "h200",
+    target: str | None = None,
 ):
     """One block's attention backward from the merged (out, lse), for ring engines; no autograd.
 
@@ -295,7 +295,7 @@ def _sdpa_op_kwargs(kwargs: dict) -> tuple:
     validate.no_dropout(kwargs.get("dropout_p", 0.0))
     if kwargs.get("return_debug_mask", False):
         raise UnsupportedArgument("return_debug_mask", kwargs["return_debug_mask"], "False")
-    return validate.scale(kwargs.get("scale"), "scale"), kwargs.get("target", "h200")
+    return validate.scale(kwargs.get("scale"), "scale"), kwargs.get("target")
 
 
 def sdpa_ring_forward_op(query, key, value, *, is_causal=False, **kwargs):
@@ -305,7 +305,7 @@ def sdpa_ring_forward_op(query, key, value, *, is_causal=False, **kwargs):
         query: [B, Hq, Sq, D]; key: [B, Hkv, Sk, D]; value: [B, Hkv, Sk, Dv] (BNSD).
         is_causal: top-left aligned causal (key j visible to query i iff j ≤ i).
         kwargs: ``scale`` (None → 1/√D), ``dropout_p`` (0.0), ``return_debug_mask`` (False),
-            ``enable_gqa`` (ignored: GQA when Hkv divides Hq), ``target`` (GPU target; default h200).
+            ``enable_gqa`` (ignored: GQA when Hkv divides Hq), ``target`` (GPU target; None or absent: the target of the tensors' device).
 
     Returns:
         (out [B, Hq, Sq, Dv] in query's dtype, logsumexp float32 [B, Hq, Sq]).
