@@ -71,12 +71,12 @@ def test_timeline_shows_the_whole_steady_state_with_a_labelled_axis(timeline_rep
         assert lo <= t0 + 1e-9 and hi >= t1 - 1e-9 and hi >= block.end * us * (1 - 5e-6), (lo, hi, t0, t1)
         assert f"{t0:.2f}" in ax.get_title() and f"{t1:.2f}" in ax.get_title()
         assert "µs" in ax.get_xlabel()
-        # every drawn instruction falls in a drawn bar of its row
+        # every drawn instruction falls in a drawn bar of its row (the bar: while it holds its pipe)
         names = [t.get_text() for t in ax.get_yticklabels()]
         for it in block.items[:: max(len(block.items) // 200, 1)]:
             if it.work and it.kind != "issue" and f"{it.core} {it.pipe}" in names:
                 bars = data["programs"][fig.axes.index(ax)]["rows"][f"{it.core} {it.pipe}"]
-                assert any(a <= it.start * us * (1 + 1e-5) + 1e-6 and it.end * us <= b * (1 + 1e-5) + 1e-6 for a, b in bars)
+                assert any(a <= it.start * us * (1 + 1e-5) + 1e-6 and it.busy_end * us <= b * (1 + 1e-5) + 1e-6 for a, b in bars)
     _legends_clear_of_data(fig)
     assert any(ax.get_legend() is not None for ax in fig.axes)
 

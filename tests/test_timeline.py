@@ -125,10 +125,13 @@ def test_hand_trace_schedule():
     assert s.busy[("AIC", "M")] == 10 and s.busy[("AIC", "FIX")] == 68
     assert s.busy[("AIV0", "MTE2")] == 42 and s.busy[("AIV0", "V")] == 66
     assert s.busy[("AIV0", "S")] == 4  # the issue of DataCopyPad, SetFlag, WaitFlag and Exp
-    # critical path: issue 1 + Mmad 10 + flag 3 + Fixpipe 78 + cross-core 20 + issue 1 + copy 42 +
-    # flag 3 + Exp 66 = 224
+    # critical path: issue 1 + Mmad 10 + flag 3 + Fixpipe 68 + its landing 10 + cross-core 20 + issue 1 +
+    # copy 42 + flag 3 + Exp 66 = 224
     share = {k: round(v * 224) for k, v in s.critical_share().items()}
-    assert share == {"S": 2, "M": 10, "FIX": 78, "MTE2": 42, "V": 66, "latency": 26}  # the Fixpipe's item spans its landing
+    # the Fixpipe holds FIX for 68 cycles; its write landing 10 later is latency, as the flags' are
+    assert share == {"S": 2, "M": 10, "FIX": 68, "MTE2": 42, "V": 66, "latency": 36}
+    fix = next(it for it in s.items if it.kind == "Fixpipe")
+    assert (fix.busy_end, fix.end) == (82, 92)
 
 
 def test_hand_trace_missing_flag_is_a_race():

@@ -474,7 +474,7 @@ def timeline_data(report: dict) -> dict:
         gap = block.end * us / GANTT_PIXELS
         for core, pipes in GANTT_ROWS:
             for pipe in pipes:
-                bars = [(it.start * us, max(it.end, it.start + 0.5) * us) for it in block.items
+                bars = [(it.start * us, max(it.busy_end, it.start + 0.5) * us) for it in block.items
                         if it.work and it.kind != "issue" and it.core == core and it.pipe == pipe]
                 entry["rows"][f"{core} {pipe}"] = [[_round(a), _round(b)] for a, b in _merged(bars, gap)]
         out["programs"].append(entry)

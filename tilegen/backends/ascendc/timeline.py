@@ -362,6 +362,12 @@ class Item:
     end: float
     pred: int  # index of the item whose end bound the start (-1: none)
     work: bool  # counts as busy time of its pipe
+    free: float | None = None  # the pipe is free from here (None: at end); a Fixpipe's write lands at end
+
+    @property
+    def busy_end(self) -> float:
+        """Where the instruction stops occupying its pipe."""
+        return self.end if self.free is None else self.free
 
 
 @dataclass
@@ -394,7 +400,14 @@ class BlockSchedule:
             if it.start > prev_end:
                 share["latency"] += it.start - prev_end
             if it.end > max(it.start, prev_end):
-                share[it.pipe if it.work else "latency"] += it.end - max(it.start, prev_end)
+                t0 = max(it.start, prev_end)
+                if not it.work:
+                    share["latency"] += it.end - t0
+                else:  # a Fixpipe's write landing after its pipe is free counts as latency
+                    held = max(it.busy_end - t0, 0.0)
+                    share[it.pipe] += held
+                    if it.end - t0 - held > 0:
+                        share["latency"] += it.end - t0 - held
             prev_end = max(prev_end, it.end)
         total = self.end or 1.0
         return {k: v / total for k, v in sorted(share.items(), key=lambda kv: -kv[1])}
@@ -473,7 +486,7 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
     x_lat = costs["cross_core_flag_cycles"]
 
     def add(core: _Core, pipe: str, kind: str, start: float, end: float, pred: int, work: bool, occupied: float | None = None) -> int:
-        items.append(Item(core.name, pipe, kind, start, end, pred, work))
+        items.append(Item(core.name, pipe, kind, start, end, pred, work, None if occupied is None or occupied == end else occupied))
         if work:
             busy[(core.name, pipe)] += (end if occupied is None else occupied) - start
         return len(items) - 1
