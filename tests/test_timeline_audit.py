@@ -146,7 +146,8 @@ def test_gm_bursts(rows, least, moved):
     NPU架构版本2201.md), a row under a burst at least gm_min_run_bytes."""
     costs = Costs(dict(HAND, gm_burst_granule_bytes=128, gm_min_run_bytes=least))
     assert costs.burst_bytes(4096, rows) == pytest.approx(moved)
-    assert costs.duration(_load(4096, rows)) == pytest.approx(10 + moved / 128)
+    strided = dataclasses.replace(_load(4096, rows), reads=(("G", 0x10000, 0x10000 + 8192),))  # rows apart in GM
+    assert costs.duration(strided) == pytest.approx(10 + moved / 128)
 
 
 def test_atomic_stores_and_shared_bytes_cost_their_factors():
@@ -221,3 +222,52 @@ def test_the_chip_l2_floor():
     assert end == 2000.0 and "L2 bandwidth" in note
     end, note = _floored(1000.0, 3e-6, 1e9, 200_000.0, costs)  # the HBM floor above both
     assert end == 3000.0 and "HBM" in note
+
+
+def test_a_copy_of_back_to_back_rows_is_one_gm_run():
+    """A copy whose recorded GM range is exactly its bytes moves as one run (no per-row rounding); one of
+    the same rows apart in GM pays each row's bursts."""
+    costs = Costs(dict(HAND, gm_burst_granule_bytes=128, gm_min_run_bytes=512))
+    together = _load(4096, 32, gm=0x10000)  # 32 rows of 128 B back to back
+    apart = dataclasses.replace(together, reads=(("G", 0x10000, 0x10000 + 2 * 4096 - 128),))  # rows 256 B apart
+    assert costs.duration(together) == pytest.approx(10 + 4096 / 128)
+    assert costs.duration(apart) == pytest.approx(10 + 32 * 512 / 128)
+
+
+def test_short_operands_do_not_conflict_beyond_their_blocks():
+    """A Brcb's source holds 8 values (32 B, one block in bank 0); its destination from 0x20 covers banks
+    1-8: no bank shared, no conflict. A 32-B mask beside two sources does not count as a third source."""
+    brcb = Instr("V", "Brcb", 1, 0, 0, (("U", 0x20, 0x20 + 256),), (("U", 0x0, 0x20),))
+    assert bank_conflicts(brcb) == (0, 0)
+    select = Instr("V", "Select", 1, 0, 0, (("U", 0x20000, 0x20100),), (("U", 0x0, 0x100), ("U", 0x10100, 0x10200), ("U", 0x200, 0x220)))
+    assert bank_conflicts(select) == (0, 0)
+
+
+def test_a_flag_after_fixpipes_names_the_one_that_lands_last():
+    """An HBM Fixpipe (latency 40) then an L2 one (latency 10): a flag set on FIX after both fires when the
+    first lands, and the critical path goes through it."""
+    hbm = Instr("FIX", "Fixpipe", 640, 1, 0, (("G", 0x10000, 0x10000 + 640),), (("C", 0, 640),))
+    l2 = Instr("FIX", "Fixpipe", 640, 1, 1, (("G", 0x20000, 0x20000 + 640),), (("C", 0, 640),))
+    costs = Costs(dict(HAND, fix_hbm_bytes_per_cycle=64))
+    s = simulate_block({"AIC": [hbm, l2, Instr("FIX", "CrossCoreSetFlag", 2, 0, 0)]}, costs)
+    first = next(n for n, it in enumerate(s.items) if it.kind == "Fixpipe")
+    flag = next(it for it in s.items if it.kind == "CrossCoreSetFlag")
+    assert flag.start == s.items[first].end and flag.pred == first
+
+
+def test_the_trace_memo_keeps_apart_runs_under_another_twin_environment(monkeypatch):
+    """trace_run keeps its last traces (one trace scheduled at three ends), but a run under another TWIN_*
+    setting (TWIN_ORDER_CHECK=0 lets a test trace an unordered kernel) runs the twin again."""
+    from tilegen import builtin_spec
+    from tilegen.backends.ascendc import timeline, twin
+
+    runs = []
+    monkeypatch.setattr(twin, "run_program", lambda *a, **k: runs.append(1))
+    monkeypatch.setattr(timeline, "_TRACES", {})
+    spec = builtin_spec("tiny")
+    timeline.trace_run("/nonexistent/exe", spec, "fwd", 1)
+    timeline.trace_run("/nonexistent/exe", spec, "fwd", 1)
+    assert len(runs) == 1
+    monkeypatch.setenv("TWIN_ORDER_CHECK", "0")
+    timeline.trace_run("/nonexistent/exe", spec, "fwd", 1)
+    assert len(runs) == 2

@@ -12,13 +12,16 @@ one AI Core (1 AIC + 2 AIVs) with the cost table of the target file (``[timeline
   stalls it until the flag is set;
 - every other instruction joins its pipe's queue and runs in order on that pipe, one at a time, from
   max(its issue, the pipe's previous instruction's end, the flags waited on that pipe) for its
-  duration from the cost table;
+  duration from the cost table (a GM copy's data phase also waits for room on its AI Core's read or
+  write port, a vector instruction adds its UB bank conflicts, and a Fixpipe frees its pipe before its
+  write lands: DESIGN §4, "What the timeline prices");
 - ``SetFlag<A_B>`` fires when pipe A has finished everything issued to it before, and the next
   instruction on B starts no earlier than that plus ``flag_cycles``; ``CrossCoreSetFlag`` likewise on
   its pipe plus ``cross_core_flag_cycles``, with the mode-2 rules (an AIC set reaches both AIVs; the
   AIC's wait needs one set from each AIV, or from the one AIV its record names: the real-API twin's
-  record of a matmul-server message, tilegen/twin/cce/trace.h); ``PipeBarrier`` is implied by the
-  in-order pipes, except ``PipeBarrier<PIPE_ALL>`` (pipe ``ALL``): the scalar unit and every pipe go on
+  record of a matmul-server message, tilegen/twin/cce/trace.h); ``PipeBarrier`` on a pipe waits for
+  its instructions to complete (a Fixpipe's landing; otherwise implied by the in-order pipe), and
+  ``PipeBarrier<PIPE_ALL>`` (pipe ``ALL``): the scalar unit and every pipe go on
   from the end of the core's last instruction.
 
 The real-API twin (tilegen/twin/cce) writes the same trace for kernels built on Huawei's headers;
@@ -55,7 +58,8 @@ GM levels: a copy into or out of the hand-off workspace is L2-resident (the trac
 an HBM tensor whose byte range another block of the launch also copies, or this block copied before,
 is made L2-resident too (:func:`l2_levels`), unless the re-accessed tensors of the heads in flight
 exceed the L2 (:func:`tilegen.models.analysis.l2_reuse`); each launch takes at least the chip's HBM floor
-(:func:`tilegen.models.cost.hbm_floor_s`), and its form says when that binds.
+(:func:`tilegen.models.cost.hbm_floor_s`) and its L2 floor (every GM byte its copies move at
+``chip_l2_bytes_per_cycle``), and its form says when one binds.
 """
 
 from __future__ import annotations
@@ -278,9 +282,9 @@ class Costs:
         if ins.pipe == "V":
             return c.vector_cycles(ins.a, c.vector_repeat_key(k)) + (c["vector_reduce_cycles"] if k in ("ReduceMax", "ReduceSum") else 0.0)
         if k in ("DataCopyPad", "DataCopy", "DataCopyNd2Nz"):
-            return sum(c.copy_phases(ins.a, ins.b, ins.pipe != "MTE2", ins.c == 1))
+            return sum(c.copy_phases(ins.a, gm_runs(ins), ins.pipe != "MTE2", ins.c == 1))
         if k == "Fixpipe":
-            return sum(c.fixpipe_phases(ins.a, ins.b, ins.c == 1))
+            return sum(c.fixpipe_phases(ins.a, gm_runs(ins), ins.c == 1))
         if k == "LoadData":
             return c.load_data_cycles(ins.a, ins.b == 1)
         if k == "Fill":
@@ -292,6 +296,13 @@ class Costs:
                 blocks *= 4  # fp32 cube throughput is a quarter of fp16 (peak.cube_fp32)
             return c.mmad_cycles(blocks)
         raise TimelineError(f"no cost for the instruction {k} on pipe {ins.pipe} (add it to the [timeline] table)")
+
+
+def gm_runs(ins: Instr) -> int:
+    """The contiguous GM runs of a traced copy: one when its recorded GM range is exactly its bytes
+    (rows back to back), else the trace's count (``b``: its rows, blockCount or mSize)."""
+    gm = [hi - lo for sp, lo, hi in ins.writes + ins.reads if sp == "G"]
+    return 1 if gm and gm[0] == ins.a else ins.b
 
 
 def _pick(key: str, fig, end: str) -> float:
@@ -316,9 +327,10 @@ def ub_bank(addr: int) -> tuple[int, int]:
     return group, UB_BANK_GROUPS * (addr // UB_BANK_SPAN) + group
 
 
-def _banks(lo: int) -> set[int]:
-    """The banks of one repeat of a UB operand from ``lo``: 8 consecutive 32-byte data blocks."""
-    return {ub_bank(lo + k * UB_ROW_BYTES)[1] for k in range(8)}
+def _banks(lo: int, hi: int) -> set[int]:
+    """The banks of one repeat of a UB operand recorded as [lo, hi): its first consecutive 32-byte
+    data blocks, 8 or as many as the range holds (a Brcb source, a reduction's results: fewer)."""
+    return {ub_bank(lo + k * UB_ROW_BYTES)[1] for k in range(max(1, min(8, -(-(hi - lo) // UB_ROW_BYTES))))}
 
 
 def bank_conflicts(ins: Instr) -> tuple[int, int]:
@@ -337,13 +349,16 @@ def bank_conflicts(ins: Instr) -> tuple[int, int]:
       conflict, the sample's measurement of the same case does not, and the measurement is taken).
 
     Each operand is read from the start of its recorded UB range with consecutive data blocks (block
-    stride 1: the layout the emitted kernels use), so no operand conflicts with itself."""
-    reads = [lo for sp, lo, _ in ins.reads if sp == "U"]
-    writes = [lo for sp, lo, _ in ins.writes if sp == "U"]
+    stride 1: the layout the emitted kernels use; 8 a repeat, or as many as a shorter range holds), so no
+    operand conflicts with itself; only sources of a full repeat (256 B or more) count for read-read.
+    Strided operands and repeats after the first are not examined."""
+    reads = [(lo, hi) for sp, lo, hi in ins.reads if sp == "U"]
+    writes = [(lo, hi) for sp, lo, hi in ins.writes if sp == "U"]
     per: dict[int, int] = defaultdict(int)
-    for lo in reads:
-        per[ub_bank(lo)[0]] += 1
-    rw = any(ub_bank(w)[1] != ub_bank(r)[1] and _banks(w) & _banks(r) for w in writes for r in reads)
+    for lo, hi in reads:
+        if hi - lo >= 8 * UB_ROW_BYTES:  # a full repeat's source (not a mask, a scalar or a Brcb's 8 values)
+            per[ub_bank(lo)[0]] += 1
+    rw = any(ub_bank(w[0])[1] != ub_bank(r[0])[1] and _banks(*w) & _banks(*r) for w in writes for r in reads)
     return max(per.values(), default=1) - 1, int(rw)
 
 
@@ -455,6 +470,7 @@ class _Core:
         self.last_s = -1  # item of the last S step
         self.ready = {p: 0.0 for p in PIPES}  # each pipe is free from (cycles)
         self.done = {p: 0.0 for p in PIPES}  # each pipe's instructions so far have completed by (a Fixpipe's write lands after its pipe is free)
+        self.done_item = {p: -1 for p in PIPES}  # the item that completes last
         self.last = {p: -1 for p in PIPES}
         self.atomic = False  # SetAtomic: the GM stores that follow accumulate
         self.events: dict[tuple, deque] = defaultdict(deque)  # (event, id) -> (time, item, source pipe's clock)
@@ -497,12 +513,13 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         l2 = ins.c == 1
         write = ins.kind == "Fixpipe" or ins.pipe != "MTE2"
         atomic = core.atomic and write
+        runs = gm_runs(ins)
         if ins.kind == "Fixpipe":
-            lead, data, tail = costs.fixpipe_phases(ins.a, ins.b, l2, atomic, ins.shared)
+            lead, data, tail = costs.fixpipe_phases(ins.a, runs, l2, atomic, ins.shared)
         else:
-            (lead, data), tail = costs.copy_phases(ins.a, ins.b, write, l2, atomic, ins.shared), 0.0
-        gm_bytes[0] += costs.burst_bytes(ins.a, ins.b) * (2 if atomic else 1)
-        held = costs.port_cycles(ins.a, ins.b, write, atomic, ins.shared)
+            (lead, data), tail = costs.copy_phases(ins.a, runs, write, l2, atomic, ins.shared), 0.0
+        gm_bytes[0] += costs.burst_bytes(ins.a, runs) * (2 if atomic else 1)
+        held = costs.port_cycles(ins.a, runs, write, atomic, ins.shared)
         d0 = ports["write" if write else "read"].reserve(start + lead, held)
         return d0 + max(data, held), d0 + max(data, held) + tail
 
@@ -639,7 +656,7 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
         pred = core.last[p] if core.ready[p] >= issued else core.last_s
         if ins.kind == "SetFlag":  # fires when everything issued to the pipe before has completed
             if core.done[p] > start:
-                start, pred = core.done[p], core.last[p]
+                start, pred = core.done[p], core.done_item[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
             core.events[(ins.a, ins.b)].append((start, idx, set_flag(core, p)))
         elif ins.kind == "WaitFlag":
@@ -655,12 +672,12 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
             core.ready[p] = end
         elif ins.kind == "PipeBarrier":  # the pipe's earlier instructions complete first
             if core.done[p] > start:
-                start, pred = core.done[p], core.last[p]
+                start, pred = core.done[p], core.done_item[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
             core.ready[p] = start
         elif ins.kind == "CrossCoreSetFlag":
             if core.done[p] > start:
-                start, pred = core.done[p], core.last[p]
+                start, pred = core.done[p], core.done_item[p]
             idx = add(core, p, ins.kind, start, start, pred, False)
             t = start + x_lat
             if core.name == "AIC":
@@ -680,7 +697,8 @@ def simulate_block(traces: dict[str, list[Instr]], costs: Costs) -> BlockSchedul
                         free = end = end + ins.a * (rr * costs["ub_read_conflict_cycles"] + rw * costs["ub_rw_conflict_cycles"])
             idx = add(core, p, ins.kind, start, end, pred, True, free)
             core.ready[p] = free
-            core.done[p] = max(core.done[p], end)
+            if end > core.done[p]:
+                core.done[p], core.done_item[p] = end, idx
             ordered(core, ins, p, idx)
             check(core, ins, p, start, end, idx)
         core.last[p] = idx
@@ -951,7 +969,8 @@ def trace_run(exe, spec, program: str, blocks: int, select: list[int] | None = N
     environment sets ``TWIN_WAIT_TIMEOUT_S`` (a core that never arrives still fails the run)."""
     from tilegen.backends.ascendc import twin
 
-    key = (str(exe), spec, program, blocks, None if select is None else tuple(select))
+    key = (str(exe), spec, program, blocks, None if select is None else tuple(select),
+           tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("TWIN_"))))
     if key in _TRACES:
         return _TRACES[key]
     with tempfile.TemporaryDirectory(prefix="tilegen-trace-") as tmp:
