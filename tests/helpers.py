@@ -194,3 +194,18 @@ def unwrapped(text: str) -> str:
     """``text`` with every run of whitespace as one space: inspect's text as one line, its 100-column
     wrap undone, for checks of a phrase wherever the wrap broke it."""
     return " ".join(text.split())
+
+
+# The audited mechanisms of the timeline's cost table, neutral (no burst rounding, no atomic or
+# same-address cost, no bank conflicts, no L2 floor): hand cost tables add them and each mechanism's own
+# test (tests/test_timeline_audit.py) sets the one it checks.
+NEUTRAL_AUDIT_COSTS = {
+    "gm_burst_bytes": 512,
+    "gm_burst_granule_bytes": 32,
+    "gm_min_run_bytes": 32,
+    "atomic_rmw_factor": 1,
+    "same_address_factor": 1,
+    "ub_read_conflict_cycles": 0,
+    "ub_rw_conflict_cycles": 0,
+    "chip_l2_bytes_per_cycle": 1e9,
+}

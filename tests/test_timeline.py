@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from helpers import replace_ascend_pass
+from helpers import NEUTRAL_AUDIT_COSTS, replace_ascend_pass
 
 from tilegen import builtin_spec
 from tilegen.backends import ascendc
@@ -67,15 +67,8 @@ COSTS = Costs(
         "cross_core_flag_cycles": 20,
         "vector_startup_cycles": 2,
         "vector_exp_repeat_cycles": 4,
-        # the audited mechanisms, neutral here (each has its own test below)
-        "gm_burst_bytes": 512,
-        "gm_burst_granule_bytes": 32,
-        "gm_min_run_bytes": 32,
-        "atomic_rmw_factor": 1,
-        "same_address_factor": 1,
-        "ub_read_conflict_cycles": 0,
-        "ub_rw_conflict_cycles": 0,
-        "chip_l2_bytes_per_cycle": 1e9,
+        # the audited mechanisms, neutral here (tests/test_timeline_audit.py checks each)
+        **NEUTRAL_AUDIT_COSTS,
         "ai_core_read_bytes_per_cycle": 1e9,
         "ai_core_write_bytes_per_cycle": 1e9,
     }

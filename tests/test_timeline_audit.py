@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from helpers import NEUTRAL_AUDIT_COSTS
 
 from tilegen.backends.ascendc.timeline import (
     Costs,
@@ -35,14 +36,7 @@ HAND = {
     "cross_core_flag_cycles": 20,
     "vector_startup_cycles": 2,
     "vector_repeat_cycles": 1,
-    "gm_burst_bytes": 512,
-    "gm_burst_granule_bytes": 32,
-    "gm_min_run_bytes": 32,
-    "atomic_rmw_factor": 1,
-    "same_address_factor": 1,
-    "ub_read_conflict_cycles": 0,
-    "ub_rw_conflict_cycles": 0,
-    "chip_l2_bytes_per_cycle": 1e9,
+    **NEUTRAL_AUDIT_COSTS,
     "ai_core_read_bytes_per_cycle": 128,
     "ai_core_write_bytes_per_cycle": 64,
 }
