@@ -28,6 +28,7 @@
 #include "adv_api/activation/softmax_tiling.h"
 #include "adv_api/matmul/matmul_tiling.h"
 #include "flash_attention_score_tiling.h"
+#include "peer_platform.h"
 
 namespace {
 
@@ -92,16 +93,6 @@ template <typename T> T CalcTailSize(T a, T b)
     std::exit(2);
 }
 
-uint64_t PlatformFigure(const char* name)
-{
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') {
-        std::fprintf(stderr, "peer tiling: the platform figure %s is not set\n", name);
-        std::exit(2);
-    }
-    return std::strtoull(v, nullptr, 10);
-}
-
 }  // namespace
 
 int main(int argc, char** argv)
@@ -126,9 +117,9 @@ int main(int argc, char** argv)
     auto& in = td.inputParams;
 
     // ---- GetPlatformInfo -------------------------------------------------------------------------------
-    const int64_t aivNum = static_cast<int64_t>(PlatformFigure("PEER_AIV"));
-    const int64_t aicNum = static_cast<int64_t>(PlatformFigure("PEER_AIC"));
-    const uint64_t l1Size = PlatformFigure("PEER_L1"), l0cSize = PlatformFigure("PEER_L0C");
+    const int64_t aivNum = static_cast<int64_t>(PeerPlatformFigure("PEER_AIV"));
+    const int64_t aicNum = static_cast<int64_t>(PeerPlatformFigure("PEER_AIC"));
+    const uint64_t l1Size = PeerPlatformFigure("PEER_L1"), l0cSize = PeerPlatformFigure("PEER_L0C");
 
     // ---- GetShapeAttrsInfo: AnalyzeAttrs, AnalyzeDtype, AnalyzeLayout, AnalyzeOptionalInput ------------
     // AnalyzeAttrs: keep_prob 1, inner_precise 0 -> AA_HIGH_PRECISION with isHighPercision; sparse_mode 2

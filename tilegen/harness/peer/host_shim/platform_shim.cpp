@@ -14,9 +14,9 @@
 
 #include "adv_api/matmul/matmul_tiling.h"
 #include "detail/host_log.h"
+#include "peer_platform.h"
 
-namespace {
-uint64_t Env(const char* name)
+uint64_t PeerPlatformFigure(const char* name)
 {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') {
@@ -25,6 +25,8 @@ uint64_t Env(const char* name)
     }
     return std::strtoull(v, nullptr, 10);
 }
+
+namespace {
 int32_t CheckLevel(int32_t, int32_t level) { return level >= DLOG_WARN ? 1 : 0; }
 void Record(int32_t, int32_t, const char* fmt, ...)
 {
@@ -37,19 +39,19 @@ void Record(int32_t, int32_t, const char* fmt, ...)
 }  // namespace
 
 namespace platform_ascendc {
-uint32_t PlatformAscendC::GetCoreNum() const { return static_cast<uint32_t>(Env("PEER_AIC")); }
-uint32_t PlatformAscendC::GetCoreNumAic() const { return static_cast<uint32_t>(Env("PEER_AIC")); }
-uint32_t PlatformAscendC::GetCoreNumAiv() const { return static_cast<uint32_t>(Env("PEER_AIV")); }
+uint32_t PlatformAscendC::GetCoreNum() const { return static_cast<uint32_t>(PeerPlatformFigure("PEER_AIC")); }
+uint32_t PlatformAscendC::GetCoreNumAic() const { return static_cast<uint32_t>(PeerPlatformFigure("PEER_AIC")); }
+uint32_t PlatformAscendC::GetCoreNumAiv() const { return static_cast<uint32_t>(PeerPlatformFigure("PEER_AIV")); }
 uint32_t PlatformAscendC::GetCoreNumVector() const { return 0; }
 void PlatformAscendC::GetCoreMemSize(const CoreMemType& memType, uint64_t& size) const
 {
     switch (memType) {
-        case CoreMemType::L0_A: size = Env("PEER_L0A"); break;
-        case CoreMemType::L0_B: size = Env("PEER_L0B"); break;
-        case CoreMemType::L0_C: size = Env("PEER_L0C"); break;
-        case CoreMemType::L1: size = Env("PEER_L1"); break;
-        case CoreMemType::L2: size = Env("PEER_L2"); break;
-        case CoreMemType::UB: size = Env("PEER_UB"); break;
+        case CoreMemType::L0_A: size = PeerPlatformFigure("PEER_L0A"); break;
+        case CoreMemType::L0_B: size = PeerPlatformFigure("PEER_L0B"); break;
+        case CoreMemType::L0_C: size = PeerPlatformFigure("PEER_L0C"); break;
+        case CoreMemType::L1: size = PeerPlatformFigure("PEER_L1"); break;
+        case CoreMemType::L2: size = PeerPlatformFigure("PEER_L2"); break;
+        case CoreMemType::UB: size = PeerPlatformFigure("PEER_UB"); break;
         default: size = 0; break;
     }
 }
