@@ -126,17 +126,20 @@ def _cache_root(cache_dir) -> Path:
 
 
 def _compile(jobs: list[tuple[Path, list[str]]]) -> None:
-    """Run compiler commands two at a time; each writes ``<target>.tmp`` renamed on success."""
+    """Run compiler commands two at a time; each writes ``<target>.tmp<pid>`` (``-o`` appended here), renamed
+    onto ``target`` on success, so that processes building the same cache entry at once (pytest-xdist
+    workers) never write or move one another's file."""
+    tmp = {target: f"{target}.tmp{os.getpid()}" for target, _ in jobs}
     for start in range(0, len(jobs), 2):
         batch = jobs[start : start + 2]
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _, cmd in batch]
+        procs = [subprocess.Popen([*cmd, "-o", tmp[target]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for target, cmd in batch]
         for (target, _), proc in zip(batch, procs):
             _, err = proc.communicate()
             if proc.returncode != 0:
                 lines = [ln for ln in err.splitlines() if "error" in ln][:6] or err.splitlines()[:6]
                 raise PeerError(f"peer build of {target.name} failed:\n" + "\n".join(lines))
     for target, _ in jobs:
-        os.replace(str(target) + ".tmp", target)
+        os.replace(tmp[target], target)
 
 
 def _digest(*parts) -> str:
@@ -176,8 +179,8 @@ def build_tiling_tool(devkit, ops, cache_dir=None) -> Path:
            f"-I{devkit / 'include' / 'adv_api'}", f"-I{devkit / 'impl' / 'adv_api' / 'tiling' / 'matmul'}",
            f"-I{devkit / 'impl' / 'adv_api'}", f"-I{ops / FA_KERNEL}"]
     objs = [out / f"{i}_{p.stem}.o" for i, p in enumerate(srcs)]
-    _compile([(o, [cxx, "-std=c++17", "-O1", "-w", "-c", *inc, str(s), "-o", str(o) + ".tmp"]) for s, o in zip(srcs, objs)])
-    _compile([(exe, [cxx, *map(str, objs), "-o", str(exe) + ".tmp"])])
+    _compile([(o, [cxx, "-std=c++17", "-O1", "-w", "-c", *inc, str(s)]) for s, o in zip(srcs, objs)])
+    _compile([(exe, [cxx, *map(str, objs)])])
     return exe
 
 
@@ -287,10 +290,9 @@ def build_forward(key, devkit=None, ops=None, cache_dir=None) -> Path:
     jobs = []
     for core, tag in (("CUBE", "cube"), ("VEC", "vec")):
         so = out / f"fa_{tag}.so"
-        jobs.append((so, [cxx, *twin.real_flags(devkit, gen, core), f"-D__DAV_C220_{core}__", *inc, str(out / "fa_kernels.asc"),
-                          "-o", str(so) + ".tmp"]))
+        jobs.append((so, [cxx, *twin.real_flags(devkit, gen, core), f"-D__DAV_C220_{core}__", *inc, str(out / "fa_kernels.asc")]))
     jobs.append((exe, [cxx, "-std=c++17", "-O1", "-pthread", "-rdynamic", f"-I{twin.CCE_DIR}", str(PEER_DIR / "peer_main.cpp"),
-                       str(twin.CCE_DIR / "runtime.cpp"), "-ldl", "-o", str(exe) + ".tmp"]))
+                       str(twin.CCE_DIR / "runtime.cpp"), "-ldl"]))
     # the executable last: its presence marks a finished build
     _compile(jobs[:2])
     _compile(jobs[2:])
